@@ -1,0 +1,85 @@
+// Package db owns the PostgreSQL side of the ERP backbone: migrations, the
+// document tables, number series, the event journal and its LISTEN/NOTIFY
+// feed. It imports no other package of this module.
+package db
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	pgxdecimal "github.com/jackc/pgx-shopspring-decimal"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Connect opens the pool for url (a libpq URL or key=value string) and
+// registers the decimal codec on every connection. It does not ping.
+func Connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+		pgxdecimal.Register(conn.TypeMap())
+		return nil
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open pool: %w", err)
+	}
+	return pool, nil
+}
+
+// Migrate brings the database to head: River's own tables through
+// rivermigrate, then this module's embedded migrations (db/migrations/*.sql)
+// through goose. Both are idempotent, so every start runs them.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: logger})
+	if err != nil {
+		return fmt.Errorf("river migrator: %w", err)
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return fmt.Errorf("migrate river: %w", err)
+	}
+
+	sqlDB := stdlib.OpenDBFromPool(pool)
+	defer sqlDB.Close()
+	dir, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return fmt.Errorf("open embedded migrations: %w", err)
+	}
+	// The session lock lets several instances start against one database at
+	// once: the second waits for the first's migrations instead of racing them.
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return fmt.Errorf("migration locker: %w", err)
+	}
+	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, dir, goose.WithSessionLocker(locker))
+	if err != nil {
+		return fmt.Errorf("goose provider: %w", err)
+	}
+	results, err := provider.Up(ctx)
+	if err != nil {
+		var partial *goose.PartialError
+		if errors.As(err, &partial) {
+			return fmt.Errorf("migrate %s: %w", partial.Failed.Source.Path, partial.Err)
+		}
+		return fmt.Errorf("migrate: %w", err)
+	}
+	for _, r := range results {
+		logger.InfoContext(ctx, "migration applied", slog.String("file", r.Source.Path), slog.Duration("took", r.Duration))
+	}
+	return nil
+}

@@ -1,0 +1,58 @@
+package db
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Domain errors. Callers test them with errors.Is; the GraphQL layer maps them
+// to extensions.code NOT_FOUND and CONFLICT.
+var (
+	ErrNotFound = errors.New("not found")
+	ErrConflict = errors.New("conflict")
+)
+
+// InputError is a rule violation in caller-supplied input. Field is the input
+// path of the offending value as GraphQL clients see it, dot-separated with
+// list indexes ("lines.0.quantity"); the GraphQL layer reports it as
+// BAD_USER_INPUT.
+//
+// Conflict, when set, marks the input as clashing with existing data (a
+// duplicate key) rather than being malformed; errors.Is(err, ErrConflict)
+// then holds.
+type InputError struct {
+	Field    string
+	Msg      string
+	Conflict bool
+}
+
+func (e *InputError) Error() string { return e.Field + ": " + e.Msg }
+
+// Is makes a conflicting input match ErrConflict.
+func (e *InputError) Is(target error) bool { return e.Conflict && target == ErrConflict }
+
+func conflictOn(field, format string, args ...any) *InputError {
+	return &InputError{Field: field, Msg: fmt.Sprintf(format, args...), Conflict: true}
+}
+
+func inputErr(field, format string, args ...any) *InputError {
+	return &InputError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// translate maps driver errors to the domain errors above, in one place:
+// no rows is ErrNotFound, a unique violation is ErrConflict. Other errors
+// pass through unchanged.
+func translate(err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
+		return fmt.Errorf("%w: %s", ErrConflict, pgErr.ConstraintName)
+	}
+	return err
+}

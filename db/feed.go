@@ -1,0 +1,220 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// feedBatch bounds how many events one catch-up query reads.
+const feedBatch = 500
+
+// Feed is this process's view of the live journal: one LISTEN connection on
+// channel event_processed, and a fan-out of processed events to in-process
+// subscribers. A notification only wakes the feed; it then reads every
+// event with a feed sequence past the last one it delivered, so events are
+// read once per process (not once per subscriber), in feed order, and
+// nothing is lost when notifications are coalesced or the connection drops.
+type Feed struct {
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+
+	mu      sync.Mutex
+	subs    map[*FeedSubscription]struct{}
+	lastSeq int64
+	ready   chan struct{}
+	stopped bool
+}
+
+// FeedSubscription receives processed events matching its filter on C, in
+// feed order. C is closed when the subscription ends: Close was called, the
+// feed stopped, or the subscriber fell more than its buffer behind
+// (Overflowed then reports true; it can resume from its last cursor).
+type FeedSubscription struct {
+	C <-chan Event
+
+	ch         chan Event
+	filter     EventFilter
+	feed       *Feed
+	overflowed bool
+}
+
+// NewFeed returns a feed on pool; Run starts it.
+func NewFeed(pool *pgxpool.Pool, logger *slog.Logger) *Feed {
+	return &Feed{
+		pool:   pool,
+		logger: logger,
+		subs:   make(map[*FeedSubscription]struct{}),
+		ready:  make(chan struct{}),
+	}
+}
+
+// Ready is closed once the feed listens, so that events processed from then
+// on reach subscribers.
+func (f *Feed) Ready() <-chan struct{} { return f.ready }
+
+// Subscribe registers a subscriber with room for buffer undelivered events.
+func (f *Feed) Subscribe(filter EventFilter, buffer int) *FeedSubscription {
+	ch := make(chan Event, buffer)
+	s := &FeedSubscription{C: ch, ch: ch, filter: filter, feed: f}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		close(ch)
+		return s
+	}
+	f.subs[s] = struct{}{}
+	return s
+}
+
+// Close ends the subscription and closes C; safe to call more than once.
+func (s *FeedSubscription) Close() {
+	s.feed.mu.Lock()
+	defer s.feed.mu.Unlock()
+	s.feed.removeLocked(s)
+}
+
+// Overflowed reports whether the feed dropped this subscriber because it
+// fell behind.
+func (s *FeedSubscription) Overflowed() bool {
+	s.feed.mu.Lock()
+	defer s.feed.mu.Unlock()
+	return s.overflowed
+}
+
+func (f *Feed) removeLocked(s *FeedSubscription) {
+	if _, ok := f.subs[s]; ok {
+		delete(f.subs, s)
+		close(s.ch)
+	}
+}
+
+// Run listens until ctx ends, reconnecting with backoff (100 ms doubling to
+// 5 s) when the connection fails, and back-filling what it missed. It
+// closes every subscription when it returns; it returns nil on ctx end.
+func (f *Feed) Run(ctx context.Context) error {
+	defer f.stop()
+	backoff := 100 * time.Millisecond
+	for {
+		err := f.listen(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		f.logger.WarnContext(ctx, "event feed connection lost, reconnecting",
+			slog.String("error", err.Error()), slog.Duration("backoff", backoff))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (f *Feed) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = true
+	for s := range f.subs {
+		f.removeLocked(s)
+	}
+}
+
+func (f *Feed) listen(ctx context.Context) error {
+	pc, err := f.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire listen connection: %w", err)
+	}
+	// The connection leaves the pool for good: a LISTENing session must not
+	// be handed to other users.
+	conn := pc.Hijack()
+	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck // closing a dead connection may fail
+
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyEventProcessed); err != nil {
+		return fmt.Errorf("listen %s: %w", notifyEventProcessed, err)
+	}
+	select {
+	case <-f.ready:
+	default:
+		// First connection: start live from now. What was processed before
+		// the feed existed is back-fill, which subscribers ask for by cursor.
+		var last int64
+		if err := conn.QueryRow(ctx, `SELECT coalesce(max(feed_seq), 0) FROM events`).Scan(&last); err != nil {
+			return fmt.Errorf("read feed position: %w", err)
+		}
+		f.mu.Lock()
+		f.lastSeq = last
+		f.mu.Unlock()
+		close(f.ready)
+	}
+	// After a reconnect, deliver what was processed while we were away.
+	if err := f.catchUp(ctx); err != nil {
+		return err
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+		seq, err := strconv.ParseInt(n.Payload, 10, 64)
+		if err != nil {
+			f.logger.WarnContext(ctx, "bad event_processed payload", slog.String("payload", n.Payload))
+			continue
+		}
+		f.mu.Lock()
+		seen := seq <= f.lastSeq
+		f.mu.Unlock()
+		if seen {
+			continue
+		}
+		if err := f.catchUp(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// catchUp delivers every processed event past lastSeq, in feed order.
+func (f *Feed) catchUp(ctx context.Context) error {
+	for {
+		f.mu.Lock()
+		after := f.lastSeq
+		f.mu.Unlock()
+		events, err := EventsProcessedAfter(ctx, f.pool, EventFilter{}, after, feedBatch)
+		if err != nil {
+			return err
+		}
+		for _, ev := range events {
+			f.publish(ev)
+		}
+		if len(events) < feedBatch {
+			return nil
+		}
+	}
+}
+
+// publish hands ev to every matching subscriber without ever blocking: a
+// subscriber whose buffer is full is dropped (its channel closed), so one
+// slow client never delays the feed or the others.
+func (f *Feed) publish(ev Event) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if ev.FeedSeq != nil && *ev.FeedSeq > f.lastSeq {
+		f.lastSeq = *ev.FeedSeq
+	}
+	for s := range f.subs {
+		if !s.filter.Matches(ev) {
+			continue
+		}
+		select {
+		case s.ch <- ev:
+		default:
+			s.overflowed = true
+			f.removeLocked(s)
+		}
+	}
+}

@@ -1,0 +1,59 @@
+package db
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Document number prefixes, one gapless series per prefix and year.
+const (
+	PrefixSalesOrder        = "ЗК"
+	PrefixProductionOrder   = "ПЗ"
+	PrefixPurchaseOrder     = "ЗП"
+	PrefixReceipt           = "ПР"
+	PrefixIssueToProduction = "ВЦ"
+)
+
+// nextNumber takes the next number of prefix's series for the current year
+// (database clock, session time zone) and formats it "ЗК-2026-000422". The
+// series row stays locked until tx ends, so numbers are handed out in commit
+// order and a rollback frees the number: the series is gapless. The price is
+// that documents of one prefix are created one at a time.
+func nextNumber(ctx context.Context, tx pgx.Tx, prefix string) (string, error) {
+	var year int32
+	var value int64
+	err := tx.QueryRow(ctx, `
+		INSERT INTO number_series (prefix, year, last_value)
+		VALUES ($1, extract(year FROM now())::int, 1)
+		ON CONFLICT (prefix, year) DO UPDATE SET last_value = number_series.last_value + 1
+		RETURNING year, last_value`, prefix).Scan(&year, &value)
+	if err != nil {
+		return "", fmt.Errorf("next number %s: %w", prefix, err)
+	}
+	return fmt.Sprintf("%s-%d-%06d", prefix, year, value), nil
+}
+
+// SetNumberSeriesStart makes the next number of prefix's series in year be
+// start (1…999999). It refuses with ErrConflict to move a series back over
+// numbers already issued, which would repeat them.
+func SetNumberSeriesStart(ctx context.Context, tx pgx.Tx, prefix string, year, start int) error {
+	if start < 1 || start > 999999 {
+		return inputErr("start", "must be between 1 and 999999")
+	}
+	if year < 2000 || year > 9999 {
+		return inputErr("year", "must be between 2000 and 9999")
+	}
+	tag, err := tx.Exec(ctx, `
+		INSERT INTO number_series (prefix, year, last_value) VALUES ($1, $2, $3)
+		ON CONFLICT (prefix, year) DO UPDATE SET last_value = EXCLUDED.last_value
+		WHERE number_series.last_value <= EXCLUDED.last_value`, prefix, year, start-1)
+	if err != nil {
+		return fmt.Errorf("set series %s-%d start: %w", prefix, year, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: series %s-%d has already issued numbers at or past %d", ErrConflict, prefix, year, start)
+	}
+	return nil
+}

@@ -1,0 +1,104 @@
+// Package model holds the GraphQL-only types: custom scalars and the
+// generated input/enum types that have no twin in package db.
+package model
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/shopspring/decimal"
+)
+
+// ScalarError is a malformed value of a custom scalar in a request; the
+// GraphQL layer reports it as BAD_USER_INPUT at its input path.
+type ScalarError struct{ Msg string }
+
+func (e *ScalarError) Error() string { return e.Msg }
+
+func scalarErr(format string, args ...any) error {
+	return &ScalarError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// MarshalID64 writes an int64 database id as a GraphQL ID (a JSON string).
+func MarshalID64(id int64) graphql.Marshaler {
+	return graphql.WriterFunc(func(w io.Writer) {
+		_, _ = io.WriteString(w, strconv.Quote(strconv.FormatInt(id, 10)))
+	})
+}
+
+// UnmarshalID64 reads a GraphQL ID ("42" or 42) as a positive int64 id.
+func UnmarshalID64(v any) (int64, error) {
+	var s string
+	switch v := v.(type) {
+	case string:
+		s = v
+	case json.Number:
+		s = v.String()
+	case int64:
+		s = strconv.FormatInt(v, 10)
+	case int:
+		s = strconv.Itoa(v)
+	default:
+		return 0, scalarErr("an id must be a string of digits, got %T", v)
+	}
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id < 1 {
+		return 0, scalarErr("an id must be a positive integer, got %q", s)
+	}
+	return id, nil
+}
+
+// MarshalDecimal writes a decimal as a JSON string with its scale kept
+// ("2.500").
+func MarshalDecimal(d decimal.Decimal) graphql.Marshaler {
+	return graphql.WriterFunc(func(w io.Writer) {
+		_, _ = io.WriteString(w, strconv.Quote(d.StringFixed(max(0, -d.Exponent()))))
+	})
+}
+
+// UnmarshalDecimal reads a decimal from a string ("2.5") or a JSON number.
+func UnmarshalDecimal(v any) (decimal.Decimal, error) {
+	var s string
+	switch v := v.(type) {
+	case string:
+		s = v
+	case json.Number:
+		s = v.String()
+	case int64:
+		return decimal.NewFromInt(v), nil
+	case int:
+		return decimal.NewFromInt(int64(v)), nil
+	case float64:
+		s = strconv.FormatFloat(v, 'f', -1, 64)
+	default:
+		return decimal.Decimal{}, scalarErr("a decimal must be a string like \"2.500\", got %T", v)
+	}
+	d, err := decimal.NewFromString(s)
+	if err != nil {
+		return decimal.Decimal{}, scalarErr("not a decimal number: %q", s)
+	}
+	return d, nil
+}
+
+// MarshalJSON writes a stored JSON document (an event payload) unchanged.
+func MarshalJSON(raw json.RawMessage) graphql.Marshaler {
+	return graphql.WriterFunc(func(w io.Writer) {
+		if len(raw) == 0 {
+			_, _ = io.WriteString(w, "null")
+			return
+		}
+		_, _ = w.Write(raw)
+	})
+}
+
+// UnmarshalJSON accepts any JSON input value.
+func UnmarshalJSON(v any) (json.RawMessage, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, scalarErr("not JSON: %v", err)
+	}
+	return b, nil
+}

@@ -1,0 +1,67 @@
+// Package jobs is the dispatch side of the backbone: the outbox helper that
+// commits document rows, their journal events and their River jobs in one
+// transaction; the River workers that dispatch events to subscribers; the
+// periodic sweep; and the subscribers themselves.
+package jobs
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"erp/db"
+)
+
+// Outbox commits document writes together with their events and the River
+// jobs that dispatch them.
+type Outbox struct {
+	pool  *pgxpool.Pool
+	river *river.Client[pgx.Tx]
+}
+
+// NewOutbox returns an outbox writing through pool and enqueuing on client
+// (which may be an insert-only client: no workers started).
+func NewOutbox(pool *pgxpool.Pool, client *river.Client[pgx.Tx]) *Outbox {
+	return &Outbox{pool: pool, river: client}
+}
+
+// Pool is the pool the outbox writes through, for reads that go with writes.
+func (o *Outbox) Pool() *pgxpool.Pool { return o.pool }
+
+// Write runs fn in one transaction and, in that same transaction, enqueues a
+// dispatch job for every event fn returns. Commit makes the rows, the events
+// and the jobs visible at once; any error rolls all of them back (and frees
+// any document number fn took).
+func Write[T any](ctx context.Context, o *Outbox, fn func(tx pgx.Tx) (T, []db.Event, error)) (T, error) {
+	var result T
+	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
+		v, events, err := fn(tx)
+		if err != nil {
+			return err
+		}
+		if err := EnqueueDispatch(ctx, o.river, tx, events); err != nil {
+			return err
+		}
+		result = v
+		return nil
+	})
+	return result, err
+}
+
+// EnqueueDispatch inserts one dispatch job per event in tx.
+func EnqueueDispatch(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, events []db.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	params := make([]river.InsertManyParams, len(events))
+	for i, ev := range events {
+		params[i] = river.InsertManyParams{Args: DispatchArgs{EventID: ev.ID}}
+	}
+	if _, err := client.InsertManyTx(ctx, tx, params); err != nil {
+		return fmt.Errorf("enqueue dispatch of %d events (first %d): %w", len(events), events[0].ID, err)
+	}
+	return nil
+}

@@ -1,0 +1,120 @@
+package resolvers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/google/uuid"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"erp/db"
+	"erp/graph/model"
+)
+
+// GraphQL error codes (extensions.code), as API.md lists them.
+const (
+	codeUnauthenticated = "UNAUTHENTICATED"
+	codeForbidden       = "FORBIDDEN"
+	codeBadUserInput    = "BAD_USER_INPUT"
+	codeNotFound        = "NOT_FOUND"
+	codeConflict        = "CONFLICT"
+	codeInternal        = "INTERNAL"
+)
+
+func gqlErrorWithCode(msg, code string) *gqlerror.Error {
+	return &gqlerror.Error{Message: msg, Extensions: map[string]any{"code": code}}
+}
+
+// ErrorPresenter maps every error a request produces to a GraphQL error
+// with extensions.code, in one place: db.InputError and malformed scalars
+// are BAD_USER_INPUT with extensions.field (the input path), db.ErrNotFound
+// NOT_FOUND, db.ErrConflict CONFLICT. Anything else unexpected is INTERNAL:
+// logged with a request id, which alone reaches the client.
+func ErrorPresenter(logger *slog.Logger) graphql.ErrorPresenterFunc {
+	return func(ctx context.Context, err error) *gqlerror.Error {
+		gqlErr := graphql.DefaultErrorPresenter(ctx, err)
+		setCode := func(code string) {
+			if gqlErr.Extensions == nil {
+				gqlErr.Extensions = map[string]any{}
+			}
+			gqlErr.Extensions["code"] = code
+		}
+		var inputErr *db.InputError
+		var scalarErr *model.ScalarError
+		switch {
+		case errors.As(err, &inputErr):
+			gqlErr.Message = inputErr.Error()
+			setCode(codeBadUserInput)
+			if inputErr.Conflict {
+				setCode(codeConflict)
+			}
+			gqlErr.Extensions["field"] = inputErr.Field
+		case errors.As(err, &scalarErr):
+			setCode(codeBadUserInput)
+			gqlErr.Extensions["field"] = pathString(gqlErr.Path)
+		case errors.Is(err, errUnauthenticated):
+			setCode(codeUnauthenticated)
+		case errors.Is(err, db.ErrNotFound):
+			setCode(codeNotFound)
+		case errors.Is(err, db.ErrConflict):
+			setCode(codeConflict)
+		case errors.Is(err, context.Canceled):
+			setCode(codeInternal)
+			gqlErr.Message = "request cancelled"
+		case isOwnError(err):
+			// gqlgen's own messages (validation, parsing) say nothing of
+			// our internals; they carry their own code.
+		default:
+			id := uuid.NewString()
+			logger.ErrorContext(ctx, "request failed", slog.String("request_id", id),
+				slog.String("path", pathString(gqlErr.Path)), slog.String("error", err.Error()))
+			gqlErr.Message = "internal error"
+			gqlErr.Extensions = map[string]any{"code": codeInternal, "requestId": id}
+		}
+		return gqlErr
+	}
+}
+
+// isOwnError reports an error made by gqlgen itself rather than returned
+// by a resolver: a *gqlerror.Error that wraps nothing.
+func isOwnError(err error) bool {
+	var gqlErr *gqlerror.Error
+	return errors.As(err, &gqlErr) && gqlErr.Unwrap() == nil
+}
+
+// Recover turns a resolver panic into an INTERNAL error (logged with its
+// request id by ErrorPresenter) instead of a dead connection.
+func Recover(_ context.Context, p any) error {
+	return fmt.Errorf("panic: %v", p)
+}
+
+// pathString writes a path with dots, list indexes included:
+// "input.lines.0.quantity", the form db.InputError fields take too.
+func pathString(p ast.Path) string {
+	parts := make([]string, len(p))
+	for i, e := range p {
+		parts[i] = fmt.Sprint(e)
+	}
+	return strings.Join(parts, ".")
+}
+
+// inArg prefixes the field of an *db.InputError with the argument it came
+// in ("input"), so extensions.field is the full path of the bad value.
+func inArg(arg string, err error) error {
+	var inputErr *db.InputError
+	if errors.As(err, &inputErr) {
+		e := *inputErr
+		if e.Field == "" {
+			e.Field = arg
+		} else {
+			e.Field = arg + "." + e.Field
+		}
+		return &e
+	}
+	return err
+}

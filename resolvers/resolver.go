@@ -1,0 +1,25 @@
+// Package resolvers implements the GraphQL schema: it authenticates, maps
+// GraphQL arguments to package db's inputs and errors to GraphQL error codes,
+// and leaves every rule about documents to db and jobs.
+package resolvers
+
+import (
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"erp/db"
+	"erp/jobs"
+)
+
+// feedBuffer is how many processed events a live subscription may fall
+// behind before the feed drops it (the client then resumes by cursor).
+const feedBuffer = 1024
+
+// Resolver holds the dependencies of every resolver.
+type Resolver struct {
+	Pool   *pgxpool.Pool
+	Outbox *jobs.Outbox
+	Feed   *db.Feed
+	Logger *slog.Logger
+}
