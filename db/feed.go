@@ -58,6 +58,13 @@ func NewFeed(pool *pgxpool.Pool, logger *slog.Logger) *Feed {
 // on reach subscribers.
 func (f *Feed) Ready() <-chan struct{} { return f.ready }
 
+// Subscribers is the number of live subscriptions in this process.
+func (f *Feed) Subscribers() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.subs)
+}
+
 // Subscribe registers a subscriber with room for buffer undelivered events.
 func (f *Feed) Subscribe(filter EventFilter, buffer int) *FeedSubscription {
 	ch := make(chan Event, buffer)
