@@ -12,14 +12,14 @@ run: pg-binaries
 test: pg-binaries
 	$(GO) test -race -count=1 ./...
 
-demo: pg-binaries
+demo:
 	$(GO) run . demo
 
 build:
 	$(GO) build -o erp .
 
 generate:
-	$(GO) run github.com/99designs/gqlgen generate
+	$(GO) tool gqlgen generate
 
 vet:
 	$(GO) vet ./...
