@@ -257,18 +257,19 @@ func ensureAdminToken(ctx context.Context, pool *pgxpool.Pool, cfg config, logge
 // app is the wired product on one pool: dispatcher, River, feed and the
 // HTTP handler.
 type app struct {
-	pool    *pgxpool.Pool
-	river   *river.Client[pgx.Tx]
-	feed    *db.Feed
-	handler http.Handler
-	logger  *slog.Logger
+	pool       *pgxpool.Pool
+	dispatcher *jobs.Dispatcher
+	river      *river.Client[pgx.Tx]
+	feed       *db.Feed
+	handler    http.Handler
+	logger     *slog.Logger
 
 	stopFeed context.CancelFunc
 	feedDone chan struct{}
 }
 
 func newApp(pool *pgxpool.Pool, dispatchInterval time.Duration, logger *slog.Logger) (*app, error) {
-	dispatcher := jobs.NewDispatcher(pool, logger, jobs.OrderAcceptance{})
+	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger}, jobs.OrderAcceptance{})
 	riverClient, err := jobs.NewRiverClient(pool, dispatcher, jobs.RiverConfig{
 		DispatchInterval: dispatchInterval,
 		MaxWorkers:       dispatchWorkers,
@@ -285,11 +286,12 @@ func newApp(pool *pgxpool.Pool, dispatchInterval time.Duration, logger *slog.Log
 		Logger: logger,
 	}
 	return &app{
-		pool:    pool,
-		river:   riverClient,
-		feed:    feed,
-		handler: newHandler(res, pool),
-		logger:  logger,
+		pool:       pool,
+		dispatcher: dispatcher,
+		river:      riverClient,
+		feed:       feed,
+		handler:    newHandler(res, pool),
+		logger:     logger,
 	}, nil
 }
 
@@ -330,6 +332,9 @@ func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool) http.Handler {
 // start runs River (dispatch workers and, on the leader, the sweep) and the
 // live feed.
 func (a *app) start(ctx context.Context) error {
+	if err := a.dispatcher.Register(ctx); err != nil {
+		return err
+	}
 	if err := a.river.Start(ctx); err != nil {
 		return fmt.Errorf("start river: %w", err)
 	}

@@ -37,20 +37,22 @@ const (
 	defaultEventPageSize  = 50
 	cursorVersion         = "e1"
 	cursorNoFeedSeq       = "-"
-	eventColumnsFromJoin  = `e.id, e.type, e.entity, e.entity_id, e.payload, e.created_at, e.processed_at, e.feed_seq, e.actor_id, u.login AS actor_login, u.display_name AS actor_name`
+	eventColumnsFromJoin  = `e.id, e.type, e.entity, e.entity_id, e.payload, e.created_at, e.dispatched_at, e.processed_at, e.feed_seq, e.actor_id, u.login AS actor_login, u.display_name AS actor_name`
 	eventFromJoinedActors = `events e LEFT JOIN users u ON u.id = e.actor_id`
 )
 
 // Event is one row of the journal (table events) with its actor's names
 // joined in. Payload is a JSON object in the shapes DESIGN.md gives.
 type Event struct {
-	ID          int64           `db:"id"`
-	Type        string          `db:"type"`
-	Entity      string          `db:"entity"`
-	EntityID    int64           `db:"entity_id"`
-	Payload     json.RawMessage `db:"payload"`
-	CreatedAt   time.Time       `db:"created_at"`
-	ProcessedAt *time.Time      `db:"processed_at"`
+	ID        int64           `db:"id"`
+	Type      string          `db:"type"`
+	Entity    string          `db:"entity"`
+	EntityID  int64           `db:"entity_id"`
+	Payload   json.RawMessage `db:"payload"`
+	CreatedAt time.Time       `db:"created_at"`
+	// DispatchedAt is when the event's delivery records were created.
+	DispatchedAt *time.Time `db:"dispatched_at"`
+	ProcessedAt  *time.Time `db:"processed_at"`
 	// FeedSeq is the event's place in processing commit order; nil while
 	// unprocessed.
 	FeedSeq    *int64  `db:"feed_seq"`

@@ -3,7 +3,9 @@ package jobs_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,11 +32,12 @@ type testBundle struct {
 
 // setup builds the dispatch side on a fresh database with item A1. River is
 // created but not started; call startRiver for that.
-func setup(t *testing.T, interval time.Duration) *testBundle {
+func setup(t *testing.T, interval time.Duration, extra ...jobs.Subscriber) *testBundle {
 	t.Helper()
 	b := &testBundle{ctx: t.Context(), pool: pgtest.NewPool(t)}
 	logger := slog.New(slog.DiscardHandler)
-	b.dispatcher = jobs.NewDispatcher(b.pool, logger, jobs.OrderAcceptance{})
+	b.dispatcher = jobs.NewDispatcher(b.pool, jobs.DispatcherConfig{Logger: logger, Retry: testRetry}, append([]jobs.Subscriber{jobs.OrderAcceptance{}}, extra...)...)
+	require.NoError(t, b.dispatcher.Register(b.ctx))
 	var err error
 	b.river, err = jobs.NewRiverClient(b.pool, b.dispatcher, jobs.RiverConfig{DispatchInterval: interval, MaxWorkers: 4, Logger: logger})
 	require.NoError(t, err)
@@ -71,6 +74,10 @@ func (b *testBundle) waitProcessed(t *testing.T, ids ...int64) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// testRetry keeps retry gaps short; River's scheduler still promotes
+// scheduled retries only every few seconds.
+var testRetry = jobs.RetryPolicy{Base: 20 * time.Millisecond, Max: time.Second}
 
 var oneLine = []db.LineInput{{SKU: "A1", Quantity: decimal.NewFromInt(1)}}
 
@@ -181,49 +188,148 @@ func TestSweepProcessesEventWhoseJobWasLost(t *testing.T) {
 	}
 	require.Zero(t, b.count(t, `SELECT count(*) FROM river_job WHERE kind = $1`, jobs.DispatchArgs{}.Kind()),
 		"the sweep dispatches directly; it must not have needed dispatch jobs")
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM deliveries WHERE status = 'delivered'`))
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM sales_orders WHERE status = $1`, db.SalesOrderAccepted))
 }
 
-// failing is a subscriber that fails until told otherwise.
-type failing struct{ fail bool }
-
-func (f *failing) Name() string        { return "failing" }
-func (f *failing) Accepts(string) bool { return true }
-func (f *failing) Handle(context.Context, pgx.Tx, db.Event) error {
-	if f.fail {
-		return errors.New("subscriber down")
-	}
-	return nil
+// flaky is a built-in subscriber that writes an item (a visible effect)
+// and then fails its first failures calls, permanently if permanent.
+type flaky struct {
+	mu        sync.Mutex
+	failures  int
+	permanent bool
+	calls     int
 }
 
-func TestDispatchFailureRollsBackSubscriberEffects(t *testing.T) {
+func (f *flaky) Name() string         { return "flaky" }
+func (f *flaky) EventTypes() []string { return []string{db.EventOrderReceived} }
+func (f *flaky) Handle(ctx context.Context, tx pgx.Tx, ev db.Event) ([]db.Event, error) {
+	f.mu.Lock()
+	f.calls++
+	call := f.calls
+	fail := call <= f.failures
+	f.mu.Unlock()
+	if _, err := db.CreateItem(ctx, tx, db.ItemInput{SKU: fmt.Sprintf("EFFECT-%d-%d", ev.ID, call), Name: "effect", Unit: "шт"}); err != nil {
+		return nil, err
+	}
+	if fail {
+		err := fmt.Errorf("subscriber down (call %d)", call)
+		if f.permanent {
+			return nil, jobs.Permanent(err)
+		}
+		return nil, err
+	}
+	return nil, nil
+}
+
+func (b *testBundle) delivery(t *testing.T, eventID int64, subscriber string) db.Delivery {
+	t.Helper()
+	page, err := db.ListDeliveries(b.ctx, b.pool, db.DeliveryFilter{EventID: &eventID, Subscriber: &subscriber}, 1, "")
+	require.NoError(t, err)
+	require.Len(t, page.Deliveries, 1)
+	return page.Deliveries[0]
+}
+
+func TestFailingSubscriberRetriesWithGrowingGapsThenDelivers(t *testing.T) {
 	t.Parallel()
-	b := setup(t, time.Minute)
-	sub := &failing{fail: true}
-	d := jobs.NewDispatcher(b.pool, slog.New(slog.DiscardHandler), jobs.OrderAcceptance{}, sub)
+	sub := &flaky{failures: 3}
+	b := setup(t, time.Hour, sub)
 	var events []db.Event
 	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) (err error) {
 		_, events, err = receive(b, tx, "51004")
 		return err
 	}))
 	received := events[1]
-	processed, err := d.Dispatch(b.ctx, received.ID)
-	require.Error(t, err)
-	require.False(t, processed)
-	// order_acceptance ran before the failing subscriber, in the same
-	// transaction: its write must be rolled back with the failure.
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM sales_orders WHERE status = $1`, db.SalesOrderNew))
+	// doc.created comes first in the document's order; until it is
+	// dispatched, order.received is held back.
+	processed, err := b.dispatcher.Dispatch(b.ctx, received.ID)
+	require.NoError(t, err)
+	require.True(t, processed)
+	k := b.delivery(t, received.ID, "flaky").Key()
+	outcome, err := b.dispatcher.Deliver(b.ctx, k)
+	require.NoError(t, err)
+	require.Equal(t, jobs.OutcomeBlocked, outcome)
+	_, err = b.dispatcher.Dispatch(b.ctx, events[0].ID)
+	require.NoError(t, err)
 
-	res, err := d.Sweep(b.ctx)
+	var gaps []time.Duration
+	for attempt := 1; attempt <= 4; attempt++ {
+		outcome, err := b.dispatcher.Deliver(b.ctx, k)
+		require.NoError(t, err)
+		d := b.delivery(t, received.ID, "flaky")
+		require.EqualValues(t, attempt, d.Attempts)
+		if attempt < 4 {
+			require.Equal(t, jobs.OutcomeFailed, outcome)
+			require.Equal(t, db.DeliveryFailed, d.Status)
+			require.Contains(t, *d.LastError, "subscriber down")
+			gap := d.NextAttemptAt.Sub(d.UpdatedAt)
+			minGap := testRetry.Base << (attempt - 1) / 2
+			require.GreaterOrEqual(t, gap, minGap-time.Millisecond, "attempt %d: backoff %s below %s", attempt, gap, minGap)
+			gaps = append(gaps, gap)
+			// Not due yet: the sweep leaves it alone (no spinning on it).
+			if gap > 5*time.Millisecond {
+				_, err := b.pool.Exec(b.ctx, `UPDATE deliveries SET next_attempt_at = now() + interval '1 hour' WHERE event_id = $1`, k.EventID)
+				require.NoError(t, err)
+				res, err := b.dispatcher.Sweep(b.ctx)
+				require.NoError(t, err)
+				require.Zero(t, res.Failed+res.Delivered, "the sweep attempted a delivery still in backoff")
+			}
+			_, err = b.pool.Exec(b.ctx, `UPDATE deliveries SET next_attempt_at = now() WHERE event_id = $1`, k.EventID)
+			require.NoError(t, err)
+		} else {
+			require.Equal(t, jobs.OutcomeDelivered, outcome)
+			require.Equal(t, db.DeliveryDelivered, d.Status)
+			require.NotNil(t, d.DeliveredAt)
+		}
+	}
+	require.Greater(t, gaps[2], gaps[0], "gaps must grow: %v", gaps)
+	// Failed attempts rolled their writes back; only the successful one's
+	// effect remains.
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM items WHERE sku LIKE 'EFFECT-%'`))
+	// The other subscriber (order_acceptance) delivered independently.
+	require.Equal(t, db.DeliveryPending, b.delivery(t, received.ID, "order_acceptance").Status)
+	_, err = b.dispatcher.Deliver(b.ctx, b.delivery(t, received.ID, "order_acceptance").Key())
 	require.NoError(t, err)
-	require.Equal(t, jobs.SweepResult{Processed: 0, Failed: 2}, res, "the sweep counts failures and goes on")
+	ev, err := db.EventByID(b.ctx, b.pool, received.ID)
+	require.NoError(t, err)
+	require.NotNil(t, ev.ProcessedAt, "processed once every delivery is done")
+}
 
-	sub.fail = false
-	res, err = d.Sweep(b.ctx)
+func TestPermanentFailureIsDeadThenRedelivered(t *testing.T) {
+	t.Parallel()
+	sub := &flaky{failures: 1, permanent: true}
+	b := setup(t, time.Hour, sub)
+	var events []db.Event
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) (err error) {
+		_, events, err = receive(b, tx, "51005")
+		return err
+	}))
+	received := events[1]
+	res, err := b.dispatcher.Sweep(b.ctx)
 	require.NoError(t, err)
-	require.Equal(t, jobs.SweepResult{Processed: 2}, res)
-	processed, err = d.Dispatch(b.ctx, received.ID)
+	require.Equal(t, 1, res.Failed)
+	d := b.delivery(t, received.ID, "flaky")
+	require.Equal(t, db.DeliveryDead, d.Status)
+	require.EqualValues(t, 1, d.Attempts, "a permanent failure is not retried")
+	ev, err := db.EventByID(b.ctx, b.pool, received.ID)
 	require.NoError(t, err)
-	require.False(t, processed, "a processed event is not dispatched again")
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM sales_orders WHERE status = $1`, db.SalesOrderAccepted))
+	require.NotNil(t, ev.ProcessedAt, "dead counts as done: the event is processed, its dead letter kept")
+
+	dead := db.DeliveryDead
+	name := "flaky"
+	var keys []db.DeliveryKey
+	var journaled []db.Event
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) (err error) {
+		keys, journaled, err = db.Redeliver(b.ctx, tx, nil, db.DeliveryFilter{Status: &dead, Subscriber: &name}, 100)
+		return err
+	}))
+	require.Equal(t, []db.DeliveryKey{d.Key()}, keys)
+	require.Len(t, journaled, 1)
+	require.Equal(t, db.EventRedelivered, journaled[0].Type)
+	require.JSONEq(t, fmt.Sprintf(`{"event_id": %d, "subscriber": "flaky"}`, received.ID), string(journaled[0].Payload))
+
+	outcome, err := b.dispatcher.Deliver(b.ctx, d.Key())
+	require.NoError(t, err)
+	require.Equal(t, jobs.OutcomeDelivered, outcome)
+	require.EqualValues(t, 1, b.delivery(t, received.ID, "flaky").Attempts, "redelivery starts a fresh round")
 }

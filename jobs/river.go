@@ -32,17 +32,23 @@ type RiverConfig struct {
 	Logger     *slog.Logger
 }
 
-// NewRiverClient returns a River client that works dispatch jobs and runs
+// NewRiverClient returns a River client that works dispatch and deliver
+// jobs through d (and makes d enqueue on it), and runs
 // the periodic sweep (RunOnStart, then every DispatchInterval) on the
 // cluster's leader. Start it with Start; it can insert jobs before that.
 func NewRiverClient(pool *pgxpool.Pool, d *Dispatcher, cfg RiverConfig) (*river.Client[pgx.Tx], error) {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &DispatchWorker{Dispatcher: d})
+	river.AddWorker(workers, &DeliverWorker{Dispatcher: d})
 	river.AddWorker(workers, &SweepWorker{Dispatcher: d, Logger: cfg.Logger})
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Logger:            cfg.Logger,
 		Workers:           workers,
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
+		// A job of a process that was killed stays "running" until rescued;
+		// the sweep makes its work anyway (rows, not jobs, hold the state),
+		// so an early rescue only tidies up.
+		RescueStuckJobsAfter: 5 * time.Minute,
 		FetchCooldown:     FetchCooldown,
 		FetchPollInterval: FetchPollInterval,
 		PeriodicJobs: []*river.PeriodicJob{
@@ -56,5 +62,6 @@ func NewRiverClient(pool *pgxpool.Pool, d *Dispatcher, cfg RiverConfig) (*river.
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
 	}
+	d.river = client
 	return client, nil
 }

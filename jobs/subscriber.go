@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -9,17 +10,35 @@ import (
 	"erp/db"
 )
 
-// Subscriber is called for every event whose type it accepts. Handle runs
-// inside the dispatch transaction, so a built-in subscriber's own writes
-// commit together with the event being marked processed: its effect happens
-// exactly once. Returning an error rolls the dispatch back; it is retried.
+// Subscriber is a built-in subscriber: code in this process called for
+// every event of the types it takes. Handle runs inside the delivery's
+// transaction, so its writes commit together with the delivery record:
+// its effect happens exactly once, however often the event is redelivered
+// after a crash. Events it journals are returned and dispatched in that same
+// transaction. An error rolls its writes back and is retried with backoff;
+// wrap it with Permanent to go straight to the dead letters.
 type Subscriber interface {
-	// Name identifies the subscriber in logs and (later) delivery records.
+	// Name identifies the subscriber (subscribers.name): lowercase,
+	// stable across releases.
 	Name() string
-	// Accepts reports whether the subscriber wants events of this type.
-	Accepts(eventType string) bool
-	// Handle processes one event in tx.
-	Handle(ctx context.Context, tx pgx.Tx, ev db.Event) error
+	// EventTypes lists the event types it takes; empty means every type.
+	EventTypes() []string
+	// Handle processes one event in tx and returns the events it journaled.
+	Handle(ctx context.Context, tx pgx.Tx, ev db.Event) ([]db.Event, error)
+}
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Permanent marks a subscriber error as one no retry can fix: the delivery
+// goes straight to dead.
+func Permanent(err error) error { return permanentError{err} }
+
+func isPermanent(err error) bool {
+	var p permanentError
+	return errors.As(err, &p)
 }
 
 // OrderAcceptance accepts every sales order received from an integration:
@@ -30,14 +49,14 @@ type OrderAcceptance struct{}
 // Name implements Subscriber.
 func (OrderAcceptance) Name() string { return "order_acceptance" }
 
-// Accepts implements Subscriber: order.received only.
-func (OrderAcceptance) Accepts(eventType string) bool { return eventType == db.EventOrderReceived }
+// EventTypes implements Subscriber: order.received only.
+func (OrderAcceptance) EventTypes() []string { return []string{db.EventOrderReceived} }
 
 // Handle implements Subscriber.
-func (OrderAcceptance) Handle(ctx context.Context, tx pgx.Tx, ev db.Event) error {
+func (OrderAcceptance) Handle(ctx context.Context, tx pgx.Tx, ev db.Event) ([]db.Event, error) {
 	if ev.Entity != db.EntitySalesOrders {
-		return fmt.Errorf("order.received %d is about %s, want sales_orders", ev.ID, ev.Entity)
+		return nil, Permanent(fmt.Errorf("order.received %d is about %s, want sales_orders", ev.ID, ev.Entity))
 	}
 	_, err := db.AcceptSalesOrder(ctx, tx, ev.EntityID)
-	return err
+	return nil, err
 }
