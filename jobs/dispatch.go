@@ -139,8 +139,8 @@ func (d *Dispatcher) Dispatch(ctx context.Context, id int64) (bool, error) {
 
 // Outcome of one Deliver call.
 const (
-	OutcomeSkipped   = "skipped"   // nothing to do: not open, in flight elsewhere, or paused
-	OutcomeBlocked   = "blocked"   // an earlier event of the document comes first
+	OutcomeSkipped   = "skipped" // nothing to do: not open, in flight elsewhere, or paused
+	OutcomeBlocked   = "blocked" // an earlier event of the document comes first
 	OutcomeDelivered = db.DeliveryDelivered
 	OutcomeFailed    = db.DeliveryFailed
 	OutcomeDead      = db.DeliveryDead

@@ -42,15 +42,15 @@ func NewRiverClient(pool *pgxpool.Pool, d *Dispatcher, cfg RiverConfig) (*river.
 	river.AddWorker(workers, &DeliverWorker{Dispatcher: d})
 	river.AddWorker(workers, &SweepWorker{Dispatcher: d, Logger: cfg.Logger})
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Logger:            cfg.Logger,
-		Workers:           workers,
-		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
+		Logger:  cfg.Logger,
+		Workers: workers,
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
 		// A job of a process that was killed stays "running" until rescued;
 		// the sweep makes its work anyway (rows, not jobs, hold the state),
 		// so an early rescue only tidies up.
 		RescueStuckJobsAfter: 5 * time.Minute,
-		FetchCooldown:     FetchCooldown,
-		FetchPollInterval: FetchPollInterval,
+		FetchCooldown:        FetchCooldown,
+		FetchPollInterval:    FetchPollInterval,
 		PeriodicJobs: []*river.PeriodicJob{
 			river.NewPeriodicJob(
 				river.PeriodicInterval(cfg.DispatchInterval),
