@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -332,4 +333,136 @@ func TestPermanentFailureIsDeadThenRedelivered(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, jobs.OutcomeDelivered, outcome)
 	require.EqualValues(t, 1, b.delivery(t, received.ID, "flaky").Attempts, "redelivery starts a fresh round")
+}
+
+// stepRecorder takes "test.step" events: it records each one it handles in
+// table received_steps (inside the delivery transaction, so a row exists
+// exactly when the delivery committed) and fails at random, or always for
+// the poison document.
+type stepRecorder struct {
+	failRate float64
+	poison   int64 // entity id whose events always fail; 0 = none
+}
+
+func (r *stepRecorder) Name() string         { return "step_recorder" }
+func (r *stepRecorder) EventTypes() []string { return []string{"test.step"} }
+func (r *stepRecorder) Handle(ctx context.Context, tx pgx.Tx, ev db.Event) ([]db.Event, error) {
+	if _, err := tx.Exec(ctx, `INSERT INTO received_steps (entity_id, event_id) VALUES ($1, $2)`, ev.EntityID, ev.ID); err != nil {
+		return nil, err
+	}
+	if ev.EntityID == r.poison || rand.Float64() < r.failRate {
+		return nil, errors.New("random failure")
+	}
+	return nil, nil
+}
+
+// journalSteps writes perDoc "test.step" events for each of docs documents,
+// interleaved, each in its own transaction with its dispatch job, from
+// writers goroutines; it returns the event ids.
+func (b *testBundle) journalSteps(t *testing.T, docs, perDoc, writers int) []int64 {
+	t.Helper()
+	_, err := b.pool.Exec(b.ctx, `CREATE TABLE received_steps (seq bigserial PRIMARY KEY, entity_id bigint NOT NULL, event_id bigint NOT NULL UNIQUE)`)
+	require.NoError(t, err)
+	type job struct{ doc, step int }
+	work := make(chan job)
+	ids := make(chan int64, docs*perDoc)
+	var wg sync.WaitGroup
+	for range writers {
+		wg.Go(func() {
+			for j := range work {
+				require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+					var id int64
+					if err := tx.QueryRow(b.ctx, `INSERT INTO events (type, entity, entity_id, payload)
+						VALUES ('test.step', 'sales_orders', $1, jsonb_build_object('step', $2::int)) RETURNING id`, j.doc, j.step).Scan(&id); err != nil {
+						return err
+					}
+					ids <- id
+					return jobs.EnqueueDispatch(b.ctx, b.river, tx, []db.Event{{ID: id}})
+				}))
+			}
+		})
+	}
+	for step := range perDoc {
+		for doc := 1; doc <= docs; doc++ {
+			work <- job{doc, step}
+		}
+	}
+	close(work)
+	wg.Wait()
+	close(ids)
+	var out []int64
+	for id := range ids {
+		out = append(out, id)
+	}
+	return out
+}
+
+// promoteRetries plays River's job scheduler at a 20 ms period instead of
+// its 5 s, so that retries scheduled by the backoff run promptly in tests.
+func (b *testBundle) promoteRetries(t *testing.T) {
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			_, _ = b.pool.Exec(ctx, `UPDATE river_job SET state = 'available' WHERE state = 'scheduled' AND scheduled_at <= now()`)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func TestPerDocumentOrderingUnderRandomFailures(t *testing.T) {
+	t.Parallel()
+	rec := &stepRecorder{failRate: 0.3}
+	b := setup(t, time.Hour, rec) // 4 River workers
+	river8, err := jobs.NewRiverClient(b.pool, b.dispatcher, jobs.RiverConfig{DispatchInterval: time.Hour, MaxWorkers: 8, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	b.river = river8
+	b.startRiver(t)
+	b.promoteRetries(t)
+	const docs, perDoc = 10, 8
+	ids := b.journalSteps(t, docs, perDoc, 4)
+	b.waitProcessed(t, ids...)
+
+	require.Equal(t, docs*perDoc, b.count(t, `SELECT count(*) FROM received_steps`), "every event delivered exactly once")
+	require.Positive(t, b.count(t, `SELECT count(*) FROM deliveries WHERE attempts > 1`), "the random failures did happen")
+	rows, err := b.pool.Query(b.ctx, `SELECT entity_id, event_id FROM received_steps ORDER BY seq`)
+	require.NoError(t, err)
+	type step struct {
+		EntityID int64 `db:"entity_id"`
+		EventID  int64 `db:"event_id"`
+	}
+	steps, err := pgx.CollectRows(rows, pgx.RowToStructByName[step])
+	require.NoError(t, err)
+	last := map[int64]int64{}
+	for _, s := range steps {
+		require.Greater(t, s.EventID, last[s.EntityID], "document %d received event %d after %d", s.EntityID, s.EventID, last[s.EntityID])
+		last[s.EntityID] = s.EventID
+	}
+}
+
+func TestPoisonEventDoesNotDelayOthers(t *testing.T) {
+	t.Parallel()
+	rec := &stepRecorder{poison: 1}
+	b := setup(t, time.Hour, rec)
+	b.startRiver(t)
+	_, err := b.pool.Exec(b.ctx, `UPDATE subscribers SET max_attempts = 100 WHERE name = 'step_recorder'`)
+	require.NoError(t, err)
+	// The poison event is at the head of the journal.
+	ids := b.journalSteps(t, 101, 1, 4)
+	var poisonID int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT id FROM events WHERE entity_id = 1`).Scan(&poisonID))
+	var good []int64
+	for _, id := range ids {
+		if id != poisonID {
+			good = append(good, id)
+		}
+	}
+	require.Len(t, good, 100)
+	b.waitProcessed(t, good...)
+	require.Equal(t, 100, b.count(t, `SELECT count(*) FROM received_steps WHERE entity_id <> 1`))
+	d := b.delivery(t, poisonID, "step_recorder")
+	require.Equal(t, db.DeliveryFailed, d.Status, "the poison event is still being retried")
+	require.Zero(t, b.count(t, `SELECT count(*) FROM received_steps WHERE entity_id = 1`))
 }
