@@ -280,10 +280,11 @@ func newApp(pool *pgxpool.Pool, dispatchInterval time.Duration, logger *slog.Log
 	}
 	feed := db.NewFeed(pool, logger)
 	res := &resolvers.Resolver{
-		Pool:   pool,
-		Outbox: jobs.NewOutbox(pool, riverClient),
-		Feed:   feed,
-		Logger: logger,
+		Pool:       pool,
+		Outbox:     jobs.NewOutbox(pool, riverClient),
+		Dispatcher: dispatcher,
+		Feed:       feed,
+		Logger:     logger,
 	}
 	return &app{
 		pool:       pool,

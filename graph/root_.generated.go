@@ -24,8 +24,11 @@ func NewExecutableSchema(cfg Config) graphql.ExecutableSchema {
 type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 
 type ResolverRoot interface {
+	Delivery() DeliveryResolver
+	Event() EventResolver
 	Mutation() MutationResolver
 	Query() QueryResolver
+	Subscriber() SubscriberResolver
 	Subscription() SubscriptionResolver
 	WarehouseMove() WarehouseMoveResolver
 }
@@ -34,6 +37,32 @@ type DirectiveRoot struct {
 }
 
 type ComplexityRoot struct {
+	Delivery struct {
+		Attempts       func(childComplexity int) int
+		CreatedAt      func(childComplexity int) int
+		Cursor         func(childComplexity int) int
+		DeliveredAt    func(childComplexity int) int
+		DurationMs     func(childComplexity int) int
+		Event          func(childComplexity int) int
+		LastError      func(childComplexity int) int
+		NextAttemptAt  func(childComplexity int) int
+		ResponseBody   func(childComplexity int) int
+		ResponseStatus func(childComplexity int) int
+		Status         func(childComplexity int) int
+		Subscriber     func(childComplexity int) int
+		UpdatedAt      func(childComplexity int) int
+	}
+
+	DeliveryConnection struct {
+		Edges    func(childComplexity int) int
+		PageInfo func(childComplexity int) int
+	}
+
+	DeliveryEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
 	DocumentLine struct {
 		ItemName func(childComplexity int) int
 		LineNo   func(childComplexity int) int
@@ -47,6 +76,7 @@ type ComplexityRoot struct {
 		Actor       func(childComplexity int) int
 		CreatedAt   func(childComplexity int) int
 		Cursor      func(childComplexity int) int
+		Deliveries  func(childComplexity int) int
 		Entity      func(childComplexity int) int
 		EntityID    func(childComplexity int) int
 		ID          func(childComplexity int) int
@@ -75,14 +105,20 @@ type ComplexityRoot struct {
 	}
 
 	Mutation struct {
-		CreateItem            func(childComplexity int, input db.ItemInput) int
-		CreateProductionOrder func(childComplexity int, input db.ProductionOrderInput) int
-		CreatePurchaseOrder   func(childComplexity int, input db.PurchaseOrderInput) int
-		CreateSalesOrder      func(childComplexity int, input db.SalesOrderInput) int
-		CreateWarehouse       func(childComplexity int, input db.WarehouseInput) int
-		CreateWarehouseMove   func(childComplexity int, input model.WarehouseMoveInput) int
-		ReceiveOrder          func(childComplexity int, input model.ReceiveOrderInput) int
-		SetNumberSeriesStart  func(childComplexity int, prefix string, year int, start int) int
+		CreateItem              func(childComplexity int, input db.ItemInput) int
+		CreateProductionOrder   func(childComplexity int, input db.ProductionOrderInput) int
+		CreatePurchaseOrder     func(childComplexity int, input db.PurchaseOrderInput) int
+		CreateSalesOrder        func(childComplexity int, input db.SalesOrderInput) int
+		CreateWarehouse         func(childComplexity int, input db.WarehouseInput) int
+		CreateWarehouseMove     func(childComplexity int, input model.WarehouseMoveInput) int
+		CreateWebhookSubscriber func(childComplexity int, input model.WebhookSubscriberInput) int
+		PauseSubscriber         func(childComplexity int, id int64) int
+		ReceiveOrder            func(childComplexity int, input model.ReceiveOrderInput) int
+		Redeliver               func(childComplexity int, eventID int64, subscriber string) int
+		RedeliverAll            func(childComplexity int, filter model.DeliveryFilter) int
+		ResumeSubscriber        func(childComplexity int, id int64) int
+		SetNumberSeriesStart    func(childComplexity int, prefix string, year int, start int) int
+		UpdateWebhookSubscriber func(childComplexity int, id int64, input model.WebhookSubscriberUpdate) int
 	}
 
 	PageInfo struct {
@@ -112,12 +148,15 @@ type ComplexityRoot struct {
 	}
 
 	Query struct {
+		DeadDeliveries  func(childComplexity int, subscriber *string, first *int, after *string) int
+		Deliveries      func(childComplexity int, filter *model.DeliveryFilter, first *int, after *string) int
 		Event           func(childComplexity int, id int64) int
 		Events          func(childComplexity int, filter *db.EventFilter, first *int, after *string) int
 		Items           func(childComplexity int) int
 		ProductionOrder func(childComplexity int, id int64) int
 		PurchaseOrder   func(childComplexity int, id int64) int
 		SalesOrder      func(childComplexity int, id int64) int
+		Subscribers     func(childComplexity int) int
 		WarehouseMove   func(childComplexity int, id int64) int
 		Warehouses      func(childComplexity int) int
 	}
@@ -136,6 +175,19 @@ type ComplexityRoot struct {
 		Number     func(childComplexity int) int
 		Source     func(childComplexity int) int
 		Status     func(childComplexity int) int
+	}
+
+	Subscriber struct {
+		CreatedAt   func(childComplexity int) int
+		EventTypes  func(childComplexity int) int
+		HasSecret   func(childComplexity int) int
+		ID          func(childComplexity int) int
+		Kind        func(childComplexity int) int
+		MaxAttempts func(childComplexity int) int
+		Name        func(childComplexity int) int
+		Paused      func(childComplexity int) int
+		TimeoutMs   func(childComplexity int) int
+		URL         func(childComplexity int) int
 	}
 
 	Subscription struct {
@@ -182,6 +234,111 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 	ec := newExecutionContext(nil, e, nil)
 	_ = ec
 	switch typeName + "." + field {
+
+	case "Delivery.attempts":
+		if e.ComplexityRoot.Delivery.Attempts == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Delivery.Attempts(childComplexity), true
+	case "Delivery.createdAt":
+		if e.ComplexityRoot.Delivery.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Delivery.CreatedAt(childComplexity), true
+	case "Delivery.cursor":
+		if e.ComplexityRoot.Delivery.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Delivery.Cursor(childComplexity), true
+	case "Delivery.deliveredAt":
+		if e.ComplexityRoot.Delivery.DeliveredAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Delivery.DeliveredAt(childComplexity), true
+	case "Delivery.durationMs":
+		if e.ComplexityRoot.Delivery.DurationMs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Delivery.DurationMs(childComplexity), true
+	case "Delivery.event":
+		if e.ComplexityRoot.Delivery.Event == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Delivery.Event(childComplexity), true
+	case "Delivery.lastError":
+		if e.ComplexityRoot.Delivery.LastError == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Delivery.LastError(childComplexity), true
+	case "Delivery.nextAttemptAt":
+		if e.ComplexityRoot.Delivery.NextAttemptAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Delivery.NextAttemptAt(childComplexity), true
+	case "Delivery.responseBody":
+		if e.ComplexityRoot.Delivery.ResponseBody == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Delivery.ResponseBody(childComplexity), true
+	case "Delivery.responseStatus":
+		if e.ComplexityRoot.Delivery.ResponseStatus == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Delivery.ResponseStatus(childComplexity), true
+	case "Delivery.status":
+		if e.ComplexityRoot.Delivery.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Delivery.Status(childComplexity), true
+	case "Delivery.subscriber":
+		if e.ComplexityRoot.Delivery.Subscriber == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Delivery.Subscriber(childComplexity), true
+	case "Delivery.updatedAt":
+		if e.ComplexityRoot.Delivery.UpdatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Delivery.UpdatedAt(childComplexity), true
+
+	case "DeliveryConnection.edges":
+		if e.ComplexityRoot.DeliveryConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeliveryConnection.Edges(childComplexity), true
+	case "DeliveryConnection.pageInfo":
+		if e.ComplexityRoot.DeliveryConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeliveryConnection.PageInfo(childComplexity), true
+
+	case "DeliveryEdge.cursor":
+		if e.ComplexityRoot.DeliveryEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeliveryEdge.Cursor(childComplexity), true
+	case "DeliveryEdge.node":
+		if e.ComplexityRoot.DeliveryEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeliveryEdge.Node(childComplexity), true
 
 	case "DocumentLine.itemName":
 		if e.ComplexityRoot.DocumentLine.ItemName == nil {
@@ -238,6 +395,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Event.Cursor(childComplexity), true
+	case "Event.deliveries":
+		if e.ComplexityRoot.Event.Deliveries == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Event.Deliveries(childComplexity), true
 	case "Event.entity":
 		if e.ComplexityRoot.Event.Entity == nil {
 			break
@@ -404,6 +567,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateWarehouseMove(childComplexity, args["input"].(model.WarehouseMoveInput)), true
+	case "Mutation.createWebhookSubscriber":
+		if e.ComplexityRoot.Mutation.CreateWebhookSubscriber == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createWebhookSubscriber_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateWebhookSubscriber(childComplexity, args["input"].(model.WebhookSubscriberInput)), true
+	case "Mutation.pauseSubscriber":
+		if e.ComplexityRoot.Mutation.PauseSubscriber == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_pauseSubscriber_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.PauseSubscriber(childComplexity, args["id"].(int64)), true
 	case "Mutation.receiveOrder":
 		if e.ComplexityRoot.Mutation.ReceiveOrder == nil {
 			break
@@ -415,6 +600,39 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.ReceiveOrder(childComplexity, args["input"].(model.ReceiveOrderInput)), true
+	case "Mutation.redeliver":
+		if e.ComplexityRoot.Mutation.Redeliver == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_redeliver_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.Redeliver(childComplexity, args["eventId"].(int64), args["subscriber"].(string)), true
+	case "Mutation.redeliverAll":
+		if e.ComplexityRoot.Mutation.RedeliverAll == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_redeliverAll_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RedeliverAll(childComplexity, args["filter"].(model.DeliveryFilter)), true
+	case "Mutation.resumeSubscriber":
+		if e.ComplexityRoot.Mutation.ResumeSubscriber == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_resumeSubscriber_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ResumeSubscriber(childComplexity, args["id"].(int64)), true
 	case "Mutation.setNumberSeriesStart":
 		if e.ComplexityRoot.Mutation.SetNumberSeriesStart == nil {
 			break
@@ -426,6 +644,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.SetNumberSeriesStart(childComplexity, args["prefix"].(string), args["year"].(int), args["start"].(int)), true
+	case "Mutation.updateWebhookSubscriber":
+		if e.ComplexityRoot.Mutation.UpdateWebhookSubscriber == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updateWebhookSubscriber_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdateWebhookSubscriber(childComplexity, args["id"].(int64), args["input"].(model.WebhookSubscriberUpdate)), true
 
 	case "PageInfo.endCursor":
 		if e.ComplexityRoot.PageInfo.EndCursor == nil {
@@ -532,6 +761,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.PurchaseOrder.Supplier(childComplexity), true
 
+	case "Query.deadDeliveries":
+		if e.ComplexityRoot.Query.DeadDeliveries == nil {
+			break
+		}
+
+		args, err := ec.field_Query_deadDeliveries_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.DeadDeliveries(childComplexity, args["subscriber"].(*string), args["first"].(*int), args["after"].(*string)), true
+	case "Query.deliveries":
+		if e.ComplexityRoot.Query.Deliveries == nil {
+			break
+		}
+
+		args, err := ec.field_Query_deliveries_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Deliveries(childComplexity, args["filter"].(*model.DeliveryFilter), args["first"].(*int), args["after"].(*string)), true
 	case "Query.event":
 		if e.ComplexityRoot.Query.Event == nil {
 			break
@@ -594,6 +845,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.SalesOrder(childComplexity, args["id"].(int64)), true
+	case "Query.subscribers":
+		if e.ComplexityRoot.Query.Subscribers == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.Subscribers(childComplexity), true
 	case "Query.warehouseMove":
 		if e.ComplexityRoot.Query.WarehouseMove == nil {
 			break
@@ -673,6 +930,67 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.SalesOrder.Status(childComplexity), true
+
+	case "Subscriber.createdAt":
+		if e.ComplexityRoot.Subscriber.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.CreatedAt(childComplexity), true
+	case "Subscriber.eventTypes":
+		if e.ComplexityRoot.Subscriber.EventTypes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.EventTypes(childComplexity), true
+	case "Subscriber.hasSecret":
+		if e.ComplexityRoot.Subscriber.HasSecret == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.HasSecret(childComplexity), true
+	case "Subscriber.id":
+		if e.ComplexityRoot.Subscriber.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.ID(childComplexity), true
+	case "Subscriber.kind":
+		if e.ComplexityRoot.Subscriber.Kind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.Kind(childComplexity), true
+	case "Subscriber.maxAttempts":
+		if e.ComplexityRoot.Subscriber.MaxAttempts == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.MaxAttempts(childComplexity), true
+	case "Subscriber.name":
+		if e.ComplexityRoot.Subscriber.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.Name(childComplexity), true
+	case "Subscriber.paused":
+		if e.ComplexityRoot.Subscriber.Paused == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.Paused(childComplexity), true
+	case "Subscriber.timeoutMs":
+		if e.ComplexityRoot.Subscriber.TimeoutMs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.TimeoutMs(childComplexity), true
+	case "Subscriber.url":
+		if e.ComplexityRoot.Subscriber.URL == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.URL(childComplexity), true
 
 	case "Subscription.eventProcessed":
 		if e.ComplexityRoot.Subscription.EventProcessed == nil {
@@ -800,6 +1118,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	ec := newExecutionContext(opCtx, e, make(chan graphql.DeferredResult))
 	inputUnmarshalers := func() *graphql.InputUnmarshalerIndex {
 		return graphql.NewInputUnmarshalerIndex(
+			graphql.NewInputUnmarshaler("DeliveryFilter", ec.unmarshalInputDeliveryFilter),
 			graphql.NewInputUnmarshaler("EventFilter", ec.unmarshalInputEventFilter),
 			graphql.NewInputUnmarshaler("ItemInput", ec.unmarshalInputItemInput),
 			graphql.NewInputUnmarshaler("LineInput", ec.unmarshalInputLineInput),
@@ -809,6 +1128,8 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("SalesOrderInput", ec.unmarshalInputSalesOrderInput),
 			graphql.NewInputUnmarshaler("WarehouseInput", ec.unmarshalInputWarehouseInput),
 			graphql.NewInputUnmarshaler("WarehouseMoveInput", ec.unmarshalInputWarehouseMoveInput),
+			graphql.NewInputUnmarshaler("WebhookSubscriberInput", ec.unmarshalInputWebhookSubscriberInput),
+			graphql.NewInputUnmarshaler("WebhookSubscriberUpdate", ec.unmarshalInputWebhookSubscriberUpdate),
 		)
 	}
 	first := true
@@ -901,7 +1222,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "documents.graphqls" "events.graphqls" "schema.graphqls"
+//go:embed "deliveries.graphqls" "documents.graphqls" "events.graphqls" "schema.graphqls"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -913,6 +1234,7 @@ func sourceData(filename string) string {
 }
 
 var sources = []*ast.Source{
+	{Name: "deliveries.graphqls", Input: sourceData("deliveries.graphqls"), BuiltIn: false},
 	{Name: "documents.graphqls", Input: sourceData("documents.graphqls"), BuiltIn: false},
 	{Name: "events.graphqls", Input: sourceData("events.graphqls"), BuiltIn: false},
 	{Name: "schema.graphqls", Input: sourceData("schema.graphqls"), BuiltIn: false},
@@ -922,6 +1244,58 @@ var parsedSchema = gqlparser.MustLoadSchema(sources...)
 // childFields_* functions provide shared child field context lookups.
 // Each function is generated once per unique object type, deduplicating the
 // switch statements that were previously inlined in every fieldContext_* function.
+
+func (ec *executionContext) childFields_Delivery(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "event":
+		return ec.fieldContext_Delivery_event(ctx, field)
+	case "subscriber":
+		return ec.fieldContext_Delivery_subscriber(ctx, field)
+	case "status":
+		return ec.fieldContext_Delivery_status(ctx, field)
+	case "attempts":
+		return ec.fieldContext_Delivery_attempts(ctx, field)
+	case "lastError":
+		return ec.fieldContext_Delivery_lastError(ctx, field)
+	case "responseStatus":
+		return ec.fieldContext_Delivery_responseStatus(ctx, field)
+	case "responseBody":
+		return ec.fieldContext_Delivery_responseBody(ctx, field)
+	case "nextAttemptAt":
+		return ec.fieldContext_Delivery_nextAttemptAt(ctx, field)
+	case "deliveredAt":
+		return ec.fieldContext_Delivery_deliveredAt(ctx, field)
+	case "durationMs":
+		return ec.fieldContext_Delivery_durationMs(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_Delivery_createdAt(ctx, field)
+	case "updatedAt":
+		return ec.fieldContext_Delivery_updatedAt(ctx, field)
+	case "cursor":
+		return ec.fieldContext_Delivery_cursor(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Delivery", field.Name)
+}
+
+func (ec *executionContext) childFields_DeliveryConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_DeliveryConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_DeliveryConnection_pageInfo(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeliveryConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_DeliveryEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_DeliveryEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_DeliveryEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeliveryEdge", field.Name)
+}
 
 func (ec *executionContext) childFields_DocumentLine(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
@@ -963,6 +1337,8 @@ func (ec *executionContext) childFields_Event(ctx context.Context, field graphql
 		return ec.fieldContext_Event_actor(ctx, field)
 	case "cursor":
 		return ec.fieldContext_Event_cursor(ctx, field)
+	case "deliveries":
+		return ec.fieldContext_Event_deliveries(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Event", field.Name)
 }
@@ -1085,6 +1461,32 @@ func (ec *executionContext) childFields_SalesOrder(ctx context.Context, field gr
 		return ec.fieldContext_SalesOrder_lines(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type SalesOrder", field.Name)
+}
+
+func (ec *executionContext) childFields_Subscriber(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Subscriber_id(ctx, field)
+	case "name":
+		return ec.fieldContext_Subscriber_name(ctx, field)
+	case "kind":
+		return ec.fieldContext_Subscriber_kind(ctx, field)
+	case "eventTypes":
+		return ec.fieldContext_Subscriber_eventTypes(ctx, field)
+	case "url":
+		return ec.fieldContext_Subscriber_url(ctx, field)
+	case "hasSecret":
+		return ec.fieldContext_Subscriber_hasSecret(ctx, field)
+	case "maxAttempts":
+		return ec.fieldContext_Subscriber_maxAttempts(ctx, field)
+	case "timeoutMs":
+		return ec.fieldContext_Subscriber_timeoutMs(ctx, field)
+	case "paused":
+		return ec.fieldContext_Subscriber_paused(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_Subscriber_createdAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Subscriber", field.Name)
 }
 
 func (ec *executionContext) childFields_User(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

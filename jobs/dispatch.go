@@ -20,6 +20,9 @@ import (
 // sweepBatch is how many ids the sweep reads per query.
 const sweepBatch = 500
 
+// zeroTime schedules a job to run now.
+var zeroTime time.Time
+
 // RetryPolicy spaces the attempts of a failing delivery: attempt n waits a
 // random time in [½, 1] × Base × 2^(n-1), at most Max ("full jitter" halved,
 // so gaps still grow). A webhook's Retry-After wins when it is longer.
@@ -129,7 +132,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, id int64) (bool, error) {
 			return err
 		}
 		done = true
-		return d.enqueueDeliveries(ctx, tx, append(due, later...), time.Time{})
+		return d.enqueueDeliveries(ctx, tx, append(due, later...), zeroTime)
 	})
 	if err != nil {
 		return false, fmt.Errorf("dispatch event %d: %w", id, err)
@@ -203,7 +206,7 @@ func (d *Dispatcher) Deliver(ctx context.Context, k db.DeliveryKey) (string, err
 		if err != nil {
 			return err
 		}
-		return d.enqueueDeliveries(ctx, tx, later, time.Time{})
+		return d.enqueueDeliveries(ctx, tx, later, zeroTime)
 	})
 	if err != nil {
 		return "", fmt.Errorf("deliver event %d to subscriber %d: %w", k.EventID, k.SubscriberID, err)

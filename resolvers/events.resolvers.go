@@ -128,6 +128,11 @@ func (r *subscriptionResolver) EventProcessed(ctx context.Context, filter *db.Ev
 	return out, nil
 }
 
+func (r *Resolver) Event() graph.EventResolver { return &eventResolver{r} }
+
 func (r *Resolver) Subscription() graph.SubscriptionResolver { return &subscriptionResolver{r} }
 
-type subscriptionResolver struct{ *Resolver }
+type (
+	eventResolver        struct{ *Resolver }
+	subscriptionResolver struct{ *Resolver }
+)

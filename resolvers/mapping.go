@@ -1,7 +1,9 @@
 package resolvers
 
 import (
+	"context"
 	"errors"
+	"strings"
 
 	"erp/db"
 	"erp/graph/model"
@@ -29,4 +31,51 @@ func orNil[T any](v T, err error) (*T, error) {
 		return nil, err
 	}
 	return &v, nil
+}
+
+func int32Ptr(v *int) *int32 {
+	if v == nil {
+		return nil
+	}
+	n := int32(min(max(*v, -1<<31), 1<<31-1))
+	return &n
+}
+
+// deliveryFilter maps the GraphQL filter to db's; nil matches everything.
+func deliveryFilter(f *model.DeliveryFilter) db.DeliveryFilter {
+	if f == nil {
+		return db.DeliveryFilter{}
+	}
+	out := db.DeliveryFilter{Subscriber: f.Subscriber, EventID: f.EventID}
+	if f.Status != nil {
+		s := strings.ToLower(string(*f.Status))
+		out.Status = &s
+	}
+	return out
+}
+
+func (r *Resolver) deliveryPage(ctx context.Context, f db.DeliveryFilter, first *int, after *string) (*model.DeliveryConnection, error) {
+	n, cursor := 0, ""
+	if first != nil {
+		n = *first
+	}
+	if after != nil {
+		cursor = *after
+	}
+	page, err := db.ListDeliveries(ctx, r.Pool, f, n, cursor)
+	if err != nil {
+		return nil, err
+	}
+	conn := &model.DeliveryConnection{
+		Edges:    make([]model.DeliveryEdge, len(page.Deliveries)),
+		PageInfo: &model.PageInfo{HasNextPage: page.HasNextPage},
+	}
+	for i := range page.Deliveries {
+		conn.Edges[i] = model.DeliveryEdge{Cursor: page.Deliveries[i].Cursor(), Node: &page.Deliveries[i]}
+	}
+	if len(conn.Edges) > 0 {
+		end := conn.Edges[len(conn.Edges)-1].Cursor
+		conn.PageInfo.EndCursor = &end
+	}
+	return conn, nil
 }

@@ -18,8 +18,9 @@ const feedBuffer = 1024
 
 // Resolver holds the dependencies of every resolver.
 type Resolver struct {
-	Pool   *pgxpool.Pool
-	Outbox *jobs.Outbox
-	Feed   *db.Feed
-	Logger *slog.Logger
+	Pool       *pgxpool.Pool
+	Outbox     *jobs.Outbox
+	Dispatcher *jobs.Dispatcher
+	Feed       *db.Feed
+	Logger     *slog.Logger
 }

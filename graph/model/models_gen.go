@@ -10,6 +10,23 @@ import (
 	"strconv"
 )
 
+type DeliveryConnection struct {
+	Edges    []DeliveryEdge `json:"edges"`
+	PageInfo *PageInfo      `json:"pageInfo"`
+}
+
+type DeliveryEdge struct {
+	Cursor string       `json:"cursor"`
+	Node   *db.Delivery `json:"node"`
+}
+
+type DeliveryFilter struct {
+	Status *DeliveryStatus `json:"status,omitempty"`
+	// Subscriber name.
+	Subscriber *string `json:"subscriber,omitempty"`
+	EventID    *int64  `json:"eventId,omitempty"`
+}
+
 type EventConnection struct {
 	Edges    []EventEdge `json:"edges"`
 	PageInfo *PageInfo   `json:"pageInfo"`
@@ -58,6 +75,91 @@ type WarehouseMoveInput struct {
 	PurchaseOrderID *int64 `json:"purchaseOrderId,omitempty"`
 	// An issue may reference its production order.
 	ProductionOrderID *int64 `json:"productionOrderId,omitempty"`
+}
+
+type WebhookSubscriberInput struct {
+	// 1–64 of a-z 0-9 _ . - (starting with a letter or digit), unique.
+	Name string `json:"name"`
+	// http:// or https:// only.
+	URL        string   `json:"url"`
+	EventTypes []string `json:"eventTypes,omitempty"`
+	Secret     *string  `json:"secret,omitempty"`
+	// 1…100, default 10.
+	MaxAttempts *int `json:"maxAttempts,omitempty"`
+	// 100…120000 ms, default 10000.
+	TimeoutMs *int `json:"timeoutMs,omitempty"`
+}
+
+type WebhookSubscriberUpdate struct {
+	Name *string `json:"name,omitempty"`
+	URL  *string `json:"url,omitempty"`
+	// Replaces the list; [] means every type.
+	EventTypes  []string `json:"eventTypes,omitempty"`
+	Secret      *string  `json:"secret,omitempty"`
+	MaxAttempts *int     `json:"maxAttempts,omitempty"`
+	TimeoutMs   *int     `json:"timeoutMs,omitempty"`
+}
+
+type DeliveryStatus string
+
+const (
+	// Not attempted yet (or held: paused subscriber, earlier event of the same document first).
+	DeliveryStatusPending   DeliveryStatus = "PENDING"
+	DeliveryStatusDelivered DeliveryStatus = "DELIVERED"
+	// Failed; retried at nextAttemptAt.
+	DeliveryStatusFailed DeliveryStatus = "FAILED"
+	// Gave up (permanent error or max attempts): a dead letter, until redelivered.
+	DeliveryStatusDead DeliveryStatus = "DEAD"
+)
+
+var AllDeliveryStatus = []DeliveryStatus{
+	DeliveryStatusPending,
+	DeliveryStatusDelivered,
+	DeliveryStatusFailed,
+	DeliveryStatusDead,
+}
+
+func (e DeliveryStatus) IsValid() bool {
+	switch e {
+	case DeliveryStatusPending, DeliveryStatusDelivered, DeliveryStatusFailed, DeliveryStatusDead:
+		return true
+	}
+	return false
+}
+
+func (e DeliveryStatus) String() string {
+	return string(e)
+}
+
+func (e *DeliveryStatus) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = DeliveryStatus(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid DeliveryStatus", str)
+	}
+	return nil
+}
+
+func (e DeliveryStatus) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *DeliveryStatus) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e DeliveryStatus) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
 }
 
 type MoveKind string
@@ -169,6 +271,63 @@ func (e *OrderSource) UnmarshalJSON(b []byte) error {
 }
 
 func (e OrderSource) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+type SubscriberKind string
+
+const (
+	// Code inside the server, run in the delivery's transaction (exactly once in effect).
+	SubscriberKindBuiltin SubscriberKind = "BUILTIN"
+	// An HTTP endpoint (at least once; de-duplicate by X-Erp-Event-Id).
+	SubscriberKindWebhook SubscriberKind = "WEBHOOK"
+)
+
+var AllSubscriberKind = []SubscriberKind{
+	SubscriberKindBuiltin,
+	SubscriberKindWebhook,
+}
+
+func (e SubscriberKind) IsValid() bool {
+	switch e {
+	case SubscriberKindBuiltin, SubscriberKindWebhook:
+		return true
+	}
+	return false
+}
+
+func (e SubscriberKind) String() string {
+	return string(e)
+}
+
+func (e *SubscriberKind) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = SubscriberKind(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid SubscriberKind", str)
+	}
+	return nil
+}
+
+func (e SubscriberKind) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *SubscriberKind) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e SubscriberKind) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil
