@@ -49,6 +49,8 @@ const (
 	// graphql-transport-ws (a peer silent for two intervals is dropped).
 	wsKeepAlive   = 10 * time.Second
 	wsInitTimeout = 10 * time.Second
+	// maxRequestBody caps a GraphQL request body (bytes).
+	maxRequestBody = 2 << 20
 )
 
 // config is every setting, from the environment with flags mirroring it.
@@ -315,7 +317,7 @@ func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool) http.Handler {
 	gql.SetRecoverFunc(resolvers.Recover)
 
 	mux := http.NewServeMux()
-	mux.Handle("/graphql", res.Authenticate(gql))
+	mux.Handle("/graphql", http.MaxBytesHandler(res.Authenticate(gql), maxRequestBody))
 	mux.Handle("GET /playground", playground.Handler("ERP event backbone", "/graphql"))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)

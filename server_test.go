@@ -302,3 +302,40 @@ func TestReceiveOrderConcurrentOverHTTP(t *testing.T) {
 	got := gql[events](t, s, `{ events(filter: {types: ["order.received"]}) { edges { node { id payload } } } }`, nil)
 	require.Len(t, got.Events.Edges, 1)
 }
+
+func TestInputEdgeCases(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, serverOpts{})
+	seedItem(t, s)
+	type received struct {
+		ReceiveOrder struct {
+			Duplicate bool
+			Order     struct{ ID string }
+		} `json:"receiveOrder"`
+	}
+	const crm = `mutation($id: String!) { receiveOrder(input: {source: CRM, externalId: $id, customer: "X", lines: [{sku: "A1", quantity: "1"}]}) { duplicate order { id } } }`
+	first := gql[received](t, s, crm, map[string]any{"id": "51015"})
+	again := gql[received](t, s, crm, map[string]any{"id": "051015"})
+	require.True(t, again.ReceiveOrder.Duplicate, "leading zeros name the same CRM order")
+	require.Equal(t, first.ReceiveOrder.Order.ID, again.ReceiveOrder.Order.ID)
+
+	tests := []struct {
+		name, query string
+		vars        map[string]any
+		field       string
+	}{
+		{"NUL in text", `mutation($c: String!) { createSalesOrder(input: {customer: $c, lines: [{sku: "A1", quantity: "1"}]}) { id } }`, map[string]any{"c": "a\x00b"}, "input.customer"},
+		{"NUL in a filter", `query($t: [String!]) { events(filter: {types: $t}) { edges { cursor } } }`, map[string]any{"t": []string{"a\x00"}}, ""},
+		{"unknown prefix", `mutation { setNumberSeriesStart(prefix: "XX", year: 2026, start: 5) }`, nil, "prefix"},
+		{"first 0", `{ events(first: 0) { edges { cursor } } }`, nil, "first"},
+		{"crm zero", crm, map[string]any{"id": "0"}, "input.externalId"},
+		{"bad decimal", `mutation { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: "x"}]}) { id } }`, nil, "input.lines.0.quantity"},
+	}
+	for _, tt := range tests {
+		e := gqlErr(t, s, tt.query, tt.vars)
+		require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], "%s: %s", tt.name, e.Message)
+		if tt.field != "" {
+			require.Equal(t, tt.field, e.Extensions["field"], tt.name)
+		}
+	}
+}

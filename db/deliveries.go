@@ -546,13 +546,10 @@ type DeliveryPage struct {
 	HasNextPage bool
 }
 
-// ListDeliveries returns up to first (1…500, 0 = 50) deliveries matching f,
+// ListDeliveries returns up to first (1…500) deliveries matching f,
 // newest event first, after the cursor after. Bad arguments are an
 // *InputError.
 func ListDeliveries(ctx context.Context, q Querier, f DeliveryFilter, first int, after string) (DeliveryPage, error) {
-	if first == 0 {
-		first = defaultEventPageSize
-	}
 	if first < 1 || first > maxDeliveryPage {
 		return DeliveryPage{}, inputErr("first", "must be between 1 and %d", maxDeliveryPage)
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
@@ -211,15 +212,20 @@ func ReceiveOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in ReceiveOrde
 	var payloadID any
 	switch in.Source {
 	case SourceShop:
-		if externalID == "" || len(externalID) > maxTextLen {
+		if externalID == "" || len(externalID) > maxTextLen || strings.ContainsRune(externalID, 0) || !utf8.ValidString(externalID) {
 			return SalesOrder{}, nil, false, inputErr("externalId", "a shop sync_id of 1 to %d characters is required", maxTextLen)
 		}
 		payloadKey, payloadID = "sync_id", externalID
 	case SourceCRM:
-		n, perr := strconv.ParseInt(externalID, 10, 64)
-		if perr != nil || n < 0 || strings.TrimLeft(externalID, "0123456789") != "" {
+		if externalID == "" || strings.TrimLeft(externalID, "0123456789") != "" {
 			return SalesOrder{}, nil, false, inputErr("externalId", "a CRM order number is digits only, got %q", in.ExternalID)
 		}
+		n, perr := strconv.ParseInt(externalID, 10, 64)
+		if perr != nil || n < 1 || n > 999_999_999_999_999_999 {
+			return SalesOrder{}, nil, false, inputErr("externalId", "a CRM order number is between 1 and 18 digits long, got %q", in.ExternalID)
+		}
+		// Canonical form: "051015" and "51015" are the same CRM order.
+		externalID = strconv.FormatInt(n, 10)
 		payloadKey, payloadID = "crm_order_id", n
 	default:
 		return SalesOrder{}, nil, false, inputErr("source", "unknown order source %q", in.Source)
@@ -637,6 +643,9 @@ func requireText(field, s string) (string, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return "", inputErr(field, "must not be empty")
+	}
+	if strings.ContainsRune(s, 0) || !utf8.ValidString(s) {
+		return "", inputErr(field, "must be valid UTF-8 text without NUL characters")
 	}
 	if len([]rune(s)) > maxTextLen {
 		return "", inputErr(field, "at most %d characters", maxTextLen)

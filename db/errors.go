@@ -3,6 +3,7 @@ package db
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
@@ -55,4 +56,12 @@ func translate(err error) error {
 		return fmt.Errorf("%w: %s", ErrConflict, pgErr.ConstraintName)
 	}
 	return err
+}
+
+// IsBadData reports a value PostgreSQL refused to store or compare (SQLSTATE
+// class 22, data exception: a NUL in text, a number out of range), which is
+// the caller's input, not our fault.
+func IsBadData(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22")
 }

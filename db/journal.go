@@ -34,7 +34,6 @@ const (
 	EntityPurchaseOrders  = "wh_purchase_orders"
 	notifyEventProcessed  = "event_processed"
 	maxEventPageSize      = 500
-	defaultEventPageSize  = 50
 	cursorVersion         = "e1"
 	cursorNoFeedSeq       = "-"
 	eventColumnsFromJoin  = `e.id, e.type, e.entity, e.entity_id, e.payload, e.created_at, e.dispatched_at, e.processed_at, e.feed_seq, e.actor_id, u.login AS actor_login, u.display_name AS actor_name`
@@ -185,13 +184,10 @@ type EventPage struct {
 	HasNextPage bool
 }
 
-// ListEvents returns up to first (1…500, default 50 when 0) journal events
+// ListEvents returns up to first (1…500) journal events
 // matching f, newest first, starting after the cursor after (empty = from
 // the newest). A bad first or cursor is an *InputError.
 func ListEvents(ctx context.Context, q Querier, f EventFilter, first int, after string) (EventPage, error) {
-	if first == 0 {
-		first = defaultEventPageSize
-	}
 	if first < 1 || first > maxEventPageSize {
 		return EventPage{}, inputErr("first", "must be between 1 and %d", maxEventPageSize)
 	}

@@ -3,6 +3,8 @@ package db
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -15,6 +17,9 @@ const (
 	PrefixReceipt           = "ПР"
 	PrefixIssueToProduction = "ВЦ"
 )
+
+// Prefixes lists every document prefix.
+var Prefixes = []string{PrefixSalesOrder, PrefixProductionOrder, PrefixPurchaseOrder, PrefixReceipt, PrefixIssueToProduction}
 
 // nextNumber takes the next number of prefix's series for the current year
 // (database clock, session time zone) and formats it "ЗК-2026-000422". The
@@ -39,6 +44,9 @@ func nextNumber(ctx context.Context, tx pgx.Tx, prefix string) (string, error) {
 // start (1…999999). It refuses with ErrConflict to move a series back over
 // numbers already issued, which would repeat them.
 func SetNumberSeriesStart(ctx context.Context, tx pgx.Tx, prefix string, year, start int) error {
+	if !slices.Contains(Prefixes, prefix) {
+		return inputErr("prefix", "unknown document prefix %q; one of %s", prefix, strings.Join(Prefixes, ", "))
+	}
 	if start < 1 || start > 999999 {
 		return inputErr("start", "must be between 1 and 999999")
 	}

@@ -56,7 +56,16 @@ func ErrorPresenter(logger *slog.Logger) graphql.ErrorPresenterFunc {
 			gqlErr.Extensions["field"] = inputErr.Field
 		case errors.As(err, &scalarErr):
 			setCode(codeBadUserInput)
-			gqlErr.Extensions["field"] = pathString(gqlErr.Path)
+			// The path is the field's, then its argument's; report the
+			// argument path, as db.InputError fields are.
+			if len(gqlErr.Path) > 1 {
+				gqlErr.Extensions["field"] = pathString(gqlErr.Path[1:])
+			} else {
+				gqlErr.Extensions["field"] = pathString(gqlErr.Path)
+			}
+		case db.IsBadData(err):
+			gqlErr.Message = "a value cannot be stored: text must be valid UTF-8 without NUL characters and numbers within range"
+			setCode(codeBadUserInput)
 		case errors.Is(err, errUnauthenticated):
 			setCode(codeUnauthenticated)
 		case errors.Is(err, db.ErrNotFound):

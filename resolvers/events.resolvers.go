@@ -18,7 +18,7 @@ func (r *queryResolver) Events(ctx context.Context, filter *db.EventFilter, firs
 	if filter != nil {
 		f = *filter
 	}
-	n := 0
+	n := defaultPageSize
 	if first != nil {
 		n = *first
 	}

@@ -55,7 +55,7 @@ func deliveryFilter(f *model.DeliveryFilter) db.DeliveryFilter {
 }
 
 func (r *Resolver) deliveryPage(ctx context.Context, f db.DeliveryFilter, first *int, after *string) (*model.DeliveryConnection, error) {
-	n, cursor := 0, ""
+	n, cursor := defaultPageSize, ""
 	if first != nil {
 		n = *first
 	}

@@ -16,6 +16,9 @@ import (
 // behind before the feed drops it (the client then resumes by cursor).
 const feedBuffer = 1024
 
+// defaultPageSize applies when a client sends first: null.
+const defaultPageSize = 50
+
 // Resolver holds the dependencies of every resolver.
 type Resolver struct {
 	Pool       *pgxpool.Pool
