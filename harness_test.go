@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,7 +21,15 @@ import (
 	"erp/db/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain doubles as the server binary for tests that need a real child
+// process (kill -9, several instances): with ERP_TEST_RUN_MAIN=1 it runs
+// main's subcommands instead of the tests.
+func TestMain(m *testing.M) {
+	if os.Getenv("ERP_TEST_RUN_MAIN") == "1" {
+		os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
+	}
+	pgtest.Main(m)
+}
 
 // testServer is the whole product in-process on its own database: River
 // started, the feed listening, the GraphQL handler on a real HTTP server.
@@ -97,22 +106,39 @@ type gqlError struct {
 // returns the HTTP status and the decoded body.
 func (s *testServer) do(t testing.TB, token, query string, vars map[string]any) (int, gqlResponse) {
 	t.Helper()
+	status, res, err := s.post(token, query, vars)
+	require.NoError(t, err)
+	return status, res
+}
+
+// post is do for callers that expect the server may be gone.
+func (s *testServer) post(token, query string, vars map[string]any) (int, gqlResponse, error) {
 	body, err := json.Marshal(map[string]any{"query": query, "variables": vars})
-	require.NoError(t, err)
+	if err != nil {
+		return 0, gqlResponse{}, err
+	}
 	req, err := http.NewRequest(http.MethodPost, s.URL+"/graphql", bytes.NewReader(body))
-	require.NoError(t, err)
+	if err != nil {
+		return 0, gqlResponse{}, err
+	}
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	res, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	if err != nil {
+		return 0, gqlResponse{}, err
+	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(res.Body)
-	require.NoError(t, err)
+	if err != nil {
+		return 0, gqlResponse{}, err
+	}
 	var out gqlResponse
-	require.NoError(t, json.Unmarshal(raw, &out), "body: %s", raw)
-	return res.StatusCode, out
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return 0, gqlResponse{}, fmt.Errorf("decode %q: %w", raw, err)
+	}
+	return res.StatusCode, out, nil
 }
 
 // gql runs a request as the admin, requires no errors and decodes data

@@ -273,6 +273,7 @@ type app struct {
 func newApp(pool *pgxpool.Pool, dispatchInterval time.Duration, logger *slog.Logger) (*app, error) {
 	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger}, jobs.OrderAcceptance{})
 	riverClient, err := jobs.NewRiverClient(pool, dispatcher, jobs.RiverConfig{
+		ID:               instanceID(),
 		DispatchInterval: dispatchInterval,
 		MaxWorkers:       dispatchWorkers,
 		Logger:           logger,
@@ -296,6 +297,22 @@ func newApp(pool *pgxpool.Pool, dispatchInterval time.Duration, logger *slog.Log
 		handler:    newHandler(res, pool),
 		logger:     logger,
 	}, nil
+}
+
+// instanceID names this process in River's tables ("which instance leads
+// the sweep?"): host, pid and start time.
+func instanceID() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	host = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '-'
+	}, host)
+	return fmt.Sprintf("%s_pid%d_%d", host, os.Getpid(), time.Now().Unix())
 }
 
 func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool) http.Handler {

@@ -25,6 +25,9 @@ const (
 
 // RiverConfig configures NewRiverClient.
 type RiverConfig struct {
+	// ID names this client in River's tables (river_leader shows the
+	// leader's); empty lets River choose one.
+	ID string
 	// DispatchInterval is the period of the sweep (DISPATCH_INTERVAL).
 	DispatchInterval time.Duration
 	// MaxWorkers is how many jobs run at once in this process.
@@ -42,6 +45,7 @@ func NewRiverClient(pool *pgxpool.Pool, d *Dispatcher, cfg RiverConfig) (*river.
 	river.AddWorker(workers, &DeliverWorker{Dispatcher: d})
 	river.AddWorker(workers, &SweepWorker{Dispatcher: d, Logger: cfg.Logger})
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		ID:      cfg.ID,
 		Logger:  cfg.Logger,
 		Workers: workers,
 		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
