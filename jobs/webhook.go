@@ -1,34 +1,425 @@
 package jobs
 
-// TEMPORARY stub with the agreed API; replaced by the webhook branch.
-
 import (
+	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
+// MaxWebhookBody is how many bytes (4 KiB) of a receiver's response body Send
+// reads and keeps; the rest is never read: the connection is closed instead.
+const MaxWebhookBody = 4096
+
+// Headers of every webhook request. A receiver de-duplicates deliveries by
+// HeaderEventID (a retry carries the same id) and authenticates them with
+// HeaderTimestamp and HeaderSignature through VerifyWebhook.
+const (
+	// HeaderEventID is the journal event id, in decimal.
+	HeaderEventID = "X-Erp-Event-Id"
+	// HeaderTimestamp is the time of signing in unix seconds, in decimal.
+	HeaderTimestamp = "X-Erp-Timestamp"
+	// HeaderSignature is "sha256=" + hex(HMAC-SHA256(secret, timestamp + "." +
+	// body)) as made by SignWebhook; absent when the subscriber has no secret.
+	HeaderSignature = "X-Erp-Signature"
+)
+
+const (
+	// defaultWebhookTimeout is used when WebhookConfig.Timeout is not positive.
+	defaultWebhookTimeout = 10 * time.Second
+	// maxWebhookTimeout caps WebhookConfig.Timeout. It is also the
+	// transport's ResponseHeaderTimeout, so the per-request deadline
+	// (cfg.Timeout, never longer) is always the one that bounds the wait.
+	maxWebhookTimeout = 2 * time.Minute
+	// maxRetryAfter caps WebhookResult.RetryAfter: a receiver cannot park a
+	// subscriber for days with one header.
+	maxRetryAfter = time.Hour
+	// defaultWebhookTolerance is VerifyWebhook's tolerance when given none.
+	defaultWebhookTolerance = 5 * time.Minute
+	// webhookErrorBody is how many bytes of the response body an error quotes.
+	webhookErrorBody = 200
+
+	webhookUserAgent       = "erp-webhook/1"
+	webhookSignaturePrefix = "sha256="
+)
+
+// errWebhookTimeout is the cause of a request context whose own deadline
+// (cfg.Timeout) passed, telling it apart from the caller's context ending.
+// It wraps context.DeadlineExceeded, so callers can test for that.
+var errWebhookTimeout = fmt.Errorf("webhook timeout: %w", context.DeadlineExceeded)
+
+// WebhookConfig is one webhook subscriber's endpoint.
 type WebhookConfig struct {
-	URL     string
-	Secret  string
+	// URL is an absolute http or https URL with a host and no user:password@
+	// (see ValidateWebhookURL).
+	URL string
+	// Secret is the HMAC key of HeaderSignature; when empty the request is
+	// not signed (no HeaderSignature).
+	Secret string
+	// Timeout bounds the whole request: connecting, sending, waiting for the
+	// answer and reading the capped body. Zero or negative means 10 s; more
+	// than 2 min is cut to 2 min.
 	Timeout time.Duration
 }
 
+// WebhookResult is the outcome of one POST.
 type WebhookResult struct {
-	Status     int
-	Body       string
-	Duration   time.Duration
-	Err        error
-	Permanent  bool
+	// Status is the HTTP status code; 0 when no response arrived.
+	Status int
+	// Body is the first MaxWebhookBody bytes of the response body as valid
+	// UTF-8: a character cut by the cap is dropped, invalid bytes become
+	// U+FFFD, and the result is never longer than MaxWebhookBody bytes.
+	Body string
+	// Duration is the time from sending the request to having read Body.
+	Duration time.Duration
+	// Err is nil only for a 2xx answer. Its message names the URL's host
+	// (with port) and the status or the network failure.
+	Err error
+	// Permanent reports that retrying cannot help: an invalid URL or scheme
+	// (no request is made), a 3xx (redirects are never followed, against
+	// SSRF and loops) or a 4xx other than 408 and 429.
+	Permanent bool
+	// RetryAfter is the delay a 429 or 503 asked for in Retry-After (seconds
+	// or an HTTP-date), capped at 1 h; 0 when absent, invalid or in the past.
 	RetryAfter time.Duration
 }
 
-type WebhookSender struct{}
-
-func NewWebhookSender() *WebhookSender { return &WebhookSender{} }
-
-func (s *WebhookSender) Send(ctx context.Context, cfg WebhookConfig, eventID int64, body []byte) WebhookResult {
-	return WebhookResult{Err: errors.New("stub"), Permanent: true}
+// WebhookSender posts events to webhook subscribers. It is safe for
+// concurrent use; create one with NewWebhookSender and reuse it, so that
+// connections to a subscriber are kept alive between events.
+type WebhookSender struct {
+	client *http.Client
+	// now is the clock for HeaderTimestamp and Retry-After dates; tests
+	// replace it. Durations are measured with the monotonic clock.
+	now func() time.Time
 }
 
-func ValidateWebhookURL(raw string) error { return nil }
+// NewWebhookSender returns a sender whose HTTP client never follows
+// redirects and whose transport bounds every phase of a request.
+func NewWebhookSender() *WebhookSender {
+	transport := &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   10 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		ForceAttemptHTTP2:      true,
+		TLSClientConfig:        &tls.Config{MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:    10 * time.Second,
+		ResponseHeaderTimeout:  maxWebhookTimeout,
+		ExpectContinueTimeout:  time.Second,
+		MaxIdleConns:           100,
+		MaxIdleConnsPerHost:    16,
+		IdleConnTimeout:        90 * time.Second,
+		MaxResponseHeaderBytes: 64 << 10,
+	}
+	return &WebhookSender{
+		client: &http.Client{
+			Transport: transport,
+			// A redirect is answered as it is: following it could reach an
+			// internal address (SSRF) or loop.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		now: time.Now,
+	}
+}
+
+// Send POSTs body (the event as JSON) to cfg.URL with the event id, the
+// timestamp and, when cfg.Secret is set, the signature headers, and reports
+// the outcome; it never panics and never follows a redirect. Errors are in
+// the result, see WebhookResult: an invalid URL is Permanent and sends
+// nothing; a timeout ("webhook example.com timed out after 10s"), an
+// unreachable host, a 408, 429, 5xx or the end of ctx are transient. A 2xx
+// is a success even if reading its body then failed: the receiver has
+// answered, and Body holds what was read.
+func (s *WebhookSender) Send(ctx context.Context, cfg WebhookConfig, eventID int64, body []byte) WebhookResult {
+	if s == nil || s.client == nil || s.now == nil {
+		return WebhookResult{Err: errors.New("webhook sender not created by NewWebhookSender")}
+	}
+	if ctx == nil {
+		return WebhookResult{Err: errors.New("webhook send: nil context")}
+	}
+	if err := ValidateWebhookURL(cfg.URL); err != nil {
+		return WebhookResult{Err: err, Permanent: true}
+	}
+	u, err := url.Parse(cfg.URL)
+	if err != nil { // unreachable: ValidateWebhookURL parsed it
+		return WebhookResult{Err: fmt.Errorf("webhook url is invalid: %w", err), Permanent: true}
+	}
+	host := u.Host
+
+	timeout := cfg.Timeout
+	if timeout <= 0 {
+		timeout = defaultWebhookTimeout
+	}
+	timeout = min(timeout, maxWebhookTimeout)
+	reqCtx, cancel := context.WithTimeoutCause(ctx, timeout, errWebhookTimeout)
+	defer cancel()
+
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, cfg.URL, bytes.NewReader(body))
+	if err != nil {
+		return WebhookResult{Err: fmt.Errorf("webhook %s: build request: %w", host, err), Permanent: true}
+	}
+	timestamp := s.now().Unix()
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", webhookUserAgent)
+	req.Header.Set(HeaderEventID, strconv.FormatInt(eventID, 10))
+	req.Header.Set(HeaderTimestamp, strconv.FormatInt(timestamp, 10))
+	if cfg.Secret != "" {
+		req.Header.Set(HeaderSignature, SignWebhook(cfg.Secret, timestamp, body))
+	}
+
+	start := time.Now()
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return WebhookResult{Duration: time.Since(start), Err: webhookRequestError(reqCtx, host, timeout, err)}
+	}
+	// The read error is deliberately dropped: a 2xx stays a success and any
+	// other status is an error anyway; Body holds what arrived.
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, MaxWebhookBody))
+	// Closing a body that was not read to its end closes the connection
+	// instead of draining it: a huge or endless answer costs nothing more.
+	_ = resp.Body.Close()
+	res := WebhookResult{
+		Status:   resp.StatusCode,
+		Body:     webhookBodyText(raw, MaxWebhookBody),
+		Duration: time.Since(start),
+	}
+
+	code := resp.StatusCode
+	switch {
+	case code >= 200 && code <= 299:
+		return res
+	case code >= 300 && code <= 399:
+		res.Err = fmt.Errorf("webhook %s answered %d: redirects are not followed%s", host, code, webhookLocation(resp))
+		res.Permanent = true
+	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests:
+		res.Err = webhookStatusError(host, code, res.Body)
+	case code >= 400 && code <= 499:
+		res.Err = webhookStatusError(host, code, res.Body)
+		res.Permanent = true
+	default: // 5xx, and codes no receiver should send (1xx, 6xx…): worth a retry
+		res.Err = webhookStatusError(host, code, res.Body)
+	}
+	if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
+		res.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), s.now())
+	}
+	return res
+}
+
+// ValidateWebhookURL reports whether raw can be a webhook endpoint: an
+// absolute http or https URL with a host, a port (if any) in 1-65535 and no
+// user:password@. The error names the problem but never echoes credentials.
+func ValidateWebhookURL(raw string) error {
+	if raw == "" {
+		return errors.New("webhook url is empty")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url.Error repeats the whole URL, which may hold a token: keep the cause.
+		var urlErr *url.Error
+		if errors.As(err, &urlErr) {
+			err = urlErr.Err
+		}
+		return fmt.Errorf("webhook url is invalid: %w", err)
+	}
+	switch {
+	case u.Scheme == "":
+		return errors.New("webhook url must be absolute, starting with http:// or https://")
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("webhook url scheme %q is not allowed: only http and https", u.Scheme)
+	case u.Opaque != "" || u.Hostname() == "":
+		return errors.New("webhook url has no host")
+	case u.User != nil:
+		return fmt.Errorf("webhook url for %s must not contain credentials (user:password@)", u.Hostname())
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("webhook url port %q is not in 1-65535", p)
+		}
+	}
+	return nil
+}
+
+// SignWebhook returns the HeaderSignature value for body sent at timestamp
+// (unix seconds): "sha256=" + hex(HMAC-SHA256(secret, timestamp + "." + body)).
+func SignWebhook(secret string, timestamp int64, body []byte) string {
+	return webhookSignaturePrefix + hex.EncodeToString(webhookMAC(secret, strconv.FormatInt(timestamp, 10), body))
+}
+
+// VerifyWebhook checks a received webhook: signatureHeader must be the
+// HMAC-SHA256 of timestampHeader + "." + body under secret (compared in
+// constant time), and the timestamp must lie within tolerance of now on
+// either side, which bounds replays. A tolerance of zero or less means 5 min.
+// It returns an error for an empty secret, a malformed or missing header, a
+// signature that does not match and a stale or future timestamp.
+func VerifyWebhook(secret, timestampHeader, signatureHeader string, body []byte, now time.Time, tolerance time.Duration) error {
+	if secret == "" {
+		return errors.New("verify webhook: secret is empty")
+	}
+	ts, err := strconv.ParseInt(timestampHeader, 10, 64)
+	if err != nil || ts <= 0 {
+		return fmt.Errorf("verify webhook: %s is not unix seconds", HeaderTimestamp)
+	}
+	hexSig, ok := strings.CutPrefix(signatureHeader, webhookSignaturePrefix)
+	got, err := hex.DecodeString(hexSig)
+	if !ok || err != nil || len(got) != sha256.Size {
+		return fmt.Errorf("verify webhook: %s is not %s<64 hex digits>", HeaderSignature, webhookSignaturePrefix)
+	}
+	// The MAC covers the header as received: those are the bytes signed.
+	if !hmac.Equal(got, webhookMAC(secret, timestampHeader, body)) {
+		return errors.New("verify webhook: signature does not match")
+	}
+	if tolerance <= 0 {
+		tolerance = defaultWebhookTolerance
+	}
+	// Whole seconds, compared without subtracting ts: no overflow on any input.
+	slack := int64(tolerance / time.Second)
+	if nowSec := now.Unix(); ts < nowSec-slack || ts > nowSec+slack {
+		return fmt.Errorf("verify webhook: timestamp %s is more than %s away from now", time.Unix(ts, 0).UTC().Format(time.RFC3339), tolerance)
+	}
+	return nil
+}
+
+func webhookMAC(secret, timestamp string, body []byte) []byte {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(timestamp))
+	mac.Write([]byte{'.'})
+	mac.Write(body)
+	return mac.Sum(nil)
+}
+
+// webhookError keeps a readable message while errors.Is/As still reach the
+// underlying network or context error.
+type webhookError struct {
+	msg string
+	err error
+}
+
+func (e *webhookError) Error() string { return e.msg }
+func (e *webhookError) Unwrap() error { return e.err }
+
+// webhookRequestError explains why no response arrived from host.
+func webhookRequestError(reqCtx context.Context, host string, timeout time.Duration, err error) error {
+	if errors.Is(context.Cause(reqCtx), errWebhookTimeout) {
+		return &webhookError{msg: fmt.Sprintf("webhook %s timed out after %s", host, timeout), err: err}
+	}
+	if reqCtx.Err() != nil { // the caller's context ended first
+		return fmt.Errorf("webhook %s interrupted: %w", host, context.Cause(reqCtx))
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return &webhookError{msg: fmt.Sprintf("webhook %s unreachable: %s", host, dnsErr.Err), err: err}
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return &webhookError{msg: fmt.Sprintf("webhook %s unreachable: %s", host, rootError(opErr)), err: err}
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return &webhookError{msg: fmt.Sprintf("webhook %s closed the connection without answering", host), err: err}
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() {
+		return &webhookError{msg: fmt.Sprintf("webhook %s timed out: %s", host, rootError(err)), err: err}
+	}
+	return &webhookError{msg: fmt.Sprintf("webhook %s failed: %s", host, rootError(err)), err: err}
+}
+
+// rootError is the innermost error of a chain, e.g. "connection refused"
+// out of url.Error → net.OpError → os.SyscallError → syscall.Errno.
+func rootError(err error) error {
+	for {
+		inner := errors.Unwrap(err)
+		if inner == nil {
+			return err
+		}
+		err = inner
+	}
+}
+
+// webhookStatusError is the error of a non-2xx answer, quoting its body.
+func webhookStatusError(host string, code int, body string) error {
+	detail := strings.Join(strings.Fields(body), " ")
+	if len(detail) > webhookErrorBody {
+		detail = webhookBodyText([]byte(detail[:webhookErrorBody]), webhookErrorBody) + "…"
+	}
+	if detail == "" {
+		detail = strings.ToLower(http.StatusText(code))
+	}
+	if detail == "" {
+		detail = "empty answer"
+	}
+	return fmt.Errorf("webhook %s answered %d: %s", host, code, detail)
+}
+
+// webhookLocation describes a redirect's target by scheme and host only: its
+// path and query may carry the subscriber's token.
+func webhookLocation(resp *http.Response) string {
+	loc, err := resp.Location()
+	if err != nil || loc.Host == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (location %s://%s/…)", loc.Scheme, loc.Host)
+}
+
+// parseRetryAfter reads a Retry-After value, delay-seconds or an HTTP-date
+// relative to now, capped at maxRetryAfter; 0 when empty, invalid or past.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if strings.Trim(v, "0123456789") == "" {
+		secs, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || secs > int64(maxRetryAfter/time.Second) { // err: only out of range
+			return maxRetryAfter
+		}
+		return time.Duration(secs) * time.Second
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0
+	}
+	d := t.Sub(now)
+	if d <= 0 {
+		return 0
+	}
+	return min(d, maxRetryAfter)
+}
+
+// webhookBodyText returns b as valid UTF-8 of at most limit bytes. When b
+// fills limit, a character the cap cut in two is dropped; any other invalid
+// byte becomes U+FFFD (and replacement stops before exceeding limit).
+func webhookBodyText(b []byte, limit int) string {
+	if len(b) > limit {
+		b = b[:limit]
+	}
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	var sb strings.Builder
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size <= 1 && len(b) == limit && !utf8.FullRune(b[i:]) {
+			break // the start of a character the cap cut off
+		}
+		if sb.Len()+utf8.RuneLen(r) > limit {
+			break
+		}
+		sb.WriteRune(r)
+		i += size
+	}
+	return sb.String()
+}
