@@ -8,6 +8,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -49,8 +50,13 @@ const (
 	// graphql-transport-ws (a peer silent for two intervals is dropped).
 	wsKeepAlive   = 10 * time.Second
 	wsInitTimeout = 10 * time.Second
-	// maxRequestBody caps a GraphQL request body (bytes).
+	// Request limits, on every transport: body bytes (HTTP), query tokens,
+	// complexity (roughly: fields selected, aliases and fragments expanded)
+	// and nesting depth.
 	maxRequestBody = 2 << 20
+	maxQueryTokens = 5000
+	maxComplexity  = 1000
+	maxDepth       = 12
 )
 
 // config is every setting, from the environment with flags mirroring it.
@@ -62,6 +68,9 @@ type config struct {
 	AdminToken       string
 	DemoURL          string
 	DemoToken        string
+	// The user subcommand's flags.
+	UserLogin, UserName, UserRole, TokenName string
+	TokenTTL                                 time.Duration
 }
 
 func main() {
@@ -91,10 +100,14 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		err = serve(ctx, cfg, logger, stderr)
 	case "migrate":
 		err = withDatabase(ctx, cfg, logger, func(context.Context, *pgxpool.Pool) error { return nil })
+	case "user":
+		err = withDatabase(ctx, cfg, logger, func(ctx context.Context, pool *pgxpool.Pool) error {
+			return createUserOffline(ctx, pool, cfg, logger, os.Stdout)
+		})
 	case "demo":
 		err = runDemo(ctx, cfg, logger)
 	default:
-		fmt.Fprintf(stderr, "erp: unknown subcommand %q (serve, migrate, demo)\n", cmd)
+		fmt.Fprintf(stderr, "erp: unknown subcommand %q (serve, migrate, demo, user)\n", cmd)
 		return 2
 	}
 	if err != nil {
@@ -122,8 +135,18 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs.StringVar(&cfg.AdminToken, "admin-token", getenv("ADMIN_TOKEN"), "token of the admin user (ADMIN_TOKEN); empty generates one into DATA_DIR/admin-token on first start")
 	fs.StringVar(&cfg.DemoURL, "demo-url", envOr("DEMO_URL", "http://localhost:8080/graphql"), "GraphQL endpoint the demo drives (DEMO_URL)")
 	fs.StringVar(&cfg.DemoToken, "demo-token", getenv("DEMO_TOKEN"), "token the demo uses (DEMO_TOKEN); empty reads DATA_DIR/admin-token")
+	if cmd == "user" {
+		fs.StringVar(&cfg.UserLogin, "login", "", "user: login of the user to create (or reuse)")
+		fs.StringVar(&cfg.UserName, "name", "", "user: display name (default: the login)")
+		fs.StringVar(&cfg.UserRole, "role", db.RoleViewer, "user: role, one of "+strings.Join(db.Roles, ", "))
+		fs.StringVar(&cfg.TokenName, "token-name", "cli", "user: a label for the token")
+		fs.DurationVar(&cfg.TokenTTL, "token-ttl", 0, "user: token lifetime, e.g. 720h; 0 never expires")
+	}
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
+	}
+	if cmd == "user" && cfg.UserLogin == "" {
+		return config{}, errors.New("user: -login is required")
 	}
 	d, err := time.ParseDuration(interval)
 	if err != nil || d < time.Second {
@@ -256,6 +279,43 @@ func ensureAdminToken(ctx context.Context, pool *pgxpool.Pool, cfg config, logge
 	return nil
 }
 
+// createUserOffline is the user subcommand: it creates the user (unless it
+// exists) and issues a token, printed once, without a running server. The
+// journal events it writes are dispatched when a server runs.
+func createUserOffline(ctx context.Context, pool *pgxpool.Pool, cfg config, logger *slog.Logger, stdout io.Writer) error {
+	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger})
+	client, err := jobs.NewRiverClient(pool, dispatcher, jobs.RiverConfig{DispatchInterval: time.Minute, MaxWorkers: 1, Logger: logger})
+	if err != nil {
+		return err
+	}
+	outbox := jobs.NewOutbox(pool, client)
+	name := cmp.Or(cfg.UserName, cfg.UserLogin)
+	var expires *time.Time
+	if cfg.TokenTTL > 0 {
+		t := time.Now().Add(cfg.TokenTTL)
+		expires = &t
+	}
+	token, err := jobs.Write(ctx, outbox, func(tx pgx.Tx) (string, []db.Event, error) {
+		var events []db.Event
+		if _, err := db.UserByLogin(ctx, tx, cfg.UserLogin); errors.Is(err, db.ErrNotFound) {
+			_, created, err := db.CreateUser(ctx, tx, nil, db.UserInput{Login: cfg.UserLogin, DisplayName: name, Role: cfg.UserRole})
+			if err != nil {
+				return "", nil, err
+			}
+			events = append(events, created...)
+		} else if err != nil {
+			return "", nil, err
+		}
+		token, _, issued, err := db.IssueToken(ctx, tx, nil, cfg.UserLogin, cfg.TokenName, expires)
+		return token, append(events, issued...), err
+	})
+	if err != nil {
+		return fmt.Errorf("create user %s: %w", cfg.UserLogin, err)
+	}
+	fmt.Fprintf(stdout, "Token for %s (shown once):\n\n    %s\n\n", cfg.UserLogin, token)
+	return nil
+}
+
 // app is the wired product on one pool: dispatcher, River, feed and the
 // HTTP handler.
 type app struct {
@@ -316,7 +376,10 @@ func instanceID() string {
 }
 
 func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool) http.Handler {
-	gql := handler.New(graph.NewExecutableSchema(graph.Config{Resolvers: res}))
+	gql := handler.New(graph.NewExecutableSchema(graph.Config{
+		Resolvers:  res,
+		Directives: graph.DirectiveRoot{Allow: res.Allow},
+	}))
 	gql.AddTransport(transport.Websocket{
 		Implementation:        wsgorilla.Implementation{},
 		InitFunc:              res.WebsocketInit,
@@ -328,13 +391,16 @@ func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool) http.Handler {
 	gql.AddTransport(transport.GET{})
 	gql.AddTransport(transport.POST{})
 	gql.SetQueryCache(lru.New[*ast.QueryDocument](1000))
+	gql.SetParserTokenLimit(maxQueryTokens)
+	gql.Use(extension.FixedComplexityLimit(maxComplexity))
+	gql.Use(resolvers.DepthLimit{Max: maxDepth})
 	gql.Use(extension.Introspection{})
 	gql.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](100)})
 	gql.SetErrorPresenter(resolvers.ErrorPresenter(res.Logger))
 	gql.SetRecoverFunc(resolvers.Recover)
 
 	mux := http.NewServeMux()
-	mux.Handle("/graphql", http.MaxBytesHandler(res.Authenticate(gql), maxRequestBody))
+	mux.Handle("/graphql", resolvers.LimitBody(maxRequestBody, res.Authenticate(gql)))
 	mux.Handle("GET /playground", playground.Handler("ERP event backbone", "/graphql"))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)

@@ -32,11 +32,12 @@ const (
 	EntityProdOrders      = "plan_prod_orders"
 	EntityWarehouseMoves  = "wh_moves"
 	EntityPurchaseOrders  = "wh_purchase_orders"
+	EntityUsers           = "users"
 	notifyEventProcessed  = "event_processed"
 	maxEventPageSize      = 500
 	cursorVersion         = "e1"
 	cursorNoFeedSeq       = "-"
-	eventColumnsFromJoin  = `e.id, e.type, e.entity, e.entity_id, e.payload, e.created_at, e.dispatched_at, e.processed_at, e.feed_seq, e.actor_id, u.login AS actor_login, u.display_name AS actor_name`
+	eventColumnsFromJoin  = `e.id, e.type, e.entity, e.entity_id, e.payload, e.created_at, e.dispatched_at, e.processed_at, e.feed_seq, e.actor_id, u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role`
 	eventFromJoinedActors = `events e LEFT JOIN users u ON u.id = e.actor_id`
 )
 
@@ -58,6 +59,7 @@ type Event struct {
 	ActorID    *int64  `db:"actor_id"`
 	ActorLogin *string `db:"actor_login"`
 	ActorName  *string `db:"actor_name"`
+	ActorRole  *string `db:"actor_role"`
 }
 
 // Object names the event's row as the old screen did: "sales_orders #22".
@@ -74,6 +76,9 @@ func (e Event) Actor() *User {
 	}
 	if e.ActorName != nil {
 		u.DisplayName = *e.ActorName
+	}
+	if e.ActorRole != nil {
+		u.Role = *e.ActorRole
 	}
 	return &u
 }

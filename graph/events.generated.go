@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"erp/db"
 	"erp/graph/model"
+	"errors"
 	"math"
 	"strconv"
 	"sync/atomic"
@@ -503,7 +504,25 @@ func (ec *executionContext) _Subscription_eventProcessed(ctx context.Context, fi
 			fc := graphql.GetFieldContext(ctx)
 			return ec.Resolvers.Subscription().EventProcessed(ctx, fc.Args["filter"].(*db.EventFilter), fc.Args["after"].(*string))
 		},
-		nil,
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{"VIEWER", "SALES", "WAREHOUSE", "PLANNER"})
+				if err != nil {
+					var zeroVal *db.Event
+					return zeroVal, err
+				}
+				if ec.Directives.Allow == nil {
+					var zeroVal *db.Event
+					return zeroVal, errors.New("directive allow is not implemented")
+				}
+				return ec.Directives.Allow(ctx, nil, directive0, roles)
+			}
+
+			next = directive1
+			return next
+		},
 		func(ctx context.Context, selections ast.SelectionSet, v *db.Event) graphql.Marshaler {
 			return ec.marshalNEvent2ᚖerpᚋdbᚐEvent(ctx, selections, v)
 		},

@@ -10,6 +10,7 @@ import (
 	"erp/graph/model"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	gqlparser "github.com/vektah/gqlparser/v2"
@@ -24,19 +25,32 @@ func NewExecutableSchema(cfg Config) graphql.ExecutableSchema {
 type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 
 type ResolverRoot interface {
+	ApiToken() ApiTokenResolver
 	Delivery() DeliveryResolver
 	Event() EventResolver
 	Mutation() MutationResolver
 	Query() QueryResolver
 	Subscriber() SubscriberResolver
 	Subscription() SubscriptionResolver
+	User() UserResolver
 	WarehouseMove() WarehouseMoveResolver
 }
 
 type DirectiveRoot struct {
+	Allow func(ctx context.Context, obj any, next graphql.Resolver, roles []model.Role) (res any, err error)
 }
 
 type ComplexityRoot struct {
+	ApiToken struct {
+		CreatedAt  func(childComplexity int) int
+		ExpiresAt  func(childComplexity int) int
+		ID         func(childComplexity int) int
+		LastUsedAt func(childComplexity int) int
+		Name       func(childComplexity int) int
+		RevokedAt  func(childComplexity int) int
+		User       func(childComplexity int) int
+	}
+
 	Delivery struct {
 		Attempts       func(childComplexity int) int
 		CreatedAt      func(childComplexity int) int
@@ -96,6 +110,11 @@ type ComplexityRoot struct {
 		Node   func(childComplexity int) int
 	}
 
+	IssuedToken struct {
+		Info  func(childComplexity int) int
+		Token func(childComplexity int) int
+	}
+
 	Item struct {
 		CreatedAt func(childComplexity int) int
 		ID        func(childComplexity int) int
@@ -109,15 +128,19 @@ type ComplexityRoot struct {
 		CreateProductionOrder   func(childComplexity int, input db.ProductionOrderInput) int
 		CreatePurchaseOrder     func(childComplexity int, input db.PurchaseOrderInput) int
 		CreateSalesOrder        func(childComplexity int, input db.SalesOrderInput) int
+		CreateUser              func(childComplexity int, input model.UserInput) int
 		CreateWarehouse         func(childComplexity int, input db.WarehouseInput) int
 		CreateWarehouseMove     func(childComplexity int, input model.WarehouseMoveInput) int
 		CreateWebhookSubscriber func(childComplexity int, input model.WebhookSubscriberInput) int
+		IssueToken              func(childComplexity int, login string, name *string, expiresAt *time.Time) int
 		PauseSubscriber         func(childComplexity int, id int64) int
 		ReceiveOrder            func(childComplexity int, input model.ReceiveOrderInput) int
 		Redeliver               func(childComplexity int, eventID int64, subscriber string) int
 		RedeliverAll            func(childComplexity int, filter model.DeliveryFilter) int
 		ResumeSubscriber        func(childComplexity int, id int64) int
+		RevokeToken             func(childComplexity int, id int64) int
 		SetNumberSeriesStart    func(childComplexity int, prefix string, year int, start int) int
+		SetUserRole             func(childComplexity int, login string, role model.Role) int
 		UpdateWebhookSubscriber func(childComplexity int, id int64, input model.WebhookSubscriberUpdate) int
 	}
 
@@ -153,10 +176,13 @@ type ComplexityRoot struct {
 		Event           func(childComplexity int, id int64) int
 		Events          func(childComplexity int, filter *db.EventFilter, first *int, after *string) int
 		Items           func(childComplexity int) int
+		Me              func(childComplexity int) int
 		ProductionOrder func(childComplexity int, id int64) int
 		PurchaseOrder   func(childComplexity int, id int64) int
 		SalesOrder      func(childComplexity int, id int64) int
 		Subscribers     func(childComplexity int) int
+		Tokens          func(childComplexity int, login *string) int
+		Users           func(childComplexity int) int
 		WarehouseMove   func(childComplexity int, id int64) int
 		Warehouses      func(childComplexity int) int
 	}
@@ -198,6 +224,7 @@ type ComplexityRoot struct {
 		DisplayName func(childComplexity int) int
 		ID          func(childComplexity int) int
 		Login       func(childComplexity int) int
+		Role        func(childComplexity int) int
 	}
 
 	Warehouse struct {
@@ -234,6 +261,49 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 	ec := newExecutionContext(nil, e, nil)
 	_ = ec
 	switch typeName + "." + field {
+
+	case "ApiToken.createdAt":
+		if e.ComplexityRoot.ApiToken.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiToken.CreatedAt(childComplexity), true
+	case "ApiToken.expiresAt":
+		if e.ComplexityRoot.ApiToken.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiToken.ExpiresAt(childComplexity), true
+	case "ApiToken.id":
+		if e.ComplexityRoot.ApiToken.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiToken.ID(childComplexity), true
+	case "ApiToken.lastUsedAt":
+		if e.ComplexityRoot.ApiToken.LastUsedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiToken.LastUsedAt(childComplexity), true
+	case "ApiToken.name":
+		if e.ComplexityRoot.ApiToken.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiToken.Name(childComplexity), true
+	case "ApiToken.revokedAt":
+		if e.ComplexityRoot.ApiToken.RevokedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiToken.RevokedAt(childComplexity), true
+	case "ApiToken.user":
+		if e.ComplexityRoot.ApiToken.User == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiToken.User(childComplexity), true
 
 	case "Delivery.attempts":
 		if e.ComplexityRoot.Delivery.Attempts == nil {
@@ -470,6 +540,19 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.EventEdge.Node(childComplexity), true
 
+	case "IssuedToken.info":
+		if e.ComplexityRoot.IssuedToken.Info == nil {
+			break
+		}
+
+		return e.ComplexityRoot.IssuedToken.Info(childComplexity), true
+	case "IssuedToken.token":
+		if e.ComplexityRoot.IssuedToken.Token == nil {
+			break
+		}
+
+		return e.ComplexityRoot.IssuedToken.Token(childComplexity), true
+
 	case "Item.createdAt":
 		if e.ComplexityRoot.Item.CreatedAt == nil {
 			break
@@ -545,6 +628,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateSalesOrder(childComplexity, args["input"].(db.SalesOrderInput)), true
+	case "Mutation.createUser":
+		if e.ComplexityRoot.Mutation.CreateUser == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createUser_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateUser(childComplexity, args["input"].(model.UserInput)), true
 	case "Mutation.createWarehouse":
 		if e.ComplexityRoot.Mutation.CreateWarehouse == nil {
 			break
@@ -578,6 +672,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateWebhookSubscriber(childComplexity, args["input"].(model.WebhookSubscriberInput)), true
+	case "Mutation.issueToken":
+		if e.ComplexityRoot.Mutation.IssueToken == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_issueToken_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.IssueToken(childComplexity, args["login"].(string), args["name"].(*string), args["expiresAt"].(*time.Time)), true
 	case "Mutation.pauseSubscriber":
 		if e.ComplexityRoot.Mutation.PauseSubscriber == nil {
 			break
@@ -633,6 +738,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.ResumeSubscriber(childComplexity, args["id"].(int64)), true
+	case "Mutation.revokeToken":
+		if e.ComplexityRoot.Mutation.RevokeToken == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_revokeToken_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RevokeToken(childComplexity, args["id"].(int64)), true
 	case "Mutation.setNumberSeriesStart":
 		if e.ComplexityRoot.Mutation.SetNumberSeriesStart == nil {
 			break
@@ -644,6 +760,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.SetNumberSeriesStart(childComplexity, args["prefix"].(string), args["year"].(int), args["start"].(int)), true
+	case "Mutation.setUserRole":
+		if e.ComplexityRoot.Mutation.SetUserRole == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setUserRole_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetUserRole(childComplexity, args["login"].(string), args["role"].(model.Role)), true
 	case "Mutation.updateWebhookSubscriber":
 		if e.ComplexityRoot.Mutation.UpdateWebhookSubscriber == nil {
 			break
@@ -812,6 +939,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Items(childComplexity), true
+	case "Query.me":
+		if e.ComplexityRoot.Query.Me == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.Me(childComplexity), true
 	case "Query.productionOrder":
 		if e.ComplexityRoot.Query.ProductionOrder == nil {
 			break
@@ -851,6 +984,23 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Subscribers(childComplexity), true
+	case "Query.tokens":
+		if e.ComplexityRoot.Query.Tokens == nil {
+			break
+		}
+
+		args, err := ec.field_Query_tokens_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Tokens(childComplexity, args["login"].(*string)), true
+	case "Query.users":
+		if e.ComplexityRoot.Query.Users == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.Users(childComplexity), true
 	case "Query.warehouseMove":
 		if e.ComplexityRoot.Query.WarehouseMove == nil {
 			break
@@ -1022,6 +1172,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.User.Login(childComplexity), true
+	case "User.role":
+		if e.ComplexityRoot.User.Role == nil {
+			break
+		}
+
+		return e.ComplexityRoot.User.Role(childComplexity), true
 
 	case "Warehouse.code":
 		if e.ComplexityRoot.Warehouse.Code == nil {
@@ -1126,6 +1282,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("PurchaseOrderInput", ec.unmarshalInputPurchaseOrderInput),
 			graphql.NewInputUnmarshaler("ReceiveOrderInput", ec.unmarshalInputReceiveOrderInput),
 			graphql.NewInputUnmarshaler("SalesOrderInput", ec.unmarshalInputSalesOrderInput),
+			graphql.NewInputUnmarshaler("UserInput", ec.unmarshalInputUserInput),
 			graphql.NewInputUnmarshaler("WarehouseInput", ec.unmarshalInputWarehouseInput),
 			graphql.NewInputUnmarshaler("WarehouseMoveInput", ec.unmarshalInputWarehouseMoveInput),
 			graphql.NewInputUnmarshaler("WebhookSubscriberInput", ec.unmarshalInputWebhookSubscriberInput),
@@ -1222,7 +1379,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "deliveries.graphqls" "documents.graphqls" "events.graphqls" "schema.graphqls"
+//go:embed "deliveries.graphqls" "documents.graphqls" "events.graphqls" "schema.graphqls" "users.graphqls"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -1238,12 +1395,33 @@ var sources = []*ast.Source{
 	{Name: "documents.graphqls", Input: sourceData("documents.graphqls"), BuiltIn: false},
 	{Name: "events.graphqls", Input: sourceData("events.graphqls"), BuiltIn: false},
 	{Name: "schema.graphqls", Input: sourceData("schema.graphqls"), BuiltIn: false},
+	{Name: "users.graphqls", Input: sourceData("users.graphqls"), BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
 
 // childFields_* functions provide shared child field context lookups.
 // Each function is generated once per unique object type, deduplicating the
 // switch statements that were previously inlined in every fieldContext_* function.
+
+func (ec *executionContext) childFields_ApiToken(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_ApiToken_id(ctx, field)
+	case "user":
+		return ec.fieldContext_ApiToken_user(ctx, field)
+	case "name":
+		return ec.fieldContext_ApiToken_name(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_ApiToken_createdAt(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_ApiToken_expiresAt(ctx, field)
+	case "revokedAt":
+		return ec.fieldContext_ApiToken_revokedAt(ctx, field)
+	case "lastUsedAt":
+		return ec.fieldContext_ApiToken_lastUsedAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ApiToken", field.Name)
+}
 
 func (ec *executionContext) childFields_Delivery(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
@@ -1361,6 +1539,16 @@ func (ec *executionContext) childFields_EventEdge(ctx context.Context, field gra
 		return ec.fieldContext_EventEdge_node(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type EventEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_IssuedToken(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "token":
+		return ec.fieldContext_IssuedToken_token(ctx, field)
+	case "info":
+		return ec.fieldContext_IssuedToken_info(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type IssuedToken", field.Name)
 }
 
 func (ec *executionContext) childFields_Item(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1497,6 +1685,8 @@ func (ec *executionContext) childFields_User(ctx context.Context, field graphql.
 		return ec.fieldContext_User_login(ctx, field)
 	case "displayName":
 		return ec.fieldContext_User_displayName(ctx, field)
+	case "role":
+		return ec.fieldContext_User_role(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type User", field.Name)
 }

@@ -3,12 +3,17 @@ package resolvers
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 
+	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 
 	"erp/db"
+	"erp/graph/model"
 )
 
 // CloseUnauthorized is the websocket close code for a missing or bad token
@@ -69,16 +74,17 @@ func (r *Resolver) Authenticate(next http.Handler) http.Handler {
 			return
 		}
 		u, err := r.authenticate(req.Context(), req.Header.Get("Authorization"))
+		if errors.Is(err, errUnauthenticated) {
+			r.Logger.WarnContext(req.Context(), "authentication failed", slog.String("remote", req.RemoteAddr), slog.Bool("token_sent", req.Header.Get("Authorization") != ""))
+		}
 		if err != nil {
-			status, code, msg := http.StatusUnauthorized, codeUnauthenticated, err.Error()
-			if !errors.Is(err, errUnauthenticated) {
-				status, code, msg = http.StatusServiceUnavailable, codeInternal, "internal error"
-				r.Logger.ErrorContext(req.Context(), "authenticate", "error", err)
-			} else {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="erp"`)
-			}
 			w.Header().Set("Content-Type", "application/json")
-			transport.SendError(w, status, gqlErrorWithCode(msg, code))
+			if !errors.Is(err, errUnauthenticated) {
+				transport.SendError(w, http.StatusServiceUnavailable, internalError(req.Context(), r.Logger, "authenticate", err))
+				return
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="erp"`)
+			transport.SendError(w, http.StatusUnauthorized, gqlErrorWithCode(err.Error(), codeUnauthenticated))
 			return
 		}
 		next.ServeHTTP(w, req.WithContext(WithUser(req.Context(), u)))
@@ -91,7 +97,9 @@ func (r *Resolver) Authenticate(next http.Handler) http.Handler {
 func (r *Resolver) WebsocketInit(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
 	u, err := r.authenticate(ctx, payload.Authorization())
 	if err != nil {
-		if !errors.Is(err, errUnauthenticated) {
+		if errors.Is(err, errUnauthenticated) {
+			r.Logger.WarnContext(ctx, "websocket authentication failed", slog.Bool("token_sent", payload.Authorization() != ""))
+		} else {
 			r.Logger.ErrorContext(ctx, "authenticate websocket", "error", err)
 		}
 		ctx = transport.WithWebsocketCloseCode(ctx, CloseUnauthorized)
@@ -99,4 +107,26 @@ func (r *Resolver) WebsocketInit(ctx context.Context, payload transport.InitPayl
 		return ctx, nil, errUnauthenticated
 	}
 	return WithUser(ctx, u), nil, nil
+}
+
+var errForbidden = errors.New("your role may not do this")
+
+// Allow implements the @allow(roles) directive, the one place where roles
+// are checked: admins pass, the listed roles pass, everyone else gets
+// FORBIDDEN before the resolver runs (so nothing is written). Refusals are
+// logged for audit, not journaled.
+func (r *Resolver) Allow(ctx context.Context, _ any, next graphql.Resolver, roles []model.Role) (any, error) {
+	u, ok := UserFrom(ctx)
+	if !ok {
+		return nil, errUnauthenticated
+	}
+	if u.Role == db.RoleAdmin || slices.Contains(roles, model.Role(strings.ToUpper(u.Role))) {
+		return next(ctx)
+	}
+	field := ""
+	if fc := graphql.GetFieldContext(ctx); fc != nil {
+		field = fc.Object + "." + fc.Field.Name
+	}
+	r.Logger.WarnContext(ctx, "permission refused", slog.String("user", u.Login), slog.String("role", u.Role), slog.String("field", field))
+	return nil, fmt.Errorf("%s: %w", field, errForbidden)
 }

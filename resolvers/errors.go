@@ -68,6 +68,8 @@ func ErrorPresenter(logger *slog.Logger) graphql.ErrorPresenterFunc {
 			setCode(codeBadUserInput)
 		case errors.Is(err, errUnauthenticated):
 			setCode(codeUnauthenticated)
+		case errors.Is(err, errForbidden):
+			setCode(codeForbidden)
 		case errors.Is(err, db.ErrNotFound):
 			setCode(codeNotFound)
 		case errors.Is(err, db.ErrConflict):
@@ -79,14 +81,21 @@ func ErrorPresenter(logger *slog.Logger) graphql.ErrorPresenterFunc {
 			// gqlgen's own messages (validation, parsing) say nothing of
 			// our internals; they carry their own code.
 		default:
-			id := uuid.NewString()
-			logger.ErrorContext(ctx, "request failed", slog.String("request_id", id),
-				slog.String("path", pathString(gqlErr.Path)), slog.String("error", err.Error()))
-			gqlErr.Message = "internal error"
-			gqlErr.Extensions = map[string]any{"code": codeInternal, "requestId": id}
+			e := internalError(ctx, logger, pathString(gqlErr.Path), err)
+			e.Path, e.Locations = gqlErr.Path, gqlErr.Locations
+			gqlErr = e
 		}
 		return gqlErr
 	}
+}
+
+// internalError logs err with a fresh request id and returns the error the
+// client sees: INTERNAL and that id, nothing of err itself.
+func internalError(ctx context.Context, logger *slog.Logger, where string, err error) *gqlerror.Error {
+	id := uuid.NewString()
+	logger.ErrorContext(ctx, "request failed", slog.String("request_id", id),
+		slog.String("where", where), slog.String("error", err.Error()))
+	return &gqlerror.Error{Message: "internal error", Extensions: map[string]any{"code": codeInternal, "requestId": id}}
 }
 
 // isOwnError reports an error made by gqlgen itself rather than returned

@@ -48,7 +48,10 @@ func (r *Resolver) Mutation() graph.MutationResolver { return &mutationResolver{
 
 func (r *Resolver) Query() graph.QueryResolver { return &queryResolver{r} }
 
+func (r *Resolver) User() graph.UserResolver { return &userResolver{r} }
+
 type (
 	mutationResolver struct{ *Resolver }
 	queryResolver    struct{ *Resolver }
+	userResolver     struct{ *Resolver }
 )

@@ -37,6 +37,12 @@ type EventEdge struct {
 	Node   *db.Event `json:"node"`
 }
 
+type IssuedToken struct {
+	// The bearer token. Store it now: only its hash is kept.
+	Token string       `json:"token"`
+	Info  *db.APIToken `json:"info"`
+}
+
 type Mutation struct {
 }
 
@@ -62,6 +68,13 @@ type ReceiveOrderResult struct {
 }
 
 type Subscription struct {
+}
+
+type UserInput struct {
+	// 1–64 of a-z 0-9 . _ -
+	Login       string `json:"login"`
+	DisplayName string `json:"displayName"`
+	Role        Role   `json:"role"`
 }
 
 type WarehouseMoveInput struct {
@@ -271,6 +284,75 @@ func (e *OrderSource) UnmarshalJSON(b []byte) error {
 }
 
 func (e OrderSource) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+type Role string
+
+const (
+	// Everything, including users, tokens, subscribers and redelivery.
+	RoleAdmin Role = "ADMIN"
+	// Sales orders.
+	RoleSales Role = "SALES"
+	// Warehouse moves, purchase orders, receipts, warehouses.
+	RoleWarehouse Role = "WAREHOUSE"
+	// Production orders, items and bills of materials.
+	RolePlanner Role = "PLANNER"
+	// Integrations (web shop, CRM): receiveOrder only.
+	RoleIntegration Role = "INTEGRATION"
+	// Reads everything, writes nothing.
+	RoleViewer Role = "VIEWER"
+)
+
+var AllRole = []Role{
+	RoleAdmin,
+	RoleSales,
+	RoleWarehouse,
+	RolePlanner,
+	RoleIntegration,
+	RoleViewer,
+}
+
+func (e Role) IsValid() bool {
+	switch e {
+	case RoleAdmin, RoleSales, RoleWarehouse, RolePlanner, RoleIntegration, RoleViewer:
+		return true
+	}
+	return false
+}
+
+func (e Role) String() string {
+	return string(e)
+}
+
+func (e *Role) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = Role(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid Role", str)
+	}
+	return nil
+}
+
+func (e Role) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *Role) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e Role) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil
