@@ -26,6 +26,7 @@ type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 type ResolverRoot interface {
 	Delivery() DeliveryResolver
 	Event() EventResolver
+	Item() ItemResolver
 	Mutation() MutationResolver
 	Query() QueryResolver
 	Subscriber() SubscriberResolver
@@ -37,6 +38,14 @@ type DirectiveRoot struct {
 }
 
 type ComplexityRoot struct {
+	Component struct {
+		LineNo   func(childComplexity int) int
+		Name     func(childComplexity int) int
+		Quantity func(childComplexity int) int
+		SKU      func(childComplexity int) int
+		Unit     func(childComplexity int) int
+	}
+
 	Delivery struct {
 		Attempts       func(childComplexity int) int
 		CreatedAt      func(childComplexity int) int
@@ -97,11 +106,12 @@ type ComplexityRoot struct {
 	}
 
 	Item struct {
-		CreatedAt func(childComplexity int) int
-		ID        func(childComplexity int) int
-		Name      func(childComplexity int) int
-		SKU       func(childComplexity int) int
-		Unit      func(childComplexity int) int
+		Components func(childComplexity int) int
+		CreatedAt  func(childComplexity int) int
+		ID         func(childComplexity int) int
+		Name       func(childComplexity int) int
+		SKU        func(childComplexity int) int
+		Unit       func(childComplexity int) int
 	}
 
 	Mutation struct {
@@ -117,7 +127,9 @@ type ComplexityRoot struct {
 		Redeliver               func(childComplexity int, eventID int64, subscriber string) int
 		RedeliverAll            func(childComplexity int, filter model.DeliveryFilter) int
 		ResumeSubscriber        func(childComplexity int, id int64) int
+		SetBillOfMaterials      func(childComplexity int, sku string, components []db.ComponentInput) int
 		SetNumberSeriesStart    func(childComplexity int, prefix string, year int, start int) int
+		SetProductionWarehouse  func(childComplexity int, code string) int
 		UpdateWebhookSubscriber func(childComplexity int, id int64, input model.WebhookSubscriberUpdate) int
 	}
 
@@ -127,15 +139,16 @@ type ComplexityRoot struct {
 	}
 
 	ProductionOrder struct {
-		CreatedAt    func(childComplexity int) int
-		ID           func(childComplexity int) int
-		ItemName     func(childComplexity int) int
-		Number       func(childComplexity int) int
-		Quantity     func(childComplexity int) int
-		SKU          func(childComplexity int) int
-		SalesOrderID func(childComplexity int) int
-		Status       func(childComplexity int) int
-		Unit         func(childComplexity int) int
+		CreatedAt        func(childComplexity int) int
+		ID               func(childComplexity int) int
+		ItemName         func(childComplexity int) int
+		Number           func(childComplexity int) int
+		Quantity         func(childComplexity int) int
+		SKU              func(childComplexity int) int
+		SalesOrderID     func(childComplexity int) int
+		SalesOrderLineNo func(childComplexity int) int
+		Status           func(childComplexity int) int
+		Unit             func(childComplexity int) int
 	}
 
 	PurchaseOrder struct {
@@ -201,10 +214,11 @@ type ComplexityRoot struct {
 	}
 
 	Warehouse struct {
-		Code      func(childComplexity int) int
-		CreatedAt func(childComplexity int) int
-		ID        func(childComplexity int) int
-		Name      func(childComplexity int) int
+		Code               func(childComplexity int) int
+		CreatedAt          func(childComplexity int) int
+		ID                 func(childComplexity int) int
+		Name               func(childComplexity int) int
+		SuppliesProduction func(childComplexity int) int
 	}
 
 	WarehouseMove struct {
@@ -216,6 +230,7 @@ type ComplexityRoot struct {
 		Number            func(childComplexity int) int
 		ProductionOrderID func(childComplexity int) int
 		PurchaseOrderID   func(childComplexity int) int
+		SourceEventID     func(childComplexity int) int
 		Status            func(childComplexity int) int
 		ToWarehouse       func(childComplexity int) int
 	}
@@ -234,6 +249,37 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 	ec := newExecutionContext(nil, e, nil)
 	_ = ec
 	switch typeName + "." + field {
+
+	case "Component.lineNo":
+		if e.ComplexityRoot.Component.LineNo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Component.LineNo(childComplexity), true
+	case "Component.name":
+		if e.ComplexityRoot.Component.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Component.Name(childComplexity), true
+	case "Component.quantity":
+		if e.ComplexityRoot.Component.Quantity == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Component.Quantity(childComplexity), true
+	case "Component.sku":
+		if e.ComplexityRoot.Component.SKU == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Component.SKU(childComplexity), true
+	case "Component.unit":
+		if e.ComplexityRoot.Component.Unit == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Component.Unit(childComplexity), true
 
 	case "Delivery.attempts":
 		if e.ComplexityRoot.Delivery.Attempts == nil {
@@ -470,6 +516,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.EventEdge.Node(childComplexity), true
 
+	case "Item.components":
+		if e.ComplexityRoot.Item.Components == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Item.Components(childComplexity), true
 	case "Item.createdAt":
 		if e.ComplexityRoot.Item.CreatedAt == nil {
 			break
@@ -633,6 +685,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.ResumeSubscriber(childComplexity, args["id"].(int64)), true
+	case "Mutation.setBillOfMaterials":
+		if e.ComplexityRoot.Mutation.SetBillOfMaterials == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setBillOfMaterials_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetBillOfMaterials(childComplexity, args["sku"].(string), args["components"].([]db.ComponentInput)), true
 	case "Mutation.setNumberSeriesStart":
 		if e.ComplexityRoot.Mutation.SetNumberSeriesStart == nil {
 			break
@@ -644,6 +707,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.SetNumberSeriesStart(childComplexity, args["prefix"].(string), args["year"].(int), args["start"].(int)), true
+	case "Mutation.setProductionWarehouse":
+		if e.ComplexityRoot.Mutation.SetProductionWarehouse == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setProductionWarehouse_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetProductionWarehouse(childComplexity, args["code"].(string)), true
 	case "Mutation.updateWebhookSubscriber":
 		if e.ComplexityRoot.Mutation.UpdateWebhookSubscriber == nil {
 			break
@@ -711,6 +785,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ProductionOrder.SalesOrderID(childComplexity), true
+	case "ProductionOrder.salesOrderLineNo":
+		if e.ComplexityRoot.ProductionOrder.SalesOrderLineNo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProductionOrder.SalesOrderLineNo(childComplexity), true
 	case "ProductionOrder.status":
 		if e.ComplexityRoot.ProductionOrder.Status == nil {
 			break
@@ -1047,6 +1127,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Warehouse.Name(childComplexity), true
+	case "Warehouse.suppliesProduction":
+		if e.ComplexityRoot.Warehouse.SuppliesProduction == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Warehouse.SuppliesProduction(childComplexity), true
 
 	case "WarehouseMove.createdAt":
 		if e.ComplexityRoot.WarehouseMove.CreatedAt == nil {
@@ -1096,6 +1182,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.WarehouseMove.PurchaseOrderID(childComplexity), true
+	case "WarehouseMove.sourceEventId":
+		if e.ComplexityRoot.WarehouseMove.SourceEventID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WarehouseMove.SourceEventID(childComplexity), true
 	case "WarehouseMove.status":
 		if e.ComplexityRoot.WarehouseMove.Status == nil {
 			break
@@ -1118,6 +1210,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	ec := newExecutionContext(opCtx, e, make(chan graphql.DeferredResult))
 	inputUnmarshalers := func() *graphql.InputUnmarshalerIndex {
 		return graphql.NewInputUnmarshalerIndex(
+			graphql.NewInputUnmarshaler("ComponentInput", ec.unmarshalInputComponentInput),
 			graphql.NewInputUnmarshaler("DeliveryFilter", ec.unmarshalInputDeliveryFilter),
 			graphql.NewInputUnmarshaler("EventFilter", ec.unmarshalInputEventFilter),
 			graphql.NewInputUnmarshaler("ItemInput", ec.unmarshalInputItemInput),
@@ -1222,7 +1315,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "deliveries.graphqls" "documents.graphqls" "events.graphqls" "schema.graphqls"
+//go:embed "deliveries.graphqls" "documents.graphqls" "events.graphqls" "planning.graphqls" "schema.graphqls"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -1237,6 +1330,7 @@ var sources = []*ast.Source{
 	{Name: "deliveries.graphqls", Input: sourceData("deliveries.graphqls"), BuiltIn: false},
 	{Name: "documents.graphqls", Input: sourceData("documents.graphqls"), BuiltIn: false},
 	{Name: "events.graphqls", Input: sourceData("events.graphqls"), BuiltIn: false},
+	{Name: "planning.graphqls", Input: sourceData("planning.graphqls"), BuiltIn: false},
 	{Name: "schema.graphqls", Input: sourceData("schema.graphqls"), BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
@@ -1244,6 +1338,22 @@ var parsedSchema = gqlparser.MustLoadSchema(sources...)
 // childFields_* functions provide shared child field context lookups.
 // Each function is generated once per unique object type, deduplicating the
 // switch statements that were previously inlined in every fieldContext_* function.
+
+func (ec *executionContext) childFields_Component(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "lineNo":
+		return ec.fieldContext_Component_lineNo(ctx, field)
+	case "sku":
+		return ec.fieldContext_Component_sku(ctx, field)
+	case "name":
+		return ec.fieldContext_Component_name(ctx, field)
+	case "unit":
+		return ec.fieldContext_Component_unit(ctx, field)
+	case "quantity":
+		return ec.fieldContext_Component_quantity(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Component", field.Name)
+}
 
 func (ec *executionContext) childFields_Delivery(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
@@ -1375,6 +1485,8 @@ func (ec *executionContext) childFields_Item(ctx context.Context, field graphql.
 		return ec.fieldContext_Item_unit(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_Item_createdAt(ctx, field)
+	case "components":
+		return ec.fieldContext_Item_components(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Item", field.Name)
 }
@@ -1409,6 +1521,8 @@ func (ec *executionContext) childFields_ProductionOrder(ctx context.Context, fie
 		return ec.fieldContext_ProductionOrder_status(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_ProductionOrder_createdAt(ctx, field)
+	case "salesOrderLineNo":
+		return ec.fieldContext_ProductionOrder_salesOrderLineNo(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ProductionOrder", field.Name)
 }
@@ -1511,6 +1625,8 @@ func (ec *executionContext) childFields_Warehouse(ctx context.Context, field gra
 		return ec.fieldContext_Warehouse_name(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_Warehouse_createdAt(ctx, field)
+	case "suppliesProduction":
+		return ec.fieldContext_Warehouse_suppliesProduction(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Warehouse", field.Name)
 }
@@ -1537,6 +1653,8 @@ func (ec *executionContext) childFields_WarehouseMove(ctx context.Context, field
 		return ec.fieldContext_WarehouseMove_createdAt(ctx, field)
 	case "lines":
 		return ec.fieldContext_WarehouseMove_lines(ctx, field)
+	case "sourceEventId":
+		return ec.fieldContext_WarehouseMove_sourceEventId(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type WarehouseMove", field.Name)
 }
