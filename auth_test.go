@@ -73,6 +73,8 @@ func TestEveryMutationByEveryRole(t *testing.T) {
 	}{
 		{"createItem", `mutation { createItem(input: {sku: "R1", name: "n", unit: "шт"}) { id } }`, nil, []string{"PLANNER", "WAREHOUSE"}},
 		{"createWarehouse", `mutation { createWarehouse(input: {code: "R1", name: "n"}) { id } }`, nil, []string{"WAREHOUSE"}},
+		{"setBillOfMaterials", `mutation { setBillOfMaterials(sku: "A1", components: []) { id } }`, nil, []string{"PLANNER"}},
+		{"setProductionWarehouse", `mutation { setProductionWarehouse(code: "MAIN") { id } }`, nil, []string{"WAREHOUSE"}},
 		{"setNumberSeriesStart", `mutation { setNumberSeriesStart(prefix: "ЗП", year: 2030, start: 5) }`, nil, nil},
 		{"createSalesOrder", createSalesOrder, map[string]any{"customer": "r"}, []string{"SALES"}},
 		{"receiveOrder", `mutation { receiveOrder(input: {source: SHOP, externalId: "shop-role", customer: "r", lines: [{sku: "A1", quantity: "1"}]}) { duplicate } }`, nil, []string{"INTEGRATION", "SALES"}},

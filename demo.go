@@ -35,8 +35,16 @@ const (
 	// demoShopFirst is the sync_id of the seed's first shop order, the one
 	// with two lines.
 	demoShopFirst = "shop-demo-0001"
-	// demoMainWarehouse receives purchases and issues materials.
+	// demoMainWarehouse receives purchases and supplies production: the
+	// server's material issues (ВЦ) leave from it.
 	demoMainWarehouse = "СКЛ-1"
+	// demoSpareSKU is a material also sold as it is (a spare fittings kit):
+	// orders for it are not planned for production. Three CRM orders and
+	// the fourth shop order are for it, so that, as in the seed, 13
+	// production orders precede the first shop order's (ПЗ-…-000414 and 415
+	// for ЗК-…-000418) and the last shop order's is ПЗ-…-000418.
+	demoSpareSKU   = "МАТ-ФУРН"
+	demoSparePrice = "450.00"
 )
 
 // demoTableHeader is the header of the old system's "Поток событий" screen.
@@ -95,6 +103,8 @@ type demoSummary struct {
 	ItemsCreated, ItemsExisting           int
 	WarehousesCreated, WarehousesExisting int
 	// Created counts new documents per number prefix: ЗК, ПЗ, ЗП, ПР, ВЦ.
+	// ПЗ and ВЦ are made by the server's planning chain, not by the
+	// replay; they are counted from this run's journal.
 	Created map[string]int
 	// Received counts receiveOrder calls; Duplicates those answered
 	// duplicate: true, whose external ids are in DuplicateIDs in sending
@@ -166,23 +176,22 @@ type demoLine struct {
 // demoQty formats thousandths as a Decimal with three places: 6500 → "6.500".
 func demoQty(milli int64) string { return fmt.Sprintf("%d.%03d", milli/1000, milli%1000) }
 
-// demoPlan is one line of a received shop order to be produced.
-type demoPlan struct {
-	product demoItem
-	units   int64
-}
-
 // replayDemo replays the seed's business day through the GraphQL API at
-// endpoint as the user of token: master data, number series continuing at
-// 401, two purchase orders and a receipt, 16 CRM orders, a manual order, 5
-// shop orders each planned for production with its materials issued. It
-// then waits until the server has processed every event, prints the newest
-// journal events as the old "Поток событий" table and a summary line to
-// out, and checks that no event was processed before it was created.
+// endpoint as the user of token: master data with the products' bills of
+// materials and the warehouse that supplies production, number series
+// continuing at 401, two purchase orders and a receipt, 16 CRM orders, a
+// manual order and 5 shop orders. The server plans the received orders
+// itself: a production order ПЗ per line of a product with a bill of
+// materials, and a material issue ВЦ per production order, journaled by the
+// system. The replay then waits until the server has processed every
+// event, prints the newest journal events as the old "Поток событий" table
+// and a summary line to out, and checks that no event was processed before
+// it was created.
 //
-// Re-running it is safe: existing master data is reused and the CRM orders
-// and shop-demo-0001 come back as duplicates. Errors name the step; a
-// GraphQL error is a *demoError carrying extensions.code.
+// Re-running it is safe: existing master data is reused (bills of materials
+// are set again, unchanged) and the CRM orders and shop-demo-0001 come back
+// as duplicates, planned nothing again. Errors name the step; a GraphQL
+// error is a *demoError carrying extensions.code.
 func replayDemo(ctx context.Context, endpoint, token string, out io.Writer) (demoSummary, error) {
 	c := &demoClient{
 		endpoint: endpoint,
@@ -220,6 +229,23 @@ func replayDemo(ctx context.Context, endpoint, token string, out io.Writer) (dem
 		default:
 			return sum, fmt.Errorf("create warehouse %s: %w", wh.Code, err)
 		}
+	}
+
+	// What the products are made of, and where their materials come from:
+	// with these the server plans received orders by itself.
+	for _, p := range demoProducts {
+		components := make([]map[string]any, len(p.BOM))
+		for i, m := range p.BOM {
+			components[i] = map[string]any{"sku": m.SKU, "quantity": demoQty(m.Milli)}
+		}
+		if _, err := demoCall[struct{}](ctx, c, `mutation($sku: String!, $c: [ComponentInput!]!) { setBillOfMaterials(sku: $sku, components: $c) { id } }`,
+			map[string]any{"sku": p.SKU, "c": components}); err != nil {
+			return sum, fmt.Errorf("set bill of materials of %s: %w", p.SKU, err)
+		}
+	}
+	if _, err := demoCall[struct{}](ctx, c, `mutation($code: String!) { setProductionWarehouse(code: $code) { id } }`,
+		map[string]any{"code": demoMainWarehouse}); err != nil {
+		return sum, fmt.Errorf("mark %s as supplying production: %w", demoMainWarehouse, err)
 	}
 
 	// 2. The seed's sales and production orders continue from 401;
@@ -266,16 +292,15 @@ func replayDemo(ctx context.Context, endpoint, token string, out io.Writer) (dem
 	sum.Created["ПР"]++
 
 	// receive sends one integration order and counts the answer.
-	receive := func(source, externalID, customer string, lines []demoLine) (orderID string, duplicate bool, err error) {
+	receive := func(source, externalID, customer string, lines []demoLine) error {
 		res, err := demoCall[struct {
 			ReceiveOrder struct {
-				Order     doc  `json:"order"`
 				Duplicate bool `json:"duplicate"`
 			}
-		}](ctx, c, `mutation($in: ReceiveOrderInput!) { receiveOrder(input: $in) { order { id number } duplicate } }`,
+		}](ctx, c, `mutation($in: ReceiveOrderInput!) { receiveOrder(input: $in) { duplicate } }`,
 			map[string]any{"in": map[string]any{"source": source, "externalId": externalID, "customer": customer, "lines": lines}})
 		if err != nil {
-			return "", false, err
+			return err
 		}
 		sum.Received++
 		if res.ReceiveOrder.Duplicate {
@@ -284,15 +309,19 @@ func replayDemo(ctx context.Context, endpoint, token string, out io.Writer) (dem
 		} else {
 			sum.Created["ЗК"]++
 		}
-		return res.ReceiveOrder.Order.ID, res.ReceiveOrder.Duplicate, nil
+		return nil
 	}
 
-	// 4. Sixteen orders the CRM took over the last weeks, one line each.
+	// 4. Sixteen orders the CRM took over the last weeks, one line each;
+	// every fifth is for spare fittings, the others for furniture.
 	for i := range 16 {
 		externalID := strconv.Itoa(51000 + i)
 		p := demoProducts[i%len(demoProducts)]
 		lines := []demoLine{{p.SKU, demoQty(int64(1+i%3) * 1000), "18500.00"}}
-		if _, _, err := receive("CRM", externalID, demoCustomers[i%len(demoCustomers)], lines); err != nil {
+		if i%5 == 4 {
+			lines = []demoLine{{demoSpareSKU, demoQty(int64(1+i%3) * 1000), demoSparePrice}}
+		}
+		if err := receive("CRM", externalID, demoCustomers[i%len(demoCustomers)], lines); err != nil {
 			return sum, fmt.Errorf("receive crm order %s: %w", externalID, err)
 		}
 	}
@@ -305,60 +334,58 @@ func replayDemo(ctx context.Context, endpoint, token string, out io.Writer) (dem
 	}
 	sum.Created["ЗК"]++
 
-	// 6–7. Five shop orders; each new one is planned for production line by
-	// line (ПЗ), and each production order gets its materials issued (ВЦ).
+	// 6. Five shop orders today; the first has two lines, the fourth is for
+	// spare fittings. As in the seed's journal, the orders of the past weeks
+	// are planned before today's arrive, and each shop order is planned and
+	// its materials issued before the next one comes in, so the numbers
+	// come out as the seed's (ПЗ-…-000414 and 415 for ЗК-…-000418).
+	if err := c.waitProcessed(ctx); err != nil {
+		return sum, err
+	}
 	for i := range 5 {
 		syncID := demoShopFirst
-		plans := []demoPlan{{demoProducts[0], 1}, {demoProducts[1], 4}}
+		lines := []demoLine{{demoProducts[0].SKU, demoQty(1000), "15900.00"}, {demoProducts[1].SKU, demoQty(4000), "15900.00"}}
 		if i > 0 {
 			var err error
 			if syncID, err = demoSyncID(); err != nil {
 				return sum, err
 			}
-			plans = []demoPlan{{demoProducts[i%len(demoProducts)], int64(1 + i%2)}}
+			lines = []demoLine{{demoProducts[i%len(demoProducts)].SKU, demoQty(int64(1+i%2) * 1000), "15900.00"}}
+			if i == 3 {
+				lines = []demoLine{{demoSpareSKU, demoQty(2000), demoSparePrice}}
+			}
 		}
 		sum.ShopOrders = append(sum.ShopOrders, syncID)
-		lines := make([]demoLine, len(plans))
-		for j, pl := range plans {
-			lines[j] = demoLine{pl.product.SKU, demoQty(pl.units * 1000), "15900.00"}
-		}
-		order, dup, err := receive("SHOP", syncID, demoCustomers[(i+3)%len(demoCustomers)], lines)
-		if err != nil {
+		if err := receive("SHOP", syncID, demoCustomers[(i+3)%len(demoCustomers)], lines); err != nil {
 			return sum, fmt.Errorf("receive shop order %s: %w", syncID, err)
 		}
-		if dup {
-			continue // planned when it was first received
-		}
-		for _, pl := range plans {
-			res, err := demoCall[struct{ CreateProductionOrder doc }](ctx, c,
-				`mutation($in: ProductionOrderInput!) { createProductionOrder(input: $in) { id number } }`,
-				map[string]any{"in": map[string]any{"sku": pl.product.SKU, "quantity": demoQty(pl.units * 1000), "salesOrderId": order}})
-			if err != nil {
-				return sum, fmt.Errorf("plan production of %s for shop order %s: %w", pl.product.SKU, syncID, err)
-			}
-			sum.Created["ПЗ"]++
-			po := res.CreateProductionOrder
-			for _, m := range pl.product.BOM {
-				if _, err := demoCall[struct{ CreateWarehouseMove doc }](ctx, c, moveMutation, map[string]any{"in": map[string]any{
-					"kind": "ISSUE_TO_PRODUCTION", "fromWarehouse": demoMainWarehouse, "productionOrderId": po.ID,
-					"lines": []demoLine{{SKU: m.SKU, Quantity: demoQty(m.Milli * pl.units)}},
-				}}); err != nil {
-					return sum, fmt.Errorf("issue %s for production order %s: %w", m.SKU, po.Number, err)
-				}
-				sum.Created["ВЦ"]++
-			}
+		if err := c.waitProcessed(ctx); err != nil {
+			return sum, err
 		}
 	}
 
-	// 8. Wait for the dispatcher, then show the journal as the old screen did.
-	if err := c.waitProcessed(ctx); err != nil {
-		return sum, err
-	}
+	// 7. Everything is processed now, the planning chain included (no event
+	// is left unprocessed before its last stage has journaled): count what
+	// the chain made and show the journal as the old screen did.
 	events, err := c.eventsAfter(ctx, baseline)
 	if err != nil {
 		return sum, fmt.Errorf("read this run's events: %w", err)
 	}
 	sum.Events = len(events)
+	for _, ev := range events {
+		if ev.Type != "doc.created" {
+			continue
+		}
+		var p struct {
+			No string `json:"no"`
+		}
+		if err := json.Unmarshal(ev.Payload, &p); err != nil {
+			return sum, fmt.Errorf("event %s payload: %w", ev.ID, err)
+		}
+		if prefix, _, ok := strings.Cut(p.No, "-"); ok && (prefix == "ПЗ" || prefix == "ВЦ") {
+			sum.Created[prefix]++
+		}
+	}
 	newest, err := demoCall[demoEventsData](ctx, c, demoEventsQuery, map[string]any{"first": demoTableRows})
 	if err != nil {
 		return sum, fmt.Errorf("read newest events: %w", err)
@@ -374,7 +401,7 @@ func replayDemo(ctx context.Context, endpoint, token string, out io.Writer) (dem
 		return sum, fmt.Errorf("print summary: %w", err)
 	}
 
-	// 9. The old system's defect must not be back: processed before created.
+	// 8. The old system's defect must not be back: processed before created.
 	if err := verifyDemoEvents(append(events, rows...)); err != nil {
 		return sum, fmt.Errorf("verify journal: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
 )
 
@@ -93,7 +94,9 @@ func TestDemoReplay(t *testing.T) {
 	sum, err := replayDemo(t.Context(), endpoint, s.Token, &out)
 	require.NoError(t, err, "output:\n%s", out.String())
 	year := sum.Year
-	require.Equal(t, map[string]int{"ЗК": 22, "ПЗ": 6, "ЗП": 2, "ПР": 1, "ВЦ": 10}, sum.Created)
+	// 13 CRM orders and 4 shop orders are for furniture, one of them with
+	// two lines: 18 production orders, each with one material issue.
+	require.Equal(t, map[string]int{"ЗК": 22, "ПЗ": 18, "ЗП": 2, "ПР": 1, "ВЦ": 18}, sum.Created)
 	require.Equal(t, 21, sum.Received)
 	require.Zero(t, sum.Duplicates)
 	require.Equal(t, 9, sum.ItemsCreated)
@@ -101,22 +104,32 @@ func TestDemoReplay(t *testing.T) {
 
 	journal := demoJournal(t, s)
 	require.Len(t, journal, sum.Events)
-	require.Len(t, journal, 22+21+6+2+1+10, "doc.created per document plus order.received per integration order")
+	require.Len(t, journal, 22+21+18+2+1+18, "doc.created per document plus order.received per integration order")
 
 	// The printed table: the seed's header, 30 rows, the summary last.
 	text := out.String()
 	require.Contains(t, text, "| № | Событие | Объект | Данные | Создано | Обработано | Кто |\n|---|---|---|---|---|---|---|\n")
 	t.Logf("demo output:\n%s", text)
-	rowStart := regexp.MustCompile(`^\| \d+ \| `)
-	var rows int
+	// The rows are the newest journal events, newest first; the planning
+	// chain's documents are the system's ("—").
+	rowStart := regexp.MustCompile(`^\| (\d+) \| `)
+	var rows []string
 	for _, l := range strings.Split(text, "\n") {
-		if rowStart.MatchString(l) {
-			rows++
-			require.True(t, strings.HasSuffix(l, " | Администратор |"), "row %q", l)
+		if m := rowStart.FindStringSubmatch(l); m != nil {
+			ev := journal[len(journal)-1-len(rows)]
+			require.Equal(t, ev.ID, m[1], "row %q", l)
+			actor := "Администратор"
+			if systemMade(t, ev) {
+				actor = "—"
+			}
+			require.True(t, strings.HasSuffix(l, " | "+actor+" |"), "row %q", l)
+			rows = append(rows, l)
 		}
 	}
-	require.Equal(t, demoTableRows, rows)
-	require.Contains(t, text, fmt.Sprintf(`{"id": %s, "no": "ВЦ-%d-000010", "entity": "wh_move"}`, journal[len(journal)-1].EntityID, year))
+	require.Len(t, rows, demoTableRows)
+	// The last shop order's material issue comes last, the seed's
+	// wh_moves #N+1 with ВЦ-…-N (the receipt ПР is wh_moves #1).
+	require.Contains(t, rows[0], fmt.Sprintf(`{"id": 19, "no": "ВЦ-%d-000018", "entity": "wh_move"}`, year))
 	require.True(t, strings.HasSuffix(text, sum.line()+"\n"), "output ends with the summary:\n%s", text)
 
 	numbers := map[string][]int{}  // prefix → sequence numbers in journal order
@@ -125,8 +138,12 @@ func TestDemoReplay(t *testing.T) {
 	for _, ev := range journal {
 		require.NotNil(t, ev.ProcessedAt, "event %s unprocessed", ev.ID)
 		require.False(t, ev.ProcessedAt.Before(ev.CreatedAt), "event %s processed %s before created %s", ev.ID, ev.ProcessedAt, ev.CreatedAt)
-		require.NotNil(t, ev.Actor, "event %s has no actor", ev.ID)
-		require.Equal(t, "Администратор", ev.Actor.DisplayName)
+		if systemMade(t, ev) {
+			require.Nil(t, ev.Actor, "event %s (%s) was the planning chain's, the system's", ev.ID, ev.Payload)
+		} else {
+			require.NotNil(t, ev.Actor, "event %s has no actor", ev.ID)
+			require.Equal(t, "Администратор", ev.Actor.DisplayName)
+		}
 		require.Equal(t, ev.Entity+" #"+ev.EntityID, ev.Object)
 		entityID, err := strconv.ParseInt(ev.EntityID, 10, 64)
 		require.NoError(t, err)
@@ -194,10 +211,24 @@ func TestDemoReplay(t *testing.T) {
 	require.Equal(t, json.Number("18"), first)
 	require.Equal(t, 418, orderNumber[18])
 	require.Equal(t, seqFrom(401, 22), numbers["ЗК"])
-	require.Equal(t, seqFrom(401, 6), numbers["ПЗ"])
+	require.Equal(t, seqFrom(401, 18), numbers["ПЗ"])
 	require.Equal(t, seqFrom(1, 2), numbers["ЗП"])
 	require.Equal(t, seqFrom(1, 1), numbers["ПР"])
-	require.Equal(t, seqFrom(1, 10), numbers["ВЦ"])
+	require.Equal(t, seqFrom(1, 18), numbers["ВЦ"])
+
+	// The planning chain: every line of a received order for a product
+	// with a bill of materials has one ПЗ, and every ПЗ one ВЦ issuing its
+	// components from the production warehouse.
+	plan := checkDemoPlanning(t, s, journal)
+	require.Len(t, plan, 18)
+	// As in the seed: the first shop order (ЗК-…-000418) is planned as
+	// ПЗ-…-000414 and 415, the order after the spare fittings (#22) as
+	// plan_prod_orders #18, ПЗ-…-000418.
+	require.Equal(t, []string{fmt.Sprintf("ПЗ-%d-000414", year), fmt.Sprintf("ПЗ-%d-000415", year)},
+		[]string{plan[demoLineKey{18, 1}].Number, plan[demoLineKey{18, 2}].Number})
+	require.Equal(t, demoPlanned{ID: "18", Number: fmt.Sprintf("ПЗ-%d-000418", year)}, plan[demoLineKey{22, 1}])
+	_, planned := plan[demoLineKey{21, 1}]
+	require.False(t, planned, "spare fittings are sold as they are, not made")
 
 	// The subscriber accepted the shop order, which kept both its lines.
 	so := gql[struct {
@@ -227,10 +258,21 @@ func TestDemoReplay(t *testing.T) {
 	require.Zero(t, sum2.ItemsCreated)
 	require.Equal(t, 9, sum2.ItemsExisting)
 	require.Equal(t, 2, sum2.WarehousesExisting)
-	require.Equal(t, map[string]int{"ЗК": 5, "ПЗ": 4, "ЗП": 2, "ПР": 1, "ВЦ": 7}, sum2.Created)
+	require.Equal(t, map[string]int{"ЗК": 5, "ПЗ": 3, "ЗП": 2, "ПР": 1, "ВЦ": 3}, sum2.Created)
 
 	journal2 := demoJournal(t, s)
 	require.Len(t, journal2, len(journal)+sum2.Events)
+	// The duplicates planned nothing again: the new production orders are
+	// all for this run's new orders (sales_orders #23…).
+	plan2 := checkDemoPlanning(t, s, journal2)
+	require.Len(t, plan2, 18+3)
+	for k, p := range plan2 {
+		if old, ok := plan[k]; ok {
+			require.Equal(t, old, p)
+		} else {
+			require.Greater(t, k.order, int64(22), "%s planned for an order of the first run", p.Number)
+		}
+	}
 	seen := map[string]int{}
 	for _, ev := range journal2 {
 		require.NotNil(t, ev.ProcessedAt)
@@ -243,6 +285,122 @@ func TestDemoReplay(t *testing.T) {
 		require.Equal(t, 1, seen[key], "order %s journalled twice", key)
 	}
 	require.Len(t, seen, 21+4)
+}
+
+// systemMade reports whether ev is the doc.created of a document the
+// planning chain makes (ПЗ, ВЦ), which the system journals, not a user.
+func systemMade(t *testing.T, ev demoJournalEvent) bool {
+	t.Helper()
+	if ev.Type != "doc.created" {
+		return false
+	}
+	no, _ := decodePayload(t, ev.Payload)["no"].(string)
+	return strings.HasPrefix(no, "ПЗ-") || strings.HasPrefix(no, "ВЦ-")
+}
+
+// demoLineKey is a sales order line: order id, line number.
+type demoLineKey struct {
+	order int64
+	line  int
+}
+
+// demoPlanned is the production order planned for a sales order line.
+type demoPlanned struct{ ID, Number string }
+
+// checkDemoPlanning checks the planning chain's documents in the journal
+// through the API: one ПЗ per line of every received order whose item has a
+// bill of materials (none for others), for the line's item and quantity;
+// one ВЦ per ПЗ, from the production warehouse, answering the ПЗ's
+// doc.created, with the bill's components for the ordered quantity. It
+// returns the ПЗ by sales order line.
+func checkDemoPlanning(t *testing.T, s *testServer, journal []demoJournalEvent) map[demoLineKey]demoPlanned {
+	t.Helper()
+	boms := map[string][]demoBOMLine{}
+	for _, p := range demoProducts {
+		boms[p.SKU] = p.BOM
+	}
+	type docLine struct {
+		LineNo   int `json:"lineNo"`
+		SKU      string
+		Quantity string
+	}
+	type prodOrder struct {
+		ID, Number, SKU, Quantity string
+		SalesOrderID              string `json:"salesOrderId"`
+		SalesOrderLineNo          *int   `json:"salesOrderLineNo"`
+	}
+	type move struct {
+		Number, Kind      string
+		FromWarehouse     string `json:"fromWarehouse"`
+		ProductionOrderID string `json:"productionOrderId"`
+		SourceEventID     string `json:"sourceEventId"`
+		Lines             []docLine
+	}
+	want := map[demoLineKey]docLine{} // lines to be planned
+	got := map[demoLineKey]demoPlanned{}
+	prodOrders := map[string]prodOrder{} // by id
+	prodEvent := map[string]string{}     // production order id → its doc.created event id
+	issues := map[string][]move{}        // by production order id
+	for _, ev := range journal {
+		p := decodePayload(t, ev.Payload)
+		switch {
+		case ev.Type == "order.received":
+			so := gql[struct {
+				SalesOrder struct{ Lines []docLine } `json:"salesOrder"`
+			}](t, s, `query($id: ID!) { salesOrder(id: $id) { lines { lineNo sku quantity } } }`, map[string]any{"id": ev.EntityID}).SalesOrder
+			id, err := strconv.ParseInt(ev.EntityID, 10, 64)
+			require.NoError(t, err)
+			for _, l := range so.Lines {
+				if boms[l.SKU] != nil {
+					want[demoLineKey{id, l.LineNo}] = l
+				}
+			}
+		case ev.Type == "doc.created" && p["entity"] == "prod_order":
+			po := gql[struct {
+				ProductionOrder prodOrder `json:"productionOrder"`
+			}](t, s, `query($id: ID!) { productionOrder(id: $id) { id number sku quantity salesOrderId salesOrderLineNo } }`,
+				map[string]any{"id": ev.EntityID}).ProductionOrder
+			require.NotNil(t, po.SalesOrderLineNo, "%s was not planned for a sales order line", po.Number)
+			order, err := strconv.ParseInt(po.SalesOrderID, 10, 64)
+			require.NoError(t, err)
+			k := demoLineKey{order, *po.SalesOrderLineNo}
+			_, dup := got[k]
+			require.False(t, dup, "sales order %d line %d planned twice", k.order, k.line)
+			got[k] = demoPlanned{ID: po.ID, Number: po.Number}
+			prodOrders[po.ID] = po
+			prodEvent[po.ID] = ev.ID
+		case ev.Type == "doc.created" && p["entity"] == "wh_move":
+			mv := gql[struct {
+				WarehouseMove move `json:"warehouseMove"`
+			}](t, s, `query($id: ID!) { warehouseMove(id: $id) { number kind fromWarehouse productionOrderId sourceEventId lines { lineNo sku quantity } } }`,
+				map[string]any{"id": ev.EntityID}).WarehouseMove
+			if mv.Kind == "ISSUE_TO_PRODUCTION" {
+				issues[mv.ProductionOrderID] = append(issues[mv.ProductionOrderID], mv)
+			}
+		}
+	}
+	require.Len(t, got, len(want), "one production order per line of a product")
+	for k, l := range want {
+		planned, ok := got[k]
+		require.True(t, ok, "sales order %d line %d (%s) not planned", k.order, k.line, l.SKU)
+		po := prodOrders[planned.ID]
+		require.Equal(t, l.SKU, po.SKU, po.Number)
+		require.True(t, decimal.RequireFromString(l.Quantity).Equal(decimal.RequireFromString(po.Quantity)), po.Number)
+
+		require.Len(t, issues[po.ID], 1, "%s has %d material issues", po.Number, len(issues[po.ID]))
+		mv := issues[po.ID][0]
+		require.Equal(t, demoMainWarehouse, mv.FromWarehouse, mv.Number)
+		require.Equal(t, prodEvent[po.ID], mv.SourceEventID, "%s answers the doc.created of %s", mv.Number, po.Number)
+		bom := boms[po.SKU]
+		require.Len(t, mv.Lines, len(bom), mv.Number)
+		for i, m := range bom {
+			qty := decimal.New(m.Milli, -3).Mul(decimal.RequireFromString(po.Quantity))
+			require.Equal(t, m.SKU, mv.Lines[i].SKU, mv.Number)
+			require.True(t, qty.Equal(decimal.RequireFromString(mv.Lines[i].Quantity)),
+				"%s line %d: %s, want %s", mv.Number, i+1, mv.Lines[i].Quantity, qty)
+		}
+	}
+	return got
 }
 
 func seqFrom(start, n int) []int {

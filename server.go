@@ -331,7 +331,8 @@ type app struct {
 }
 
 func newApp(pool *pgxpool.Pool, dispatchInterval time.Duration, logger *slog.Logger) (*app, error) {
-	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger}, jobs.OrderAcceptance{})
+	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger},
+		jobs.OrderAcceptance{}, jobs.ProductionPlanning{}, jobs.MaterialIssue{})
 	riverClient, err := jobs.NewRiverClient(pool, dispatcher, jobs.RiverConfig{
 		ID:               instanceID(),
 		DispatchInterval: dispatchInterval,

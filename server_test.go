@@ -176,14 +176,16 @@ func TestLiveFeedResumesFromCursor(t *testing.T) {
 			Edges []struct{ Node feedEvent } `json:"edges"`
 		} `json:"events"`
 	}
+	// The feed runs in processing order, which follows creation order only
+	// when each event is processed before the next is created.
+	var first page
 	for i := range 3 {
 		gql[map[string]any](t, s, createSalesOrder, map[string]any{"customer": fmt.Sprint("К", i)})
+		waitFor(t, 10*time.Second, fmt.Sprint(i+1, " processed events"), func() bool {
+			first = gql[page](t, s, `{ events(filter: {processed: true}) { edges { node { id cursor processedAt } } } }`, nil)
+			return len(first.Events.Edges) == i+1
+		})
 	}
-	var first page
-	waitFor(t, 10*time.Second, "3 processed events", func() bool {
-		first = gql[page](t, s, `{ events(filter: {processed: true}) { edges { node { id cursor processedAt } } } }`, nil)
-		return len(first.Events.Edges) == 3
-	})
 	// Resume after the oldest processed event: the two after it come first,
 	// then live ones.
 	oldest := first.Events.Edges[2].Node

@@ -83,6 +83,9 @@ type ProductionOrder struct {
 	SalesOrderID *int64          `db:"sales_order_id"`
 	Status       string          `db:"status"`
 	CreatedAt    time.Time       `db:"created_at"`
+	// SalesOrderLineNo is the sales order line the order was planned for
+	// (PlanSalesOrder); nil for one created by hand.
+	SalesOrderLineNo *int32 `db:"sales_order_line_no"`
 }
 
 // PurchaseOrder is a row of wh_purchase_orders with its lines.
@@ -107,6 +110,9 @@ type WarehouseMove struct {
 	Status            string    `db:"status"`
 	CreatedAt         time.Time `db:"created_at"`
 	Lines             []DocLine `db:"-"`
+	// SourceEventID is the journal event an automatic move answers
+	// (IssueMaterials); nil for one created by hand.
+	SourceEventID *int64 `db:"source_event_id"`
 }
 
 // SalesOrderInput creates a manual sales order.
@@ -310,15 +316,22 @@ func CreateProductionOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in Pr
 			return ProductionOrder{}, nil, err
 		}
 	}
+	return insertProductionOrder(ctx, tx, actorID, itemIDs[0], in.Quantity, in.SalesOrderID, nil)
+}
+
+// insertProductionOrder writes a validated production order with its
+// number and doc.created event and reads it back. lineNo, when set, is the
+// line of sales order salesOrderID it is planned for.
+func insertProductionOrder(ctx context.Context, tx pgx.Tx, actorID *int64, itemID int64, quantity decimal.Decimal, salesOrderID *int64, lineNo *int32) (ProductionOrder, []Event, error) {
 	no, err := nextNumber(ctx, tx, PrefixProductionOrder)
 	if err != nil {
 		return ProductionOrder{}, nil, err
 	}
 	var id int64
 	if err := tx.QueryRow(ctx, `
-		INSERT INTO plan_prod_orders (number, item_id, quantity, sales_order_id, created_by)
-		VALUES ($1, $2, $3, $4, $5) RETURNING id`,
-		no, itemIDs[0], in.Quantity, in.SalesOrderID, actorID).Scan(&id); err != nil {
+		INSERT INTO plan_prod_orders (number, item_id, quantity, sales_order_id, sales_order_line_no, created_by)
+		VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
+		no, itemID, quantity, salesOrderID, lineNo, actorID).Scan(&id); err != nil {
 		return ProductionOrder{}, nil, fmt.Errorf("insert production order %s: %w", no, err)
 	}
 	ev, err := appendEvent(ctx, tx, actorID, EventDocCreated, EntityProdOrders, id,
@@ -415,18 +428,36 @@ func CreateWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, in Ware
 	if err != nil {
 		return WarehouseMove{}, nil, err
 	}
-	no, err := nextNumber(ctx, tx, prefix)
+	return insertWarehouseMove(ctx, tx, actorID, moveRow{
+		kind: in.Kind, prefix: prefix, fromID: fromID, toID: toID,
+		purchaseOrderID: in.PurchaseOrderID, prodOrderID: in.ProductionOrderID,
+	}, itemIDs, in.Lines)
+}
+
+// moveRow is a validated wh_moves row before it has a number.
+type moveRow struct {
+	kind, prefix    string
+	fromID, toID    *int64
+	purchaseOrderID *int64
+	prodOrderID     *int64
+	sourceEventID   *int64
+}
+
+// insertWarehouseMove writes a validated warehouse move with its number,
+// lines and doc.created event and reads it back.
+func insertWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, m moveRow, itemIDs []int64, lines []LineInput) (WarehouseMove, []Event, error) {
+	no, err := nextNumber(ctx, tx, m.prefix)
 	if err != nil {
 		return WarehouseMove{}, nil, err
 	}
 	var id int64
 	if err := tx.QueryRow(ctx, `
-		INSERT INTO wh_moves (number, kind, from_warehouse_id, to_warehouse_id, purchase_order_id, prod_order_id, created_by)
-		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`,
-		no, in.Kind, fromID, toID, in.PurchaseOrderID, in.ProductionOrderID, actorID).Scan(&id); err != nil {
+		INSERT INTO wh_moves (number, kind, from_warehouse_id, to_warehouse_id, purchase_order_id, prod_order_id, source_event_id, created_by)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
+		no, m.kind, m.fromID, m.toID, m.purchaseOrderID, m.prodOrderID, m.sourceEventID, actorID).Scan(&id); err != nil {
 		return WarehouseMove{}, nil, fmt.Errorf("insert warehouse move %s: %w", no, err)
 	}
-	if err := insertLines(ctx, tx, warehouseMoveLines, id, itemIDs, in.Lines); err != nil {
+	if err := insertLines(ctx, tx, warehouseMoveLines, id, itemIDs, lines); err != nil {
 		return WarehouseMove{}, nil, err
 	}
 	ev, err := appendEvent(ctx, tx, actorID, EventDocCreated, EntityWarehouseMoves, id,
@@ -462,7 +493,7 @@ func salesOrderByExternalID(ctx context.Context, q Querier, source, externalID s
 // ProductionOrderByID returns a production order, or ErrNotFound.
 func ProductionOrderByID(ctx context.Context, q Querier, id int64) (ProductionOrder, error) {
 	po, err := getOne[ProductionOrder](ctx, q, `
-		SELECT p.id, p.number, i.sku, i.name AS item_name, i.unit, p.quantity, p.sales_order_id, p.status, p.created_at
+		SELECT p.id, p.number, i.sku, i.name AS item_name, i.unit, p.quantity, p.sales_order_id, p.sales_order_line_no, p.status, p.created_at
 		FROM plan_prod_orders p JOIN items i ON i.id = p.item_id WHERE p.id = $1`, id)
 	if err != nil {
 		return ProductionOrder{}, fmt.Errorf("get production order %d: %w", id, err)
@@ -485,7 +516,7 @@ func PurchaseOrderByID(ctx context.Context, q Querier, id int64) (PurchaseOrder,
 func WarehouseMoveByID(ctx context.Context, q Querier, id int64) (WarehouseMove, error) {
 	mv, err := getOne[WarehouseMove](ctx, q, `
 		SELECT m.id, m.number, m.kind, wf.code AS from_warehouse, wt.code AS to_warehouse,
-		       m.purchase_order_id, m.prod_order_id, m.status, m.created_at
+		       m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at
 		FROM wh_moves m
 		LEFT JOIN warehouses wf ON wf.id = m.from_warehouse_id
 		LEFT JOIN warehouses wt ON wt.id = m.to_warehouse_id

@@ -58,6 +58,16 @@ func translate(err error) error {
 	return err
 }
 
+// uniqueViolation returns the name of the unique constraint or index err
+// violates, "" when err is not a unique violation.
+func uniqueViolation(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
+		return pgErr.ConstraintName
+	}
+	return ""
+}
+
 // IsBadData reports a value PostgreSQL refused to store or compare (SQLSTATE
 // class 22, data exception: a NUL in text, a number out of range), which is
 // the caller's input, not our fault.

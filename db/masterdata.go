@@ -31,13 +31,21 @@ type Warehouse struct {
 	Code      string    `db:"code"`
 	Name      string    `db:"name"`
 	CreatedAt time.Time `db:"created_at"`
+	// SuppliesProduction marks the one warehouse materials are issued from
+	// to production (ВЦ); see SetProductionWarehouse.
+	SuppliesProduction bool `db:"supplies_production"`
 }
 
-// WarehouseInput creates a warehouse.
+// WarehouseInput creates a warehouse. SuppliesProduction makes it the
+// warehouse that supplies production; only one may be.
 type WarehouseInput struct {
-	Code string
-	Name string
+	Code               string
+	Name               string
+	SuppliesProduction bool
 }
+
+// warehouseColumns are the columns of a Warehouse.
+const warehouseColumns = `id, code, name, supplies_production, created_at`
 
 // CreateItem inserts an item. Empty fields are an *InputError; an existing
 // SKU is an *InputError on "sku" wrapping ErrConflict.
@@ -79,7 +87,9 @@ func Items(ctx context.Context, q Querier) ([]Item, error) {
 	return items, nil
 }
 
-// CreateWarehouse inserts a warehouse; errors as CreateItem, on "code".
+// CreateWarehouse inserts a warehouse; errors as CreateItem, on "code". A
+// warehouse that would supply production while another does already is an
+// *InputError on "suppliesProduction" wrapping ErrConflict.
 func CreateWarehouse(ctx context.Context, q Querier, in WarehouseInput) (Warehouse, error) {
 	code, err := requireText("code", in.Code)
 	if err != nil {
@@ -89,10 +99,18 @@ func CreateWarehouse(ctx context.Context, q Querier, in WarehouseInput) (Warehou
 	if err != nil {
 		return Warehouse{}, err
 	}
-	wh, err := getOne[Warehouse](ctx, q, `
-		INSERT INTO warehouses (code, name) VALUES ($1, $2)
-		RETURNING id, code, name, created_at`, code, name)
-	if errors.Is(err, ErrConflict) {
+	rows, err := q.Query(ctx, `
+		INSERT INTO warehouses (code, name, supplies_production) VALUES ($1, $2, $3)
+		RETURNING `+warehouseColumns, code, name, in.SuppliesProduction)
+	if err != nil {
+		return Warehouse{}, fmt.Errorf("insert warehouse %s: %w", code, err)
+	}
+	wh, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Warehouse])
+	switch uniqueViolation(err) {
+	case "":
+	case constraintOneProductionWarehouse:
+		return Warehouse{}, conflictOn("suppliesProduction", "another warehouse supplies production already; move the mark with setProductionWarehouse")
+	default:
 		return Warehouse{}, conflictOn("code", "warehouse %q already exists", code)
 	}
 	if err != nil {
@@ -103,7 +121,7 @@ func CreateWarehouse(ctx context.Context, q Querier, in WarehouseInput) (Warehou
 
 // Warehouses lists all warehouses by code.
 func Warehouses(ctx context.Context, q Querier) ([]Warehouse, error) {
-	rows, err := q.Query(ctx, `SELECT id, code, name, created_at FROM warehouses ORDER BY code`)
+	rows, err := q.Query(ctx, `SELECT `+warehouseColumns+` FROM warehouses ORDER BY code`)
 	if err != nil {
 		return nil, fmt.Errorf("list warehouses: %w", err)
 	}

@@ -375,6 +375,29 @@ func (ec *executionContext) fieldContext_ProductionOrder_createdAt(_ context.Con
 	return graphql.NewScalarFieldContext("ProductionOrder", field, false, false, "DateTime")
 }
 
+func (ec *executionContext) _ProductionOrder_salesOrderLineNo(ctx context.Context, field graphql.CollectedField, obj *db.ProductionOrder) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ProductionOrder_salesOrderLineNo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.SalesOrderLineNo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int32) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint32(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ProductionOrder_salesOrderLineNo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ProductionOrder", field, false, false, "Int")
+}
+
 func (ec *executionContext) _PurchaseOrder_id(ctx context.Context, field graphql.CollectedField, obj *db.PurchaseOrder) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -1009,6 +1032,29 @@ func (ec *executionContext) fieldContext_WarehouseMove_lines(_ context.Context, 
 	return fc, nil
 }
 
+func (ec *executionContext) _WarehouseMove_sourceEventId(ctx context.Context, field graphql.CollectedField, obj *db.WarehouseMove) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WarehouseMove_sourceEventId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.SourceEventID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int64) graphql.Marshaler {
+			return ec.marshalOID2ᚖint64(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_WarehouseMove_sourceEventId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WarehouseMove", field, false, false, "ID")
+}
+
 // endregion **************************** field.gotpl *****************************
 
 // region    **************************** input.gotpl *****************************
@@ -1485,6 +1531,11 @@ func (ec *executionContext) _ProductionOrder(ctx context.Context, sel ast.Select
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "salesOrderLineNo":
+			out.Values[i] = ec._ProductionOrder_salesOrderLineNo(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -1726,6 +1777,11 @@ func (ec *executionContext) _WarehouseMove(ctx context.Context, sel ast.Selectio
 		case "lines":
 			out.Values[i] = ec._WarehouseMove_lines(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "sourceEventId":
+			out.Values[i] = ec._WarehouseMove_sourceEventId(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
 		default:

@@ -28,6 +28,7 @@ type ResolverRoot interface {
 	ApiToken() ApiTokenResolver
 	Delivery() DeliveryResolver
 	Event() EventResolver
+	Item() ItemResolver
 	Mutation() MutationResolver
 	Query() QueryResolver
 	Subscriber() SubscriberResolver
@@ -49,6 +50,14 @@ type ComplexityRoot struct {
 		Name       func(childComplexity int) int
 		RevokedAt  func(childComplexity int) int
 		User       func(childComplexity int) int
+	}
+
+	Component struct {
+		LineNo   func(childComplexity int) int
+		Name     func(childComplexity int) int
+		Quantity func(childComplexity int) int
+		SKU      func(childComplexity int) int
+		Unit     func(childComplexity int) int
 	}
 
 	Delivery struct {
@@ -116,11 +125,12 @@ type ComplexityRoot struct {
 	}
 
 	Item struct {
-		CreatedAt func(childComplexity int) int
-		ID        func(childComplexity int) int
-		Name      func(childComplexity int) int
-		SKU       func(childComplexity int) int
-		Unit      func(childComplexity int) int
+		Components func(childComplexity int) int
+		CreatedAt  func(childComplexity int) int
+		ID         func(childComplexity int) int
+		Name       func(childComplexity int) int
+		SKU        func(childComplexity int) int
+		Unit       func(childComplexity int) int
 	}
 
 	Mutation struct {
@@ -139,7 +149,9 @@ type ComplexityRoot struct {
 		RedeliverAll            func(childComplexity int, filter model.DeliveryFilter) int
 		ResumeSubscriber        func(childComplexity int, id int64) int
 		RevokeToken             func(childComplexity int, id int64) int
+		SetBillOfMaterials      func(childComplexity int, sku string, components []db.ComponentInput) int
 		SetNumberSeriesStart    func(childComplexity int, prefix string, year int, start int) int
+		SetProductionWarehouse  func(childComplexity int, code string) int
 		SetUserRole             func(childComplexity int, login string, role model.Role) int
 		UpdateWebhookSubscriber func(childComplexity int, id int64, input model.WebhookSubscriberUpdate) int
 	}
@@ -150,15 +162,16 @@ type ComplexityRoot struct {
 	}
 
 	ProductionOrder struct {
-		CreatedAt    func(childComplexity int) int
-		ID           func(childComplexity int) int
-		ItemName     func(childComplexity int) int
-		Number       func(childComplexity int) int
-		Quantity     func(childComplexity int) int
-		SKU          func(childComplexity int) int
-		SalesOrderID func(childComplexity int) int
-		Status       func(childComplexity int) int
-		Unit         func(childComplexity int) int
+		CreatedAt        func(childComplexity int) int
+		ID               func(childComplexity int) int
+		ItemName         func(childComplexity int) int
+		Number           func(childComplexity int) int
+		Quantity         func(childComplexity int) int
+		SKU              func(childComplexity int) int
+		SalesOrderID     func(childComplexity int) int
+		SalesOrderLineNo func(childComplexity int) int
+		Status           func(childComplexity int) int
+		Unit             func(childComplexity int) int
 	}
 
 	PurchaseOrder struct {
@@ -228,10 +241,11 @@ type ComplexityRoot struct {
 	}
 
 	Warehouse struct {
-		Code      func(childComplexity int) int
-		CreatedAt func(childComplexity int) int
-		ID        func(childComplexity int) int
-		Name      func(childComplexity int) int
+		Code               func(childComplexity int) int
+		CreatedAt          func(childComplexity int) int
+		ID                 func(childComplexity int) int
+		Name               func(childComplexity int) int
+		SuppliesProduction func(childComplexity int) int
 	}
 
 	WarehouseMove struct {
@@ -243,6 +257,7 @@ type ComplexityRoot struct {
 		Number            func(childComplexity int) int
 		ProductionOrderID func(childComplexity int) int
 		PurchaseOrderID   func(childComplexity int) int
+		SourceEventID     func(childComplexity int) int
 		Status            func(childComplexity int) int
 		ToWarehouse       func(childComplexity int) int
 	}
@@ -304,6 +319,37 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ApiToken.User(childComplexity), true
+
+	case "Component.lineNo":
+		if e.ComplexityRoot.Component.LineNo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Component.LineNo(childComplexity), true
+	case "Component.name":
+		if e.ComplexityRoot.Component.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Component.Name(childComplexity), true
+	case "Component.quantity":
+		if e.ComplexityRoot.Component.Quantity == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Component.Quantity(childComplexity), true
+	case "Component.sku":
+		if e.ComplexityRoot.Component.SKU == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Component.SKU(childComplexity), true
+	case "Component.unit":
+		if e.ComplexityRoot.Component.Unit == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Component.Unit(childComplexity), true
 
 	case "Delivery.attempts":
 		if e.ComplexityRoot.Delivery.Attempts == nil {
@@ -553,6 +599,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.IssuedToken.Token(childComplexity), true
 
+	case "Item.components":
+		if e.ComplexityRoot.Item.Components == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Item.Components(childComplexity), true
 	case "Item.createdAt":
 		if e.ComplexityRoot.Item.CreatedAt == nil {
 			break
@@ -749,6 +801,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RevokeToken(childComplexity, args["id"].(int64)), true
+	case "Mutation.setBillOfMaterials":
+		if e.ComplexityRoot.Mutation.SetBillOfMaterials == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setBillOfMaterials_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetBillOfMaterials(childComplexity, args["sku"].(string), args["components"].([]db.ComponentInput)), true
 	case "Mutation.setNumberSeriesStart":
 		if e.ComplexityRoot.Mutation.SetNumberSeriesStart == nil {
 			break
@@ -760,6 +823,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.SetNumberSeriesStart(childComplexity, args["prefix"].(string), args["year"].(int), args["start"].(int)), true
+	case "Mutation.setProductionWarehouse":
+		if e.ComplexityRoot.Mutation.SetProductionWarehouse == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setProductionWarehouse_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetProductionWarehouse(childComplexity, args["code"].(string)), true
 	case "Mutation.setUserRole":
 		if e.ComplexityRoot.Mutation.SetUserRole == nil {
 			break
@@ -838,6 +912,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ProductionOrder.SalesOrderID(childComplexity), true
+	case "ProductionOrder.salesOrderLineNo":
+		if e.ComplexityRoot.ProductionOrder.SalesOrderLineNo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProductionOrder.SalesOrderLineNo(childComplexity), true
 	case "ProductionOrder.status":
 		if e.ComplexityRoot.ProductionOrder.Status == nil {
 			break
@@ -1203,6 +1283,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Warehouse.Name(childComplexity), true
+	case "Warehouse.suppliesProduction":
+		if e.ComplexityRoot.Warehouse.SuppliesProduction == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Warehouse.SuppliesProduction(childComplexity), true
 
 	case "WarehouseMove.createdAt":
 		if e.ComplexityRoot.WarehouseMove.CreatedAt == nil {
@@ -1252,6 +1338,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.WarehouseMove.PurchaseOrderID(childComplexity), true
+	case "WarehouseMove.sourceEventId":
+		if e.ComplexityRoot.WarehouseMove.SourceEventID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WarehouseMove.SourceEventID(childComplexity), true
 	case "WarehouseMove.status":
 		if e.ComplexityRoot.WarehouseMove.Status == nil {
 			break
@@ -1274,6 +1366,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	ec := newExecutionContext(opCtx, e, make(chan graphql.DeferredResult))
 	inputUnmarshalers := func() *graphql.InputUnmarshalerIndex {
 		return graphql.NewInputUnmarshalerIndex(
+			graphql.NewInputUnmarshaler("ComponentInput", ec.unmarshalInputComponentInput),
 			graphql.NewInputUnmarshaler("DeliveryFilter", ec.unmarshalInputDeliveryFilter),
 			graphql.NewInputUnmarshaler("EventFilter", ec.unmarshalInputEventFilter),
 			graphql.NewInputUnmarshaler("ItemInput", ec.unmarshalInputItemInput),
@@ -1379,7 +1472,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "deliveries.graphqls" "documents.graphqls" "events.graphqls" "schema.graphqls" "users.graphqls"
+//go:embed "deliveries.graphqls" "documents.graphqls" "events.graphqls" "planning.graphqls" "schema.graphqls" "users.graphqls"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -1394,6 +1487,7 @@ var sources = []*ast.Source{
 	{Name: "deliveries.graphqls", Input: sourceData("deliveries.graphqls"), BuiltIn: false},
 	{Name: "documents.graphqls", Input: sourceData("documents.graphqls"), BuiltIn: false},
 	{Name: "events.graphqls", Input: sourceData("events.graphqls"), BuiltIn: false},
+	{Name: "planning.graphqls", Input: sourceData("planning.graphqls"), BuiltIn: false},
 	{Name: "schema.graphqls", Input: sourceData("schema.graphqls"), BuiltIn: false},
 	{Name: "users.graphqls", Input: sourceData("users.graphqls"), BuiltIn: false},
 }
@@ -1421,6 +1515,22 @@ func (ec *executionContext) childFields_ApiToken(ctx context.Context, field grap
 		return ec.fieldContext_ApiToken_lastUsedAt(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ApiToken", field.Name)
+}
+
+func (ec *executionContext) childFields_Component(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "lineNo":
+		return ec.fieldContext_Component_lineNo(ctx, field)
+	case "sku":
+		return ec.fieldContext_Component_sku(ctx, field)
+	case "name":
+		return ec.fieldContext_Component_name(ctx, field)
+	case "unit":
+		return ec.fieldContext_Component_unit(ctx, field)
+	case "quantity":
+		return ec.fieldContext_Component_quantity(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Component", field.Name)
 }
 
 func (ec *executionContext) childFields_Delivery(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1563,6 +1673,8 @@ func (ec *executionContext) childFields_Item(ctx context.Context, field graphql.
 		return ec.fieldContext_Item_unit(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_Item_createdAt(ctx, field)
+	case "components":
+		return ec.fieldContext_Item_components(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Item", field.Name)
 }
@@ -1597,6 +1709,8 @@ func (ec *executionContext) childFields_ProductionOrder(ctx context.Context, fie
 		return ec.fieldContext_ProductionOrder_status(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_ProductionOrder_createdAt(ctx, field)
+	case "salesOrderLineNo":
+		return ec.fieldContext_ProductionOrder_salesOrderLineNo(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ProductionOrder", field.Name)
 }
@@ -1701,6 +1815,8 @@ func (ec *executionContext) childFields_Warehouse(ctx context.Context, field gra
 		return ec.fieldContext_Warehouse_name(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_Warehouse_createdAt(ctx, field)
+	case "suppliesProduction":
+		return ec.fieldContext_Warehouse_suppliesProduction(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Warehouse", field.Name)
 }
@@ -1727,6 +1843,8 @@ func (ec *executionContext) childFields_WarehouseMove(ctx context.Context, field
 		return ec.fieldContext_WarehouseMove_createdAt(ctx, field)
 	case "lines":
 		return ec.fieldContext_WarehouseMove_lines(ctx, field)
+	case "sourceEventId":
+		return ec.fieldContext_WarehouseMove_sourceEventId(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type WarehouseMove", field.Name)
 }

@@ -21,6 +21,9 @@ import (
 
 // region    ************************** generated!.gotpl **************************
 
+type ItemResolver interface {
+	Components(ctx context.Context, obj *db.Item) ([]db.Component, error)
+}
 type MutationResolver interface {
 	CreateItem(ctx context.Context, input db.ItemInput) (*db.Item, error)
 	CreateWarehouse(ctx context.Context, input db.WarehouseInput) (*db.Warehouse, error)
@@ -36,6 +39,8 @@ type MutationResolver interface {
 	CreateProductionOrder(ctx context.Context, input db.ProductionOrderInput) (*db.ProductionOrder, error)
 	CreateWarehouseMove(ctx context.Context, input model.WarehouseMoveInput) (*db.WarehouseMove, error)
 	CreatePurchaseOrder(ctx context.Context, input db.PurchaseOrderInput) (*db.PurchaseOrder, error)
+	SetBillOfMaterials(ctx context.Context, sku string, components []db.ComponentInput) (*db.Item, error)
+	SetProductionWarehouse(ctx context.Context, code string) (*db.Warehouse, error)
 	CreateUser(ctx context.Context, input model.UserInput) (*db.User, error)
 	SetUserRole(ctx context.Context, login string, role model.Role) (*db.User, error)
 	IssueToken(ctx context.Context, login string, name *string, expiresAt *time.Time) (*model.IssuedToken, error)
@@ -299,6 +304,28 @@ func (ec *executionContext) field_Mutation_revokeToken_args(ctx context.Context,
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_setBillOfMaterials_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "sku",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["sku"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "components",
+		func(ctx context.Context, v any) ([]db.ComponentInput, error) {
+			return ec.unmarshalNComponentInput2ᚕerpᚋdbᚐComponentInputᚄ(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["components"] = arg1
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_setNumberSeriesStart_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -326,6 +353,20 @@ func (ec *executionContext) field_Mutation_setNumberSeriesStart_args(ctx context
 		return nil, err
 	}
 	args["start"] = arg2
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_setProductionWarehouse_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "code",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["code"] = arg0
 	return args, nil
 }
 
@@ -678,6 +719,38 @@ func (ec *executionContext) _Item_createdAt(ctx context.Context, field graphql.C
 }
 func (ec *executionContext) fieldContext_Item_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Item", field, false, false, "DateTime")
+}
+
+func (ec *executionContext) _Item_components(ctx context.Context, field graphql.CollectedField, obj *db.Item) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Item_components(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Item().Components(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []db.Component) graphql.Marshaler {
+			return ec.marshalNComponent2ᚕerpᚋdbᚐComponentᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Item_components(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Item",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Component(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _Mutation_createItem(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
@@ -1542,6 +1615,130 @@ func (ec *executionContext) fieldContext_Mutation_createPurchaseOrder(ctx contex
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_createPurchaseOrder_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_setBillOfMaterials(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_setBillOfMaterials(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().SetBillOfMaterials(ctx, fc.Args["sku"].(string), fc.Args["components"].([]db.ComponentInput))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{"PLANNER"})
+				if err != nil {
+					var zeroVal *db.Item
+					return zeroVal, err
+				}
+				if ec.Directives.Allow == nil {
+					var zeroVal *db.Item
+					return zeroVal, errors.New("directive allow is not implemented")
+				}
+				return ec.Directives.Allow(ctx, nil, directive0, roles)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *db.Item) graphql.Marshaler {
+			return ec.marshalNItem2ᚖerpᚋdbᚐItem(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_setBillOfMaterials(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Item(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_setBillOfMaterials_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_setProductionWarehouse(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_setProductionWarehouse(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().SetProductionWarehouse(ctx, fc.Args["code"].(string))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{"WAREHOUSE"})
+				if err != nil {
+					var zeroVal *db.Warehouse
+					return zeroVal, err
+				}
+				if ec.Directives.Allow == nil {
+					var zeroVal *db.Warehouse
+					return zeroVal, errors.New("directive allow is not implemented")
+				}
+				return ec.Directives.Allow(ctx, nil, directive0, roles)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *db.Warehouse) graphql.Marshaler {
+			return ec.marshalNWarehouse2ᚖerpᚋdbᚐWarehouse(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_setProductionWarehouse(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Warehouse(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_setProductionWarehouse_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -2864,6 +3061,29 @@ func (ec *executionContext) fieldContext_Warehouse_createdAt(_ context.Context, 
 	return graphql.NewScalarFieldContext("Warehouse", field, false, false, "DateTime")
 }
 
+func (ec *executionContext) _Warehouse_suppliesProduction(ctx context.Context, field graphql.CollectedField, obj *db.Warehouse) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Warehouse_suppliesProduction(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.SuppliesProduction, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Warehouse_suppliesProduction(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Warehouse", field, false, false, "Boolean")
+}
+
 // endregion **************************** field.gotpl *****************************
 
 // region    **************************** input.gotpl *****************************
@@ -2935,7 +3155,11 @@ func (ec *executionContext) unmarshalInputWarehouseInput(ctx context.Context, ob
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"code", "name"}
+	if _, present := asMap["suppliesProduction"]; !present {
+		asMap["suppliesProduction"] = false
+	}
+
+	fieldsInOrder := [...]string{"code", "name", "suppliesProduction"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -2956,6 +3180,13 @@ func (ec *executionContext) unmarshalInputWarehouseInput(ctx context.Context, ob
 				return it, err
 			}
 			it.Name = data
+		case "suppliesProduction":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("suppliesProduction"))
+			data, err := ec.unmarshalNBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SuppliesProduction = data
 		}
 	}
 	return it, nil
@@ -2995,28 +3226,34 @@ func (ec *executionContext) _Item(ctx context.Context, sel ast.SelectionSet, obj
 		case "id":
 			out.Values[i] = ec._Item_id(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "sku":
 			out.Values[i] = ec._Item_sku(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "name":
 			out.Values[i] = ec._Item_name(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "unit":
 			out.Values[i] = ec._Item_unit(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "createdAt":
 			out.Values[i] = ec._Item_createdAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "components":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Item_components(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -3147,6 +3384,20 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "createPurchaseOrder":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_createPurchaseOrder(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "setBillOfMaterials":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_setBillOfMaterials(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "setProductionWarehouse":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_setProductionWarehouse(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
@@ -3407,6 +3658,11 @@ func (ec *executionContext) _Warehouse(ctx context.Context, sel ast.SelectionSet
 			}
 		case "createdAt":
 			out.Values[i] = ec._Warehouse_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "suppliesProduction":
+			out.Values[i] = ec._Warehouse_suppliesProduction(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}

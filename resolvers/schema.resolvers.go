@@ -44,6 +44,8 @@ func (r *queryResolver) Warehouses(ctx context.Context) ([]db.Warehouse, error) 
 	return db.Warehouses(ctx, r.Pool)
 }
 
+func (r *Resolver) Item() graph.ItemResolver { return &itemResolver{r} }
+
 func (r *Resolver) Mutation() graph.MutationResolver { return &mutationResolver{r} }
 
 func (r *Resolver) Query() graph.QueryResolver { return &queryResolver{r} }
@@ -51,6 +53,7 @@ func (r *Resolver) Query() graph.QueryResolver { return &queryResolver{r} }
 func (r *Resolver) User() graph.UserResolver { return &userResolver{r} }
 
 type (
+	itemResolver     struct{ *Resolver }
 	mutationResolver struct{ *Resolver }
 	queryResolver    struct{ *Resolver }
 	userResolver     struct{ *Resolver }

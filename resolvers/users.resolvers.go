@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	pgx "github.com/jackc/pgx/v5"
 )
 
 func (r *apiTokenResolver) User(ctx context.Context, obj *db.APIToken) (*db.User, error) {

@@ -1,0 +1,72 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"erp/db"
+)
+
+// ProductionPlanning plans production for the orders integrations send: on
+// order.received (entity sales_orders) it writes one production order ПЗ
+// (plan_prod_orders) per order line whose item has a bill of materials,
+// with their doc.created events, as the system (db.PlanSalesOrder). Lines
+// planned before are skipped, so a redelivery plans nothing twice.
+type ProductionPlanning struct{}
+
+// Name implements Subscriber.
+func (ProductionPlanning) Name() string { return "production_planning" }
+
+// EventTypes implements Subscriber: order.received only.
+func (ProductionPlanning) EventTypes() []string { return []string{db.EventOrderReceived} }
+
+// Handle implements Subscriber. An event about anything but a sales order,
+// or about one that does not exist, is a dead letter at once.
+func (ProductionPlanning) Handle(ctx context.Context, tx pgx.Tx, ev db.Event) ([]db.Event, error) {
+	if ev.Entity != db.EntitySalesOrders {
+		return nil, Permanent(fmt.Errorf("order.received %d is about %s, want sales_orders", ev.ID, ev.Entity))
+	}
+	_, events, err := db.PlanSalesOrder(ctx, tx, ev.EntityID)
+	if errors.Is(err, db.ErrNotFound) {
+		return nil, Permanent(err)
+	}
+	return events, err
+}
+
+// MaterialIssue issues materials to the shop floor for every new
+// production order: on doc.created of a plan_prod_orders row it writes one
+// warehouse move ВЦ (wh_moves) from the warehouse that supplies production,
+// with the components of the item's bill of materials for the ordered
+// quantity, and its doc.created event, as the system (db.IssueMaterials).
+// The move remembers the event it answers, so a redelivery issues nothing
+// twice. doc.created of other documents, and production orders of items
+// without a bill of materials, need nothing.
+//
+// With no warehouse marked as supplying production the delivery goes dead
+// at once, its error saying so; mark one and redeliver.
+type MaterialIssue struct{}
+
+// Name implements Subscriber.
+func (MaterialIssue) Name() string { return "material_issue" }
+
+// EventTypes implements Subscriber: doc.created (of production orders; the
+// others are skipped in Handle).
+func (MaterialIssue) EventTypes() []string { return []string{db.EventDocCreated} }
+
+// Handle implements Subscriber.
+func (MaterialIssue) Handle(ctx context.Context, tx pgx.Tx, ev db.Event) ([]db.Event, error) {
+	if ev.Entity != db.EntityProdOrders {
+		return nil, nil
+	}
+	_, events, _, err := db.IssueMaterials(ctx, tx, ev.EntityID, ev.ID)
+	switch {
+	case errors.Is(err, db.ErrNoBillOfMaterials):
+		return nil, nil
+	case errors.Is(err, db.ErrNoProductionWarehouse), errors.Is(err, db.ErrNotFound):
+		return nil, Permanent(err)
+	}
+	return events, err
+}

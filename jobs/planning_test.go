@@ -1,0 +1,219 @@
+package jobs_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
+	"github.com/stretchr/testify/require"
+
+	"erp/db"
+	"erp/jobs"
+)
+
+func qtyOf(s string) decimal.Decimal { return decimal.RequireFromString(s) }
+
+// setupPlanning is setup with the planning chain's subscribers and its
+// master data: product A1 made of 2 m of M1 and 0.5 kg of M2 per unit,
+// product A2 made of 1.25 m of M1, and warehouse MAIN, which supplies
+// production unless noWarehouse.
+func setupPlanning(t *testing.T, noWarehouse bool) *testBundle {
+	t.Helper()
+	b := setup(t, time.Hour, jobs.ProductionPlanning{}, jobs.MaterialIssue{})
+	for _, in := range []db.ItemInput{{SKU: "A2", Name: "Стул", Unit: "шт"}, {SKU: "M1", Name: "Брус", Unit: "м"}, {SKU: "M2", Name: "Лак", Unit: "кг"}} {
+		_, err := db.CreateItem(b.ctx, b.pool, in)
+		require.NoError(t, err)
+	}
+	_, err := db.CreateWarehouse(b.ctx, b.pool, db.WarehouseInput{Code: "MAIN", Name: "Основной", SuppliesProduction: !noWarehouse})
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		if _, err := db.SetBillOfMaterials(b.ctx, tx, "A1", []db.ComponentInput{{SKU: "M1", Quantity: qtyOf("2")}, {SKU: "M2", Quantity: qtyOf("0.5")}}); err != nil {
+			return err
+		}
+		_, err := db.SetBillOfMaterials(b.ctx, tx, "A2", []db.ComponentInput{{SKU: "M1", Quantity: qtyOf("1.25")}})
+		return err
+	}))
+	return b
+}
+
+// receiveTwoLines receives shop order syncID for 2 A1 and 4 A2 and returns
+// its order.received event.
+func (b *testBundle) receiveTwoLines(t *testing.T, syncID string) db.Event {
+	t.Helper()
+	var events []db.Event
+	_, err := jobs.Write(b.ctx, b.outbox, func(tx pgx.Tx) (db.SalesOrder, []db.Event, error) {
+		so, evs, _, err := db.ReceiveOrder(b.ctx, tx, nil, db.ReceiveOrderInput{
+			Source: db.SourceShop, ExternalID: syncID, Customer: "ООО Ромашка",
+			Lines: []db.LineInput{{SKU: "A1", Quantity: qtyOf("2")}, {SKU: "A2", Quantity: qtyOf("4")}},
+		})
+		events = evs
+		return so, evs, err
+	})
+	require.NoError(t, err)
+	require.Equal(t, db.EventOrderReceived, events[1].Type)
+	return events[1]
+}
+
+// waitAllProcessed waits until no event is unprocessed. A stage of the
+// chain marks its event processed in the transaction that journals the next
+// stage's events, so none means the whole chain is done.
+func (b *testBundle) waitAllProcessed(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for b.count(t, `SELECT count(*) FROM events WHERE processed_at IS NULL`) > 0 {
+		require.False(t, time.Now().After(deadline), "events still unprocessed after 15s")
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// chainDocs returns the production orders of sales order soID by line and
+// the material issue of each.
+func (b *testBundle) chainDocs(t *testing.T, soID int64) ([]db.ProductionOrder, []db.WarehouseMove) {
+	t.Helper()
+	rows, err := b.pool.Query(b.ctx, `SELECT id FROM plan_prod_orders WHERE sales_order_id = $1 ORDER BY sales_order_line_no`, soID)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	var pos []db.ProductionOrder
+	var moves []db.WarehouseMove
+	for _, id := range ids {
+		po, err := db.ProductionOrderByID(b.ctx, b.pool, id)
+		require.NoError(t, err)
+		pos = append(pos, po)
+		rows, err := b.pool.Query(b.ctx, `SELECT id FROM wh_moves WHERE prod_order_id = $1`, id)
+		require.NoError(t, err)
+		mvIDs, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		require.NoError(t, err)
+		require.Len(t, mvIDs, 1, "production order %s has %d material issues", po.Number, len(mvIDs))
+		mv, err := db.WarehouseMoveByID(b.ctx, b.pool, mvIDs[0])
+		require.NoError(t, err)
+		moves = append(moves, mv)
+	}
+	return pos, moves
+}
+
+func TestPlanningChainCreatesEachDocumentOnce(t *testing.T) {
+	t.Parallel()
+	b := setupPlanning(t, false)
+	b.startRiver(t)
+	received := b.receiveTwoLines(t, "shop-0a166468d263")
+	b.waitAllProcessed(t)
+
+	check := func() {
+		t.Helper()
+		pos, moves := b.chainDocs(t, received.EntityID)
+		require.Len(t, pos, 2)
+		want := []struct {
+			sku, qty string
+			issue    map[string]string // component SKU → quantity
+		}{
+			{"A1", "2", map[string]string{"M1": "4", "M2": "1"}},
+			{"A2", "4", map[string]string{"M1": "5"}},
+		}
+		for i, w := range want {
+			require.Equal(t, w.sku, pos[i].SKU)
+			require.True(t, qtyOf(w.qty).Equal(pos[i].Quantity))
+			require.EqualValues(t, i+1, *pos[i].SalesOrderLineNo)
+			require.Equal(t, "MAIN", *moves[i].FromWarehouse)
+			got := map[string]string{}
+			for _, l := range moves[i].Lines {
+				got[l.SKU] = l.Quantity.String()
+			}
+			require.Equal(t, w.issue, got, "ВЦ %s for %s", moves[i].Number, pos[i].Number)
+		}
+		require.Equal(t, 2, b.count(t, `SELECT count(*) FROM plan_prod_orders`))
+		require.Equal(t, 2, b.count(t, `SELECT count(*) FROM wh_moves`))
+		require.Equal(t, 4, b.count(t, `SELECT count(*) FROM events WHERE type = 'doc.created' AND entity IN ('plan_prod_orders', 'wh_moves') AND actor_id IS NULL`),
+			"the chain journals one doc.created per document, by the system")
+		require.Zero(t, b.count(t, `SELECT count(*) FROM deliveries WHERE status <> 'delivered'`))
+	}
+	check()
+	so, err := db.SalesOrderByID(b.ctx, b.pool, received.EntityID)
+	require.NoError(t, err)
+	require.Equal(t, db.SalesOrderAccepted, so.Status, "order_acceptance ran beside production_planning")
+
+	// An operator redelivers every stage: the order to planning, each
+	// production order to the material issue. All are delivered again and
+	// nothing is made twice.
+	planning, issue := "production_planning", "material_issue"
+	keys, err := b.dispatcher.Redeliver(b.ctx, nil, db.DeliveryFilter{EventID: &received.ID, Subscriber: &planning})
+	require.NoError(t, err)
+	require.Len(t, keys, 1)
+	rows, err := b.pool.Query(b.ctx, `SELECT id FROM events WHERE type = 'doc.created' AND entity = 'plan_prod_orders'`)
+	require.NoError(t, err)
+	prodEvents, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Len(t, prodEvents, 2)
+	for _, id := range prodEvents {
+		k, err := b.dispatcher.Redeliver(b.ctx, nil, db.DeliveryFilter{EventID: &id, Subscriber: &issue})
+		require.NoError(t, err)
+		keys = append(keys, k...)
+	}
+	require.Len(t, keys, 3)
+	deadline := time.Now().Add(15 * time.Second)
+	for b.count(t, `SELECT count(*) FROM deliveries WHERE status <> 'delivered'`) > 0 {
+		require.False(t, time.Now().After(deadline), "redeliveries not delivered within 15s")
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.waitAllProcessed(t)
+	for _, k := range keys {
+		d, err := db.DeliveriesOfEvent(b.ctx, b.pool, k.EventID)
+		require.NoError(t, err)
+		for _, d := range d {
+			if d.SubscriberID == k.SubscriberID {
+				require.Equal(t, db.DeliveryDelivered, d.Status)
+				require.EqualValues(t, 1, d.Attempts, "a fresh round, delivered at its first attempt")
+			}
+		}
+	}
+	check()
+	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM events WHERE type = $1`, db.EventRedelivered))
+}
+
+func TestMaterialIssueWithoutProductionWarehouseIsDeadLetter(t *testing.T) {
+	t.Parallel()
+	b := setupPlanning(t, true)
+	b.startRiver(t)
+	received := b.receiveTwoLines(t, "shop-d1024afc281d")
+	b.waitAllProcessed(t)
+
+	pos, err := b.pool.Query(b.ctx, `SELECT e.id, p.number FROM events e JOIN plan_prod_orders p ON p.id = e.entity_id
+		WHERE e.entity = 'plan_prod_orders' AND e.type = 'doc.created' ORDER BY e.id`)
+	require.NoError(t, err)
+	type prodEvent struct {
+		ID     int64  `db:"id"`
+		Number string `db:"number"`
+	}
+	events, err := pgx.CollectRows(pos, pgx.RowToStructByName[prodEvent])
+	require.NoError(t, err)
+	require.Len(t, events, 2, "planning does not need the warehouse")
+	for _, ev := range events {
+		d := b.delivery(t, ev.ID, "material_issue")
+		require.Equal(t, db.DeliveryDead, d.Status, "no retry can find a warehouse nobody marked")
+		require.EqualValues(t, 1, d.Attempts)
+		require.NotNil(t, d.LastError)
+		require.Contains(t, *d.LastError, "no warehouse supplies production")
+		require.Contains(t, *d.LastError, ev.Number)
+	}
+	require.Zero(t, b.count(t, `SELECT count(*) FROM wh_moves`))
+
+	// The operator marks the warehouse and redelivers the dead letters.
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		_, err := db.SetProductionWarehouse(b.ctx, tx, "MAIN")
+		return err
+	}))
+	dead, issue := db.DeliveryDead, "material_issue"
+	keys, err := b.dispatcher.Redeliver(b.ctx, nil, db.DeliveryFilter{Status: &dead, Subscriber: &issue})
+	require.NoError(t, err)
+	require.Len(t, keys, 2)
+	deadline := time.Now().Add(15 * time.Second)
+	for b.count(t, `SELECT count(*) FROM wh_moves`) < 2 || b.count(t, `SELECT count(*) FROM events WHERE processed_at IS NULL`) > 0 {
+		require.False(t, time.Now().After(deadline), fmt.Sprintf("%d material issues after 15s", b.count(t, `SELECT count(*) FROM wh_moves`)))
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, moves := b.chainDocs(t, received.EntityID)
+	require.Len(t, moves, 2)
+	require.Zero(t, b.count(t, `SELECT count(*) FROM deliveries WHERE status <> 'delivered'`))
+}
