@@ -39,6 +39,7 @@ type FeedSubscription struct {
 	C <-chan Event
 
 	ch         chan Event
+	done       chan struct{}
 	filter     EventFilter
 	feed       *Feed
 	overflowed bool
@@ -68,11 +69,12 @@ func (f *Feed) Subscribers() int {
 // Subscribe registers a subscriber with room for buffer undelivered events.
 func (f *Feed) Subscribe(filter EventFilter, buffer int) *FeedSubscription {
 	ch := make(chan Event, buffer)
-	s := &FeedSubscription{C: ch, ch: ch, filter: filter, feed: f}
+	s := &FeedSubscription{C: ch, ch: ch, done: make(chan struct{}), filter: filter, feed: f}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.stopped {
 		close(ch)
+		close(s.done)
 		return s
 	}
 	f.subs[s] = struct{}{}
@@ -86,6 +88,11 @@ func (s *FeedSubscription) Close() {
 	s.feed.removeLocked(s)
 }
 
+// Done is closed when the subscription ends, together with C: a subscriber
+// busy handing on an event it took from C selects on it to learn at once
+// that it was dropped.
+func (s *FeedSubscription) Done() <-chan struct{} { return s.done }
+
 // Overflowed reports whether the feed dropped this subscriber because it
 // fell behind.
 func (s *FeedSubscription) Overflowed() bool {
@@ -98,19 +105,26 @@ func (f *Feed) removeLocked(s *FeedSubscription) {
 	if _, ok := f.subs[s]; ok {
 		delete(f.subs, s)
 		close(s.ch)
+		close(s.done)
 	}
 }
 
-// Run listens until ctx ends, reconnecting with backoff (100 ms doubling to
-// 5 s) when the connection fails, and back-filling what it missed. It
-// closes every subscription when it returns; it returns nil on ctx end.
+// Run listens until ctx ends, reconnecting when the connection fails and
+// back-filling what was processed meanwhile, so subscribers miss nothing.
+// Failed attempts back off from 100 ms doubling to 5 s; a connection that
+// was up starts again from 100 ms. It closes every subscription when it
+// returns; it returns nil on ctx end.
 func (f *Feed) Run(ctx context.Context) error {
 	defer f.stop()
-	backoff := 100 * time.Millisecond
+	const firstBackoff, maxBackoff = 100 * time.Millisecond, 5 * time.Second
+	backoff := firstBackoff
 	for {
-		err := f.listen(ctx)
+		listened, err := f.listen(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if listened {
+			backoff = firstBackoff
 		}
 		f.logger.WarnContext(ctx, "event feed connection lost, reconnecting",
 			slog.String("error", err.Error()), slog.Duration("backoff", backoff))
@@ -119,7 +133,7 @@ func (f *Feed) Run(ctx context.Context) error {
 			return nil
 		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 5*time.Second)
+		backoff = min(backoff*2, maxBackoff)
 	}
 }
 
@@ -132,10 +146,12 @@ func (f *Feed) stop() {
 	}
 }
 
-func (f *Feed) listen(ctx context.Context) error {
+// listen runs one LISTEN connection until it fails; listened reports
+// whether it got as far as listening and catching up.
+func (f *Feed) listen(ctx context.Context) (listened bool, err error) {
 	pc, err := f.pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("acquire listen connection: %w", err)
+		return false, fmt.Errorf("acquire listen connection: %w", err)
 	}
 	// The connection leaves the pool for good: a LISTENing session must not
 	// be handed to other users.
@@ -143,16 +159,18 @@ func (f *Feed) listen(ctx context.Context) error {
 	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck // closing a dead connection may fail
 
 	if _, err := conn.Exec(ctx, "LISTEN "+notifyEventProcessed); err != nil {
-		return fmt.Errorf("listen %s: %w", notifyEventProcessed, err)
+		return false, fmt.Errorf("listen %s: %w", notifyEventProcessed, err)
 	}
 	select {
 	case <-f.ready:
 	default:
 		// First connection: start live from now. What was processed before
 		// the feed existed is back-fill, which subscribers ask for by cursor.
+		// Read on the pool: the listening session runs LISTEN alone, which
+		// is how pg_stat_activity tells it apart.
 		var last int64
-		if err := conn.QueryRow(ctx, `SELECT coalesce(max(feed_seq), 0) FROM events`).Scan(&last); err != nil {
-			return fmt.Errorf("read feed position: %w", err)
+		if err := f.pool.QueryRow(ctx, `SELECT coalesce(max(feed_seq), 0) FROM events`).Scan(&last); err != nil {
+			return false, fmt.Errorf("read feed position: %w", err)
 		}
 		f.mu.Lock()
 		f.lastSeq = last
@@ -161,12 +179,12 @@ func (f *Feed) listen(ctx context.Context) error {
 	}
 	// After a reconnect, deliver what was processed while we were away.
 	if err := f.catchUp(ctx); err != nil {
-		return err
+		return false, err
 	}
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return fmt.Errorf("wait for notification: %w", err)
+			return true, fmt.Errorf("wait for notification: %w", err)
 		}
 		seq, err := strconv.ParseInt(n.Payload, 10, 64)
 		if err != nil {
@@ -180,7 +198,7 @@ func (f *Feed) listen(ctx context.Context) error {
 			continue
 		}
 		if err := f.catchUp(ctx); err != nil {
-			return err
+			return true, err
 		}
 	}
 }
