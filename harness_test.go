@@ -47,6 +47,7 @@ type serverOpts struct {
 	keepAlive, initTimeout, shutdownTimeout time.Duration
 	allowedOrigins                          []string
 	apiOnly                                 bool
+	feedBuffer                              int
 }
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -81,6 +82,7 @@ func newTestServer(t testing.TB, opts serverOpts) *testServer {
 		InitTimeout:      opts.initTimeout,
 		ShutdownTimeout:  opts.shutdownTimeout,
 		APIOnly:          opts.apiOnly,
+		FeedBuffer:       opts.feedBuffer,
 	}, testLogger(t))
 	require.NoError(t, err)
 	require.NoError(t, a.start(ctx))

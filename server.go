@@ -57,6 +57,11 @@ const (
 	// wsReadLimit caps one incoming websocket message, in bytes (then close
 	// 1009); a subscription request is far smaller.
 	wsReadLimit = 64 << 10
+	// wsSendBuffer caps each websocket's kernel send buffer, in bytes, so
+	// that a client that stopped reading pins at most that much (twice, as
+	// Linux counts) beside its feed buffer; at 100 ms round trip it still
+	// carries ~2.5 MB/s, thousands of events a second.
+	wsSendBuffer = 256 << 10
 )
 
 // config is every setting, from the environment with flags mirroring it.
@@ -322,6 +327,9 @@ type appOptions struct {
 	// APIOnly makes an instance that serves the API and the live feed but
 	// works no River jobs: it only enqueues them for the other instances.
 	APIOnly bool
+	// FeedBuffer is how far, in events, a live subscriber may fall behind
+	// before its socket is closed (default resolvers.DefaultFeedBuffer).
+	FeedBuffer int
 }
 
 func newApp(pool *pgxpool.Pool, opts appOptions, logger *slog.Logger) (*app, error) {
@@ -343,15 +351,17 @@ func newApp(pool *pgxpool.Pool, opts appOptions, logger *slog.Logger) (*app, err
 	}
 	feed := db.NewFeed(pool, logger)
 	res := &resolvers.Resolver{
-		Pool:   pool,
-		Outbox: jobs.NewOutbox(pool, riverClient),
-		Feed:   feed,
-		Logger: logger,
+		Pool:       pool,
+		Outbox:     jobs.NewOutbox(pool, riverClient),
+		Feed:       feed,
+		Logger:     logger,
+		FeedBuffer: opts.FeedBuffer,
 	}
 	ws := &wsgorilla.Implementation{
 		CheckOrigin:  checkOrigin,
 		PingInterval: opts.KeepAlive,
 		InitTimeout:  opts.InitTimeout,
+		SendBuffer:   wsSendBuffer,
 	}
 	return &app{
 		pool:            pool,

@@ -35,10 +35,14 @@ type Feed struct {
 // feed order. C is closed when the subscription ends: Close was called, the
 // feed stopped, or the subscriber fell more than its buffer behind
 // (Overflowed then reports true; it can resume from its last cursor).
+//
+// The events are shared by every subscriber of the process and must not
+// be modified: one copy per event, and a buffer of pointers (8 bytes an
+// event) per subscriber.
 type FeedSubscription struct {
-	C <-chan Event
+	C <-chan *Event
 
-	ch         chan Event
+	ch         chan *Event
 	done       chan struct{}
 	filter     EventFilter
 	feed       *Feed
@@ -59,6 +63,14 @@ func NewFeed(pool *pgxpool.Pool, logger *slog.Logger) *Feed {
 // on reach subscribers.
 func (f *Feed) Ready() <-chan struct{} { return f.ready }
 
+// LastSeq is the feed sequence of the last event the feed published (0
+// before the first).
+func (f *Feed) LastSeq() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lastSeq
+}
+
 // Subscribers is the number of live subscriptions in this process.
 func (f *Feed) Subscribers() int {
 	f.mu.Lock()
@@ -68,7 +80,7 @@ func (f *Feed) Subscribers() int {
 
 // Subscribe registers a subscriber with room for buffer undelivered events.
 func (f *Feed) Subscribe(filter EventFilter, buffer int) *FeedSubscription {
-	ch := make(chan Event, buffer)
+	ch := make(chan *Event, buffer)
 	s := &FeedSubscription{C: ch, ch: ch, done: make(chan struct{}), filter: filter, feed: f}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -213,8 +225,8 @@ func (f *Feed) catchUp(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		for _, ev := range events {
-			f.publish(ev)
+		for i := range events {
+			f.publish(&events[i])
 		}
 		if len(events) < feedBatch {
 			return nil
@@ -225,14 +237,14 @@ func (f *Feed) catchUp(ctx context.Context) error {
 // publish hands ev to every matching subscriber without ever blocking: a
 // subscriber whose buffer is full is dropped (its channel closed), so one
 // slow client never delays the feed or the others.
-func (f *Feed) publish(ev Event) {
+func (f *Feed) publish(ev *Event) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if ev.FeedSeq != nil && *ev.FeedSeq > f.lastSeq {
 		f.lastSeq = *ev.FeedSeq
 	}
 	for s := range f.subs {
-		if !s.filter.Matches(ev) {
+		if !s.filter.Matches(*ev) {
 			continue
 		}
 		select {

@@ -71,7 +71,7 @@ func receive(t *testing.T, sub *db.FeedSubscription, n int) []db.Event {
 		select {
 		case ev, ok := <-sub.C:
 			require.True(t, ok, "subscription ended after %d of %d events", len(got), n)
-			got = append(got, ev)
+			got = append(got, *ev)
 		case <-time.After(10 * time.Second):
 			t.Fatalf("got %d of %d events", len(got), n)
 		}
@@ -146,7 +146,7 @@ func TestFeedDropsSubscriberThatFallsBehind(t *testing.T) {
 	require.True(t, slow.Overflowed())
 	var kept []db.Event
 	for ev := range slow.C {
-		kept = append(kept, ev)
+		kept = append(kept, *ev)
 	}
 	require.Equal(t, ids(events[:2]), ids(kept), "its buffer stays readable, then C is closed")
 	require.Equal(t, 1, f.Subscribers())

@@ -84,6 +84,11 @@ type Implementation struct {
 	// ReadBufferSize and WriteBufferSize are the I/O buffer sizes in bytes;
 	// 0 means gorilla's default (4096).
 	ReadBufferSize, WriteBufferSize int
+	// SendBuffer caps the kernel's send buffer of each socket (SO_SNDBUF),
+	// in bytes: what a client that stopped reading can pin in the kernel
+	// (Linux reserves twice the value). 0 keeps the system's autotuning,
+	// up to net.ipv4.tcp_wmem's maximum (4 MiB by default).
+	SendBuffer int
 	// PingInterval is the period of websocket ping frames; a peer from
 	// which nothing (pong, ping or message) arrived for two intervals is
 	// taken for gone and its socket closed. 0 disables both.
@@ -164,6 +169,11 @@ func (i *Implementation) Accept(w http.ResponseWriter, r *http.Request, opts tra
 	if err != nil {
 		// Upgrade has already answered the request with an HTTP error.
 		return nil, err
+	}
+	if i.SendBuffer > 0 {
+		if tc, ok := ws.NetConn().(interface{ SetWriteBuffer(int) error }); ok {
+			_ = tc.SetWriteBuffer(i.SendBuffer)
+		}
 	}
 	c := &Conn{
 		ws:     ws,
