@@ -333,3 +333,34 @@ func TestWebsocketShutdownClosesEverySocketWith1001(t *testing.T) {
 		res.Body.Close()
 	}
 }
+
+func TestConfigAllowedOrigins(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		env  string
+		args []string
+		want []string
+		ok   bool
+	}{
+		{"", nil, nil, true},
+		{"https://erp.example.com, http://localhost:5173", nil, []string{"https://erp.example.com", "http://localhost:5173"}, true},
+		{"https://erp.example.com", []string{"-allowed-origins", "*"}, []string{"*"}, true},
+		{"erp.example.com", nil, nil, false},
+	}
+	for _, tt := range tests {
+		getenv := func(k string) string {
+			if k == "ALLOWED_ORIGINS" {
+				return tt.env
+			}
+			return ""
+		}
+		cfg, err := parseConfig("serve", tt.args, getenv, io.Discard)
+		if !tt.ok {
+			require.Error(t, err, "ALLOWED_ORIGINS=%q", tt.env)
+			require.Contains(t, err.Error(), "ALLOWED_ORIGINS")
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, tt.want, cfg.AllowedOrigins)
+	}
+}
