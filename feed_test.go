@@ -465,6 +465,7 @@ func TestFeedSlowConsumerDroppedFastOneServed(t *testing.T) {
 	require.Equal(t, resolvers.CloseSlowConsumer, sr.code, "after %d events", len(sr.seqs))
 	require.NotEmpty(t, sr.seqs)
 	require.Equal(t, fr.seqs[:len(sr.seqs)], sr.seqs, "the slow client's events are a prefix of the feed")
+	waitFor(t, 5*time.Second, "the slow socket closed and its operation cancelled", func() bool { return s.app.ws.Open() == 1 })
 	heapAfter := heapBytes()
 	t.Logf("%d events dispatched and delivered to the fast client in %s (%.0f/s); the slow client was dropped at feed sequence %d with %d events delivered",
 		events, took.Round(time.Millisecond), float64(events)/took.Seconds(), droppedAt.Load(), len(sr.seqs))

@@ -364,3 +364,40 @@ func TestConfigAllowedOrigins(t *testing.T) {
 		require.Equal(t, tt.want, cfg.AllowedOrigins)
 	}
 }
+
+// Each subprotocol gets its own keepalive message, and both get websocket
+// ping frames.
+func TestWebsocketKeepalivePerSubprotocol(t *testing.T) {
+	t.Parallel()
+	const interval = 100 * time.Millisecond
+	s := newTestServer(t, serverOpts{keepAlive: interval})
+	for proto, want := range map[string]string{protoTransportWS: "ping", protoLegacyWS: "ka"} {
+		t.Run(proto, func(t *testing.T) {
+			c := dialWS(t, s, proto)
+			var pings atomic.Int32
+			c.conn.SetPingHandler(func(data string) error {
+				pings.Add(1)
+				return c.conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
+			})
+			c.init(s.Token)
+			seen := 0
+			for deadline := time.Now().Add(5 * interval); time.Now().Before(deadline); {
+				require.NoError(t, c.conn.SetReadDeadline(deadline))
+				var m wsMessage
+				if err := c.conn.ReadJSON(&m); err != nil {
+					var ne net.Error
+					require.True(t, errors.As(err, &ne) && ne.Timeout(), "read: %v", err)
+					break
+				}
+				if m.Type == want {
+					seen++
+				}
+				if m.Type == "ping" {
+					c.send(wsMessage{Type: "pong"})
+				}
+			}
+			require.GreaterOrEqual(t, seen, 2, "%q messages", want)
+			require.GreaterOrEqual(t, pings.Load(), int32(2), "ping frames")
+		})
+	}
+}
