@@ -93,7 +93,7 @@ func newTestServer(t testing.TB, opts serverOpts) *testServer {
 		URL: "http://" + ln.Addr().String(), Token: token, Pool: pool, app: a,
 		stopServing: stopServing, served: make(chan error, 1),
 	}
-	go func() { s.served <- a.serveHTTP(serveCtx, ln) }()
+	go func() { s.served <- a.serveHTTP(serveCtx, ln, nil) }()
 	t.Cleanup(func() {
 		if err := s.shutdown(); err != nil {
 			t.Errorf("server shutdown: %v", err)

@@ -198,26 +198,23 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, stdout io.Write
 		if err := a.start(ctx); err != nil {
 			return err
 		}
-		defer func() {
-			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
-			defer cancel()
-			a.stop(stopCtx)
-		}()
 		ln, err := net.Listen("tcp", cfg.Addr)
 		if err != nil {
+			a.stop(ctx)
 			return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 		}
 		logger.Info("serving", slog.String("addr", ln.Addr().String()),
 			slog.String("graphql", "/graphql"), slog.String("playground", "/playground"))
-		return a.serveHTTP(ctx, ln)
+		return a.serveHTTP(ctx, ln, a.stop)
 	})
 }
 
 // serveHTTP serves the handler on ln until ctx ends, then shuts down within
 // the app's shutdown timeout: every websocket is closed with 1001 (going
-// away) and its operations cancelled, then in-flight HTTP requests are
-// drained. River and the feed keep running; stop stops them.
-func (a *app) serveHTTP(ctx context.Context, ln net.Listener) error {
+// away) and its operations cancelled, in-flight HTTP requests are drained,
+// and then, when after is not nil, after runs with what is left of the
+// timeout (serve stops River and the feed there; tests keep them).
+func (a *app) serveHTTP(ctx context.Context, ln net.Listener, after func(context.Context)) error {
 	// Requests (websockets included) live in baseCtx, cancelled at
 	// shutdown so that nothing outlives it.
 	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
@@ -246,6 +243,9 @@ func (a *app) serveHTTP(ctx context.Context, ln net.Listener) error {
 	cancelBase()
 	if shutErr := srv.Shutdown(shutdownCtx); shutErr != nil {
 		a.logger.Warn("http shutdown", slog.String("error", shutErr.Error()))
+	}
+	if after != nil {
+		after(shutdownCtx)
 	}
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
