@@ -9,8 +9,15 @@ GO ?= go
 run: pg-binaries
 	$(GO) run . serve
 
-test: pg-binaries
+test: pg-binaries e2e/node_modules
 	$(GO) test -race -count=1 ./...
+
+# The npm clients the end-to-end test drives (graphql-ws,
+# subscriptions-transport-ws), installed from the lock file when missing
+# or older than it.
+e2e/node_modules: e2e/package.json e2e/package-lock.json
+	@command -v npm >/dev/null || { echo "npm is missing: the end-to-end tests need Node.js 20+ with npm (e.g. 'apt-get install nodejs npm')" >&2; exit 1; }
+	npm ci --prefix e2e --no-audit --no-fund
 
 demo:
 	$(GO) run . demo

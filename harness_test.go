@@ -7,9 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,12 +33,18 @@ func TestMain(m *testing.M) {
 }
 
 // testServer is the whole product in-process on its own database: River
-// started, the feed listening, the GraphQL handler on a real HTTP server.
+// started, the feed listening, the GraphQL handler served by serveHTTP on
+// a loopback port.
 type testServer struct {
 	URL   string // base URL, e.g. http://127.0.0.1:41234
 	Token string // the admin's bearer token
 	Pool  *pgxpool.Pool
 	app   *app
+
+	stopServing context.CancelFunc
+	served      chan error // serveHTTP's result, once it returned
+	stopOnce    sync.Once
+	stopErr     error
 }
 
 type serverOpts struct {
@@ -45,6 +52,11 @@ type serverOpts struct {
 	// pool, when set, is used instead of a fresh database: a second
 	// instance on the same database.
 	pool *pgxpool.Pool
+	// The rest go to appOptions as they are.
+	keepAlive, initTimeout, shutdownTimeout time.Duration
+	allowedOrigins                          []string
+	apiOnly                                 bool
+	feedBuffer                              int
 }
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -54,7 +66,8 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-// newTestServer starts a server; everything stops at test cleanup.
+// newTestServer starts a server; everything stops at test cleanup, through
+// the same graceful shutdown as the binary's.
 func newTestServer(t testing.TB, opts serverOpts) *testServer {
 	t.Helper()
 	ctx := context.Background()
@@ -71,13 +84,29 @@ func newTestServer(t testing.TB, opts serverOpts) *testServer {
 		_, err := db.EnsureAdmin(ctx, tx, token)
 		return err
 	}))
-	a, err := newApp(pool, opts.dispatchInterval, testLogger(t))
+	a, err := newApp(pool, appOptions{
+		DispatchInterval: opts.dispatchInterval,
+		AllowedOrigins:   opts.allowedOrigins,
+		KeepAlive:        opts.keepAlive,
+		InitTimeout:      opts.initTimeout,
+		ShutdownTimeout:  opts.shutdownTimeout,
+		APIOnly:          opts.apiOnly,
+		FeedBuffer:       opts.feedBuffer,
+	}, testLogger(t))
 	require.NoError(t, err)
 	require.NoError(t, a.start(ctx))
-	srv := httptest.NewServer(a.handler)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	serveCtx, stopServing := context.WithCancel(ctx)
+	s := &testServer{
+		URL: "http://" + ln.Addr().String(), Token: token, Pool: pool, app: a,
+		stopServing: stopServing, served: make(chan error, 1),
+	}
+	go func() { s.served <- a.serveHTTP(serveCtx, ln, nil) }()
 	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
+		if err := s.shutdown(); err != nil {
+			t.Errorf("server shutdown: %v", err)
+		}
 		stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		a.stop(stopCtx)
@@ -87,7 +116,17 @@ func newTestServer(t testing.TB, opts serverOpts) *testServer {
 	case <-time.After(10 * time.Second):
 		t.Fatal("feed did not start listening")
 	}
-	return &testServer{URL: srv.URL, Token: token, Pool: pool, app: a}
+	return s
+}
+
+// shutdown stops serving as SIGTERM would and returns serveHTTP's result;
+// River and the feed keep running until cleanup. Safe to call again.
+func (s *testServer) shutdown() error {
+	s.stopOnce.Do(func() {
+		s.stopServing()
+		s.stopErr = <-s.served
+	})
+	return s.stopErr
 }
 
 // gqlResponse is a GraphQL response body.

@@ -46,10 +46,22 @@ const (
 	adminTokenFile  = "admin-token"
 	shutdownTimeout = 15 * time.Second
 	dispatchWorkers = 20
-	// websocket keepalive: "ka" every interval for graphql-ws, ping/pong for
-	// graphql-transport-ws (a peer silent for two intervals is dropped).
-	wsKeepAlive   = 10 * time.Second
+	// wsKeepAlive is the websocket keepalive period: "ka" messages for
+	// graphql-ws, ping messages for graphql-transport-ws, and websocket ping
+	// frames for both; a peer from which nothing arrived for two periods is
+	// dropped.
+	wsKeepAlive = 10 * time.Second
+	// wsInitTimeout is how long a socket may wait to send connection_init
+	// (then close 4408).
 	wsInitTimeout = 10 * time.Second
+	// wsReadLimit caps one incoming websocket message, in bytes (then close
+	// 1009); a subscription request is far smaller.
+	wsReadLimit = 64 << 10
+	// wsSendBuffer caps each websocket's kernel send buffer, in bytes, so
+	// that a client that stopped reading pins at most that much (twice, as
+	// Linux counts) beside its feed buffer; at 100 ms round trip it still
+	// carries ~2.5 MB/s, thousands of events a second.
+	wsSendBuffer = 256 << 10
 	// Request limits, on every transport: body bytes (HTTP), query tokens,
 	// complexity (roughly: fields selected, aliases and fragments expanded)
 	// and nesting depth.
@@ -66,6 +78,7 @@ type config struct {
 	Addr             string
 	DispatchInterval time.Duration
 	AdminToken       string
+	AllowedOrigins   []string
 	DemoURL          string
 	DemoToken        string
 	// The user subcommand's flags.
@@ -127,12 +140,13 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs := flag.NewFlagSet("erp "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg config
-	var interval string
+	var interval, origins string
 	fs.StringVar(&cfg.DatabaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL (DATABASE_URL); empty starts a private PostgreSQL in DATA_DIR/pg")
 	fs.StringVar(&cfg.DataDir, "data-dir", envOr("DATA_DIR", ".data"), "directory for the private PostgreSQL and admin-token (DATA_DIR)")
 	fs.StringVar(&cfg.Addr, "addr", envOr("ADDR", ":8080"), "listen address (ADDR)")
 	fs.StringVar(&interval, "dispatch-interval", envOr("DISPATCH_INTERVAL", "1m"), "period of the sweep of unprocessed events (DISPATCH_INTERVAL)")
 	fs.StringVar(&cfg.AdminToken, "admin-token", getenv("ADMIN_TOKEN"), "token of the admin user (ADMIN_TOKEN); empty generates one into DATA_DIR/admin-token on first start")
+	fs.StringVar(&origins, "allowed-origins", getenv("ALLOWED_ORIGINS"), "comma-separated browser origins (https://host[:port], or *) allowed to open websockets besides the server's own (ALLOWED_ORIGINS); clients without Origin are always allowed")
 	fs.StringVar(&cfg.DemoURL, "demo-url", envOr("DEMO_URL", "http://localhost:8080/graphql"), "GraphQL endpoint the demo drives (DEMO_URL)")
 	fs.StringVar(&cfg.DemoToken, "demo-token", getenv("DEMO_TOKEN"), "token the demo uses (DEMO_TOKEN); empty reads DATA_DIR/admin-token")
 	if cmd == "user" {
@@ -153,6 +167,14 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 		return config{}, fmt.Errorf("DISPATCH_INTERVAL: want a duration of at least 1s like 1m or 30s, got %q", interval)
 	}
 	cfg.DispatchInterval = d
+	for _, o := range strings.Split(origins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			cfg.AllowedOrigins = append(cfg.AllowedOrigins, o)
+		}
+	}
+	if _, err := wsgorilla.AllowOrigins(cfg.AllowedOrigins); err != nil {
+		return config{}, fmt.Errorf("ALLOWED_ORIGINS: %w", err)
+	}
 	return cfg, nil
 }
 
@@ -193,22 +215,12 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, stdout io.Write
 		if err := ensureAdminToken(ctx, pool, cfg, logger, stdout); err != nil {
 			return err
 		}
-		a, err := newApp(pool, cfg.DispatchInterval, logger)
+		a, err := newApp(pool, appOptions{DispatchInterval: cfg.DispatchInterval, AllowedOrigins: cfg.AllowedOrigins}, logger)
 		if err != nil {
 			return err
 		}
 		if err := a.start(ctx); err != nil {
 			return err
-		}
-		// Requests (websockets included) live in baseCtx, cancelled at
-		// shutdown so that subscriptions end and their sockets close.
-		baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
-		defer cancelBase()
-		srv := &http.Server{
-			Addr:              cfg.Addr,
-			Handler:           a.handler,
-			ReadHeaderTimeout: 10 * time.Second,
-			BaseContext:       func(net.Listener) context.Context { return baseCtx },
 		}
 		ln, err := net.Listen("tcp", cfg.Addr)
 		if err != nil {
@@ -217,26 +229,52 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, stdout io.Write
 		}
 		logger.Info("serving", slog.String("addr", ln.Addr().String()),
 			slog.String("graphql", "/graphql"), slog.String("playground", "/playground"))
-		errc := make(chan error, 1)
-		go func() { errc <- srv.Serve(ln) }()
-
-		select {
-		case err = <-errc:
-		case <-ctx.Done():
-			logger.Info("shutting down")
-		}
-		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
-		defer cancel()
-		cancelBase()
-		if shutErr := srv.Shutdown(shutdownCtx); shutErr != nil {
-			logger.Warn("http shutdown", slog.String("error", shutErr.Error()))
-		}
-		a.stop(shutdownCtx)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		return err
+		return a.serveHTTP(ctx, ln, a.stop)
 	})
+}
+
+// serveHTTP serves the handler on ln until ctx ends, then shuts down within
+// the app's shutdown timeout: every websocket is closed with 1001 (going
+// away) and its operations cancelled, in-flight HTTP requests are drained,
+// and then, when after is not nil, after runs with what is left of the
+// timeout (serve stops River and the feed there; tests keep them).
+func (a *app) serveHTTP(ctx context.Context, ln net.Listener, after func(context.Context)) error {
+	// Requests (websockets included) live in baseCtx, cancelled at
+	// shutdown so that nothing outlives it.
+	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
+	srv := &http.Server{
+		Handler:           a.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return baseCtx },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+
+	var err error
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		a.logger.Info("shutting down", slog.Int("websockets", a.ws.Open()))
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.shutdownTimeout)
+	defer cancel()
+	// Websockets first: http.Server.Shutdown does not see hijacked
+	// connections.
+	if wsErr := a.ws.Shutdown(shutdownCtx); wsErr != nil {
+		a.logger.Warn("websocket shutdown", slog.String("error", wsErr.Error()))
+	}
+	cancelBase()
+	if shutErr := srv.Shutdown(shutdownCtx); shutErr != nil {
+		a.logger.Warn("http shutdown", slog.String("error", shutErr.Error()))
+	}
+	if after != nil {
+		after(shutdownCtx)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
 }
 
 // ensureAdminToken gives the admin user its token: ADMIN_TOKEN if set, else
@@ -316,26 +354,59 @@ func createUserOffline(ctx context.Context, pool *pgxpool.Pool, cfg config, logg
 	return nil
 }
 
-// app is the wired product on one pool: dispatcher, River, feed and the
-// HTTP handler.
+// app is the wired product on one pool: dispatcher, River, feed, the
+// websocket adapter and the HTTP handler.
 type app struct {
-	pool       *pgxpool.Pool
-	dispatcher *jobs.Dispatcher
-	river      *river.Client[pgx.Tx]
-	feed       *db.Feed
-	handler    http.Handler
-	logger     *slog.Logger
+	pool            *pgxpool.Pool
+	dispatcher      *jobs.Dispatcher
+	river           *river.Client[pgx.Tx]
+	feed            *db.Feed
+	ws              *wsgorilla.Implementation
+	handler         http.Handler
+	logger          *slog.Logger
+	apiOnly         bool
+	shutdownTimeout time.Duration
 
 	stopFeed context.CancelFunc
 	feedDone chan struct{}
 }
 
-func newApp(pool *pgxpool.Pool, dispatchInterval time.Duration, logger *slog.Logger) (*app, error) {
+// appOptions configure newApp; zero fields take the defaults.
+type appOptions struct {
+	// DispatchInterval is the period of the sweep (DISPATCH_INTERVAL).
+	DispatchInterval time.Duration
+	// AllowedOrigins are browser origins allowed to open websockets besides
+	// the server's own (ALLOWED_ORIGINS), as wsgorilla.AllowOrigins takes
+	// them.
+	AllowedOrigins []string
+	// KeepAlive is the websocket keepalive period (default wsKeepAlive).
+	KeepAlive time.Duration
+	// InitTimeout is the time a socket has to send connection_init
+	// (default wsInitTimeout).
+	InitTimeout time.Duration
+	// ShutdownTimeout bounds serveHTTP's shutdown (default shutdownTimeout).
+	ShutdownTimeout time.Duration
+	// APIOnly makes an instance that serves the API and the live feed but
+	// works no River jobs: it only enqueues them for the other instances.
+	APIOnly bool
+	// FeedBuffer is how far, in events, a live subscriber may fall behind
+	// before its socket is closed (default resolvers.DefaultFeedBuffer).
+	FeedBuffer int
+}
+
+func newApp(pool *pgxpool.Pool, opts appOptions, logger *slog.Logger) (*app, error) {
+	opts.KeepAlive = cmp.Or(opts.KeepAlive, wsKeepAlive)
+	opts.InitTimeout = cmp.Or(opts.InitTimeout, wsInitTimeout)
+	opts.ShutdownTimeout = cmp.Or(opts.ShutdownTimeout, shutdownTimeout)
+	checkOrigin, err := wsgorilla.AllowOrigins(opts.AllowedOrigins)
+	if err != nil {
+		return nil, err
+	}
 	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger},
 		jobs.OrderAcceptance{}, jobs.ProductionPlanning{}, jobs.MaterialIssue{})
 	riverClient, err := jobs.NewRiverClient(pool, dispatcher, jobs.RiverConfig{
 		ID:               instanceID(),
-		DispatchInterval: dispatchInterval,
+		DispatchInterval: opts.DispatchInterval,
 		MaxWorkers:       dispatchWorkers,
 		Logger:           logger,
 	})
@@ -349,14 +420,24 @@ func newApp(pool *pgxpool.Pool, dispatchInterval time.Duration, logger *slog.Log
 		Dispatcher: dispatcher,
 		Feed:       feed,
 		Logger:     logger,
+		FeedBuffer: opts.FeedBuffer,
+	}
+	ws := &wsgorilla.Implementation{
+		CheckOrigin:  checkOrigin,
+		PingInterval: opts.KeepAlive,
+		InitTimeout:  opts.InitTimeout,
+		SendBuffer:   wsSendBuffer,
 	}
 	return &app{
-		pool:       pool,
-		dispatcher: dispatcher,
-		river:      riverClient,
-		feed:       feed,
-		handler:    newHandler(res, pool),
-		logger:     logger,
+		pool:            pool,
+		dispatcher:      dispatcher,
+		river:           riverClient,
+		feed:            feed,
+		ws:              ws,
+		handler:         newHandler(res, pool, ws, opts.KeepAlive),
+		logger:          logger,
+		apiOnly:         opts.APIOnly,
+		shutdownTimeout: opts.ShutdownTimeout,
 	}, nil
 }
 
@@ -376,17 +457,24 @@ func instanceID() string {
 	return fmt.Sprintf("%s_pid%d_%d", host, os.Getpid(), time.Now().Unix())
 }
 
-func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool) http.Handler {
+// newHandler routes the endpoints. Websockets run on ws, which checks the
+// Origin before the upgrade and owns the socket rules (init timeout 4408,
+// duplicate id 4409, dead peers, 1001 at shutdown); gqlgen's transport
+// adds the keepalive of each subprotocol.
+func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool, ws *wsgorilla.Implementation, keepAlive time.Duration) http.Handler {
 	gql := handler.New(graph.NewExecutableSchema(graph.Config{
 		Resolvers:  res,
 		Directives: graph.DirectiveRoot{Allow: res.Allow},
 	}))
+	readLimit := int64(wsReadLimit)
 	gql.AddTransport(transport.Websocket{
-		Implementation:        wsgorilla.Implementation{},
-		InitFunc:              res.WebsocketInit,
-		InitTimeout:           wsInitTimeout,
-		KeepAlivePingInterval: wsKeepAlive,
-		PingPongInterval:      wsKeepAlive,
+		Implementation: ws,
+		InitFunc:       res.WebsocketInit,
+		// InitTimeout stays 0: ws closes a silent socket with 4408 where
+		// gqlgen would use 1002.
+		KeepAlivePingInterval: keepAlive,
+		PingPongInterval:      keepAlive,
+		PayloadReadLimit:      &readLimit,
 	})
 	gql.AddTransport(transport.Options{})
 	gql.AddTransport(transport.GET{})
@@ -401,7 +489,7 @@ func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool) http.Handler {
 	gql.SetRecoverFunc(resolvers.Recover)
 
 	mux := http.NewServeMux()
-	mux.Handle("/graphql", resolvers.LimitBody(maxRequestBody, res.Authenticate(gql)))
+	mux.Handle("/graphql", ws.Handler(resolvers.LimitBody(maxRequestBody, res.Authenticate(gql))))
 	mux.Handle("GET /playground", playground.Handler("ERP event backbone", "/graphql"))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
@@ -416,14 +504,16 @@ func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool) http.Handler {
 	return mux
 }
 
-// start runs River (dispatch workers and, on the leader, the sweep) and the
-// live feed.
+// start runs River (dispatch workers and, on the leader, the sweep; not
+// on an API-only instance) and the live feed.
 func (a *app) start(ctx context.Context) error {
 	if err := a.dispatcher.Register(ctx); err != nil {
 		return err
 	}
-	if err := a.river.Start(ctx); err != nil {
-		return fmt.Errorf("start river: %w", err)
+	if !a.apiOnly {
+		if err := a.river.Start(ctx); err != nil {
+			return fmt.Errorf("start river: %w", err)
+		}
 	}
 	feedCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.stopFeed, a.feedDone = cancel, make(chan struct{})
@@ -437,11 +527,13 @@ func (a *app) start(ctx context.Context) error {
 // stop lets running jobs finish until ctx ends, then cancels them, and
 // stops the feed.
 func (a *app) stop(ctx context.Context) {
-	if err := a.river.Stop(ctx); err != nil {
-		a.logger.Warn("river did not stop in time, cancelling jobs", slog.String("error", err.Error()))
-		hardCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = a.river.StopAndCancel(hardCtx)
+	if !a.apiOnly {
+		if err := a.river.Stop(ctx); err != nil {
+			a.logger.Warn("river did not stop in time, cancelling jobs", slog.String("error", err.Error()))
+			hardCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = a.river.StopAndCancel(hardCtx)
+		}
 	}
 	if a.stopFeed != nil {
 		a.stopFeed()

@@ -35,10 +35,15 @@ type Feed struct {
 // feed order. C is closed when the subscription ends: Close was called, the
 // feed stopped, or the subscriber fell more than its buffer behind
 // (Overflowed then reports true; it can resume from its last cursor).
+//
+// The events are shared by every subscriber of the process and must not
+// be modified: one copy per event, and a buffer of pointers (8 bytes an
+// event) per subscriber.
 type FeedSubscription struct {
-	C <-chan Event
+	C <-chan *Event
 
-	ch         chan Event
+	ch         chan *Event
+	done       chan struct{}
 	filter     EventFilter
 	feed       *Feed
 	overflowed bool
@@ -58,6 +63,14 @@ func NewFeed(pool *pgxpool.Pool, logger *slog.Logger) *Feed {
 // on reach subscribers.
 func (f *Feed) Ready() <-chan struct{} { return f.ready }
 
+// LastSeq is the feed sequence of the last event the feed published (0
+// before the first).
+func (f *Feed) LastSeq() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lastSeq
+}
+
 // Subscribers is the number of live subscriptions in this process.
 func (f *Feed) Subscribers() int {
 	f.mu.Lock()
@@ -67,12 +80,13 @@ func (f *Feed) Subscribers() int {
 
 // Subscribe registers a subscriber with room for buffer undelivered events.
 func (f *Feed) Subscribe(filter EventFilter, buffer int) *FeedSubscription {
-	ch := make(chan Event, buffer)
-	s := &FeedSubscription{C: ch, ch: ch, filter: filter, feed: f}
+	ch := make(chan *Event, buffer)
+	s := &FeedSubscription{C: ch, ch: ch, done: make(chan struct{}), filter: filter, feed: f}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.stopped {
 		close(ch)
+		close(s.done)
 		return s
 	}
 	f.subs[s] = struct{}{}
@@ -86,6 +100,11 @@ func (s *FeedSubscription) Close() {
 	s.feed.removeLocked(s)
 }
 
+// Done is closed when the subscription ends, together with C: a subscriber
+// busy handing on an event it took from C selects on it to learn at once
+// that it was dropped.
+func (s *FeedSubscription) Done() <-chan struct{} { return s.done }
+
 // Overflowed reports whether the feed dropped this subscriber because it
 // fell behind.
 func (s *FeedSubscription) Overflowed() bool {
@@ -98,19 +117,26 @@ func (f *Feed) removeLocked(s *FeedSubscription) {
 	if _, ok := f.subs[s]; ok {
 		delete(f.subs, s)
 		close(s.ch)
+		close(s.done)
 	}
 }
 
-// Run listens until ctx ends, reconnecting with backoff (100 ms doubling to
-// 5 s) when the connection fails, and back-filling what it missed. It
-// closes every subscription when it returns; it returns nil on ctx end.
+// Run listens until ctx ends, reconnecting when the connection fails and
+// back-filling what was processed meanwhile, so subscribers miss nothing.
+// Failed attempts back off from 100 ms doubling to 5 s; a connection that
+// was up starts again from 100 ms. It closes every subscription when it
+// returns; it returns nil on ctx end.
 func (f *Feed) Run(ctx context.Context) error {
 	defer f.stop()
-	backoff := 100 * time.Millisecond
+	const firstBackoff, maxBackoff = 100 * time.Millisecond, 5 * time.Second
+	backoff := firstBackoff
 	for {
-		err := f.listen(ctx)
+		listened, err := f.listen(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if listened {
+			backoff = firstBackoff
 		}
 		f.logger.WarnContext(ctx, "event feed connection lost, reconnecting",
 			slog.String("error", err.Error()), slog.Duration("backoff", backoff))
@@ -119,7 +145,7 @@ func (f *Feed) Run(ctx context.Context) error {
 			return nil
 		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 5*time.Second)
+		backoff = min(backoff*2, maxBackoff)
 	}
 }
 
@@ -132,10 +158,12 @@ func (f *Feed) stop() {
 	}
 }
 
-func (f *Feed) listen(ctx context.Context) error {
+// listen runs one LISTEN connection until it fails; listened reports
+// whether it got as far as listening and catching up.
+func (f *Feed) listen(ctx context.Context) (listened bool, err error) {
 	pc, err := f.pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("acquire listen connection: %w", err)
+		return false, fmt.Errorf("acquire listen connection: %w", err)
 	}
 	// The connection leaves the pool for good: a LISTENing session must not
 	// be handed to other users.
@@ -143,16 +171,18 @@ func (f *Feed) listen(ctx context.Context) error {
 	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck // closing a dead connection may fail
 
 	if _, err := conn.Exec(ctx, "LISTEN "+notifyEventProcessed); err != nil {
-		return fmt.Errorf("listen %s: %w", notifyEventProcessed, err)
+		return false, fmt.Errorf("listen %s: %w", notifyEventProcessed, err)
 	}
 	select {
 	case <-f.ready:
 	default:
 		// First connection: start live from now. What was processed before
 		// the feed existed is back-fill, which subscribers ask for by cursor.
+		// Read on the pool: the listening session runs LISTEN alone, which
+		// is how pg_stat_activity tells it apart.
 		var last int64
-		if err := conn.QueryRow(ctx, `SELECT coalesce(max(feed_seq), 0) FROM events`).Scan(&last); err != nil {
-			return fmt.Errorf("read feed position: %w", err)
+		if err := f.pool.QueryRow(ctx, `SELECT coalesce(max(feed_seq), 0) FROM events`).Scan(&last); err != nil {
+			return false, fmt.Errorf("read feed position: %w", err)
 		}
 		f.mu.Lock()
 		f.lastSeq = last
@@ -161,12 +191,12 @@ func (f *Feed) listen(ctx context.Context) error {
 	}
 	// After a reconnect, deliver what was processed while we were away.
 	if err := f.catchUp(ctx); err != nil {
-		return err
+		return false, err
 	}
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return fmt.Errorf("wait for notification: %w", err)
+			return true, fmt.Errorf("wait for notification: %w", err)
 		}
 		seq, err := strconv.ParseInt(n.Payload, 10, 64)
 		if err != nil {
@@ -180,7 +210,7 @@ func (f *Feed) listen(ctx context.Context) error {
 			continue
 		}
 		if err := f.catchUp(ctx); err != nil {
-			return err
+			return true, err
 		}
 	}
 }
@@ -195,8 +225,8 @@ func (f *Feed) catchUp(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		for _, ev := range events {
-			f.publish(ev)
+		for i := range events {
+			f.publish(&events[i])
 		}
 		if len(events) < feedBatch {
 			return nil
@@ -207,14 +237,14 @@ func (f *Feed) catchUp(ctx context.Context) error {
 // publish hands ev to every matching subscriber without ever blocking: a
 // subscriber whose buffer is full is dropped (its channel closed), so one
 // slow client never delays the feed or the others.
-func (f *Feed) publish(ev Event) {
+func (f *Feed) publish(ev *Event) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if ev.FeedSeq != nil && *ev.FeedSeq > f.lastSeq {
 		f.lastSeq = *ev.FeedSeq
 	}
 	for s := range f.subs {
-		if !s.filter.Matches(ev) {
+		if !s.filter.Matches(*ev) {
 			continue
 		}
 		select {

@@ -10,7 +10,6 @@ import (
 	"erp/db"
 	"erp/graph"
 	"erp/graph/model"
-	"log/slog"
 )
 
 func (r *queryResolver) Events(ctx context.Context, filter *db.EventFilter, first *int, after *string) (*model.EventConnection, error) {
@@ -53,79 +52,7 @@ func (r *subscriptionResolver) EventProcessed(ctx context.Context, filter *db.Ev
 	if filter != nil {
 		f = *filter
 	}
-	var from *int64
-	if after != nil {
-		c, err := db.ParseCursor("after", *after)
-		if err != nil {
-			return nil, err
-		}
-		if c.FeedSeq == nil {
-			return nil, &db.InputError{Field: "after", Msg: "the cursor is of an event that was not processed yet; resume from a processed event's cursor"}
-		}
-		from = c.FeedSeq
-	}
-	// Subscribe before reading the back-fill, so that nothing processed in
-	// between is lost; what arrives twice is skipped by feed sequence.
-	sub := r.Feed.Subscribe(f, feedBuffer)
-	out := make(chan *db.Event)
-	go func() {
-		defer close(out)
-		defer sub.Close()
-		send := func(ev db.Event) bool {
-			select {
-			case out <- &ev:
-				return true
-			case <-ctx.Done():
-				return false
-			}
-		}
-		var last int64
-		if from != nil {
-			select {
-			case <-r.Feed.Ready():
-			case <-ctx.Done():
-				return
-			}
-			last = *from
-			for {
-				events, err := db.EventsProcessedAfter(ctx, r.Pool, f, last, feedBuffer)
-				if err != nil {
-					r.Logger.ErrorContext(ctx, "event feed back-fill", slog.String("error", err.Error()))
-					return
-				}
-				for _, ev := range events {
-					if !send(ev) {
-						return
-					}
-					last = *ev.FeedSeq
-				}
-				if len(events) < feedBuffer {
-					break
-				}
-			}
-		}
-		for {
-			select {
-			case ev, ok := <-sub.C:
-				if !ok {
-					if sub.Overflowed() {
-						r.Logger.WarnContext(ctx, "live subscriber fell behind and was dropped", slog.Int64("last_feed_seq", last))
-					}
-					return
-				}
-				if *ev.FeedSeq <= last {
-					continue
-				}
-				if !send(ev) {
-					return
-				}
-				last = *ev.FeedSeq
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out, nil
+	return r.liveEvents(ctx, f, after)
 }
 
 func (r *Resolver) Event() graph.EventResolver { return &eventResolver{r} }

@@ -12,9 +12,10 @@ import (
 	"erp/jobs"
 )
 
-// feedBuffer is how many processed events a live subscription may fall
-// behind before the feed drops it (the client then resumes by cursor).
-const feedBuffer = 1024
+// DefaultFeedBuffer is how many processed events a live subscription may
+// fall behind before the feed drops it (the client then resumes by
+// cursor), unless Resolver.FeedBuffer says otherwise.
+const DefaultFeedBuffer = 1024
 
 // defaultPageSize applies when a client sends first: null.
 const defaultPageSize = 50
@@ -26,4 +27,14 @@ type Resolver struct {
 	Dispatcher *jobs.Dispatcher
 	Feed       *db.Feed
 	Logger     *slog.Logger
+	// FeedBuffer is the live feed's buffer per subscription, in events,
+	// and the back-fill's page size; 0 means DefaultFeedBuffer.
+	FeedBuffer int
+}
+
+func (r *Resolver) feedBuffer() int {
+	if r.FeedBuffer > 0 {
+		return r.FeedBuffer
+	}
+	return DefaultFeedBuffer
 }

@@ -1,111 +1,543 @@
 // Package wsgorilla plugs github.com/gorilla/websocket into gqlgen's
 // websocket transport (transport.WebsocketImplementation), which otherwise
-// uses coder/websocket. Both GraphQL subprotocols run over it unchanged:
-// gqlgen speaks them, this package only moves frames.
+// uses coder/websocket. Both GraphQL subprotocols (graphql-transport-ws and
+// the legacy graphql-ws) run over it: gqlgen speaks them, this package moves
+// frames and hardens the socket underneath, the same for both:
+//
+//   - a browser handshake from an Origin outside the allow-list gets HTTP 403
+//     before any upgrade (Handler);
+//   - a client that sends no connection_init within InitTimeout is closed
+//     with 4408; a second connection_init on graphql-transport-ws with 4429;
+//     a connection_init whose payload is not an object with 4400;
+//   - a subscribe (start) whose id is already running is closed with 4409;
+//   - a peer from which nothing arrived for two PingIntervals (websocket
+//     pings are answered by every client, whatever the subprotocol) is taken
+//     for gone: its socket is closed and gqlgen cancels its operations;
+//   - a write that fails or exceeds WriteTimeout closes the socket, so a
+//     client that stopped reading never holds a writer for longer;
+//   - Shutdown closes every socket with 1001, and CloseSocket lets a
+//     resolver close its own socket with a code of its choice.
+//
+// gqlgen's own InitTimeout (which closes with 1002) and read deadlines are
+// not used: this package owns the read deadline of its sockets.
 package wsgorilla
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/gorilla/websocket"
 )
 
-// writeWait bounds one frame write (data or close), so a peer that stopped
-// reading cannot hold a writer forever.
-const writeWait = 10 * time.Second
+// Close codes this package sends. The 44xx ones are those of the
+// graphql-transport-ws protocol; they are used for the legacy graphql-ws
+// subprotocol too.
+const (
+	// CloseGoingAway (RFC 6455) is sent to every socket by Shutdown.
+	CloseGoingAway = websocket.CloseGoingAway
+	// CloseBadRequest: a connection_init payload that is not a JSON object.
+	CloseBadRequest = 4400
+	// CloseInitTimeout: no connection_init within InitTimeout.
+	CloseInitTimeout = 4408
+	// CloseSubscriberExists: subscribe (start) with the id of an operation
+	// that is still running on this socket.
+	CloseSubscriberExists = 4409
+	// CloseTooManyInit: a second connection_init (graphql-transport-ws).
+	CloseTooManyInit = 4429
+)
 
-// Implementation accepts websockets with gorilla's Upgrader.
+const (
+	// defaultWriteTimeout bounds one frame write when WriteTimeout is 0.
+	defaultWriteTimeout = 10 * time.Second
+	// closeGrace is how long a socket we sent a close frame on waits for
+	// the peer's close frame before the network connection is dropped.
+	closeGrace = time.Second
+	// maxCloseReason is the longest close reason a close frame can carry
+	// (125 bytes of control payload less the 2-byte code).
+	maxCloseReason = 123
+)
+
+// errClosing is what writes get once a close frame was sent or is being
+// sent on the socket.
+var errClosing = errors.New("websocket is closing")
+
+// Implementation accepts websockets with gorilla's Upgrader and keeps the
+// set of open ones for Shutdown. Use it by pointer, with its Handler in
+// front of the gqlgen handler; the zero value works (no pings, no init
+// timeout, same-origin only).
 type Implementation struct {
-	// CheckOrigin decides whether a browser's Origin may open a socket; nil
-	// keeps gorilla's default, which refuses cross-origin requests.
+	// CheckOrigin decides whether a handshake's Origin may open a socket;
+	// nil allows requests without Origin and same-origin ones (see
+	// AllowOrigins).
 	CheckOrigin func(r *http.Request) bool
 	// ReadBufferSize and WriteBufferSize are the I/O buffer sizes in bytes;
 	// 0 means gorilla's default (4096).
 	ReadBufferSize, WriteBufferSize int
+	// SendBuffer caps the kernel's send buffer of each socket (SO_SNDBUF),
+	// in bytes: what a client that stopped reading can pin in the kernel
+	// (Linux reserves twice the value). 0 keeps the system's autotuning,
+	// up to net.ipv4.tcp_wmem's maximum (4 MiB by default).
+	SendBuffer int
+	// PingInterval is the period of websocket ping frames; a peer from
+	// which nothing (pong, ping or message) arrived for two intervals is
+	// taken for gone and its socket closed. 0 disables both.
+	PingInterval time.Duration
+	// InitTimeout is how long a socket may stay open without sending
+	// connection_init before it is closed with CloseInitTimeout; 0 disables.
+	InitTimeout time.Duration
+	// WriteTimeout bounds one frame write; a write that does not finish in
+	// time (the peer stopped reading) closes the socket. 0 means 10 s.
+	WriteTimeout time.Duration
+
+	mu           sync.Mutex
+	conns        map[*Conn]struct{}
+	shuttingDown bool
+	drained      chan struct{} // closed when conns empties during Shutdown
 }
 
-var _ transport.WebsocketImplementation = Implementation{}
+var _ transport.WebsocketImplementation = (*Implementation)(nil)
+
+type handleKey struct{}
+
+// handle lets code holding a request's context reach the socket that
+// request became; Handler puts one in every handshake's context and Accept
+// fills it.
+type handle struct{ conn atomic.Pointer[Conn] }
+
+// Handler guards next, the gqlgen handler, for websocket handshakes (any
+// request with an Upgrade header, as gqlgen routes them): a disallowed
+// Origin gets 403 and a handshake during Shutdown 503, both before any
+// upgrade; an allowed one proceeds with a context through which
+// CloseSocket reaches its socket. Other requests pass through untouched.
+func (i *Implementation) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if !i.originAllowed(r) {
+			http.Error(w, "websocket: origin not allowed", http.StatusForbidden)
+			return
+		}
+		i.mu.Lock()
+		down := i.shuttingDown
+		i.mu.Unlock()
+		if down {
+			http.Error(w, "server shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), handleKey{}, &handle{})))
+	})
+}
+
+func (i *Implementation) originAllowed(r *http.Request) bool {
+	if i.CheckOrigin != nil {
+		return i.CheckOrigin(r)
+	}
+	return sameOriginOrNone(r)
+}
+
+func (i *Implementation) writeTimeout() time.Duration {
+	if i.WriteTimeout > 0 {
+		return i.WriteTimeout
+	}
+	return defaultWriteTimeout
+}
 
 // Accept implements transport.WebsocketImplementation: it upgrades the
-// request, negotiating one of the GraphQL subprotocols gqlgen offers.
-func (i Implementation) Accept(w http.ResponseWriter, r *http.Request, opts transport.WebsocketAcceptOptions) (transport.WebsocketConn, error) {
+// request, negotiating one of the GraphQL subprotocols gqlgen offers, and
+// starts the socket's pings and init timer.
+func (i *Implementation) Accept(w http.ResponseWriter, r *http.Request, opts transport.WebsocketAcceptOptions) (transport.WebsocketConn, error) {
 	up := websocket.Upgrader{
 		Subprotocols:    slices.Clone(opts.Subprotocols),
-		CheckOrigin:     i.CheckOrigin,
+		CheckOrigin:     i.originAllowed,
 		ReadBufferSize:  i.ReadBufferSize,
 		WriteBufferSize: i.WriteBufferSize,
 	}
-	conn, err := up.Upgrade(w, r, opts.ResponseHeader)
+	ws, err := up.Upgrade(w, r, opts.ResponseHeader)
 	if err != nil {
 		// Upgrade has already answered the request with an HTTP error.
 		return nil, err
 	}
-	return &Conn{ws: conn}, nil
+	if i.SendBuffer > 0 {
+		if tc, ok := ws.NetConn().(interface{ SetWriteBuffer(int) error }); ok {
+			_ = tc.SetWriteBuffer(i.SendBuffer)
+		}
+	}
+	c := &Conn{
+		ws:     ws,
+		impl:   i,
+		active: make(map[string]struct{}),
+		done:   make(chan struct{}),
+	}
+	if h, ok := r.Context().Value(handleKey{}).(*handle); ok {
+		h.conn.Store(c)
+	}
+	i.mu.Lock()
+	if i.conns == nil {
+		i.conns = make(map[*Conn]struct{})
+	}
+	i.conns[c] = struct{}{}
+	down := i.shuttingDown
+	i.mu.Unlock()
+
+	// Any frame from the peer proves it is there: data messages are seen
+	// in NextReader, control frames here.
+	ws.SetPongHandler(func(string) error { c.alive(); return nil })
+	ping := ws.PingHandler()
+	ws.SetPingHandler(func(data string) error { c.alive(); return ping(data) })
+	c.alive()
+	if i.InitTimeout > 0 {
+		c.mu.Lock()
+		c.initTimer = time.AfterFunc(i.InitTimeout, func() {
+			c.closeWith(CloseInitTimeout, "Connection initialisation timeout", i.writeTimeout())
+		})
+		c.mu.Unlock()
+	}
+	if i.PingInterval > 0 {
+		go c.pingLoop(i.PingInterval)
+	}
+	if down {
+		c.closeWith(CloseGoingAway, "server shutting down", closeGrace)
+	}
+	return c, nil
 }
 
-// Conn is one accepted socket. gorilla allows one concurrent writer; gqlgen
-// writes from several goroutines (results, keepalives, close), so writes
-// are serialised here.
+// Open is the number of sockets accepted and not yet closed by gqlgen.
+func (i *Implementation) Open() int {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return len(i.conns)
+}
+
+// Shutdown refuses new handshakes (503), closes every open socket with
+// 1001 (going away) and waits until gqlgen has closed them all, which it
+// does after cancelling their operations. When ctx ends first, the
+// remaining sockets are dropped without waiting and ctx's error is
+// returned.
+func (i *Implementation) Shutdown(ctx context.Context) error {
+	i.mu.Lock()
+	i.shuttingDown = true
+	conns := slices.Collect(maps.Keys(i.conns))
+	if i.drained == nil {
+		i.drained = make(chan struct{})
+		if len(i.conns) == 0 {
+			close(i.drained)
+		}
+	}
+	drained := i.drained
+	i.mu.Unlock()
+
+	for _, c := range conns {
+		c.closeWith(CloseGoingAway, "server shutting down", closeGrace)
+	}
+	select {
+	case <-drained:
+		return nil
+	case <-ctx.Done():
+		i.mu.Lock()
+		left := slices.Collect(maps.Keys(i.conns))
+		i.mu.Unlock()
+		for _, c := range left {
+			c.closeNetwork()
+		}
+		return fmt.Errorf("close %d websockets: %w", len(left), ctx.Err())
+	}
+}
+
+func (i *Implementation) forget(c *Conn) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	delete(i.conns, c)
+	if len(i.conns) == 0 && i.drained != nil {
+		select {
+		case <-i.drained:
+		default:
+			close(i.drained)
+		}
+	}
+}
+
+// CloseSocket closes the websocket that carries ctx (a resolver's context,
+// derived from a handshake that went through Handler) with code and reason,
+// without waiting: data writes stop at once, the close frame follows the
+// frame being written if any (a client that stopped reading gets it when
+// it reads again within WriteTimeout), and the network connection is
+// dropped when the peer answers or a second later. gqlgen then cancels the
+// socket's operations. It reports false when ctx belongs to no such socket.
+func CloseSocket(ctx context.Context, code int, reason string) bool {
+	h, ok := ctx.Value(handleKey{}).(*handle)
+	if !ok {
+		return false
+	}
+	c := h.conn.Load()
+	if c == nil {
+		return false
+	}
+	c.closeWith(code, reason, c.impl.writeTimeout())
+	return true
+}
+
+// Conn is one accepted socket. gqlgen reads it from one goroutine and
+// writes it from several (results, keepalives, close); gorilla allows one
+// data writer at a time, so data writes are serialised here. Control frames
+// (pings, close) may be written concurrently with them.
 type Conn struct {
-	ws      *websocket.Conn
-	writeMu sync.Mutex
+	ws   *websocket.Conn
+	impl *Implementation
+
+	writeMu sync.Mutex // serialises data writes
+
+	// closing is set once a close frame was sent or is being sent: no data
+	// frame goes out after it.
+	closing atomic.Bool
+	// closeMu is held while a close frame is written, so that Close lets
+	// that frame out before dropping the connection.
+	closeMu sync.Mutex
+
+	done     chan struct{} // closed with the network connection
+	doneOnce sync.Once
+
+	mu        sync.Mutex
+	initTimer *time.Timer         // closes with 4408; stopped by connection_init
+	initSeen  bool                // a connection_init arrived
+	active    map[string]struct{} // ids of operations running on this socket
 }
 
 var (
-	_ transport.WebsocketConn          = (*Conn)(nil)
-	_ transport.WebsocketReadLimiter   = (*Conn)(nil)
-	_ transport.WebsocketReadDeadliner = (*Conn)(nil)
+	_ transport.WebsocketConn        = (*Conn)(nil)
+	_ transport.WebsocketReadLimiter = (*Conn)(nil)
 )
 
-// NextReader returns the next data message; a normal close by the peer is
-// transport.ErrWebsocketClosed, as gqlgen expects.
+// clientMessage is the envelope both subprotocols share.
+type clientMessage struct {
+	Type    string          `json:"type"`
+	ID      string          `json:"id"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+// NextReader returns the next data message for gqlgen. A normal close by
+// the peer is transport.ErrWebsocketClosed, as gqlgen expects. Messages
+// that break the rules this package enforces close the socket and are not
+// handed on; neither is anything that arrives after a close frame was
+// sent: the reader then only waits for the peer's close frame. Any read
+// error (a close frame, a missed deadline, a message over the read limit)
+// drops the network connection.
 func (c *Conn) NextReader() (int, io.Reader, error) {
-	mt, r, err := c.ws.NextReader()
-	if err != nil {
+	for {
+		mt, r, err := c.ws.NextReader()
+		if err == nil {
+			var b []byte
+			b, err = io.ReadAll(r) // at most the read limit
+			if err == nil {
+				c.alive()
+				if c.closing.Load() || !c.admit(b) {
+					continue
+				}
+				return mt, bytes.NewReader(b), nil
+			}
+		}
+		c.closeNetwork()
 		var ce *websocket.CloseError
 		if errors.As(err, &ce) && (ce.Code == websocket.CloseNormalClosure || ce.Code == websocket.CloseNoStatusReceived) {
 			return mt, nil, transport.ErrWebsocketClosed
 		}
 		return mt, nil, err
 	}
-	return mt, r, nil
 }
 
-// WriteJSON writes v as one text message.
+// admit applies the rules on incoming messages and keeps the set of
+// running operation ids; false means the message broke a rule and the
+// socket is closing.
+func (c *Conn) admit(b []byte) bool {
+	var m clientMessage
+	if json.Unmarshal(b, &m) != nil {
+		return true // gqlgen answers malformed messages itself
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch m.Type {
+	case "connection_init":
+		if c.initSeen {
+			if c.ws.Subprotocol() == "graphql-transport-ws" {
+				c.closeWith(CloseTooManyInit, "Too many initialisation requests", c.impl.writeTimeout())
+				return false
+			}
+			return true
+		}
+		c.initSeen = true
+		if c.initTimer != nil {
+			c.initTimer.Stop()
+		}
+		p := bytes.TrimSpace(m.Payload)
+		if len(p) > 0 && !bytes.Equal(p, []byte("null")) && p[0] != '{' {
+			// gqlgen would drop such a socket without closing it.
+			c.closeWith(CloseBadRequest, "connection_init payload must be an object", c.impl.writeTimeout())
+			return false
+		}
+	case "subscribe", "start":
+		if _, dup := c.active[m.ID]; dup {
+			c.closeWith(CloseSubscriberExists, "Subscriber for "+m.ID+" already exists", c.impl.writeTimeout())
+			return false
+		}
+		c.active[m.ID] = struct{}{}
+	case "complete", "stop":
+		delete(c.active, m.ID)
+	}
+	return true
+}
+
+// ended forgets the operation id of an outgoing complete or error, which
+// end an operation in both subprotocols, so the client may reuse the id.
+func (c *Conn) ended(b []byte) {
+	var m struct {
+		Type string `json:"type"`
+		ID   string `json:"id"`
+	}
+	if json.Unmarshal(b, &m) != nil || m.ID == "" || (m.Type != "complete" && m.Type != "error") {
+		return
+	}
+	c.mu.Lock()
+	delete(c.active, m.ID)
+	c.mu.Unlock()
+}
+
+// WriteJSON writes v as one text message within WriteTimeout; a failed or
+// timed-out write drops the connection.
 func (c *Conn) WriteJSON(v any) error {
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
-	_ = c.ws.SetWriteDeadline(time.Now().Add(writeWait))
-	return c.ws.WriteJSON(v)
-}
-
-// WriteClose sends a close frame with code and reason (at most 123 bytes,
-// as the protocol allows; longer reasons are cut).
-func (c *Conn) WriteClose(code int, reason string) error {
-	if len(reason) > 123 {
-		reason = reason[:123]
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode websocket message: %w", err)
+	}
+	// Before the write: the client may reuse the id as soon as it reads it.
+	c.ended(b)
+	if c.closing.Load() {
+		return errClosing
 	}
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
-	return c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(writeWait))
+	_ = c.ws.SetWriteDeadline(time.Now().Add(c.impl.writeTimeout()))
+	if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
+		if !c.closing.Load() {
+			c.closeNetwork()
+		}
+		return err
+	}
+	return nil
+}
+
+// WriteClose sends a close frame with code and reason (cut to 123 bytes)
+// unless one was sent already, whose code then stands.
+func (c *Conn) WriteClose(code int, reason string) error {
+	if !c.closing.CompareAndSwap(false, true) {
+		return nil
+	}
+	return c.writeCloseFrame(code, reason, closeGrace)
+}
+
+// closeWith starts closing the socket with code and reason unless a close
+// frame was sent already: data writes stop at once; in the background the
+// close frame is written, waiting at most wait for a data frame being
+// written, and the connection is dropped when the peer answers (NextReader
+// sees its close frame) or after closeGrace.
+func (c *Conn) closeWith(code int, reason string, wait time.Duration) {
+	if !c.closing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		if err := c.writeCloseFrame(code, reason, wait); err != nil {
+			c.closeNetwork()
+			return
+		}
+		time.AfterFunc(closeGrace, c.closeNetwork)
+	}()
+}
+
+func (c *Conn) writeCloseFrame(code int, reason string, wait time.Duration) error {
+	if len(reason) > maxCloseReason {
+		reason = reason[:maxCloseReason]
+	}
+	c.stopInitTimer()
+	c.closeMu.Lock()
+	defer c.closeMu.Unlock()
+	return c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(wait))
+}
+
+func (c *Conn) stopInitTimer() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.initTimer != nil {
+		c.initTimer.Stop()
+	}
 }
 
 // Subprotocol is the negotiated subprotocol ("" when none).
 func (c *Conn) Subprotocol() string { return c.ws.Subprotocol() }
 
-// Close closes the network connection without a close frame.
-func (c *Conn) Close() error { return c.ws.Close() }
+// Close is gqlgen's end of the socket, called after it cancelled the
+// socket's operations: it lets a close frame being written go out, drops
+// the network connection and removes the socket from the open set.
+func (c *Conn) Close() error {
+	c.closeMu.Lock()
+	c.closeNetwork()
+	c.closeMu.Unlock()
+	c.impl.forget(c)
+	return nil
+}
+
+// closeNetwork closes the network connection, which fails every read and
+// write in progress; safe to call more than once.
+func (c *Conn) closeNetwork() {
+	c.doneOnce.Do(func() {
+		close(c.done)
+		c.stopInitTimer()
+		_ = c.ws.Close()
+	})
+}
 
 // SetReadLimit caps an incoming message at limit bytes; a larger one
 // closes the socket with 1009.
 func (c *Conn) SetReadLimit(limit int64) { c.ws.SetReadLimit(limit) }
 
-// SetReadDeadline fails reads after t; gqlgen uses it to detect a peer that
-// stopped answering pings.
-func (c *Conn) SetReadDeadline(t time.Time) error { return c.ws.SetReadDeadline(t) }
+// alive moves the read deadline two ping intervals ahead; called for every
+// frame from the peer. Only the reading goroutine calls it.
+func (c *Conn) alive() {
+	if p := c.impl.PingInterval; p > 0 {
+		_ = c.ws.SetReadDeadline(time.Now().Add(2 * p))
+	}
+}
+
+// pingLoop sends a ping frame every interval until the connection closes.
+// Every websocket client answers pings with pongs on its own (browsers,
+// Node's ws), so this detects a vanished peer on both subprotocols.
+func (c *Conn) pingLoop(interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+			if c.closing.Load() {
+				return
+			}
+			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.impl.writeTimeout())); err != nil {
+				if !c.closing.Load() {
+					c.closeNetwork()
+				}
+				return
+			}
+		}
+	}
+}

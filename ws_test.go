@@ -1,0 +1,403 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/stretchr/testify/require"
+
+	"erp/graph/wsgorilla"
+)
+
+// wsURL is the websocket endpoint of s.
+func wsURL(s *testServer) string { return "ws" + strings.TrimPrefix(s.URL, "http") + "/graphql" }
+
+// closeCode reads from c until the socket ends and returns the close code
+// the server sent (websocket.CloseAbnormalClosure, 1006, when the
+// connection ended without a close frame). Messages on the way are
+// ignored, except that a connection_ack fails the test when noAck is set.
+func (c *wsClient) closeCode(timeout time.Duration, noAck bool) int {
+	c.t.Helper()
+	require.NoError(c.t, c.conn.SetReadDeadline(time.Now().Add(timeout)))
+	for {
+		_, b, err := c.conn.ReadMessage()
+		if err != nil {
+			var ce *websocket.CloseError
+			if errors.As(err, &ce) {
+				return ce.Code
+			}
+			var ne net.Error
+			require.False(c.t, errors.As(err, &ne) && ne.Timeout(), "socket still open after %s", timeout)
+			return websocket.CloseAbnormalClosure
+		}
+		if noAck {
+			require.NotContains(c.t, string(b), `"connection_ack"`)
+		}
+	}
+}
+
+func TestWebsocketCloseCodes(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, serverOpts{initTimeout: 300 * time.Millisecond})
+	initMsg := func(token string) wsMessage {
+		return wsMessage{Type: "connection_init", Payload: json.RawMessage(fmt.Sprintf(`{"Authorization": "Bearer %s"}`, token))}
+	}
+	tests := []struct {
+		name   string
+		protos []string
+		// run drives the client until the server should close the socket.
+		run  func(c *wsClient)
+		want int
+	}{
+		{"silent after upgrade: init timeout", []string{protoTransportWS, protoLegacyWS}, func(*wsClient) {}, wsgorilla.CloseInitTimeout},
+		{"bad token: refused without ack", []string{protoTransportWS, protoLegacyWS}, func(c *wsClient) {
+			c.send(initMsg("erp_wrong"))
+		}, 4403},
+		{"duplicate subscription id", []string{protoTransportWS, protoLegacyWS}, func(c *wsClient) {
+			c.init(s.Token)
+			c.subscribe("dup", feedSubscription, nil)
+			c.subscribe("dup", feedSubscription, nil)
+		}, wsgorilla.CloseSubscriberExists},
+		{"second connection_init", []string{protoTransportWS}, func(c *wsClient) {
+			c.init(s.Token)
+			c.send(initMsg(s.Token))
+		}, wsgorilla.CloseTooManyInit},
+		{"connection_init payload not an object", []string{protoTransportWS, protoLegacyWS}, func(c *wsClient) {
+			c.send(wsMessage{Type: "connection_init", Payload: json.RawMessage(`"Bearer x"`)})
+		}, wsgorilla.CloseBadRequest},
+		{"message over 64 KiB", []string{protoTransportWS, protoLegacyWS}, func(c *wsClient) {
+			c.init(s.Token)
+			c.subscribe("big", "subscription { eventProcessed { id } } #"+strings.Repeat("x", wsReadLimit), nil)
+		}, websocket.CloseMessageTooBig},
+	}
+	for _, tt := range tests {
+		for _, proto := range tt.protos {
+			t.Run(tt.name+"/"+proto, func(t *testing.T) {
+				t.Parallel()
+				c := dialWS(t, s, proto)
+				tt.run(c)
+				require.Equal(t, tt.want, c.closeCode(5*time.Second, tt.want == 4403))
+			})
+		}
+	}
+}
+
+// A subscription id may be used again once its operation ended; only a
+// running one is a duplicate.
+func TestWebsocketIDReusableAfterComplete(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, serverOpts{})
+	seedItem(t, s)
+	for _, proto := range []string{protoTransportWS, protoLegacyWS} {
+		t.Run(proto, func(t *testing.T) {
+			c := dialWS(t, s, proto)
+			c.init(s.Token)
+			stop := map[string]string{protoTransportWS: "complete", protoLegacyWS: "stop"}[proto]
+			filter := map[string]any{"filter": map[string]any{"entity": "sales_orders", "types": []string{"doc.created"}}}
+			c.subscribe("1", feedSubscription, filter)
+			c.send(wsMessage{ID: "1", Type: stop})
+			m, err := c.read(5 * time.Second)
+			require.NoError(t, err)
+			require.Equal(t, "complete", m.Type)
+			waitFor(t, 5*time.Second, "no subscription", func() bool { return s.app.feed.Subscribers() == 0 })
+			c.subscribe("1", feedSubscription, filter)
+			waitFor(t, 5*time.Second, "the subscription", func() bool { return s.app.feed.Subscribers() == 1 })
+			gql[map[string]any](t, s, createSalesOrder, map[string]any{"customer": proto})
+			require.Equal(t, "doc.created", c.nextEvent("1").Type)
+			require.NoError(t, c.conn.Close())
+			waitFor(t, 5*time.Second, "no subscription", func() bool { return s.app.feed.Subscribers() == 0 })
+		})
+	}
+}
+
+func TestWebsocketOriginCheck(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, serverOpts{allowedOrigins: []string{"https://erp.example.com"}})
+	host := strings.TrimPrefix(s.URL, "http://")
+	tests := []struct {
+		origin string
+		ok     bool
+	}{
+		{"", true}, // not a browser
+		{"http://" + host, true},
+		{"https://erp.example.com", true},
+		{"https://ERP.example.com:443", true},
+		{"https://evil.example.com", false},
+		{"http://erp.example.com", false}, // another scheme is another origin
+		{"null", false},
+	}
+	for _, tt := range tests {
+		h := http.Header{}
+		if tt.origin != "" {
+			h.Set("Origin", tt.origin)
+		}
+		d := websocket.Dialer{Subprotocols: []string{protoTransportWS}, HandshakeTimeout: 5 * time.Second}
+		conn, res, err := d.Dial(wsURL(s), h)
+		if tt.ok {
+			require.NoError(t, err, "origin %q", tt.origin)
+			res.Body.Close()
+			conn.Close()
+			continue
+		}
+		require.ErrorIs(t, err, websocket.ErrBadHandshake, "origin %q", tt.origin)
+		require.Equal(t, http.StatusForbidden, res.StatusCode, "origin %q", tt.origin)
+		res.Body.Close()
+	}
+	waitFor(t, 5*time.Second, "no open socket", func() bool { return s.app.ws.Open() == 0 })
+}
+
+// socketGoroutines counts the goroutines serving websockets: the adapter's,
+// gqlgen's websocket transport and the resolvers'.
+func socketGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "erp/graph/wsgorilla.") ||
+			strings.Contains(g, "gqlgen/graphql/handler/transport.") ||
+			strings.Contains(g, "erp/resolvers.") {
+			count++
+		}
+	}
+	return count
+}
+
+// freezeProxy forwards TCP to target until freeze; from then on it
+// forwards nothing either way and keeps both connections open: a peer gone
+// without a close frame (a dead NAT entry, a laptop lid shut).
+type freezeProxy struct {
+	ln     net.Listener
+	frozen atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newFreezeProxy(t *testing.T, target string) *freezeProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &freezeProxy{ln: ln}
+	go func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", target)
+			if err != nil {
+				client.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, client, server)
+			p.mu.Unlock()
+			go p.pipe(server, client)
+			go p.pipe(client, server)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+	})
+	return p
+}
+
+func (p *freezeProxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if err != nil || p.frozen.Load() {
+			return // frozen: stop reading, drop what came
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			return
+		}
+	}
+}
+
+// Not parallel: it counts the process's websocket goroutines.
+func TestWebsocketHalfOpenSocketCleanedUp(t *testing.T) {
+	const interval = 200 * time.Millisecond
+	s := newTestServer(t, serverOpts{keepAlive: interval})
+	for _, proto := range []string{protoTransportWS, protoLegacyWS} {
+		t.Run(proto, func(t *testing.T) {
+			waitFor(t, 5*time.Second, "no websocket goroutines", func() bool { return socketGoroutines() == 0 })
+			baseline := socketGoroutines()
+			p := newFreezeProxy(t, strings.TrimPrefix(s.URL, "http://"))
+			d := websocket.Dialer{Subprotocols: []string{proto}, HandshakeTimeout: 5 * time.Second}
+			conn, res, err := d.Dial("ws://"+p.ln.Addr().String()+"/graphql", nil)
+			require.NoError(t, err)
+			res.Body.Close()
+			t.Cleanup(func() { conn.Close() })
+			c := &wsClient{t: t, conn: conn, proto: proto}
+			c.init(s.Token)
+			c.subscribe("1", feedSubscription, nil)
+			waitFor(t, 5*time.Second, "the subscription", func() bool { return s.app.feed.Subscribers() == 1 })
+			// Keep reading, which answers the server's pings, until the
+			// proxy freezes; then this goroutine blocks until cleanup.
+			go func() {
+				for {
+					if _, _, err := conn.ReadMessage(); err != nil {
+						return
+					}
+				}
+			}()
+			time.Sleep(3 * interval) // the keepalive runs across the proxy
+			require.Equal(t, 1, s.app.ws.Open(), "a live peer must not be dropped")
+
+			p.frozen.Store(true)
+			frozenAt := time.Now()
+			waitFor(t, 5*time.Second, "the resolver to end", func() bool { return s.app.feed.Subscribers() == 0 })
+			cancelled := time.Since(frozenAt)
+			waitFor(t, 5*time.Second, "websocket goroutines back to the baseline", func() bool { return socketGoroutines() <= baseline })
+			cleaned := time.Since(frozenAt)
+			t.Logf("%s: resolver ended %s and goroutines back to %d %s after the peer vanished (ping interval %s)",
+				proto, cancelled.Round(time.Millisecond), baseline, cleaned.Round(time.Millisecond), interval)
+			require.Zero(t, s.app.ws.Open())
+			// Two intervals without a frame from the peer, plus scheduling.
+			require.Less(t, cleaned, 2*interval+150*time.Millisecond)
+		})
+	}
+}
+
+func TestWebsocketShutdownClosesEverySocketWith1001(t *testing.T) {
+	t.Parallel()
+	const sockets = 50
+	s := newTestServer(t, serverOpts{shutdownTimeout: 5 * time.Second})
+	clients := make([]*wsClient, sockets)
+	for i := range clients {
+		proto := []string{protoTransportWS, protoLegacyWS}[i%2]
+		clients[i] = dialWS(t, s, proto)
+		clients[i].init(s.Token)
+		clients[i].subscribe(fmt.Sprint("s", i), feedSubscription, nil)
+	}
+	waitFor(t, 10*time.Second, "every subscription", func() bool { return s.app.feed.Subscribers() == sockets })
+
+	codes := make([]int, sockets)
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Go(func() {
+			_ = c.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			for {
+				if _, _, err := c.conn.ReadMessage(); err != nil {
+					var ce *websocket.CloseError
+					if errors.As(err, &ce) {
+						codes[i] = ce.Code
+					}
+					return
+				}
+			}
+		})
+	}
+	start := time.Now()
+	require.NoError(t, s.shutdown())
+	took := time.Since(start)
+	wg.Wait()
+	t.Logf("shutdown with %d live subscriptions took %s", sockets, took.Round(time.Millisecond))
+	require.Less(t, took, 5*time.Second, "shutdown must end within its deadline")
+	for i, code := range codes {
+		require.Equal(t, websocket.CloseGoingAway, code, "socket %d", i)
+	}
+	require.Zero(t, s.app.ws.Open())
+	// The resolvers ended with their sockets, before the feed stops.
+	waitFor(t, 2*time.Second, "every resolver to end", func() bool { return s.app.feed.Subscribers() == 0 })
+
+	// No new socket after shutdown.
+	d := websocket.Dialer{Subprotocols: []string{protoTransportWS}, HandshakeTimeout: time.Second}
+	_, res, err := d.Dial(wsURL(s), nil)
+	require.Error(t, err)
+	if res != nil {
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+}
+
+func TestConfigAllowedOrigins(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		env  string
+		args []string
+		want []string
+		ok   bool
+	}{
+		{"", nil, nil, true},
+		{"https://erp.example.com, http://localhost:5173", nil, []string{"https://erp.example.com", "http://localhost:5173"}, true},
+		{"https://erp.example.com", []string{"-allowed-origins", "*"}, []string{"*"}, true},
+		{"erp.example.com", nil, nil, false},
+	}
+	for _, tt := range tests {
+		getenv := func(k string) string {
+			if k == "ALLOWED_ORIGINS" {
+				return tt.env
+			}
+			return ""
+		}
+		cfg, err := parseConfig("serve", tt.args, getenv, io.Discard)
+		if !tt.ok {
+			require.Error(t, err, "ALLOWED_ORIGINS=%q", tt.env)
+			require.Contains(t, err.Error(), "ALLOWED_ORIGINS")
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, tt.want, cfg.AllowedOrigins)
+	}
+}
+
+// Each subprotocol gets its own keepalive message, and both get websocket
+// ping frames.
+func TestWebsocketKeepalivePerSubprotocol(t *testing.T) {
+	t.Parallel()
+	const interval = 100 * time.Millisecond
+	s := newTestServer(t, serverOpts{keepAlive: interval})
+	for proto, want := range map[string]string{protoTransportWS: "ping", protoLegacyWS: "ka"} {
+		t.Run(proto, func(t *testing.T) {
+			c := dialWS(t, s, proto)
+			var pings atomic.Int32
+			c.conn.SetPingHandler(func(data string) error {
+				pings.Add(1)
+				return c.conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
+			})
+			c.init(s.Token)
+			seen := 0
+			for deadline := time.Now().Add(5 * interval); time.Now().Before(deadline); {
+				require.NoError(t, c.conn.SetReadDeadline(deadline))
+				var m wsMessage
+				if err := c.conn.ReadJSON(&m); err != nil {
+					var ne net.Error
+					require.True(t, errors.As(err, &ne) && ne.Timeout(), "read: %v", err)
+					break
+				}
+				if m.Type == want {
+					seen++
+				}
+				if m.Type == "ping" {
+					c.send(wsMessage{Type: "pong"})
+				}
+			}
+			require.GreaterOrEqual(t, seen, 2, "%q messages", want)
+			require.GreaterOrEqual(t, pings.Load(), int32(2), "ping frames")
+		})
+	}
+}
