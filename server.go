@@ -22,12 +22,12 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	_ "time/tzdata" // TIME_ZONE resolves on machines without a zoneinfo database
 
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
-	"github.com/99designs/gqlgen/graphql/playground"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -39,6 +39,7 @@ import (
 	"erp/graph/wsgorilla"
 	"erp/jobs"
 	"erp/resolvers"
+	"erp/web"
 )
 
 const (
@@ -51,6 +52,9 @@ const (
 	wsInitTimeout = 10 * time.Second
 	// maxRequestBody caps a GraphQL request body (bytes).
 	maxRequestBody = 2 << 20
+	// defaultTimeZone is where the seed's users are: the events page shows
+	// times there unless TIME_ZONE says otherwise.
+	defaultTimeZone = "Europe/Moscow"
 )
 
 // config is every setting, from the environment with flags mirroring it.
@@ -62,6 +66,8 @@ type config struct {
 	AdminToken       string
 	DemoURL          string
 	DemoToken        string
+	// TimeZone is the IANA zone the events page shows times in.
+	TimeZone *time.Location
 }
 
 func main() {
@@ -114,7 +120,7 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs := flag.NewFlagSet("erp "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg config
-	var interval string
+	var interval, timeZone string
 	fs.StringVar(&cfg.DatabaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL (DATABASE_URL); empty starts a private PostgreSQL in DATA_DIR/pg")
 	fs.StringVar(&cfg.DataDir, "data-dir", envOr("DATA_DIR", ".data"), "directory for the private PostgreSQL and admin-token (DATA_DIR)")
 	fs.StringVar(&cfg.Addr, "addr", envOr("ADDR", ":8080"), "listen address (ADDR)")
@@ -122,6 +128,7 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs.StringVar(&cfg.AdminToken, "admin-token", getenv("ADMIN_TOKEN"), "token of the admin user (ADMIN_TOKEN); empty generates one into DATA_DIR/admin-token on first start")
 	fs.StringVar(&cfg.DemoURL, "demo-url", envOr("DEMO_URL", "http://localhost:8080/graphql"), "GraphQL endpoint the demo drives (DEMO_URL)")
 	fs.StringVar(&cfg.DemoToken, "demo-token", getenv("DEMO_TOKEN"), "token the demo uses (DEMO_TOKEN); empty reads DATA_DIR/admin-token")
+	fs.StringVar(&timeZone, "time-zone", envOr("TIME_ZONE", defaultTimeZone), "IANA time zone the events page shows times in (TIME_ZONE)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -130,7 +137,20 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 		return config{}, fmt.Errorf("DISPATCH_INTERVAL: want a duration of at least 1s like 1m or 30s, got %q", interval)
 	}
 	cfg.DispatchInterval = d
+	if cfg.TimeZone, err = loadTimeZone(timeZone); err != nil {
+		return config{}, err
+	}
 	return cfg, nil
+}
+
+// loadTimeZone resolves an IANA zone name for TIME_ZONE. "Local" is
+// refused: the browser formats the times and knows no server-local zone.
+func loadTimeZone(name string) (*time.Location, error) {
+	loc, err := time.LoadLocation(name)
+	if err != nil || name == "" || name == "Local" {
+		return nil, fmt.Errorf("TIME_ZONE: want an IANA time zone like Europe/Moscow or UTC, got %q", name)
+	}
+	return loc, nil
 }
 
 // withDatabase opens the configured database (starting the private
@@ -170,7 +190,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, stdout io.Write
 		if err := ensureAdminToken(ctx, pool, cfg, logger, stdout); err != nil {
 			return err
 		}
-		a, err := newApp(pool, cfg.DispatchInterval, logger)
+		a, err := newApp(pool, cfg.DispatchInterval, logger, withTimeZone(cfg.TimeZone))
 		if err != nil {
 			return err
 		}
@@ -270,7 +290,26 @@ type app struct {
 	feedDone chan struct{}
 }
 
-func newApp(pool *pgxpool.Pool, dispatchInterval time.Duration, logger *slog.Logger) (*app, error) {
+// appOption changes a default of newApp.
+type appOption func(*web.Config)
+
+// withTimeZone shows the events page's times in loc (default Europe/Moscow).
+func withTimeZone(loc *time.Location) appOption {
+	return func(c *web.Config) { c.TimeZone = loc }
+}
+
+func newApp(pool *pgxpool.Pool, dispatchInterval time.Duration, logger *slog.Logger, opts ...appOption) (*app, error) {
+	page := web.Config{}
+	for _, o := range opts {
+		o(&page)
+	}
+	if page.TimeZone == nil {
+		loc, err := loadTimeZone(defaultTimeZone)
+		if err != nil {
+			return nil, err
+		}
+		page.TimeZone = loc
+	}
 	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger}, jobs.OrderAcceptance{})
 	riverClient, err := jobs.NewRiverClient(pool, dispatcher, jobs.RiverConfig{
 		ID:               instanceID(),
@@ -294,7 +333,7 @@ func newApp(pool *pgxpool.Pool, dispatchInterval time.Duration, logger *slog.Log
 		dispatcher: dispatcher,
 		river:      riverClient,
 		feed:       feed,
-		handler:    newHandler(res, pool),
+		handler:    newHandler(res, pool, page),
 		logger:     logger,
 	}, nil
 }
@@ -315,7 +354,7 @@ func instanceID() string {
 	return fmt.Sprintf("%s_pid%d_%d", host, os.Getpid(), time.Now().Unix())
 }
 
-func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool) http.Handler {
+func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool, page web.Config) http.Handler {
 	gql := handler.New(graph.NewExecutableSchema(graph.Config{Resolvers: res}))
 	gql.AddTransport(transport.Websocket{
 		Implementation:        wsgorilla.Implementation{},
@@ -335,7 +374,7 @@ func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool) http.Handler {
 
 	mux := http.NewServeMux()
 	mux.Handle("/graphql", http.MaxBytesHandler(res.Authenticate(gql), maxRequestBody))
-	mux.Handle("GET /playground", playground.Handler("ERP event backbone", "/graphql"))
+	web.Register(mux, page) // /events, /playground, /assets/, /config.json
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
@@ -345,7 +384,7 @@ func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool) http.Handler {
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	mux.Handle("GET /{$}", http.RedirectHandler("/playground", http.StatusFound))
+	mux.Handle("GET /{$}", http.RedirectHandler("/events", http.StatusFound))
 	return mux
 }
 
