@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -103,8 +105,15 @@ func requireBrowserTools(t *testing.T) string {
 		missing = append(missing, chromiumPath+" (Debian: apt-get install chromium)")
 	}
 	node, err := exec.LookPath("node")
+	if err == nil {
+		// playwright-core wants Node 20 or newer.
+		out, verr := exec.Command(node, "-p", "process.versions.node.split('.')[0]").Output()
+		if major, _ := strconv.Atoi(strings.TrimSpace(string(out))); verr != nil || major < 20 {
+			err = fmt.Errorf("node %s is too old", strings.TrimSpace(string(out)))
+		}
+	}
 	if err != nil {
-		missing = append(missing, "node 20+ (Debian: apt-get install nodejs npm)")
+		missing = append(missing, "Node.js 20+ with npm (Debian 13: apt-get install nodejs npm; older: nodesource.com)")
 	}
 	if _, err := os.Stat(filepath.Join(browserDir, "node_modules", "playwright-core", "package.json")); err != nil {
 		missing = append(missing, browserDir+"/node_modules (npm ci --prefix "+browserDir+"; make test does it)")
