@@ -81,6 +81,10 @@ type browserRun struct {
 		Want      string `json:"want"`
 		Lines     int    `json:"lines"`
 		WantLines int    `json:"wantLines"`
+		// unprocessed
+		Held            *browserRow `json:"held"`
+		RowsWhilePaused int         `json:"rowsWhilePaused"`
+		AllUnprocessed  bool        `json:"allUnprocessed"`
 		// more
 		FirstPage int `json:"firstPage"`
 		Total     int `json:"total"`
@@ -94,6 +98,7 @@ type browserRun struct {
 
 type browserRow struct {
 	ID, Type, Object, Payload, Created, Processed, Actor string
+	WaitsFor                                             string // pending deliveries of an unprocessed event
 }
 
 // requireBrowserTools fails (not skips: CI must have them) when Chromium,
@@ -168,7 +173,7 @@ func TestEventsPageInBrowser(t *testing.T) {
 		steps[st.Name] = i
 		t.Logf("step %-26s %5d ms", st.Name, st.MS)
 	}
-	wantSteps := []string{"sign in", "rows", "live order", "dead delivery", "network drop", "payload", "filter order.received", "open object", "more", "playground query", "playground subscription"}
+	wantSteps := []string{"sign in", "rows", "live order", "dead delivery", "network drop", "payload", "filter order.received", "open object", "unprocessed", "more", "playground query", "playground subscription"}
 	for _, name := range wantSteps {
 		require.Contains(t, steps, name, "step %q did not run", name)
 	}
@@ -226,6 +231,14 @@ func TestEventsPageInBrowser(t *testing.T) {
 	require.Equal(t, open.Want, open.Shown, "details show the document's number")
 	require.Regexp(t, `^ЗК-\d{4}-\d{6}$`, open.Shown)
 	require.Equal(t, open.WantLines, open.Lines)
+
+	held := run.Steps[steps["unprocessed"]]
+	require.NotNil(t, held.Held, "the held order.received is listed as unprocessed")
+	require.Equal(t, "order.received", held.Held.Type)
+	require.Equal(t, "—", held.Held.Processed, "an unprocessed event shows —")
+	require.Regexp(t, seedTime, held.Held.Created)
+	require.Equal(t, "e2e-paused: ждёт, попыток 0", held.Held.WaitsFor, "what an unprocessed event waits for")
+	require.True(t, held.AllUnprocessed, "processed=false lists unprocessed events only")
 
 	more := run.Steps[steps["more"]]
 	require.Equal(t, 50, more.FirstPage)

@@ -318,9 +318,45 @@ try {
     return { object, shown, want: data.salesOrder.number, lines, wantLines: data.salesOrder.lines.length };
   });
 
+  await step('unprocessed', async () => {
+    // A paused webhook holds the next order.received: unprocessed, it is
+    // listed under "необработанные" with "—", and leaves that list live
+    // once the webhook resumes and the event is processed.
+    const sink = createServer((req, res) => {
+      res.writeHead(200);
+      res.end('ok');
+    });
+    await new Promise((r) => sink.listen(0, '127.0.0.1', r));
+    try {
+      const { createWebhookSubscriber: hook } = await api(
+        `mutation($in: WebhookSubscriberInput!) { createWebhookSubscriber(input: $in) { id } }`,
+        { in: { name: 'e2e-paused', url: `http://127.0.0.1:${sink.address().port}/hook`, eventTypes: ['order.received'] } },
+      );
+      await api(`mutation($id: ID!) { pauseSubscriber(id: $id) { id } }`, { id: hook.id });
+      const order = await receiveShopOrder();
+      await page.selectOption('#filters select[name=type]', '');
+      await page.selectOption('#filters select[name=processed]', 'false');
+      await page.waitForURL((url) => url.search === '?processed=false');
+      const want = `sales_orders #${order.id}`;
+      await page.waitForFunction((want) => [...document.querySelectorAll('table.events td.object')].some((td) => td.textContent.trim() === want), want);
+      const rows = await tableRows(page);
+      const held = rows.find((r) => r.object === want);
+      held.waitsFor = (await page.textContent(`table.events tbody tr[data-id="${held.id}"] ul.deliveries li.pending`)).trim();
+      await page.screenshot({ path: `${screenshotBase}-unprocessed.png` });
+      result.screenshots.push(`${screenshotBase}-unprocessed.png`);
+      await api(`mutation($id: ID!) { resumeSubscriber(id: $id) { id } }`, { id: hook.id });
+      await page.waitForSelector(`table.events tbody tr[data-id="${held.id}"]`, { state: 'detached' });
+      await api(`mutation($id: ID!) { updateWebhookSubscriber(id: $id, input: { eventTypes: ["e2e.none"] }) { id } }`, { id: hook.id });
+      return { order, held, rowsWhilePaused: rows.length, allUnprocessed: rows.every((r) => r.processed === '—') };
+    } finally {
+      sink.close();
+    }
+  });
+
   await step('more', async () => {
     await page.selectOption('#filters select[name=type]', '');
-    await page.waitForURL((url) => !url.search.includes('type='));
+    await page.selectOption('#filters select[name=processed]', '');
+    await page.waitForURL((url) => url.search === '');
     const total = (await allEvents()).length;
     await page.waitForSelector('table.events tbody tr');
     const firstPage = (await tableRows(page)).length;

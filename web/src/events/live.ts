@@ -24,12 +24,19 @@ export interface LiveHandlers {
   event(ev: JournalEvent): void;
   state(s: LiveState, detail?: string): void;
   unauthorized(): void;
+  /**
+   * The socket is back after a drop, but there is no cursor to resume from
+   * (nothing had been processed yet): what happened meanwhile is only in a
+   * fresh read of the journal.
+   */
+  resync(): void;
 }
 
 export class LiveFeed {
   private client: Client;
   private stopped = false;
   private retries = 0;
+  private dropped = false;
   private retryTimer: ReturnType<typeof setTimeout> | undefined;
   private unsubscribe: (() => void) | undefined;
 
@@ -58,6 +65,8 @@ export class LiveFeed {
           socket = s as WebSocket;
           this.retries = 0;
           this.on.state('live');
+          if (this.dropped && this.cursor === null) this.on.resync();
+          this.dropped = false;
         },
         ping: (received) => {
           if (received) return;
@@ -119,6 +128,7 @@ export class LiveFeed {
       return;
     }
     this.on.state('down');
+    this.dropped = true;
     const wait = Math.min(RETRY_FIRST * 2 ** this.retries, RETRY_CAP) * (0.75 + Math.random() / 2);
     this.retries++;
     this.retryTimer = setTimeout(() => this.subscribe(), wait);

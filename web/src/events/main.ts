@@ -177,6 +177,7 @@ class Journal {
         liveEl.textContent = detail ? `${liveText[s]}: ${detail}` : liveText[s];
       },
       unauthorized: () => this.signedOut('Токен больше не принимается — войдите снова.'),
+      resync: () => void this.load(this.filter),
     });
     this.live.start();
   }

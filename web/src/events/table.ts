@@ -74,7 +74,7 @@ export class EventTable {
         'td',
         { class: 'payload' },
         h('details', {}, h('summary', {}, seedJSON(ev.payload)), h('pre', {}, prettyJSON(ev.payload))),
-        this.problems(ev.deliveries),
+        this.problems(ev),
       ),
       h('td', { class: 'time' }, this.time(ev.createdAt)),
       h('td', { class: 'time processed' }, ev.processedAt ? this.time(ev.processedAt) : NONE),
@@ -82,9 +82,13 @@ export class EventTable {
     );
   }
 
-  /** Failed and dead deliveries, with the subscriber's last error as tooltip. */
-  private problems(deliveries: Delivery[]): HTMLElement | null {
-    const bad = deliveries.filter((d) => d.status === 'FAILED' || d.status === 'DEAD');
+  /**
+   * Failed and dead deliveries, and while the event is unprocessed the
+   * pending ones it waits for; the last error in full as tooltip.
+   */
+  private problems(ev: JournalEvent): HTMLElement | null {
+    const shown: Delivery['status'][] = ev.processedAt ? ['FAILED', 'DEAD'] : ['PENDING', 'FAILED', 'DEAD'];
+    const bad = ev.deliveries.filter((d) => shown.includes(d.status));
     if (!bad.length) return null;
     return h(
       'ul',
