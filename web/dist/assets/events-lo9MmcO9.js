@@ -1,4 +1,4 @@
-import{a as e,i as t,n,r,t as i}from"./session-B7fHn-fl.js";import{n as a}from"./dist-DHCRdjNZ.js";var o=`
+import{a as e,i as t,n,r,t as i}from"./session-B7fHn-fl.js";import{n as a}from"./dist-KnWPMUgJ.js";var o=`
   id type entity entityId object payload createdAt processedAt cursor
   actor { displayName }
   deliveries { status attempts lastError nextAttemptAt subscriber { name } }`,s=class extends Error{};async function c(e,t,n={}){let r=await fetch(`/graphql`,{method:`POST`,headers:{"Content-Type":`application/json`,Accept:`application/json`,...i(e)},body:JSON.stringify({query:t,variables:n})}),a;try{a=await r.json()}catch{throw Error(`сервер ответил ${r.status} без JSON`)}let o=a.errors?.[0]?.extensions?.code;if(r.status===401||o===`UNAUTHENTICATED`)throw new s(a.errors?.[0]?.message??`неверный токен`);if(a.errors?.length)throw Error(a.errors.map(e=>e.message).join(`; `));if(!r.ok||a.data===void 0)throw Error(`сервер ответил ${r.status}`);return a.data}async function l(e,t,n,r){let i=await c(e,`query Journal($filter: EventFilter, $first: Int, $after: String) {
