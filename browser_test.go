@@ -190,7 +190,17 @@ func TestEventsPageInBrowser(t *testing.T) {
 	require.True(t, rows.TopIDsMatch, "newest first, as the API lists them")
 	require.Equal(t, "Europe/Moscow", rows.TimeZone)
 	seedTime := regexp.MustCompile(`^\d{2}\.\d{2}\.\d{4} \d{2}:\d{2}$`)
+	moscow, err := time.LoadLocation("Europe/Moscow")
+	require.NoError(t, err)
 	for _, r := range rows.FirstRows {
+		ev := gql[struct {
+			Event struct {
+				CreatedAt   time.Time `json:"createdAt"`
+				ProcessedAt time.Time `json:"processedAt"`
+			} `json:"event"`
+		}](t, s, `query($id: ID!) { event(id: $id) { createdAt processedAt } }`, map[string]any{"id": r.ID})
+		require.Equal(t, ev.Event.CreatedAt.In(moscow).Format("02.01.2006 15:04"), r.Created, "event %s created, Moscow time", r.ID)
+		require.Equal(t, ev.Event.ProcessedAt.In(moscow).Format("02.01.2006 15:04"), r.Processed, "event %s processed, Moscow time", r.ID)
 		require.Regexp(t, seedTime, r.Created)
 		require.Regexp(t, seedTime, r.Processed)
 		require.Equal(t, "Администратор", r.Actor)
