@@ -1,15 +1,17 @@
-# Developer and CI entry points. `make test` needs nothing but Go and the
-# PostgreSQL server binaries: the tests start their own private PostgreSQL
-# (db/pgtest), unless TEST_DATABASE_URL names an existing server.
+# Developer and CI entry points. `make test` needs Go, the PostgreSQL server
+# binaries, Node (20+) and Debian's Chromium: the tests start their own
+# private PostgreSQL (db/pgtest), unless TEST_DATABASE_URL names an existing
+# server, and drive Chromium with playwright-core from e2e-browser/.
 
 GO ?= go
+NPM ?= npm
 
-.PHONY: run test demo build generate vet fmt pg-binaries
+.PHONY: run test demo build generate vet fmt pg-binaries browser-deps web
 
 run: pg-binaries
 	$(GO) run . serve
 
-test: pg-binaries e2e/node_modules
+test: pg-binaries e2e/node_modules browser-deps
 	$(GO) test -race -count=1 ./...
 
 # The npm clients the end-to-end test drives (graphql-ws,
@@ -27,6 +29,12 @@ build:
 
 generate:
 	$(GO) tool gqlgen generate
+
+# web rebuilds the embedded pages (web/dist, committed) from web/src with
+# Vite; commit the result. Needs Node 20.19+ and npm.
+web:
+	$(NPM) ci --prefix web
+	$(NPM) run build --prefix web
 
 vet:
 	$(GO) vet ./...
@@ -49,5 +57,22 @@ pg-binaries:
 		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql; \
 	else \
 		echo "PostgreSQL server binaries (initdb, pg_ctl) are missing: install them with 'sudo apt-get install postgresql' (or your distro's postgresql server package), or set DATABASE_URL / TEST_DATABASE_URL to an existing server." >&2; \
+		exit 1; \
+	fi
+
+# browser-deps gets what the browser test (browser_test.go) needs:
+# playwright-core in e2e-browser/node_modules (npm ci, from its lock) and
+# /usr/bin/chromium (Debian's package, installed when we are root on apt).
+browser-deps:
+	@if [ ! -f e2e-browser/node_modules/playwright-core/package.json ]; then \
+		command -v $(NPM) >/dev/null || { echo "npm is missing: install Node.js 20+ with npm (Debian: apt-get install nodejs npm)" >&2; exit 1; }; \
+		$(NPM) ci --prefix e2e-browser --no-audit --no-fund; \
+	fi
+	@if [ -x /usr/bin/chromium ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "browser-deps: installing Chromium (apt-get install chromium)"; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; \
+	else \
+		echo "Chromium is missing: install Debian's package with 'sudo apt-get install chromium' (the browser test runs /usr/bin/chromium)." >&2; \
 		exit 1; \
 	fi

@@ -23,12 +23,12 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	_ "time/tzdata" // TIME_ZONE resolves on machines without a zoneinfo database
 
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
-	"github.com/99designs/gqlgen/graphql/playground"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -40,6 +40,7 @@ import (
 	"erp/graph/wsgorilla"
 	"erp/jobs"
 	"erp/resolvers"
+	"erp/web"
 )
 
 const (
@@ -69,6 +70,9 @@ const (
 	maxQueryTokens = 5000
 	maxComplexity  = 1000
 	maxDepth       = 12
+	// defaultTimeZone is where the seed's users are: the events page shows
+	// times there unless TIME_ZONE says otherwise.
+	defaultTimeZone = "Europe/Moscow"
 )
 
 // config is every setting, from the environment with flags mirroring it.
@@ -84,6 +88,8 @@ type config struct {
 	// The user subcommand's flags.
 	UserLogin, UserName, UserRole, TokenName string
 	TokenTTL                                 time.Duration
+	// TimeZone is the IANA zone the events page shows times in.
+	TimeZone *time.Location
 }
 
 func main() {
@@ -140,7 +146,7 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs := flag.NewFlagSet("erp "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg config
-	var interval, origins string
+	var interval, origins, timeZone string
 	fs.StringVar(&cfg.DatabaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL (DATABASE_URL); empty starts a private PostgreSQL in DATA_DIR/pg")
 	fs.StringVar(&cfg.DataDir, "data-dir", envOr("DATA_DIR", ".data"), "directory for the private PostgreSQL and admin-token (DATA_DIR)")
 	fs.StringVar(&cfg.Addr, "addr", envOr("ADDR", ":8080"), "listen address (ADDR)")
@@ -156,6 +162,7 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 		fs.StringVar(&cfg.TokenName, "token-name", "cli", "user: a label for the token")
 		fs.DurationVar(&cfg.TokenTTL, "token-ttl", 0, "user: token lifetime, e.g. 720h; 0 never expires")
 	}
+	fs.StringVar(&timeZone, "time-zone", envOr("TIME_ZONE", defaultTimeZone), "IANA time zone the events page shows times in (TIME_ZONE)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -175,7 +182,20 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	if _, err := wsgorilla.AllowOrigins(cfg.AllowedOrigins); err != nil {
 		return config{}, fmt.Errorf("ALLOWED_ORIGINS: %w", err)
 	}
+	if cfg.TimeZone, err = loadTimeZone(timeZone); err != nil {
+		return config{}, err
+	}
 	return cfg, nil
+}
+
+// loadTimeZone resolves an IANA zone name for TIME_ZONE. "Local" is
+// refused: the browser formats the times and knows no server-local zone.
+func loadTimeZone(name string) (*time.Location, error) {
+	loc, err := time.LoadLocation(name)
+	if err != nil || name == "" || name == "Local" {
+		return nil, fmt.Errorf("TIME_ZONE: want an IANA time zone like Europe/Moscow or UTC, got %q", name)
+	}
+	return loc, nil
 }
 
 // withDatabase opens the configured database (starting the private
@@ -215,7 +235,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, stdout io.Write
 		if err := ensureAdminToken(ctx, pool, cfg, logger, stdout); err != nil {
 			return err
 		}
-		a, err := newApp(pool, appOptions{DispatchInterval: cfg.DispatchInterval, AllowedOrigins: cfg.AllowedOrigins}, logger)
+		a, err := newApp(pool, appOptions{DispatchInterval: cfg.DispatchInterval, AllowedOrigins: cfg.AllowedOrigins, TimeZone: cfg.TimeZone}, logger)
 		if err != nil {
 			return err
 		}
@@ -392,6 +412,9 @@ type appOptions struct {
 	// FeedBuffer is how far, in events, a live subscriber may fall behind
 	// before its socket is closed (default resolvers.DefaultFeedBuffer).
 	FeedBuffer int
+	// TimeZone is where the events page shows times (default
+	// Europe/Moscow).
+	TimeZone *time.Location
 }
 
 func newApp(pool *pgxpool.Pool, opts appOptions, logger *slog.Logger) (*app, error) {
@@ -401,6 +424,12 @@ func newApp(pool *pgxpool.Pool, opts appOptions, logger *slog.Logger) (*app, err
 	checkOrigin, err := wsgorilla.AllowOrigins(opts.AllowedOrigins)
 	if err != nil {
 		return nil, err
+	}
+	page := web.Config{TimeZone: opts.TimeZone}
+	if page.TimeZone == nil {
+		if page.TimeZone, err = loadTimeZone(defaultTimeZone); err != nil {
+			return nil, err
+		}
 	}
 	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger},
 		jobs.OrderAcceptance{}, jobs.ProductionPlanning{}, jobs.MaterialIssue{})
@@ -434,7 +463,7 @@ func newApp(pool *pgxpool.Pool, opts appOptions, logger *slog.Logger) (*app, err
 		river:           riverClient,
 		feed:            feed,
 		ws:              ws,
-		handler:         newHandler(res, pool, ws, opts.KeepAlive),
+		handler:         newHandler(res, pool, ws, opts.KeepAlive, page),
 		logger:          logger,
 		apiOnly:         opts.APIOnly,
 		shutdownTimeout: opts.ShutdownTimeout,
@@ -461,7 +490,7 @@ func instanceID() string {
 // Origin before the upgrade and owns the socket rules (init timeout 4408,
 // duplicate id 4409, dead peers, 1001 at shutdown); gqlgen's transport
 // adds the keepalive of each subprotocol.
-func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool, ws *wsgorilla.Implementation, keepAlive time.Duration) http.Handler {
+func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool, ws *wsgorilla.Implementation, keepAlive time.Duration, page web.Config) http.Handler {
 	gql := handler.New(graph.NewExecutableSchema(graph.Config{
 		Resolvers:  res,
 		Directives: graph.DirectiveRoot{Allow: res.Allow},
@@ -490,7 +519,7 @@ func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool, ws *wsgorilla.Imple
 
 	mux := http.NewServeMux()
 	mux.Handle("/graphql", ws.Handler(resolvers.LimitBody(maxRequestBody, res.Authenticate(gql))))
-	mux.Handle("GET /playground", playground.Handler("ERP event backbone", "/graphql"))
+	web.Register(mux, page) // /events, /playground, /assets/, /config.json
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
@@ -500,7 +529,7 @@ func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool, ws *wsgorilla.Imple
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	mux.Handle("GET /{$}", http.RedirectHandler("/playground", http.StatusFound))
+	mux.Handle("GET /{$}", http.RedirectHandler("/events", http.StatusFound))
 	return mux
 }
 
