@@ -200,8 +200,11 @@ try {
     const want = `sales_orders #${order.id}`;
     await page.waitForFunction(
       (want) => {
-        const tr = document.querySelector('table.events tbody tr');
-        return tr?.cells[2].textContent.trim() === want && tr.cells[1].textContent === 'order.received' && tr.cells[5].textContent.trim() !== '—';
+        // Both of the order's events, processed, at the top — in either
+        // order: different subscribers take them, so either may finish first.
+        const top = [...document.querySelectorAll('table.events tbody tr')].slice(0, 2);
+        const types = top.filter((tr) => tr.cells[2].textContent.trim() === want && tr.cells[5].textContent.trim() !== '—').map((tr) => tr.cells[1].textContent);
+        return types.includes('order.received') && types.includes('doc.created');
       },
       want,
     );
