@@ -57,6 +57,7 @@ type serverOpts struct {
 	allowedOrigins                          []string
 	apiOnly                                 bool
 	feedBuffer                              int
+	noIntrospection, noPlayground           bool
 }
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -92,6 +93,8 @@ func newTestServer(t testing.TB, opts serverOpts) *testServer {
 		ShutdownTimeout:  opts.shutdownTimeout,
 		APIOnly:          opts.apiOnly,
 		FeedBuffer:       opts.feedBuffer,
+		NoIntrospection:  opts.noIntrospection,
+		NoPlayground:     opts.noPlayground,
 	}, testLogger(t))
 	require.NoError(t, err)
 	require.NoError(t, a.start(ctx))

@@ -32,6 +32,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/rs/cors"
 	"github.com/vektah/gqlparser/v2/ast"
 
 	"erp/db"
@@ -83,8 +84,11 @@ type config struct {
 	DispatchInterval time.Duration
 	AdminToken       string
 	AllowedOrigins   []string
-	DemoURL          string
-	DemoToken        string
+	// Introspection and Playground are on for local runs; production
+	// switches them off.
+	Introspection, Playground bool
+	DemoURL                   string
+	DemoToken                 string
 	// The user subcommand's flags.
 	UserLogin, UserName, UserRole, TokenName string
 	TokenTTL                                 time.Duration
@@ -152,7 +156,9 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs.StringVar(&cfg.Addr, "addr", envOr("ADDR", ":8080"), "listen address (ADDR)")
 	fs.StringVar(&interval, "dispatch-interval", envOr("DISPATCH_INTERVAL", "1m"), "period of the sweep of unprocessed events (DISPATCH_INTERVAL)")
 	fs.StringVar(&cfg.AdminToken, "admin-token", getenv("ADMIN_TOKEN"), "token of the admin user (ADMIN_TOKEN); empty generates one into DATA_DIR/admin-token on first start")
-	fs.StringVar(&origins, "allowed-origins", getenv("ALLOWED_ORIGINS"), "comma-separated browser origins (https://host[:port], or *) allowed to open websockets besides the server's own (ALLOWED_ORIGINS); clients without Origin are always allowed")
+	fs.BoolVar(&cfg.Introspection, "introspection", envOr("INTROSPECTION", "true") == "true", "answer GraphQL introspection queries (INTROSPECTION=true|false)")
+	fs.BoolVar(&cfg.Playground, "playground", envOr("PLAYGROUND", "true") == "true", "serve the GraphiQL playground at /playground (PLAYGROUND=true|false)")
+	fs.StringVar(&origins, "allowed-origins", getenv("ALLOWED_ORIGINS"), "comma-separated browser origins (https://host[:port], or *) allowed to call /graphql (CORS) and open websockets besides the server's own (ALLOWED_ORIGINS); clients without Origin are always allowed")
 	fs.StringVar(&cfg.DemoURL, "demo-url", envOr("DEMO_URL", "http://localhost:8080/graphql"), "GraphQL endpoint the demo drives (DEMO_URL)")
 	fs.StringVar(&cfg.DemoToken, "demo-token", getenv("DEMO_TOKEN"), "token the demo uses (DEMO_TOKEN); empty reads DATA_DIR/admin-token")
 	if cmd == "user" {
@@ -235,7 +241,8 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, stdout io.Write
 		if err := ensureAdminToken(ctx, pool, cfg, logger, stdout); err != nil {
 			return err
 		}
-		a, err := newApp(pool, appOptions{DispatchInterval: cfg.DispatchInterval, AllowedOrigins: cfg.AllowedOrigins, TimeZone: cfg.TimeZone}, logger)
+		a, err := newApp(pool, appOptions{DispatchInterval: cfg.DispatchInterval, AllowedOrigins: cfg.AllowedOrigins, TimeZone: cfg.TimeZone,
+			NoIntrospection: !cfg.Introspection, NoPlayground: !cfg.Playground}, logger)
 		if err != nil {
 			return err
 		}
@@ -415,6 +422,9 @@ type appOptions struct {
 	// TimeZone is where the events page shows times (default
 	// Europe/Moscow).
 	TimeZone *time.Location
+	// NoIntrospection refuses introspection queries; NoPlayground leaves
+	// /playground out (production).
+	NoIntrospection, NoPlayground bool
 }
 
 func newApp(pool *pgxpool.Pool, opts appOptions, logger *slog.Logger) (*app, error) {
@@ -425,7 +435,7 @@ func newApp(pool *pgxpool.Pool, opts appOptions, logger *slog.Logger) (*app, err
 	if err != nil {
 		return nil, err
 	}
-	page := web.Config{TimeZone: opts.TimeZone}
+	page := web.Config{TimeZone: opts.TimeZone, NoPlayground: opts.NoPlayground}
 	if page.TimeZone == nil {
 		if page.TimeZone, err = loadTimeZone(defaultTimeZone); err != nil {
 			return nil, err
@@ -463,7 +473,7 @@ func newApp(pool *pgxpool.Pool, opts appOptions, logger *slog.Logger) (*app, err
 		river:           riverClient,
 		feed:            feed,
 		ws:              ws,
-		handler:         newHandler(res, pool, ws, opts.KeepAlive, page),
+		handler:         newHandler(res, pool, ws, opts, page),
 		logger:          logger,
 		apiOnly:         opts.APIOnly,
 		shutdownTimeout: opts.ShutdownTimeout,
@@ -490,7 +500,7 @@ func instanceID() string {
 // Origin before the upgrade and owns the socket rules (init timeout 4408,
 // duplicate id 4409, dead peers, 1001 at shutdown); gqlgen's transport
 // adds the keepalive of each subprotocol.
-func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool, ws *wsgorilla.Implementation, keepAlive time.Duration, page web.Config) http.Handler {
+func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool, ws *wsgorilla.Implementation, opts appOptions, page web.Config) http.Handler {
 	gql := handler.New(graph.NewExecutableSchema(graph.Config{
 		Resolvers:  res,
 		Directives: graph.DirectiveRoot{Allow: res.Allow},
@@ -501,8 +511,8 @@ func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool, ws *wsgorilla.Imple
 		InitFunc:       res.WebsocketInit,
 		// InitTimeout stays 0: ws closes a silent socket with 4408 where
 		// gqlgen would use 1002.
-		KeepAlivePingInterval: keepAlive,
-		PingPongInterval:      keepAlive,
+		KeepAlivePingInterval: opts.KeepAlive,
+		PingPongInterval:      opts.KeepAlive,
 		PayloadReadLimit:      &readLimit,
 	})
 	gql.AddTransport(transport.Options{})
@@ -512,13 +522,28 @@ func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool, ws *wsgorilla.Imple
 	gql.SetParserTokenLimit(maxQueryTokens)
 	gql.Use(extension.FixedComplexityLimit(maxComplexity))
 	gql.Use(resolvers.DepthLimit{Max: maxDepth})
-	gql.Use(extension.Introspection{})
+	if !opts.NoIntrospection {
+		gql.Use(extension.Introspection{})
+	}
 	gql.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](100)})
 	gql.SetErrorPresenter(resolvers.ErrorPresenter(res.Logger))
 	gql.SetRecoverFunc(resolvers.Recover)
 
 	mux := http.NewServeMux()
-	mux.Handle("/graphql", ws.Handler(resolvers.LimitBody(maxRequestBody, res.Authenticate(gql))))
+	var api http.Handler = ws.Handler(resolvers.LimitBody(maxRequestBody, res.Authenticate(gql)))
+	if len(opts.AllowedOrigins) > 0 {
+		// Browsers on the allowed origins may call the API cross-origin
+		// (with a bearer token, never cookies). With no list, no CORS
+		// headers at all: browsers then keep to same-origin. (rs/cors reads
+		// an empty list as "*", hence the guard.)
+		api = cors.New(cors.Options{
+			AllowedOrigins: opts.AllowedOrigins,
+			AllowedMethods: []string{http.MethodGet, http.MethodPost},
+			AllowedHeaders: []string{"Authorization", "Content-Type", "Accept"},
+			MaxAge:         600,
+		}).Handler(api)
+	}
+	mux.Handle("/graphql", api)
 	web.Register(mux, page) // /events, /playground, /assets/, /config.json
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)

@@ -28,6 +28,8 @@ type Config struct {
 	// must be an IANA zone (time.LoadLocation of a name like
 	// Europe/Moscow), not time.Local.
 	TimeZone *time.Location
+	// NoPlayground leaves /playground unmounted (production: PLAYGROUND=false).
+	NoPlayground bool
 }
 
 // Register mounts the pages on mux:
@@ -48,7 +50,9 @@ func Register(mux *http.ServeMux, cfg Config) {
 	configJSON, _ := json.Marshal(map[string]string{"timeZone": zone})
 
 	mux.Handle("GET /events", page(files, "index.html", eventsCSP))
-	mux.Handle("GET /playground", page(files, "playground.html", ""))
+	if !cfg.NoPlayground {
+		mux.Handle("GET /playground", page(files, "playground.html", ""))
+	}
 	mux.Handle("GET /assets/", &assets{files: files})
 	mux.HandleFunc("GET /config.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
