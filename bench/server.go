@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"syscall"
 	"time"
 
@@ -176,3 +177,8 @@ func (e *env) waitDrained(limit time.Duration) {
 	}
 	fmt.Println("    warning: server work not drained within", limit)
 }
+
+var dbnameRE = regexp.MustCompile(`dbname='[^']*'`)
+
+// replaceDB points a key=value connection string at another database.
+func replaceDB(url, name string) string { return dbnameRE.ReplaceAllString(url, "dbname='"+name+"'") }

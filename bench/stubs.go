@@ -2,7 +2,7 @@ package main
 
 import "errors"
 
-func (e *env) figureB() error { return errors.New("todo") }
+
 func (e *env) figureD() error { return errors.New("todo") }
 func (e *env) figureE() error { return errors.New("todo") }
 func runRefWS(args []string) int { return 2 }
