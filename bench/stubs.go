@@ -4,5 +4,5 @@ import "errors"
 
 
 func (e *env) figureD() error { return errors.New("todo") }
-func (e *env) figureE() error { return errors.New("todo") }
+
 func runRefWS(args []string) int { return 2 }
