@@ -108,7 +108,7 @@ func (e *env) figureA() error {
 		r := Row{Figure: "A", Case: fmt.Sprintf("%d clients", clients), Metric: "mutations/s vs pgbench tps",
 			Ours: ours, Reference: ref, Target: "≥ 0.5",
 			Settings: e.settings("clients", strconv.Itoa(clients), "duration", d.String(), "pgbench", "-M prepared -j 2"),
-			Notes: fmt.Sprintf("ours: %d ok, %d failed, mean latency %s; %s | reference: %s | diagnostic: the reference plus the gapless number-series upsert runs %.1f tps", ok, failed, lat, oursNote, refNote, numbered)}
+			Notes:    fmt.Sprintf("ours: %d ok, %d failed, mean latency %s; %s | reference: %s | diagnostic: the reference plus the gapless number-series upsert runs %.1f tps", ok, failed, lat, oursNote, refNote, numbered)}
 		r.Pass = ref > 0 && ours/ref >= 0.5
 		e.add(r)
 		fmt.Println("   ", r.Notes)

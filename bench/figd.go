@@ -172,20 +172,57 @@ func runRefWS(args []string) int {
 		return 2
 	}
 	up := websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 1024}
+	var mu sync.Mutex
+	conns := map[*websocket.Conn]struct{}{}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
 		c, err := up.Upgrade(w, r, nil)
 		if err != nil {
 			return
 		}
+		mu.Lock()
+		conns[c] = struct{}{}
+		mu.Unlock()
 		go func() {
-			defer c.Close()
+			defer func() {
+				mu.Lock()
+				delete(conns, c)
+				mu.Unlock()
+				c.Close()
+			}()
 			for {
 				if _, _, err := c.ReadMessage(); err != nil {
 					return
 				}
 			}
 		}()
+	})
+	// /broadcast?count=K&rate=R sends K frames at R per second, each one
+	// pre-serialised frame written to every socket in turn.
+	mux.HandleFunc("/broadcast", func(w http.ResponseWriter, r *http.Request) {
+		var count, rate int
+		fmt.Sscan(r.URL.Query().Get("count"), &count)
+		fmt.Sscan(r.URL.Query().Get("rate"), &rate)
+		start := time.Now()
+		for i := range count {
+			time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(max(rate, 1)))))
+			b, _ := json.Marshal(map[string]int64{"seq": int64(i), "t": time.Now().UnixNano()})
+			pm, err := websocket.NewPreparedMessage(websocket.TextMessage, b)
+			if err != nil {
+				http.Error(w, err.Error(), 500)
+				return
+			}
+			mu.Lock()
+			all := make([]*websocket.Conn, 0, len(conns))
+			for c := range conns {
+				all = append(all, c)
+			}
+			mu.Unlock()
+			for _, c := range all {
+				_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+				_ = c.WritePreparedMessage(pm)
+			}
+		}
 	})
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
 		runtime.GC()

@@ -174,7 +174,7 @@ func run(ctx context.Context, o options) (err error) {
 		case "E":
 			ferr = e.figureE()
 		case "C":
-			ferr = errors.New("figure C is not implemented yet (see BENCHMARKS.md)")
+			ferr = e.figureC()
 		case "":
 		default:
 			ferr = fmt.Errorf("unknown figure %q", f)
