@@ -80,7 +80,7 @@ func main() {
 		os.Exit(runRefWS(os.Args[2:]))
 	}
 	var o options
-	flag.StringVar(&o.figures, "figures", "A,B,E,D", "comma-separated figures to run (A,B,C,D,E)")
+	flag.StringVar(&o.figures, "figures", "A,B,C,D,E", "comma-separated figures to run (A,B,C,D,E)")
 	flag.BoolVar(&o.quick, "quick", false, "tiny sizes and short runs (a smoke test)")
 	flag.StringVar(&o.out, "out", "bench/results", "directory for the JSON results")
 	flag.IntVar(&o.poolMax, "pool", 0, "server pool_max_conns (0: the product default, pgxpool's max(4, NumCPU))")
