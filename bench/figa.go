@@ -11,9 +11,25 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"erp/db/localpg"
 )
 
-const pgbenchPath = "/usr/lib/postgresql/15/bin/pgbench"
+// pgbenchPath is pgbench beside the server binaries localpg uses (for
+// example /usr/lib/postgresql/15/bin), else from PATH.
+func pgbenchPath() string {
+	if dir, err := localpg.FindBinaries(); err == nil {
+		if p := filepath.Join(dir, "pgbench"); isFile(p) {
+			return p
+		}
+	}
+	return "pgbench"
+}
+
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}
 
 // refTablesSQL makes the reference's tables: copies of the real ones
 // (columns, defaults, constraints, indexes) in their own schema, so that
@@ -59,7 +75,7 @@ func (e *env) pgbench(script string, clients int, extra ...string) (float64, str
 	args := append([]string{"-n", "-h", m[1], "-U", "postgres", "-M", "prepared",
 		"-c", strconv.Itoa(clients), "-j", "2", "-f", path}, extra...)
 	args = append(args, "erp")
-	out, err := exec.CommandContext(e.ctx, pgbenchPath, args...).CombinedOutput()
+	out, err := exec.CommandContext(e.ctx, pgbenchPath(), args...).CombinedOutput()
 	if err != nil {
 		return 0, string(out), fmt.Errorf("pgbench: %w: %s", err, out)
 	}
