@@ -6,7 +6,7 @@
 GO ?= go
 NPM ?= npm
 
-.PHONY: run test demo build generate vet fmt pg-binaries browser-deps web
+.PHONY: run test demo build generate vet fmt pg-binaries browser-deps web bench bench-quick
 
 run: pg-binaries
 	$(GO) run . serve
@@ -76,3 +76,15 @@ browser-deps:
 		echo "Chromium is missing: install Debian's package with 'sudo apt-get install chromium' (the browser test runs /usr/bin/chromium)." >&2; \
 		exit 1; \
 	fi
+
+# bench runs the load tool of issue 7 (bench/): a private PostgreSQL with
+# fsync on, the real server binary, and a reference for every figure in the
+# same run; it prints one table row per figure and writes
+# bench/results/latest.json. Takes about 20 minutes; bench-quick is a
+# smoke run of a minute with tiny sizes (bench/results/quick.json).
+BENCH_FLAGS ?= -figures A,B,C,D,E
+bench: pg-binaries
+	$(GO) run ./bench $(BENCH_FLAGS)
+
+bench-quick: pg-binaries
+	$(GO) run ./bench -quick $(BENCH_FLAGS)

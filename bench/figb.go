@@ -1,0 +1,349 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"erp/db"
+	"erp/jobs"
+)
+
+// figureB: commit → websocket delivery latency of an event written the way
+// a mutation writes it (jobs.Write: the event row and its dispatch job in
+// one transaction, committed by this tool so that the commit instant is
+// known exactly), against a bare River job inserted with InsertTx and the
+// time until a no-op worker starts it, with the same River settings.
+func (e *env) figureB() error {
+	s, err := e.startServer()
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	// The product's River client, not started (as `erp user` uses it): the
+	// outbox enqueues on it with the server's settings (its FetchCooldown
+	// also paces River's insert notifications), the server's River works
+	// the jobs.
+	insertOnly, err := jobs.NewRiverClient(e.pool, jobs.NewDispatcher(e.pool, jobs.DispatcherConfig{}),
+		jobs.RiverConfig{DispatchInterval: time.Hour, MaxWorkers: 1, Logger: e.logger})
+	if err != nil {
+		return err
+	}
+	outbox := jobs.NewOutbox(e.pool, insertOnly)
+
+	ref, err := newRiverRef(e.ctx, e.cluster.URL())
+	if err != nil {
+		return err
+	}
+	defer ref.stop()
+
+	for _, rate := range []int{50, 500} {
+		d := e.opts.duration
+		n := int(float64(rate) * d.Seconds())
+		e.waitDrained(time.Minute)
+		obs := e.observe(s.cmd.Process.Pid)
+		ours, oursRate, lost, err := e.latencyOurs(s, outbox, rate, n)
+		if err != nil {
+			return err
+		}
+		oursNote := obs.finish()
+		e.waitDrained(time.Minute)
+		obs = e.observe(0)
+		theirs, theirsRate, theirsLost, err := ref.latency(e.ctx, rate, n)
+		if err != nil {
+			return err
+		}
+		refNote := obs.finish()
+		p50, p99 := pct(ours, 50), pct(ours, 99)
+		r50, r99 := pct(theirs, 50), pct(theirs, 99)
+		set := e.settings("rate", fmt.Sprintf("%d/s", rate), "events", strconv.Itoa(n), "subscribers", "1")
+		note := fmt.Sprintf("ours: %d events at %.0f/s offered, %d not delivered within 10 s; %s | reference: %.0f/s, %d not picked up; %s",
+			n, oursRate, lost, oursNote, theirsRate, theirsLost, refNote)
+		e.add(Row{Figure: "B", Case: fmt.Sprintf("%d ev/s p50", rate), Metric: "ms, commit→ws vs commit→pickup",
+			Ours: ms(p50), Reference: ms(r50), Target: "≤ ref + 5 ms", Pass: lost == 0 && p50 <= r50+5*time.Millisecond, Settings: set, Notes: note})
+		e.add(Row{Figure: "B", Case: fmt.Sprintf("%d ev/s p99", rate), Metric: "ms, commit→ws vs commit→pickup",
+			Ours: ms(p99), Reference: ms(r99), Target: "≤ 2× ref", Pass: lost == 0 && p99 <= 2*r99, Settings: set, Notes: note})
+		fmt.Println("   ", note)
+	}
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func pct(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+// pace calls fn(i) for i in [0, n) at rate per second, each in its own
+// goroutine (at most 256 in flight), and returns the offered rate.
+func pace(ctx context.Context, rate, n int, fn func(i int)) float64 {
+	sem := make(chan struct{}, 256)
+	var wg sync.WaitGroup
+	start := time.Now()
+	interval := time.Second / time.Duration(rate)
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			time.Sleep(wait)
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			fn(i)
+		}()
+	}
+	wg.Wait()
+	return float64(n) / time.Since(start).Seconds()
+}
+
+func (e *env) latencyOurs(s *server, outbox *jobs.Outbox, rate, n int) ([]time.Duration, float64, int, error) {
+	sub, err := s.subscribe(e.ctx, []string{db.EventDocCreated}, "id")
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	defer sub.close()
+	time.Sleep(200 * time.Millisecond) // let the subscription register
+	var mu sync.Mutex
+	committed := make(map[int64]time.Time, n)
+	received := make(map[int64]time.Time, n)
+	var got atomic.Int64
+	go func() {
+		_ = sub.read(func(raw json.RawMessage) {
+			now := time.Now()
+			var ev struct {
+				ID string `json:"id"`
+			}
+			if json.Unmarshal(raw, &ev) == nil {
+				id, _ := strconv.ParseInt(ev.ID, 10, 64)
+				mu.Lock()
+				received[id] = now
+				mu.Unlock()
+				got.Add(1)
+			}
+		})
+	}()
+	var firstErr atomic.Value
+	offered := pace(e.ctx, rate, n, func(i int) {
+		id, err := jobs.Write(e.ctx, outbox, func(tx pgx.Tx) (int64, []db.Event, error) {
+			var id int64
+			err := tx.QueryRow(e.ctx, `INSERT INTO events (type, entity, entity_id, payload)
+				VALUES ('doc.created', 'sales_orders', $1, jsonb_build_object('id', $1::bigint, 'no', 'bench', 'entity', 'sales_order')) RETURNING id`, i+1).Scan(&id)
+			return id, []db.Event{{ID: id}}, err
+		})
+		now := time.Now()
+		if err != nil {
+			firstErr.CompareAndSwap(nil, err)
+			return
+		}
+		mu.Lock()
+		committed[id] = now
+		mu.Unlock()
+	})
+	if v := firstErr.Load(); v != nil {
+		return nil, 0, 0, v.(error)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for got.Load() < int64(n) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	e.breakdown(committed, received)
+	var lat []time.Duration
+	lost := 0
+	for id, c := range committed {
+		r, ok := received[id]
+		if !ok {
+			lost++
+			continue
+		}
+		lat = append(lat, max(0, r.Sub(c)))
+	}
+	return lat, offered, lost, nil
+}
+
+// riverRef is the reference of figure B: a bare River client on its own
+// database with the product's fetch settings and a no-op worker.
+type riverRef struct {
+	pool   *pgxpool.Pool
+	client *river.Client[pgx.Tx]
+	mu     sync.Mutex
+	picked map[int]time.Time
+}
+
+type pingArgs struct {
+	Seq int `json:"seq"`
+}
+
+func (pingArgs) Kind() string { return "bench_ping" }
+
+type pingWorker struct {
+	river.WorkerDefaults[pingArgs]
+	ref *riverRef
+}
+
+func (w *pingWorker) Work(_ context.Context, j *river.Job[pingArgs]) error {
+	now := time.Now()
+	w.ref.mu.Lock()
+	w.ref.picked[j.Args.Seq] = now
+	w.ref.mu.Unlock()
+	return nil
+}
+
+func newRiverRef(ctx context.Context, erpURL string) (*riverRef, error) {
+	url := replaceDB(erpURL, "riverref") // the same PostgreSQL
+	pool, err := db.Connect(ctx, url+" pool_max_conns=40")
+	if err != nil {
+		return nil, err
+	}
+	m, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	ref := &riverRef{pool: pool, picked: map[int]time.Time{}}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &pingWorker{ref: ref})
+	ref.client, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Workers:           workers,
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 20}},
+		FetchCooldown:     jobs.FetchCooldown,
+		FetchPollInterval: jobs.FetchPollInterval,
+	})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if err := ref.client.Start(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return ref, nil
+}
+
+func (r *riverRef) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = r.client.Stop(ctx)
+	r.pool.Close()
+}
+
+func (r *riverRef) latency(ctx context.Context, rate, n int) ([]time.Duration, float64, int, error) {
+	r.mu.Lock()
+	r.picked = map[int]time.Time{}
+	r.mu.Unlock()
+	committed := make([]time.Time, n)
+	var firstErr atomic.Value
+	offered := pace(ctx, rate, n, func(i int) {
+		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+			_, err := r.client.InsertTx(ctx, tx, pingArgs{Seq: i}, nil)
+			return err
+		})
+		committed[i] = time.Now()
+		if err != nil {
+			firstErr.CompareAndSwap(nil, err)
+		}
+	})
+	if v := firstErr.Load(); v != nil {
+		return nil, 0, 0, v.(error)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		k := len(r.picked)
+		r.mu.Unlock()
+		if k >= n {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var lat []time.Duration
+	lost := 0
+	for i, c := range committed {
+		p, ok := r.picked[i]
+		if !ok {
+			lost++
+			continue
+		}
+		lat = append(lat, max(0, p.Sub(c)))
+	}
+	return lat, offered, lost, nil
+}
+
+// breakdown prints where an event's time goes, from the rows' own
+// timestamps (the database and this tool share the machine's clock):
+// commit → dispatch job attempted → deliver job attempted → processed_at →
+// websocket.
+func (e *env) breakdown(committed, received map[int64]time.Time) {
+	ids := make([]int64, 0, len(committed))
+	for id := range committed {
+		ids = append(ids, id)
+	}
+	rows, err := e.pool.Query(e.ctx, `
+		SELECT ev.id, ev.processed_at, dj.attempted_at, max(lj.created_at), max(lj.attempted_at)
+		FROM events ev
+		LEFT JOIN river_job dj ON dj.kind = 'dispatch_event' AND (dj.args->>'event_id')::bigint = ev.id
+		LEFT JOIN river_job lj ON lj.kind = 'deliver_event' AND (lj.args->>'event_id')::bigint = ev.id
+		WHERE ev.id = ANY($1) GROUP BY ev.id, ev.processed_at, dj.attempted_at`, ids)
+	if err != nil {
+		fmt.Println("    breakdown:", err)
+		return
+	}
+	defer rows.Close()
+	var toDispatch, dispatchToDeliverJob, deliverWait, deliverToProcessed, processedToWS []time.Duration
+	for rows.Next() {
+		var id int64
+		var processed, dAtt, lCreated, lAtt *time.Time
+		if err := rows.Scan(&id, &processed, &dAtt, &lCreated, &lAtt); err != nil {
+			fmt.Println("    breakdown:", err)
+			return
+		}
+		c := committed[id]
+		if dAtt != nil {
+			toDispatch = append(toDispatch, dAtt.Sub(c))
+		}
+		if dAtt != nil && lCreated != nil {
+			dispatchToDeliverJob = append(dispatchToDeliverJob, lCreated.Sub(*dAtt))
+		}
+		if lCreated != nil && lAtt != nil {
+			deliverWait = append(deliverWait, lAtt.Sub(*lCreated))
+		}
+		if lAtt != nil && processed != nil {
+			deliverToProcessed = append(deliverToProcessed, processed.Sub(*lAtt))
+		}
+		if r, ok := received[id]; ok && processed != nil {
+			processedToWS = append(processedToWS, r.Sub(*processed))
+		}
+	}
+	f := func(name string, d []time.Duration) string {
+		return fmt.Sprintf("%s p50 %.1f p99 %.1f", name, ms(pct(d, 50)), ms(pct(d, 99)))
+	}
+	fmt.Printf("    breakdown (ms): %s; %s; %s; %s; %s\n",
+		f("commit→dispatch job attempted", toDispatch),
+		f("dispatch attempted→deliver job created (tx start)", dispatchToDeliverJob),
+		f("deliver job created→attempted", deliverWait),
+		f("deliver attempted→processed_at", deliverToProcessed),
+		f("processed_at→websocket", processedToWS))
+}

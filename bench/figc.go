@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/jackc/pgx/v5"
+
+	"erp/db"
+	"erp/jobs"
+)
+
+type recv struct {
+	id int64
+	at time.Time
+}
+
+// figureC: deliveries/s to N subscribers while events are committed at 10
+// per second (the outbox path, as in B), with loss and commit→socket p99,
+// against `bench refws` broadcasting a pre-serialised frame to N sockets at
+// the same rate (send→socket p99).
+func (e *env) figureC() error {
+	const rate = 10
+	d := e.opts.duration
+	events := int(d.Seconds()) * rate
+	sizes := []int{1000, 5000}
+	if e.opts.quick {
+		sizes = []int{50, 200}
+	}
+	insertOnly, err := jobs.NewRiverClient(e.pool, jobs.NewDispatcher(e.pool, jobs.DispatcherConfig{}),
+		jobs.RiverConfig{DispatchInterval: time.Hour, MaxWorkers: 1, Logger: e.logger})
+	if err != nil {
+		return err
+	}
+	outbox := jobs.NewOutbox(e.pool, insertOnly)
+	for _, n := range sizes {
+		s, err := e.startServer()
+		if err != nil {
+			return err
+		}
+		e.waitDrained(time.Minute)
+		got := make([][]recv, n)
+		var gotMu sync.Mutex
+		var subs []*wsSub
+		for i := range n {
+			sub, err := s.subscribe(e.ctx, []string{db.EventDocCreated}, "id")
+			if err != nil {
+				s.stop()
+				return fmt.Errorf("subscriber %d: %w", i, err)
+			}
+			subs = append(subs, sub)
+			go func() {
+				_ = sub.read(func(raw json.RawMessage) {
+					now := time.Now()
+					var ev struct {
+						ID string `json:"id"`
+					}
+					_ = json.Unmarshal(raw, &ev)
+					id, _ := strconv.ParseInt(ev.ID, 10, 64)
+					gotMu.Lock()
+					got[i] = append(got[i], recv{id, now})
+					gotMu.Unlock()
+				})
+			}()
+		}
+		time.Sleep(time.Second)
+		var mu sync.Mutex
+		committed := map[int64]time.Time{}
+		obs := e.observe(s.cmd.Process.Pid)
+		t0 := time.Now()
+		pace(e.ctx, rate, events, func(i int) {
+			id, err := jobs.Write(e.ctx, outbox, func(tx pgx.Tx) (int64, []db.Event, error) {
+				var id int64
+				err := tx.QueryRow(e.ctx, `INSERT INTO events (type, entity, entity_id, payload)
+					VALUES ('doc.created', 'sales_orders', $1, jsonb_build_object('id', $1::bigint, 'no', 'bench', 'entity', 'sales_order')) RETURNING id`, i+1).Scan(&id)
+				return id, []db.Event{{ID: id}}, err
+			})
+			if err == nil {
+				mu.Lock()
+				committed[id] = time.Now()
+				mu.Unlock()
+			}
+		})
+		time.Sleep(3 * time.Second)
+		elapsed := time.Since(t0)
+		oursNote := obs.finish()
+		for _, sub := range subs {
+			sub.close()
+		}
+		s.stop()
+		var lat []time.Duration
+		total := 0
+		mu.Lock()
+		gotMu.Lock()
+		for i := range got {
+			for _, r := range got[i] {
+				if c, ok := committed[r.id]; ok {
+					lat = append(lat, max(0, r.at.Sub(c)))
+					total++
+				}
+			}
+		}
+		want := n * len(committed)
+		gotMu.Unlock()
+		mu.Unlock()
+		oursRate := float64(total) / (elapsed - 3*time.Second).Seconds()
+
+		refRate, refP99, refLost, err := e.broadcastRef(n, rate, events)
+		if err != nil {
+			return err
+		}
+		p99 := pct(lat, 99)
+		note := fmt.Sprintf("ours: %d of %d deliveries (lost %d), commit→socket p50 %.1f ms p99 %.1f ms; %s | reference: lost %d, send→socket p99 %.1f ms",
+			total, want, want-total, ms(pct(lat, 50)), ms(p99), oursNote, refLost, ms(refP99))
+		e.add(Row{Figure: "C", Case: fmt.Sprintf("%d subscribers", n), Metric: "deliveries/s at 10 ev/s",
+			Ours: oursRate, Reference: refRate, Target: "≥ 0.5, 0 lost, p99 ≤ 250 ms",
+			Pass:     total == want && p99 <= 250*time.Millisecond && oursRate >= refRate/2,
+			Settings: e.settings("subscribers", strconv.Itoa(n), "rate", "10/s", "events", strconv.Itoa(events)), Notes: note})
+		fmt.Println("   ", note)
+	}
+	return nil
+}
+
+// broadcastRef runs `bench refws`, connects n sockets and has it send
+// events frames at rate; it returns deliveries/s, the send→socket p99 and
+// the frames lost.
+func (e *env) broadcastRef(n, rate, events int) (float64, time.Duration, int, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(self, "refws", "-addr", addr)
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		return 0, 0, 0, err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	bufio.NewScanner(stdout).Scan()
+	dialer := websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 1024, WriteBufferSize: 1024}
+	lats := make([][]time.Duration, n)
+	var latMu sync.Mutex
+	var count atomic.Int64
+	var conns []*websocket.Conn
+	for i := range n {
+		c, _, err := dialer.DialContext(e.ctx, "ws://"+addr+"/ws", nil)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		conns = append(conns, c)
+		go func() {
+			for {
+				_, b, err := c.ReadMessage()
+				if err != nil {
+					return
+				}
+				now := time.Now()
+				var m struct{ T int64 }
+				_ = json.Unmarshal(b, &m)
+				latMu.Lock()
+				lats[i] = append(lats[i], now.Sub(time.Unix(0, m.T)))
+				latMu.Unlock()
+				count.Add(1)
+			}
+		}()
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	time.Sleep(time.Second)
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("http://%s/broadcast?count=%d&rate=%d", addr, events, rate), nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	res.Body.Close()
+	time.Sleep(3 * time.Second)
+	elapsed := time.Since(t0) - 3*time.Second
+	var all []time.Duration
+	latMu.Lock()
+	defer latMu.Unlock()
+	for _, l := range lats {
+		all = append(all, l...)
+	}
+	got := int(count.Load())
+	return float64(got) / elapsed.Seconds(), pct(all, 99), n*events - got, nil
+}

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/metrics"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// figureD: memory per idle subscription. The server holds N subscribed
+// graphql-transport-ws sockets; the reference, `bench refws` (a bare
+// gorilla server in its own process), holds N sockets with one reader
+// goroutine each. Both are measured by RSS delta (VmRSS after − before,
+// over N); the reference also reports heap+stack from runtime/metrics. The
+// server's runtime/metrics are not reachable from outside without a change
+// to server.go (see BENCHMARKS.md), so its row is RSS only.
+func (e *env) figureD() error {
+	n := e.opts.dSubscribers
+	s, err := e.startServer()
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	oursKiB, err := e.idleRSS(s.cmd.Process.Pid, n, func(ctx context.Context) (func(), error) {
+		sub, err := s.subscribe(ctx, []string{"bench.never"}, "id")
+		if err != nil {
+			return nil, err
+		}
+		go func() { _ = sub.read(func(json.RawMessage) {}) }()
+		return sub.close, nil
+	})
+	if err != nil {
+		return fmt.Errorf("ours: %w", err)
+	}
+	s.stop()
+
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(self, "refws", "-addr", addr)
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	lines := bufio.NewScanner(stdout)
+	lines.Scan() // "listening"
+	metricsOf := func() (float64, error) {
+		res, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return 0, err
+		}
+		defer res.Body.Close()
+		var m struct{ HeapStack float64 }
+		return m.HeapStack, json.NewDecoder(res.Body).Decode(&m)
+	}
+	hsBefore, err := metricsOf()
+	if err != nil {
+		return err
+	}
+	var hsAfter float64
+	dialer := websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 1024, WriteBufferSize: 1024}
+	refKiB, err := e.idleRSSHook(cmd.Process.Pid, n, func(ctx context.Context) (func(), error) {
+		c, _, err := dialer.DialContext(ctx, "ws://"+addr+"/ws", nil)
+		if err != nil {
+			return nil, err
+		}
+		go func() {
+			for {
+				if _, _, err := c.ReadMessage(); err != nil {
+					return
+				}
+			}
+		}()
+		return func() { _ = c.Close() }, nil
+	}, func() { hsAfter, _ = metricsOf() })
+	if err != nil {
+		return fmt.Errorf("reference: %w", err)
+	}
+	refHS := (hsAfter - hsBefore) / float64(n) / 1024
+	note := fmt.Sprintf("RSS delta per socket; reference heap+stack (runtime/metrics) %.1f KiB per socket; ours heap+stack not measured (no runtime/metrics endpoint in the server)", refHS)
+	e.add(Row{Figure: "D", Case: fmt.Sprintf("%d idle subscriptions", n), Metric: "KiB RSS per subscription",
+		Ours: oursKiB, Reference: refKiB, Target: "≤ 2× and ≤ 40 KiB", Pass: oursKiB <= 2*refKiB && oursKiB <= 40,
+		Settings: e.settings("subscribers", fmt.Sprint(n)), Notes: note})
+	fmt.Println("   ", note)
+	return nil
+}
+
+func (e *env) idleRSS(pid, n int, open func(context.Context) (func(), error)) (float64, error) {
+	return e.idleRSSHook(pid, n, open, nil)
+}
+
+// idleRSSHook opens n sockets with open (50 at a time), lets them settle,
+// and returns the RSS growth of pid per socket in KiB; hook runs while they
+// are open.
+func (e *env) idleRSSHook(pid, n int, open func(context.Context) (func(), error), hook func()) (float64, error) {
+	time.Sleep(time.Second)
+	before, err := rssOf(pid)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	var closers []func()
+	defer func() {
+		for _, c := range closers {
+			c()
+		}
+	}()
+	var next atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(n) && ctx.Err() == nil {
+				c, err := open(ctx)
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					cancel()
+					return
+				}
+				mu.Lock()
+				closers = append(closers, c)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if v := firstErr.Load(); v != nil {
+		return 0, v.(error)
+	}
+	time.Sleep(3 * time.Second)
+	after, err := rssOf(pid)
+	if err != nil {
+		return 0, err
+	}
+	if hook != nil {
+		hook()
+	}
+	return float64(after-before) / float64(n), nil
+}
+
+// runRefWS is the reference server of figure D: gorilla's upgrader, one
+// reader goroutine per socket (the least a server must run to notice a
+// close), nothing else. /metrics reports heap+stack bytes.
+func runRefWS(args []string) int {
+	fs := flag.NewFlagSet("refws", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:0", "listen address")
+	if fs.Parse(args) != nil {
+		return 2
+	}
+	up := websocket.Upgrader{ReadBufferSize: 1024, WriteBufferSize: 1024}
+	var mu sync.Mutex
+	conns := map[*websocket.Conn]struct{}{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ws", func(w http.ResponseWriter, r *http.Request) {
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		mu.Lock()
+		conns[c] = struct{}{}
+		mu.Unlock()
+		go func() {
+			defer func() {
+				mu.Lock()
+				delete(conns, c)
+				mu.Unlock()
+				c.Close()
+			}()
+			for {
+				if _, _, err := c.ReadMessage(); err != nil {
+					return
+				}
+			}
+		}()
+	})
+	// /broadcast?count=K&rate=R sends K frames at R per second, each one
+	// pre-serialised frame written to every socket in turn.
+	mux.HandleFunc("/broadcast", func(w http.ResponseWriter, r *http.Request) {
+		var count, rate int
+		fmt.Sscan(r.URL.Query().Get("count"), &count)
+		fmt.Sscan(r.URL.Query().Get("rate"), &rate)
+		start := time.Now()
+		for i := range count {
+			time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(max(rate, 1)))))
+			b, _ := json.Marshal(map[string]int64{"seq": int64(i), "t": time.Now().UnixNano()})
+			pm, err := websocket.NewPreparedMessage(websocket.TextMessage, b)
+			if err != nil {
+				http.Error(w, err.Error(), 500)
+				return
+			}
+			mu.Lock()
+			all := make([]*websocket.Conn, 0, len(conns))
+			for c := range conns {
+				all = append(all, c)
+			}
+			mu.Unlock()
+			for _, c := range all {
+				_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+				_ = c.WritePreparedMessage(pm)
+			}
+		}
+	})
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		runtime.GC()
+		_ = json.NewEncoder(w).Encode(map[string]float64{"HeapStack": heapStack()})
+	})
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("listening", ln.Addr())
+	_ = http.Serve(ln, mux)
+	return 0
+}
+
+// heapStack is live heap objects plus goroutine stacks, in bytes.
+func heapStack() float64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/stacks:bytes"}}
+	metrics.Read(s)
+	var sum float64
+	for _, x := range s {
+		if x.Value.Kind() == metrics.KindUint64 {
+			sum += float64(x.Value.Uint64())
+		}
+	}
+	return sum
+}

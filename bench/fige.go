@@ -1,0 +1,137 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// seedSQL writes n (the parameter) pending sales orders as receiveOrder
+// commits them: the order, its line, its doc.created and order.received
+// events and their dispatch jobs (2n events). Running it with the
+// server stopped makes the backlog of an outage of the workers.
+const seedSQL = `
+WITH so AS (
+	INSERT INTO sales_orders (number, customer, status, source)
+	SELECT 'ЗК-BENCH-' || gen_random_uuid(), 'ООО Бенч', 'new', 'manual' FROM generate_series(1, $1)
+	RETURNING id),
+ln AS (
+	INSERT INTO sales_order_lines (sales_order_id, line_no, item_id, quantity, price)
+	SELECT id, 1, (SELECT id FROM items WHERE sku = 'BENCH-1'), 1, 10 FROM so
+	RETURNING sales_order_id),
+ev AS (
+	INSERT INTO events (type, entity, entity_id, payload)
+	SELECT t.type, 'sales_orders', sales_order_id, CASE t.type
+		WHEN 'doc.created' THEN jsonb_build_object('id', sales_order_id, 'no', 'ЗК-BENCH', 'entity', 'sales_order')
+		ELSE jsonb_build_object('lines', 1, 'source', 'manual', 'order_id', sales_order_id) END
+	FROM ln CROSS JOIN (VALUES (1, 'doc.created'), (2, 'order.received')) t(k, type)
+	ORDER BY sales_order_id, t.k
+	RETURNING id)
+INSERT INTO river_job (args, kind, max_attempts, queue, state, priority)
+SELECT jsonb_build_object('event_id', id), 'dispatch_event', 25, 'default', 'available', 1 FROM ev`
+
+// refSeedSQL gives the reference n unprocessed rows in its copy of events.
+const refSeedSQL = `
+INSERT INTO bench_ref.events (type, entity, entity_id, payload)
+SELECT 'order.received', 'sales_orders', g, jsonb_build_object('lines', 1, 'source', 'manual', 'order_id', g)
+FROM generate_series(1, $1) g`
+
+// refDrainScript marks one pending row processed per transaction.
+const refDrainScript = `UPDATE bench_ref.events SET processed_at = clock_timestamp(), feed_seq = id
+WHERE id = (SELECT id FROM bench_ref.events WHERE processed_at IS NULL ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED);
+`
+
+// figureE: drain rate of a backlog of pending events, each with its
+// dispatch job committed (as after an outage of the workers: the mutations
+// committed, nothing ran), through the three built-in subscribers:
+// order_acceptance and production_planning take order.received,
+// material_issue takes doc.created (of a sales order: a no-op).
+// The reference marks rows of a copy of events processed one by one with
+// FOR UPDATE SKIP LOCKED from pgbench, at 20 clients (the server's
+// MaxWorkers).
+func (e *env) figureE() error {
+	n := e.opts.eEvents
+	const clients = 20
+	if _, err := e.pool.Exec(e.ctx, refTablesSQL); err != nil {
+		return err
+	}
+	// The item and the built-in subscribers exist once a server ran.
+	s, err := e.startServer()
+	if err != nil {
+		return err
+	}
+	if err := s.ensureItem(e.ctx); err != nil {
+		s.stop()
+		return err
+	}
+	e.waitDrained(time.Minute)
+	s.stop()
+
+	var before int64
+	if err := e.pool.QueryRow(e.ctx, `SELECT coalesce(max(id), 0) FROM events`).Scan(&before); err != nil {
+		return err
+	}
+	fmt.Printf("    seeding %d orders: %d pending events with their dispatch jobs…\n", n/2, n)
+	if _, err := e.pool.Exec(e.ctx, seedSQL, n/2); err != nil {
+		return fmt.Errorf("seed: %w", err)
+	}
+	for _, q := range []string{"VACUUM ANALYZE events", "VACUUM ANALYZE river_job", "VACUUM ANALYZE sales_orders"} {
+		if _, err := e.pool.Exec(e.ctx, q); err != nil {
+			return err
+		}
+	}
+
+	t0 := time.Now()
+	s, err = e.startServer()
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	obs := e.observe(s.cmd.Process.Pid)
+	limit := 30 * time.Minute
+	var pending int
+	for time.Since(t0) < limit && e.ctx.Err() == nil {
+		if err := e.pool.QueryRow(e.ctx, `SELECT count(*) FROM events WHERE processed_at IS NULL`).Scan(&pending); err != nil {
+			return err
+		}
+		if pending == 0 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	elapsed := time.Since(t0)
+	oursNote := obs.finish()
+	var processed, deliveries int64
+	if err := e.pool.QueryRow(e.ctx, `SELECT count(*) FROM events WHERE id > $1 AND processed_at IS NOT NULL`, before).Scan(&processed); err != nil {
+		return err
+	}
+	_ = e.pool.QueryRow(e.ctx, `SELECT count(*) FROM deliveries d JOIN events ev ON ev.id = d.event_id WHERE ev.id > $1`, before).Scan(&deliveries)
+	ours := float64(n) / elapsed.Seconds()
+
+	if _, err := e.pool.Exec(e.ctx, `TRUNCATE bench_ref.events`); err != nil {
+		return err
+	}
+	if _, err := e.pool.Exec(e.ctx, refSeedSQL, n); err != nil {
+		return err
+	}
+	if _, err := e.pool.Exec(e.ctx, "VACUUM ANALYZE bench_ref.events"); err != nil {
+		return err
+	}
+	obs = e.observe(0)
+	tr := time.Now()
+	_, _, err = e.pgbench(refDrainScript, clients, "-t", strconv.Itoa((n+clients-1)/clients))
+	if err != nil {
+		return err
+	}
+	refElapsed := time.Since(tr)
+	refNote := obs.finish()
+	ref := float64(n) / refElapsed.Seconds()
+	note := fmt.Sprintf("ours: %d seeded events drained in %s (server start included; %d events processed in all (any beyond the seeded were journaled by subscribers); %d deliveries); %d still pending at the end; %s | reference: %s, %s",
+		n, elapsed.Round(time.Millisecond), processed, deliveries, pending, oursNote, refElapsed.Round(time.Millisecond), refNote)
+	r := Row{Figure: "E", Case: fmt.Sprintf("%d events, 3 built-ins", n), Metric: "events drained/s vs rows/s",
+		Ours: ours, Reference: ref, Target: "≥ 1×", Pass: pending == 0 && ours >= ref,
+		Settings: e.settings("events", strconv.Itoa(n), "clients", fmt.Sprintf("server MaxWorkers 20; pgbench -c %d", clients)), Notes: note}
+	e.add(r)
+	fmt.Println("   ", note)
+	return nil
+}

@@ -1,0 +1,282 @@
+// Command bench is the load tool of issue 7: it starts a private PostgreSQL
+// (db/localpg, fsync on), builds and runs the real server binary (`serve`),
+// drives it over HTTP and websockets, measures a reference (pgbench, a bare
+// River client, a bare gorilla server) in the same run on the same
+// PostgreSQL, and prints each figure as a table row with its settings; the
+// rows are also written to bench/results/ as JSON.
+//
+// The server is package main, so it cannot be imported; driving the built
+// binary measures exactly what runs in production (HTTP, gqlgen, River,
+// feed), at the price of not reading its runtime/metrics.
+//
+//	go run ./bench -figures A,B,E          # full sizes
+//	go run ./bench -figures A,B,E -quick   # a few seconds each
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"erp/db"
+	"erp/db/localpg"
+	"erp/jobs"
+)
+
+// Row is one figure's result: ours, the reference, their ratio and the
+// settings both ran with.
+type Row struct {
+	Figure    string            `json:"figure"`
+	Case      string            `json:"case"`
+	Metric    string            `json:"metric"`
+	Ours      float64           `json:"ours"`
+	Reference float64           `json:"reference"`
+	Ratio     float64           `json:"ratio"`
+	Target    string            `json:"target"`
+	Pass      bool              `json:"pass"`
+	Settings  map[string]string `json:"settings"`
+	Notes     string            `json:"notes,omitempty"`
+}
+
+type options struct {
+	figures      string
+	quick        bool
+	out          string
+	poolMax      int
+	syncCommit   string
+	eEvents      int
+	duration     time.Duration
+	keep         bool
+	dSubscribers int
+}
+
+// env is what every figure shares: the cluster, the server and the settings.
+type env struct {
+	opts    options
+	ctx     context.Context
+	logger  *slog.Logger
+	cluster *localpg.Cluster
+	tmp     string
+	binary  string
+	pool    *pgxpool.Pool // the bench's own connections to the erp database
+	rows    []Row
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "refws" {
+		os.Exit(runRefWS(os.Args[2:]))
+	}
+	var o options
+	flag.StringVar(&o.figures, "figures", "A,B,C,D,E", "comma-separated figures to run (A,B,C,D,E)")
+	flag.BoolVar(&o.quick, "quick", false, "tiny sizes and short runs (a smoke test)")
+	flag.StringVar(&o.out, "out", "bench/results", "directory for the JSON results")
+	flag.IntVar(&o.poolMax, "pool", 0, "server pool_max_conns (0: the product default, pgxpool's max(4, NumCPU))")
+	flag.StringVar(&o.syncCommit, "synchronous-commit", "on", "PostgreSQL synchronous_commit for the whole cluster (fsync stays on)")
+	flag.IntVar(&o.eEvents, "e-events", 100000, "figure E: pending order.received events")
+	flag.IntVar(&o.dSubscribers, "d-subscribers", 10000, "figure D: idle subscriptions")
+	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length of each timed run (A, B)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the temp directory (cluster, logs, profiles)")
+	flag.Parse()
+	if o.quick {
+		o.duration = 2 * time.Second
+		o.eEvents = min(o.eEvents, 300)
+		o.dSubscribers = min(o.dSubscribers, 200)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) (err error) {
+	raiseNoFile()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	tmp, err := os.MkdirTemp("", "erp-bench-")
+	if err != nil {
+		return err
+	}
+	if o.keep {
+		fmt.Println("temp dir:", tmp)
+	} else {
+		defer os.RemoveAll(tmp)
+	}
+	e := &env{opts: o, ctx: ctx, logger: logger, tmp: tmp}
+
+	fmt.Println("building the server binary…")
+	e.binary = filepath.Join(tmp, "erp-bench")
+	build := exec.CommandContext(ctx, "go", "build", "-o", e.binary, ".")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("go build: %w", err)
+	}
+
+	fmt.Println("starting PostgreSQL (fsync on)…")
+	e.cluster, err = localpg.Start(ctx, localpg.Config{Dir: filepath.Join(tmp, "pg"), DBName: "erp", Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		err = errors.Join(err, e.cluster.Stop(stopCtx))
+	}()
+	admin, err := pgxpool.New(ctx, e.cluster.AdminURL())
+	if err != nil {
+		return err
+	}
+	for _, q := range []string{
+		"ALTER SYSTEM SET synchronous_commit = " + quoteLiteral(o.syncCommit),
+		"SELECT pg_reload_conf()",
+		"CREATE DATABASE riverref",
+	} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			admin.Close()
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	admin.Close()
+
+	if e.pool, err = db.Connect(ctx, e.cluster.URL()+" pool_max_conns=40"); err != nil {
+		return err
+	}
+	defer e.pool.Close()
+	if err := db.Migrate(ctx, e.pool, logger); err != nil {
+		return err
+	}
+
+	for _, f := range strings.Split(strings.ToUpper(o.figures), ",") {
+		if ctx.Err() != nil {
+			break
+		}
+		var ferr error
+		switch strings.TrimSpace(f) {
+		case "A":
+			ferr = e.figureA()
+		case "B":
+			ferr = e.figureB()
+		case "D":
+			ferr = e.figureD()
+		case "E":
+			ferr = e.figureE()
+		case "C":
+			ferr = e.figureC()
+		case "":
+		default:
+			ferr = fmt.Errorf("unknown figure %q", f)
+		}
+		if ferr != nil {
+			fmt.Fprintf(os.Stderr, "figure %s: %v\n", f, ferr)
+			err = errors.Join(err, fmt.Errorf("figure %s: %w", f, ferr))
+		}
+	}
+	if werr := e.writeResults(); werr != nil {
+		err = errors.Join(err, werr)
+	}
+	return err
+}
+
+// settings are the settings every row carries, plus extra.
+func (e *env) settings(extra ...string) map[string]string {
+	pool := "default max(4, NumCPU)=" + fmt.Sprint(max(4, runtime.NumCPU()))
+	if e.opts.poolMax > 0 {
+		pool = fmt.Sprint(e.opts.poolMax)
+	}
+	s := map[string]string{
+		"FetchCooldown":      jobs.FetchCooldown.String(),
+		"FetchPollInterval":  jobs.FetchPollInterval.String(),
+		"MaxWorkers":         "20",
+		"pool_max_conns":     pool,
+		"synchronous_commit": e.opts.syncCommit,
+		"fsync":              "on",
+		"nproc":              fmt.Sprint(runtime.NumCPU()),
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		s[extra[i]] = extra[i+1]
+	}
+	return s
+}
+
+func (e *env) add(r Row) {
+	if r.Reference != 0 {
+		r.Ratio = r.Ours / r.Reference
+	}
+	e.rows = append(e.rows, r)
+	keys := []string{}
+	for _, k := range []string{"clients", "rate", "subscribers", "events", "duration"} {
+		if v, ok := r.Settings[k]; ok {
+			keys = append(keys, k+"="+v)
+		}
+	}
+	pass := "FAIL"
+	if r.Pass {
+		pass = "ok"
+	}
+	fmt.Printf("| %s | %-22s | %-28s | %10.2f | %10.2f | %6.2f | %-22s | %-4s | %s |\n",
+		r.Figure, r.Case, r.Metric, r.Ours, r.Reference, r.Ratio, r.Target, pass, strings.Join(keys, " "))
+}
+
+func (e *env) writeResults() error {
+	if len(e.rows) == 0 {
+		return nil
+	}
+	if err := os.MkdirAll(e.opts.out, 0o755); err != nil {
+		return err
+	}
+	machine := map[string]string{"nproc": fmt.Sprint(runtime.NumCPU()), "goos": runtime.GOOS, "goarch": runtime.GOARCH}
+	if b, err := exec.Command("free", "-h").Output(); err == nil {
+		machine["free -h"] = string(b)
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				machine["cpu"] = strings.TrimSpace(strings.SplitN(l, ":", 2)[1])
+				break
+			}
+		}
+	}
+	doc := map[string]any{
+		"time":    time.Now().UTC().Format(time.RFC3339),
+		"command": strings.Join(os.Args, " "),
+		"quick":   e.opts.quick,
+		"machine": machine,
+		"rows":    e.rows,
+	}
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return err
+	}
+	name := "latest.json"
+	if e.opts.quick {
+		name = "quick.json"
+	}
+	path := filepath.Join(e.opts.out, name)
+	fmt.Println("results:", path)
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// raiseNoFile lifts RLIMIT_NOFILE to its hard limit: figure D opens tens of
+// thousands of sockets (both ends in this machine).
+func raiseNoFile() {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
+		l.Cur = l.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// wsSub is one graphql-transport-ws subscription to eventProcessed.
+type wsSub struct {
+	conn *websocket.Conn
+}
+
+type wsMsg struct {
+	ID      string          `json:"id,omitempty"`
+	Type    string          `json:"type"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// subscribe opens a socket, authenticates and subscribes to processed
+// events of the given types, selecting fields.
+func (s *server) subscribe(ctx context.Context, types []string, fields string) (*wsSub, error) {
+	d := websocket.Dialer{Subprotocols: []string{"graphql-transport-ws"}, HandshakeTimeout: 30 * time.Second,
+		ReadBufferSize: 1024, WriteBufferSize: 1024}
+	url := "ws" + strings.TrimPrefix(s.URL, "http") + "/graphql"
+	c, _, err := d.DialContext(ctx, url, http.Header{})
+	if err != nil {
+		return nil, err
+	}
+	init, _ := json.Marshal(map[string]any{"Authorization": "Bearer " + s.Token})
+	if err := c.WriteJSON(wsMsg{Type: "connection_init", Payload: init}); err != nil {
+		c.Close()
+		return nil, err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	var ack wsMsg
+	if err := c.ReadJSON(&ack); err != nil || ack.Type != "connection_ack" {
+		c.Close()
+		return nil, fmt.Errorf("connection_init: got %q, %v", ack.Type, err)
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	tj, _ := json.Marshal(types)
+	q, _ := json.Marshal(map[string]any{"query": fmt.Sprintf("subscription { eventProcessed(filter: {types: %s}) { %s } }", tj, fields)})
+	if err := c.WriteJSON(wsMsg{ID: "1", Type: "subscribe", Payload: q}); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &wsSub{conn: c}, nil
+}
+
+// read calls fn with each "next" payload's eventProcessed object until the
+// socket closes; it answers graphql-transport-ws pings.
+func (w *wsSub) read(fn func(ev json.RawMessage)) error {
+	for {
+		_, b, err := w.conn.ReadMessage()
+		if err != nil {
+			return err
+		}
+		var m wsMsg
+		if err := json.Unmarshal(b, &m); err != nil {
+			return err
+		}
+		switch m.Type {
+		case "next":
+			var p struct {
+				Data struct {
+					EventProcessed json.RawMessage `json:"eventProcessed"`
+				} `json:"data"`
+				Errors []struct {
+					Message string `json:"message"`
+				} `json:"errors"`
+			}
+			if err := json.Unmarshal(m.Payload, &p); err != nil {
+				return err
+			}
+			if len(p.Errors) > 0 {
+				return fmt.Errorf("subscription: %s", p.Errors[0].Message)
+			}
+			fn(p.Data.EventProcessed)
+		case "ping":
+			if err := w.conn.WriteJSON(wsMsg{Type: "pong"}); err != nil {
+				return err
+			}
+		case "error", "complete":
+			return fmt.Errorf("subscription ended: %s %s", m.Type, m.Payload)
+		}
+	}
+}
+
+func (w *wsSub) close() { _ = w.conn.Close() }
