@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -292,4 +293,27 @@ func Tokens(ctx context.Context, q Querier, login *string) ([]APIToken, error) {
 		return nil, fmt.Errorf("list tokens: %w", err)
 	}
 	return ts, nil
+}
+
+// TokenKey identifies a token in memory without keeping the token: its
+// SHA-256, hex.
+func TokenKey(token string) string { return hex.EncodeToString(hashToken(token)) }
+
+// TokensEndedSince returns the keys (TokenKey) of tokens revoked or
+// expired after since, and the database's now, to pass as since next time.
+func TokensEndedSince(ctx context.Context, q Querier, since time.Time) ([]string, time.Time, error) {
+	var now time.Time
+	if err := q.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return nil, time.Time{}, fmt.Errorf("read clock: %w", err)
+	}
+	rows, err := q.Query(ctx, `SELECT encode(token_hash, 'hex') FROM api_tokens
+		WHERE revoked_at > $1 OR (expires_at > $1 AND expires_at <= $2)`, since, now)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("list ended tokens: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("list ended tokens: %w", err)
+	}
+	return keys, now, nil
 }

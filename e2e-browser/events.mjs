@@ -367,9 +367,11 @@ try {
     await page.waitForSelector('table.events tbody tr');
     const firstPage = (await tableRows(page)).length;
     // Scrolling to the end loads the next pages.
-    for (let i = 0; i < 20; i++) {
+    // The "more" control may hide itself between the check and the scroll
+    // (the last page just arrived), so scroll the window, not the control.
+    for (let i = 0; i < 40; i++) {
       if (await page.$('#end:not([hidden])')) break;
-      await page.locator('#more').scrollIntoViewIfNeeded();
+      await page.evaluate(() => window.scrollTo(0, document.body.scrollHeight));
       await page.waitForTimeout(200);
     }
     await page.waitForSelector('#end:not([hidden])');

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
@@ -106,7 +108,96 @@ func (r *Resolver) WebsocketInit(ctx context.Context, payload transport.InitPayl
 		ctx = transport.AppendCloseReason(ctx, "unauthorized")
 		return ctx, nil, errUnauthenticated
 	}
-	return WithUser(ctx, u), nil, nil
+	// The socket lives on the token: every operation re-checks it (Allow),
+	// and revoking or expiring it closes the socket (WatchTokens).
+	token := bearer(payload.Authorization())
+	ctx = context.WithValue(WithUser(ctx, u), wsTokenKey{}, token)
+	ctx, cancel := context.WithCancel(ctx)
+	r.sockets.add(db.TokenKey(token), cancel)
+	go func() {
+		<-ctx.Done()
+		r.sockets.remove(db.TokenKey(token), cancel)
+	}()
+	return ctx, nil, nil
+}
+
+type wsTokenKey struct{}
+
+// sockets maps token keys to the cancel functions of the websockets
+// opened with them.
+type sockets struct {
+	mu sync.Mutex
+	m  map[string][]*context.CancelFunc
+}
+
+func (s *sockets) add(key string, cancel context.CancelFunc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string][]*context.CancelFunc{}
+	}
+	s.m[key] = append(s.m[key], &cancel)
+}
+
+func (s *sockets) remove(key string, cancel context.CancelFunc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	list := s.m[key]
+	for i, c := range list {
+		if fmt.Sprintf("%p", *c) == fmt.Sprintf("%p", cancel) {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(s.m, key)
+	} else {
+		s.m[key] = list
+	}
+}
+
+// closeAll cancels every socket opened with the token key.
+func (s *sockets) closeAll(key string) int {
+	s.mu.Lock()
+	list := s.m[key]
+	delete(s.m, key)
+	s.mu.Unlock()
+	for _, c := range list {
+		(*c)()
+	}
+	return len(list)
+}
+
+// tokenPoll is how often WatchTokens looks for revoked or expired tokens.
+const tokenPoll = 2 * time.Second
+
+// WatchTokens closes, within about two seconds, every websocket whose
+// token was revoked or has expired, until ctx ends: one cheap query per
+// poll for the whole process, not one per socket.
+func (r *Resolver) WatchTokens(ctx context.Context) {
+	since := time.Now()
+	ticker := time.NewTicker(tokenPoll)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		keys, now, err := db.TokensEndedSince(ctx, r.Pool, since)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.Logger.WarnContext(ctx, "token watch", slog.String("error", err.Error()))
+			}
+			continue
+		}
+		since = now
+		for _, k := range keys {
+			if n := r.sockets.closeAll(k); n > 0 {
+				r.Logger.InfoContext(ctx, "websockets closed: token revoked or expired", slog.Int("sockets", n))
+			}
+		}
+	}
 }
 
 var errForbidden = errors.New("your role may not do this")
@@ -119,6 +210,16 @@ func (r *Resolver) Allow(ctx context.Context, _ any, next graphql.Resolver, role
 	u, ok := UserFrom(ctx)
 	if !ok {
 		return nil, errUnauthenticated
+	}
+	if token, ok := ctx.Value(wsTokenKey{}).(string); ok {
+		// A websocket authenticated once, at connection_init: check its
+		// token again for every operation (revoked, expired, role changed).
+		fresh, err := r.authenticate(ctx, "Bearer "+token)
+		if err != nil {
+			return nil, err
+		}
+		u = fresh
+		ctx = WithUser(ctx, u)
 	}
 	if u.Role == db.RoleAdmin || slices.Contains(roles, model.Role(strings.ToUpper(u.Role))) {
 		return next(ctx)

@@ -30,6 +30,8 @@ type Resolver struct {
 	// FeedBuffer is the live feed's buffer per subscription, in events,
 	// and the back-fill's page size; 0 means DefaultFeedBuffer.
 	FeedBuffer int
+
+	sockets sockets
 }
 
 func (r *Resolver) feedBuffer() int {
