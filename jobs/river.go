@@ -32,7 +32,11 @@ type RiverConfig struct {
 	DispatchInterval time.Duration
 	// MaxWorkers is how many jobs run at once in this process.
 	MaxWorkers int
-	Logger     *slog.Logger
+	// Retention is how long River keeps finished jobs (completed,
+	// cancelled, discarded) and the prune job keeps delivered delivery
+	// records (RETENTION); 0 means DefaultRetention.
+	Retention time.Duration
+	Logger    *slog.Logger
 }
 
 // NewRiverClient returns a River client that works dispatch and deliver
@@ -44,6 +48,10 @@ func NewRiverClient(pool *pgxpool.Pool, d *Dispatcher, cfg RiverConfig) (*river.
 	river.AddWorker(workers, &DispatchWorker{Dispatcher: d})
 	river.AddWorker(workers, &DeliverWorker{Dispatcher: d})
 	river.AddWorker(workers, &SweepWorker{Dispatcher: d, Logger: cfg.Logger})
+	if cfg.Retention <= 0 {
+		cfg.Retention = DefaultRetention
+	}
+	river.AddWorker(workers, &PruneWorker{Pool: pool, Retention: cfg.Retention, Logger: cfg.Logger})
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		ID:      cfg.ID,
 		Logger:  cfg.Logger,
@@ -55,11 +63,20 @@ func NewRiverClient(pool *pgxpool.Pool, d *Dispatcher, cfg RiverConfig) (*river.
 		RescueStuckJobsAfter: 5 * time.Minute,
 		FetchCooldown:        FetchCooldown,
 		FetchPollInterval:    FetchPollInterval,
+		// River prunes its own finished jobs; the journal is kept forever.
+		CompletedJobRetentionPeriod: cfg.Retention,
+		CancelledJobRetentionPeriod: cfg.Retention,
+		DiscardedJobRetentionPeriod: cfg.Retention,
 		PeriodicJobs: []*river.PeriodicJob{
 			river.NewPeriodicJob(
 				river.PeriodicInterval(cfg.DispatchInterval),
 				func() (river.JobArgs, *river.InsertOpts) { return SweepArgs{}, nil },
 				&river.PeriodicJobOpts{ID: SweepArgs{}.Kind(), RunOnStart: true},
+			),
+			river.NewPeriodicJob(
+				river.PeriodicInterval(pruneInterval),
+				func() (river.JobArgs, *river.InsertOpts) { return PruneArgs{}, nil },
+				&river.PeriodicJobOpts{ID: PruneArgs{}.Kind(), RunOnStart: true},
 			),
 		},
 	})
