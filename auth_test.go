@@ -91,6 +91,7 @@ func TestEveryMutationByEveryRole(t *testing.T) {
 		{"setUserRole", `mutation { setUserRole(login: "viewer", role: ADMIN) { id } }`, nil, nil},
 		{"issueToken", `mutation { issueToken(login: "viewer") { token } }`, nil, nil},
 		{"revokeToken", `mutation { revokeToken(id: "1") { id } }`, nil, nil},
+		{"purgeDeadDeliveries", `mutation { purgeDeadDeliveries(olderThan: "2000-01-01T00:00:00Z") }`, nil, nil},
 	}
 	schema := graph.NewExecutableSchema(graph.Config{}).Schema()
 	covered := map[string]bool{}

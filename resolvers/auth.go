@@ -87,6 +87,7 @@ func (r *Resolver) Authenticate(next http.Handler) http.Handler {
 			transport.SendError(w, http.StatusUnauthorized, gqlErrorWithCode(err.Error(), codeUnauthenticated))
 			return
 		}
+		noteUser(req.Context(), u.Login)
 		next.ServeHTTP(w, req.WithContext(WithUser(req.Context(), u)))
 	})
 }
@@ -106,6 +107,7 @@ func (r *Resolver) WebsocketInit(ctx context.Context, payload transport.InitPayl
 		ctx = transport.AppendCloseReason(ctx, "unauthorized")
 		return ctx, nil, errUnauthenticated
 	}
+	noteUser(ctx, u.Login)
 	return WithUser(ctx, u), nil, nil
 }
 
