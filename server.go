@@ -17,13 +17,17 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
-	_ "time/tzdata" // TIME_ZONE resolves on machines without a zoneinfo database
+	_ "time/tzdata"
+	"unicode" // TIME_ZONE resolves on machines without a zoneinfo database
 
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
@@ -31,6 +35,8 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
 	"github.com/vektah/gqlparser/v2/ast"
 
@@ -39,13 +45,18 @@ import (
 	"erp/graph"
 	"erp/graph/wsgorilla"
 	"erp/jobs"
+	"erp/metrics"
 	"erp/resolvers"
 	"erp/web"
 )
 
 const (
-	adminTokenFile  = "admin-token"
+	adminTokenFile = "admin-token"
+	// shutdownTimeout is SHUTDOWN_TIMEOUT's default: how long a shutdown
+	// waits for sockets, requests and running jobs.
 	shutdownTimeout = 15 * time.Second
+	// readyTimeout bounds /readyz's one database query.
+	readyTimeout    = 2 * time.Second
 	dispatchWorkers = 20
 	// wsKeepAlive is the websocket keepalive period: "ka" messages for
 	// graphql-ws, ping messages for graphql-transport-ws, and websocket ping
@@ -90,6 +101,16 @@ type config struct {
 	TokenTTL                                 time.Duration
 	// TimeZone is the IANA zone the events page shows times in.
 	TimeZone *time.Location
+	// ShutdownTimeout bounds the graceful shutdown (SHUTDOWN_TIMEOUT).
+	ShutdownTimeout time.Duration
+	// Retention is how long delivered delivery records and River's finished
+	// jobs are kept (RETENTION); the journal is kept forever.
+	Retention time.Duration
+	// LogFormat is "json" or "text" (LOG_FORMAT); empty: text when stderr
+	// is a terminal, else json.
+	LogFormat string
+	// LogLevel is the least level logged (LOG_LEVEL).
+	LogLevel slog.Level
 }
 
 func main() {
@@ -110,8 +131,8 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "erp:", err)
 		return 2
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	logger := newLogger(cfg, stderr)
+	ctx, stop := notifyShutdown(context.Background(), logger)
 	defer stop()
 
 	switch cmd {
@@ -136,6 +157,57 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	return 0
 }
 
+// newLogger is the process's logger: JSON or text by cfg.LogFormat (empty:
+// text on a terminal, JSON otherwise) at cfg.LogLevel.
+func newLogger(cfg config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	format := cfg.LogFormat
+	if format == "" {
+		format = "json"
+		if f, ok := w.(*os.File); ok {
+			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+				format = "text"
+			}
+		}
+	}
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// notifyShutdown returns a context cancelled by the first SIGTERM or
+// SIGINT; a second one exits the process at once with code 1.
+func notifyShutdown(parent context.Context, logger *slog.Logger) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(parent)
+	sigc := make(chan os.Signal, 2)
+	signal.Notify(sigc, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-sigc:
+			logger.Info("signal received, shutting down", slog.String("signal", sig.String()))
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case sig := <-sigc:
+			logger.Error("second signal, exiting without finishing the shutdown", slog.String("signal", sig.String()))
+			os.Exit(1)
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigc)
+		close(done)
+		cancel()
+	}
+}
+
+// parseConfig reads the settings of subcommand cmd from args and the
+// environment and validates every one; the error names each bad setting,
+// one line each.
 func parseConfig(cmd string, args []string, getenv func(string) string, stderr io.Writer) (config, error) {
 	envOr := func(key, def string) string {
 		if v := getenv(key); v != "" {
@@ -146,7 +218,11 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs := flag.NewFlagSet("erp "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg config
-	var interval, origins, timeZone string
+	var interval, origins, timeZone, shutdown, retention, logFormat, logLevel string
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: erp %s [flags]\n\nEvery flag mirrors the environment variable named in its text; a flag wins over the variable.\nDefaults shown are what applies now (the variable's value when set).\n\n", cmd)
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&cfg.DatabaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL (DATABASE_URL); empty starts a private PostgreSQL in DATA_DIR/pg")
 	fs.StringVar(&cfg.DataDir, "data-dir", envOr("DATA_DIR", ".data"), "directory for the private PostgreSQL and admin-token (DATA_DIR)")
 	fs.StringVar(&cfg.Addr, "addr", envOr("ADDR", ":8080"), "listen address (ADDR)")
@@ -163,29 +239,82 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 		fs.DurationVar(&cfg.TokenTTL, "token-ttl", 0, "user: token lifetime, e.g. 720h; 0 never expires")
 	}
 	fs.StringVar(&timeZone, "time-zone", envOr("TIME_ZONE", defaultTimeZone), "IANA time zone the events page shows times in (TIME_ZONE)")
+	fs.StringVar(&shutdown, "shutdown-timeout", envOr("SHUTDOWN_TIMEOUT", shutdownTimeout.String()), "how long a shutdown waits for websockets, requests and running jobs (SHUTDOWN_TIMEOUT)")
+	fs.StringVar(&retention, "retention", envOr("RETENTION", jobs.DefaultRetention.String()), "how long delivered delivery records and River's finished jobs are kept, at least 1h (RETENTION); the journal is kept forever")
+	fs.StringVar(&logFormat, "log-format", getenv("LOG_FORMAT"), "log format, json or text (LOG_FORMAT); empty: text when stderr is a terminal, else json")
+	fs.StringVar(&logLevel, "log-level", envOr("LOG_LEVEL", "info"), "least level logged: debug, info, warn or error (LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
 	if cmd == "user" && cfg.UserLogin == "" {
 		return config{}, errors.New("user: -login is required")
 	}
+	var errs []error
+	bad := func(setting, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{setting}, args...)...))
+	}
+	if cfg.DatabaseURL != "" {
+		if _, err := pgxpool.ParseConfig(cfg.DatabaseURL); err != nil {
+			// The parse error may quote the URL, password included.
+			bad("DATABASE_URL", "want a PostgreSQL URL like postgres://user:password@host:5432/erp or key=value pairs")
+		}
+	}
+	if strings.TrimSpace(cfg.DataDir) == "" {
+		bad("DATA_DIR", "want a directory, got an empty value")
+	}
+	if _, port, err := net.SplitHostPort(cfg.Addr); err != nil || !validPort(port) {
+		bad("ADDR", "want host:port or :port like :8080, got %q", cfg.Addr)
+	}
 	d, err := time.ParseDuration(interval)
 	if err != nil || d < time.Second {
-		return config{}, fmt.Errorf("DISPATCH_INTERVAL: want a duration of at least 1s like 1m or 30s, got %q", interval)
+		bad("DISPATCH_INTERVAL", "want a duration of at least 1s like 1m or 30s, got %q", interval)
 	}
 	cfg.DispatchInterval = d
+	if strings.ContainsFunc(cfg.AdminToken, unicode.IsSpace) {
+		bad("ADMIN_TOKEN", "want a token without spaces")
+	}
 	for _, o := range strings.Split(origins, ",") {
 		if o = strings.TrimSpace(o); o != "" {
 			cfg.AllowedOrigins = append(cfg.AllowedOrigins, o)
 		}
 	}
 	if _, err := wsgorilla.AllowOrigins(cfg.AllowedOrigins); err != nil {
-		return config{}, fmt.Errorf("ALLOWED_ORIGINS: %w", err)
+		bad("ALLOWED_ORIGINS", "%v", err)
+	}
+	if u, err := url.Parse(cfg.DemoURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("DEMO_URL", "want an http(s) URL like http://localhost:8080/graphql, got %q", cfg.DemoURL)
+	}
+	if strings.ContainsFunc(cfg.DemoToken, unicode.IsSpace) {
+		bad("DEMO_TOKEN", "want a token without spaces")
 	}
 	if cfg.TimeZone, err = loadTimeZone(timeZone); err != nil {
-		return config{}, err
+		errs = append(errs, err)
+	}
+	if cfg.ShutdownTimeout, err = time.ParseDuration(shutdown); err != nil || cfg.ShutdownTimeout < time.Second {
+		bad("SHUTDOWN_TIMEOUT", "want a duration of at least 1s like 15s or 1m, got %q", shutdown)
+	}
+	if cfg.Retention, err = time.ParseDuration(retention); err != nil || cfg.Retention < time.Hour {
+		bad("RETENTION", "want a duration of at least 1h like 168h (7 days), got %q", retention)
+	}
+	switch logFormat {
+	case "", "json", "text":
+		cfg.LogFormat = logFormat
+	default:
+		bad("LOG_FORMAT", "want json or text, got %q", logFormat)
+	}
+	if err := cfg.LogLevel.UnmarshalText([]byte(logLevel)); err != nil {
+		bad("LOG_LEVEL", "want debug, info, warn or error, got %q", logLevel)
+	}
+	if len(errs) > 0 {
+		return config{}, errors.Join(errs...)
 	}
 	return cfg, nil
+}
+
+// validPort reports a TCP port number, 0 (any free port) included.
+func validPort(s string) bool {
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= 0 && n <= 65535
 }
 
 // loadTimeZone resolves an IANA zone name for TIME_ZONE. "Local" is
@@ -210,7 +339,7 @@ func withDatabase(ctx context.Context, cfg config, logger *slog.Logger, fn func(
 		}
 		defer func() {
 			// Stop PostgreSQL last, even when ctx is already cancelled.
-			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cmp.Or(cfg.ShutdownTimeout, shutdownTimeout))
 			defer cancel()
 			if stopErr := cluster.Stop(stopCtx); stopErr != nil {
 				err = errors.Join(err, stopErr)
@@ -235,7 +364,13 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, stdout io.Write
 		if err := ensureAdminToken(ctx, pool, cfg, logger, stdout); err != nil {
 			return err
 		}
-		a, err := newApp(pool, appOptions{DispatchInterval: cfg.DispatchInterval, AllowedOrigins: cfg.AllowedOrigins, TimeZone: cfg.TimeZone}, logger)
+		a, err := newApp(pool, appOptions{
+			DispatchInterval: cfg.DispatchInterval,
+			AllowedOrigins:   cfg.AllowedOrigins,
+			TimeZone:         cfg.TimeZone,
+			ShutdownTimeout:  cfg.ShutdownTimeout,
+			Retention:        cfg.Retention,
+		}, logger)
 		if err != nil {
 			return err
 		}
@@ -249,7 +384,9 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, stdout io.Write
 		}
 		logger.Info("serving", slog.String("addr", ln.Addr().String()),
 			slog.String("graphql", "/graphql"), slog.String("playground", "/playground"))
-		return a.serveHTTP(ctx, ln, a.stop)
+		err = a.serveHTTP(ctx, ln, a.stop)
+		logger.Info("stopped serving; closing the pool")
+		return err
 	})
 }
 
@@ -386,9 +523,16 @@ type app struct {
 	logger          *slog.Logger
 	apiOnly         bool
 	shutdownTimeout time.Duration
+	// metrics records into registry, which /metrics serves.
+	metrics  *metrics.Metrics
+	registry *prometheus.Registry
 
 	stopFeed context.CancelFunc
 	feedDone chan struct{}
+	// riverStarted and migrated are what /readyz checks besides the
+	// database; migrated is cached once it first passes.
+	riverStarted atomic.Bool
+	migrated     atomic.Bool
 }
 
 // appOptions configure newApp; zero fields take the defaults.
@@ -415,6 +559,8 @@ type appOptions struct {
 	// TimeZone is where the events page shows times (default
 	// Europe/Moscow).
 	TimeZone *time.Location
+	// Retention is RETENTION (default jobs.DefaultRetention).
+	Retention time.Duration
 }
 
 func newApp(pool *pgxpool.Pool, opts appOptions, logger *slog.Logger) (*app, error) {
@@ -431,21 +577,29 @@ func newApp(pool *pgxpool.Pool, opts appOptions, logger *slog.Logger) (*app, err
 			return nil, err
 		}
 	}
-	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger},
+	registry := prometheus.NewRegistry()
+	m := metrics.New(registry)
+	m.RegisterDatabase(pool)
+	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger, Metrics: m},
 		jobs.OrderAcceptance{}, jobs.ProductionPlanning{}, jobs.MaterialIssue{})
 	riverClient, err := jobs.NewRiverClient(pool, dispatcher, jobs.RiverConfig{
 		ID:               instanceID(),
 		DispatchInterval: opts.DispatchInterval,
 		MaxWorkers:       dispatchWorkers,
+		Retention:        opts.Retention,
 		Logger:           logger,
 	})
 	if err != nil {
 		return nil, err
 	}
 	feed := db.NewFeed(pool, logger)
+	m.RegisterGauge("feed_subscriptions", "Live event-feed subscriptions open in this process.",
+		func() float64 { return float64(feed.Subscribers()) })
+	outbox := jobs.NewOutbox(pool, riverClient)
+	outbox.Metrics = m
 	res := &resolvers.Resolver{
 		Pool:       pool,
-		Outbox:     jobs.NewOutbox(pool, riverClient),
+		Outbox:     outbox,
 		Dispatcher: dispatcher,
 		Feed:       feed,
 		Logger:     logger,
@@ -456,18 +610,22 @@ func newApp(pool *pgxpool.Pool, opts appOptions, logger *slog.Logger) (*app, err
 		PingInterval: opts.KeepAlive,
 		InitTimeout:  opts.InitTimeout,
 		SendBuffer:   wsSendBuffer,
+		OnMessage:    m.WebsocketMessage,
 	}
-	return &app{
+	a := &app{
 		pool:            pool,
 		dispatcher:      dispatcher,
 		river:           riverClient,
 		feed:            feed,
 		ws:              ws,
-		handler:         newHandler(res, pool, ws, opts.KeepAlive, page),
 		logger:          logger,
 		apiOnly:         opts.APIOnly,
 		shutdownTimeout: opts.ShutdownTimeout,
-	}, nil
+		metrics:         m,
+		registry:        registry,
+	}
+	a.handler = resolvers.RequestLog(logger, a.newHandler(res, opts.KeepAlive, page))
+	return a, nil
 }
 
 // instanceID names this process in River's tables ("which instance leads
@@ -490,7 +648,11 @@ func instanceID() string {
 // Origin before the upgrade and owns the socket rules (init timeout 4408,
 // duplicate id 4409, dead peers, 1001 at shutdown); gqlgen's transport
 // adds the keepalive of each subprotocol.
-func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool, ws *wsgorilla.Implementation, keepAlive time.Duration, page web.Config) http.Handler {
+//
+// Operations: /healthz (the process is up), /readyz (see ready), /metrics
+// (Prometheus, this app's own registry).
+func (a *app) newHandler(res *resolvers.Resolver, keepAlive time.Duration, page web.Config) http.Handler {
+	ws := a.ws
 	gql := handler.New(graph.NewExecutableSchema(graph.Config{
 		Resolvers:  res,
 		Directives: graph.DirectiveRoot{Allow: res.Allow},
@@ -514,23 +676,53 @@ func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool, ws *wsgorilla.Imple
 	gql.Use(resolvers.DepthLimit{Max: maxDepth})
 	gql.Use(extension.Introspection{})
 	gql.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](100)})
+	gql.Use(resolvers.Observer{Metrics: a.metrics})
 	gql.SetErrorPresenter(resolvers.ErrorPresenter(res.Logger))
 	gql.SetRecoverFunc(resolvers.Recover)
 
 	mux := http.NewServeMux()
 	mux.Handle("/graphql", ws.Handler(resolvers.LimitBody(maxRequestBody, res.Authenticate(gql))))
 	web.Register(mux, page) // /events, /playground, /assets/, /config.json
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		defer cancel()
-		if err := pool.Ping(ctx); err != nil {
-			http.Error(w, "database unreachable", http.StatusServiceUnavailable)
+		if err := a.ready(ctx); err != nil {
+			a.logger.WarnContext(ctx, "not ready", slog.String("error", err.Error()))
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{Registry: a.registry}))
 	mux.Handle("GET /{$}", http.RedirectHandler("/events", http.StatusFound))
 	return mux
+}
+
+// ready reports whether this instance can serve: River started (unless
+// API-only), the database answering, and its schema at the embedded
+// migrations' head. That is one query: the migrations check until it first
+// passes (then cached), an empty ping after.
+func (a *app) ready(ctx context.Context) error {
+	if !a.apiOnly && !a.riverStarted.Load() {
+		return errors.New("river not started")
+	}
+	if a.migrated.Load() {
+		if err := a.pool.Ping(ctx); err != nil {
+			return errors.New("database unreachable")
+		}
+		return nil
+	}
+	if err := db.CheckMigrated(ctx, a.pool); err != nil {
+		if errors.Is(err, db.ErrNotMigrated) {
+			return err
+		}
+		return errors.New("database unreachable")
+	}
+	a.migrated.Store(true)
+	return nil
 }
 
 // start runs River (dispatch workers and, on the leader, the sweep; not
@@ -543,6 +735,7 @@ func (a *app) start(ctx context.Context) error {
 		if err := a.river.Start(ctx); err != nil {
 			return fmt.Errorf("start river: %w", err)
 		}
+		a.riverStarted.Store(true)
 	}
 	feedCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.stopFeed, a.feedDone = cancel, make(chan struct{})
@@ -556,6 +749,7 @@ func (a *app) start(ctx context.Context) error {
 // stop lets running jobs finish until ctx ends, then cancels them, and
 // stops the feed.
 func (a *app) stop(ctx context.Context) {
+	a.riverStarted.Store(false)
 	if !a.apiOnly {
 		if err := a.river.Stop(ctx); err != nil {
 			a.logger.Warn("river did not stop in time, cancelling jobs", slog.String("error", err.Error()))
