@@ -39,6 +39,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
 	"github.com/vektah/gqlparser/v2/ast"
+	"riverqueue.com/riverui"
 
 	"erp/db"
 	"erp/db/localpg"
@@ -55,6 +56,9 @@ const (
 	// shutdownTimeout is SHUTDOWN_TIMEOUT's default: how long a shutdown
 	// waits for sockets, requests and running jobs.
 	shutdownTimeout = 15 * time.Second
+	// riverUIPath is where River's web UI is mounted, for admins signed in
+	// at riverUIPath/login.
+	riverUIPath = "/riverui"
 	// readyTimeout bounds /readyz's one database query.
 	readyTimeout    = 2 * time.Second
 	dispatchWorkers = 20
@@ -526,6 +530,10 @@ type app struct {
 	// metrics records into registry, which /metrics serves.
 	metrics  *metrics.Metrics
 	registry *prometheus.Registry
+	// riverUI is River's web UI, served at /riverui to signed-in admins;
+	// stopRiverUI ends its background services.
+	riverUI     *riverui.Handler
+	stopRiverUI context.CancelFunc
 
 	stopFeed context.CancelFunc
 	feedDone chan struct{}
@@ -612,7 +620,16 @@ func newApp(pool *pgxpool.Pool, opts appOptions, logger *slog.Logger) (*app, err
 		SendBuffer:   wsSendBuffer,
 		OnMessage:    m.WebsocketMessage,
 	}
+	riverUI, err := riverui.NewHandler(&riverui.HandlerOpts{
+		Endpoints: riverui.NewEndpoints(riverClient, nil),
+		Logger:    logger,
+		Prefix:    riverUIPath,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("river ui: %w", err)
+	}
 	a := &app{
+		riverUI:         riverUI,
 		pool:            pool,
 		dispatcher:      dispatcher,
 		river:           riverClient,
@@ -696,6 +713,11 @@ func (a *app) newHandler(res *resolvers.Resolver, keepAlive time.Duration, page 
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
+	sessions := &resolvers.AdminSessions{Resolver: res, Path: riverUIPath}
+	mux.Handle(riverUIPath+"/login", sessions.Login())
+	mux.Handle("POST "+riverUIPath+"/logout", sessions.Logout())
+	mux.Handle(riverUIPath+"/", sessions.Require(a.riverUI))
+	mux.Handle("GET "+riverUIPath, http.RedirectHandler(riverUIPath+"/", http.StatusFound))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{Registry: a.registry}))
 	mux.Handle("GET /{$}", http.RedirectHandler("/events", http.StatusFound))
 	return mux
@@ -737,6 +759,12 @@ func (a *app) start(ctx context.Context) error {
 		}
 		a.riverStarted.Store(true)
 	}
+	uiCtx, stopUI := context.WithCancel(context.WithoutCancel(ctx))
+	if err := a.riverUI.Start(uiCtx); err != nil {
+		stopUI()
+		return fmt.Errorf("start river ui: %w", err)
+	}
+	a.stopRiverUI = stopUI
 	feedCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.stopFeed, a.feedDone = cancel, make(chan struct{})
 	go func() {
@@ -761,5 +789,8 @@ func (a *app) stop(ctx context.Context) {
 	if a.stopFeed != nil {
 		a.stopFeed()
 		<-a.feedDone
+	}
+	if a.stopRiverUI != nil {
+		a.stopRiverUI() // ends River UI's background services
 	}
 }
