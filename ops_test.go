@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -261,4 +262,51 @@ func TestServeHelpListsEverySetting(t *testing.T) {
 		require.Contains(t, out.String(), "("+setting+")")
 	}
 	require.Contains(t, out.String(), `(default "15s")`)
+}
+
+func TestSecondSignalExitsAtOnce(t *testing.T) {
+	t.Parallel()
+	// A webhook that hangs keeps a delivery job running, so the first
+	// SIGTERM's shutdown waits for it (up to SHUTDOWN_TIMEOUT).
+	reached := make(chan struct{}, 1)
+	release := make(chan struct{})
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case reached <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(release); hook.Close() })
+	url := pgtest.NewDB(t)
+	token := adminToken(t)
+	a := startChild(t, url, token, "SHUTDOWN_TIMEOUT=60s")
+	api := clientFor(a, token)
+	gql[map[string]any](t, api, `mutation($url: String!) { createWebhookSubscriber(input: {name: "slow", url: $url, eventTypes: ["doc.created"], timeoutMs: 60000}) { id } }`, map[string]any{"url": hook.URL})
+	gql[map[string]any](t, api, `mutation { createItem(input: {sku: "A1", name: "Стол", unit: "шт"}) { id } }`, nil)
+	gql[map[string]any](t, api, `mutation { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: "1"}]}) { id } }`, nil)
+	select {
+	case <-reached:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the webhook was not called")
+	}
+
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-a.done:
+		t.Fatal("the first signal should wait for the running delivery")
+	case <-time.After(500 * time.Millisecond):
+	}
+	sent := time.Now()
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-a.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second signal did not end the process")
+	}
+	t.Logf("exited %s after the second signal", time.Since(sent).Round(time.Millisecond))
+	require.Equal(t, 1, a.cmd.ProcessState.ExitCode())
 }

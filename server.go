@@ -754,7 +754,10 @@ func (a *app) start(ctx context.Context) error {
 		return err
 	}
 	if !a.apiOnly {
-		if err := a.river.Start(ctx); err != nil {
+		// Not ctx itself: River hard-stops (cancels running jobs) when its
+		// start context ends, and the signal ends ctx; stop lets jobs
+		// finish within the shutdown budget first.
+		if err := a.river.Start(context.WithoutCancel(ctx)); err != nil {
 			return fmt.Errorf("start river: %w", err)
 		}
 		a.riverStarted.Store(true)
