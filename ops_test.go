@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"erp/db/pgtest"
+	"erp/jobs"
 )
 
 // scrape reads /metrics and sums each family's samples by metric name
@@ -309,4 +310,43 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 	}
 	t.Logf("exited %s after the second signal", time.Since(sent).Round(time.Millisecond))
 	require.Equal(t, 1, a.cmd.ProcessState.ExitCode())
+}
+
+func TestRetentionPrunesDeliveredAndPurgesDead(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, serverOpts{})
+	seedItem(t, s)
+	gql[map[string]any](t, s, `mutation { createWebhookSubscriber(input: {name: "gone", url: "http://127.0.0.1:1/", eventTypes: ["doc.created"], maxAttempts: 1, timeoutMs: 1000}) { id } }`, nil)
+	gql[map[string]any](t, s, createSalesOrder, map[string]any{"customer": "r"})
+	waitAllProcessed(t, s)
+	count := func(status string) int {
+		var n int
+		require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM deliveries WHERE status = $1`, status).Scan(&n))
+		return n
+	}
+	require.Equal(t, 1, count("dead"))
+	delivered := count("delivered")
+	require.Positive(t, delivered)
+
+	// Nothing is old enough yet.
+	n, err := jobs.PruneDeliveries(t.Context(), s.Pool, time.Now().Add(-time.Hour))
+	require.NoError(t, err)
+	require.Zero(t, n)
+	purged := gql[struct{ PurgeDeadDeliveries int }](t, s, `mutation($t: DateTime!) { purgeDeadDeliveries(olderThan: $t, subscriber: "other") }`,
+		map[string]any{"t": time.Now().Add(time.Hour).Format(time.RFC3339)})
+	require.Zero(t, purged.PurgeDeadDeliveries, "another subscriber's")
+
+	// Later: delivered records go, dead ones stay until purged.
+	n, err = jobs.PruneDeliveries(t.Context(), s.Pool, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, int64(delivered), n)
+	require.Zero(t, count("delivered"))
+	require.Equal(t, 1, count("dead"))
+	purged = gql[struct{ PurgeDeadDeliveries int }](t, s, `mutation($t: DateTime!) { purgeDeadDeliveries(olderThan: $t, subscriber: "gone") }`,
+		map[string]any{"t": time.Now().Add(time.Hour).Format(time.RFC3339)})
+	require.Equal(t, 1, purged.PurgeDeadDeliveries)
+	require.Zero(t, count("dead"))
+	var events int
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM events WHERE processed_at IS NULL`).Scan(&events))
+	require.Zero(t, events, "events stay processed")
 }

@@ -40,9 +40,11 @@ type RiverConfig struct {
 }
 
 // NewRiverClient returns a River client that works dispatch and deliver
-// jobs through d (and makes d enqueue on it), and runs
-// the periodic sweep (RunOnStart, then every DispatchInterval) on the
-// cluster's leader. Start it with Start; it can insert jobs before that.
+// jobs through d (and makes d enqueue on it), and runs on the cluster's
+// leader the periodic sweep (RunOnStart, then every DispatchInterval) and
+// the daily prune of delivered delivery records. River itself deletes its
+// finished jobs after cfg.Retention. Start it with Start; it can insert
+// jobs before that.
 func NewRiverClient(pool *pgxpool.Pool, d *Dispatcher, cfg RiverConfig) (*river.Client[pgx.Tx], error) {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &DispatchWorker{Dispatcher: d})
