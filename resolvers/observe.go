@@ -71,10 +71,15 @@ func noteOperation(ctx context.Context, op string) {
 	}
 }
 
+// probePaths are polled by machines every few seconds; their request lines
+// are logged at debug level so that they do not drown the others.
+var probePaths = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
+
 // RequestLog gives every request an id (the X-Request-Id header), puts it
 // in the request's context, and logs one line per request when it ends:
 // method, path, status, duration, id, GraphQL operation and user login.
-// Tokens and other headers are never logged.
+// Tokens and other headers are never logged. Probes (/healthz, /readyz,
+// /metrics) are logged at debug level.
 func RequestLog(logger *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get(RequestIDHeader)
@@ -96,7 +101,11 @@ func RequestLog(logger *slog.Logger, next http.Handler) http.Handler {
 		if rec.hijacked {
 			status = http.StatusSwitchingProtocols
 		}
-		logger.LogAttrs(r.Context(), slog.LevelInfo, "http request",
+		level := slog.LevelInfo
+		if probePaths[r.URL.Path] {
+			level = slog.LevelDebug
+		}
+		logger.LogAttrs(r.Context(), level, "http request",
 			slog.String("request_id", id), slog.String("method", r.Method), slog.String("path", r.URL.Path),
 			slog.Int("status", status), slog.Duration("duration", time.Since(start)),
 			slog.String("operation", op), slog.String("user", user))
