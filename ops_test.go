@@ -350,3 +350,20 @@ func TestRetentionPrunesDeliveredAndPurgesDead(t *testing.T) {
 	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM events WHERE processed_at IS NULL`).Scan(&events))
 	require.Zero(t, events, "events stay processed")
 }
+
+func TestServeHelpPrintsNoSecrets(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"DATABASE_URL": "postgres://erp:s3cret@db/erp", "ADMIN_TOKEN": "admin-secret", "DEMO_TOKEN": "demo-secret"}
+	var out bytes.Buffer
+	require.Zero(t, run([]string{"serve", "-help"}, func(k string) string { return env[k] }, &out))
+	for _, secret := range []string{"s3cret", "admin-secret", "demo-secret"} {
+		require.NotContains(t, out.String(), secret)
+	}
+	cfg, err := parseConfig("serve", nil, func(k string) string { return env[k] }, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, env["DATABASE_URL"], cfg.DatabaseURL)
+	require.Equal(t, env["ADMIN_TOKEN"], cfg.AdminToken)
+	cfg, err = parseConfig("serve", []string{"-admin-token", "flag-wins"}, func(k string) string { return env[k] }, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, "flag-wins", cfg.AdminToken)
+}

@@ -227,14 +227,17 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 		fmt.Fprintf(fs.Output(), "Usage: erp %s [flags]\n\nEvery flag mirrors the environment variable named in its text; a flag wins over the variable.\nDefaults shown are what applies now (the variable's value when set).\n\n", cmd)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&cfg.DatabaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL (DATABASE_URL); empty starts a private PostgreSQL in DATA_DIR/pg")
+	// Secrets (DATABASE_URL may hold a password, the tokens) are read from
+	// the environment after parsing, so that -help never prints them as
+	// defaults.
+	fs.StringVar(&cfg.DatabaseURL, "database-url", "", "PostgreSQL URL (DATABASE_URL); empty starts a private PostgreSQL in DATA_DIR/pg")
 	fs.StringVar(&cfg.DataDir, "data-dir", envOr("DATA_DIR", ".data"), "directory for the private PostgreSQL and admin-token (DATA_DIR)")
 	fs.StringVar(&cfg.Addr, "addr", envOr("ADDR", ":8080"), "listen address (ADDR)")
 	fs.StringVar(&interval, "dispatch-interval", envOr("DISPATCH_INTERVAL", "1m"), "period of the sweep of unprocessed events (DISPATCH_INTERVAL)")
-	fs.StringVar(&cfg.AdminToken, "admin-token", getenv("ADMIN_TOKEN"), "token of the admin user (ADMIN_TOKEN); empty generates one into DATA_DIR/admin-token on first start")
+	fs.StringVar(&cfg.AdminToken, "admin-token", "", "token of the admin user (ADMIN_TOKEN); empty generates one into DATA_DIR/admin-token on first start")
 	fs.StringVar(&origins, "allowed-origins", getenv("ALLOWED_ORIGINS"), "comma-separated browser origins (https://host[:port], or *) allowed to open websockets besides the server's own (ALLOWED_ORIGINS); clients without Origin are always allowed")
 	fs.StringVar(&cfg.DemoURL, "demo-url", envOr("DEMO_URL", "http://localhost:8080/graphql"), "GraphQL endpoint the demo drives (DEMO_URL)")
-	fs.StringVar(&cfg.DemoToken, "demo-token", getenv("DEMO_TOKEN"), "token the demo uses (DEMO_TOKEN); empty reads DATA_DIR/admin-token")
+	fs.StringVar(&cfg.DemoToken, "demo-token", "", "token the demo uses (DEMO_TOKEN); empty reads DATA_DIR/admin-token")
 	if cmd == "user" {
 		fs.StringVar(&cfg.UserLogin, "login", "", "user: login of the user to create (or reuse)")
 		fs.StringVar(&cfg.UserName, "name", "", "user: display name (default: the login)")
@@ -244,11 +247,18 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	}
 	fs.StringVar(&timeZone, "time-zone", envOr("TIME_ZONE", defaultTimeZone), "IANA time zone the events page shows times in (TIME_ZONE)")
 	fs.StringVar(&shutdown, "shutdown-timeout", envOr("SHUTDOWN_TIMEOUT", shutdownTimeout.String()), "how long a shutdown waits for websockets, requests and running jobs (SHUTDOWN_TIMEOUT)")
-	fs.StringVar(&retention, "retention", envOr("RETENTION", jobs.DefaultRetention.String()), "how long delivered delivery records and River's finished jobs are kept, at least 1h (RETENTION); the journal is kept forever")
+	fs.StringVar(&retention, "retention", envOr("RETENTION", "168h"), "how long delivered delivery records and River's finished jobs are kept, at least 1h (RETENTION); the journal is kept forever")
 	fs.StringVar(&logFormat, "log-format", getenv("LOG_FORMAT"), "log format, json or text (LOG_FORMAT); empty: text when stderr is a terminal, else json")
 	fs.StringVar(&logLevel, "log-level", envOr("LOG_LEVEL", "info"), "least level logged: debug, info, warn or error (LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for name, v := range map[string]*string{"database-url": &cfg.DatabaseURL, "admin-token": &cfg.AdminToken, "demo-token": &cfg.DemoToken} {
+		if !set[name] {
+			*v = getenv(strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
+		}
 	}
 	if cmd == "user" && cfg.UserLogin == "" {
 		return config{}, errors.New("user: -login is required")
