@@ -91,6 +91,7 @@ func TestEveryMutationByEveryRole(t *testing.T) {
 		{"setUserRole", `mutation { setUserRole(login: "viewer", role: ADMIN) { id } }`, nil, nil},
 		{"issueToken", `mutation { issueToken(login: "viewer") { token } }`, nil, nil},
 		{"revokeToken", `mutation { revokeToken(id: "1") { id } }`, nil, nil},
+		{"purgeDeadDeliveries", `mutation { purgeDeadDeliveries(olderThan: "2000-01-01T00:00:00Z") }`, nil, nil},
 	}
 	schema := graph.NewExecutableSchema(graph.Config{}).Schema()
 	covered := map[string]bool{}
@@ -345,4 +346,31 @@ func TestUserSubcommandBootstrapsAnIntegration(t *testing.T) {
 	// It can do nothing else.
 	_, res = s.do(t, token, `{ items { id } }`, nil)
 	require.Equal(t, "FORBIDDEN", res.Errors[0].Extensions["code"])
+}
+
+func TestRevokingATokenClosesItsOpenWebsocket(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, serverOpts{})
+	token := roleToken(t, s, "watcher", "VIEWER")
+	c := dialWS(t, s, protoTransportWS)
+	c.init(token)
+	c.subscribe("live", feedSubscription, nil)
+	waitFor(t, 5*time.Second, "the subscription", func() bool { return s.app.feed.Subscribers() == 1 })
+
+	toks := gql[struct {
+		Tokens []struct{ ID, Name string } `json:"tokens"`
+	}](t, s, `{ tokens(login: "watcher") { id name } }`, nil)
+	require.Len(t, toks.Tokens, 1)
+	gql[map[string]any](t, s, `mutation($id: ID!) { revokeToken(id: $id) { revokedAt } }`, map[string]any{"id": toks.Tokens[0].ID})
+
+	// The socket is closed within a couple of seconds, its subscription ended.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := c.read(time.Until(deadline))
+		if err != nil {
+			require.False(t, time.Now().After(deadline), "socket still open 10 s after its token was revoked")
+			break
+		}
+	}
+	waitFor(t, 5*time.Second, "no live subscription", func() bool { return s.app.feed.Subscribers() == 0 })
 }

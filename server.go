@@ -17,13 +17,18 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
-	_ "time/tzdata" // TIME_ZONE resolves on machines without a zoneinfo database
+	_ "time/tzdata"
+	"unicode" // TIME_ZONE resolves on machines without a zoneinfo database
 
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
@@ -31,22 +36,33 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
 	"github.com/rs/cors"
 	"github.com/vektah/gqlparser/v2/ast"
+	"riverqueue.com/riverui"
 
 	"erp/db"
 	"erp/db/localpg"
 	"erp/graph"
 	"erp/graph/wsgorilla"
 	"erp/jobs"
+	"erp/metrics"
 	"erp/resolvers"
 	"erp/web"
 )
 
 const (
-	adminTokenFile  = "admin-token"
+	adminTokenFile = "admin-token"
+	// shutdownTimeout is SHUTDOWN_TIMEOUT's default: how long a shutdown
+	// waits for sockets, requests and running jobs.
 	shutdownTimeout = 15 * time.Second
+	// riverUIPath is where River's web UI is mounted, for admins signed in
+	// at riverUIPath/login.
+	riverUIPath = "/riverui"
+	// readyTimeout bounds /readyz's one database query.
+	readyTimeout    = 2 * time.Second
 	dispatchWorkers = 20
 	// wsKeepAlive is the websocket keepalive period: "ka" messages for
 	// graphql-ws, ping messages for graphql-transport-ws, and websocket ping
@@ -94,6 +110,16 @@ type config struct {
 	TokenTTL                                 time.Duration
 	// TimeZone is the IANA zone the events page shows times in.
 	TimeZone *time.Location
+	// ShutdownTimeout bounds the graceful shutdown (SHUTDOWN_TIMEOUT).
+	ShutdownTimeout time.Duration
+	// Retention is how long delivered delivery records and River's finished
+	// jobs are kept (RETENTION); the journal is kept forever.
+	Retention time.Duration
+	// LogFormat is "json" or "text" (LOG_FORMAT); empty: text when stderr
+	// is a terminal, else json.
+	LogFormat string
+	// LogLevel is the least level logged (LOG_LEVEL).
+	LogLevel slog.Level
 }
 
 func main() {
@@ -114,8 +140,8 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "erp:", err)
 		return 2
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	logger := newLogger(cfg, stderr)
+	ctx, stop := notifyShutdown(context.Background(), logger)
 	defer stop()
 
 	switch cmd {
@@ -140,6 +166,57 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	return 0
 }
 
+// newLogger is the process's logger: JSON or text by cfg.LogFormat (empty:
+// text on a terminal, JSON otherwise) at cfg.LogLevel.
+func newLogger(cfg config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	format := cfg.LogFormat
+	if format == "" {
+		format = "json"
+		if f, ok := w.(*os.File); ok {
+			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+				format = "text"
+			}
+		}
+	}
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// notifyShutdown returns a context cancelled by the first SIGTERM or
+// SIGINT; a second one exits the process at once with code 1.
+func notifyShutdown(parent context.Context, logger *slog.Logger) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(parent)
+	sigc := make(chan os.Signal, 2)
+	signal.Notify(sigc, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-sigc:
+			logger.Info("signal received, shutting down", slog.String("signal", sig.String()))
+			cancel()
+		case <-done:
+			return
+		}
+		select {
+		case sig := <-sigc:
+			logger.Error("second signal, exiting without finishing the shutdown", slog.String("signal", sig.String()))
+			os.Exit(1)
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigc)
+		close(done)
+		cancel()
+	}
+}
+
+// parseConfig reads the settings of subcommand cmd from args and the
+// environment and validates every one; the error names each bad setting,
+// one line each.
 func parseConfig(cmd string, args []string, getenv func(string) string, stderr io.Writer) (config, error) {
 	envOr := func(key, def string) string {
 		if v := getenv(key); v != "" {
@@ -150,17 +227,24 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs := flag.NewFlagSet("erp "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg config
-	var interval, origins, timeZone string
-	fs.StringVar(&cfg.DatabaseURL, "database-url", getenv("DATABASE_URL"), "PostgreSQL URL (DATABASE_URL); empty starts a private PostgreSQL in DATA_DIR/pg")
+	var interval, origins, timeZone, shutdown, retention, logFormat, logLevel string
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: erp %s [flags]\n\nEvery flag mirrors the environment variable named in its text; a flag wins over the variable.\nDefaults shown are what applies now (the variable's value when set).\n\n", cmd)
+		fs.PrintDefaults()
+	}
+	// Secrets (DATABASE_URL may hold a password, the tokens) are read from
+	// the environment after parsing, so that -help never prints them as
+	// defaults.
+	fs.StringVar(&cfg.DatabaseURL, "database-url", "", "PostgreSQL URL (DATABASE_URL); empty starts a private PostgreSQL in DATA_DIR/pg")
 	fs.StringVar(&cfg.DataDir, "data-dir", envOr("DATA_DIR", ".data"), "directory for the private PostgreSQL and admin-token (DATA_DIR)")
 	fs.StringVar(&cfg.Addr, "addr", envOr("ADDR", ":8080"), "listen address (ADDR)")
 	fs.StringVar(&interval, "dispatch-interval", envOr("DISPATCH_INTERVAL", "1m"), "period of the sweep of unprocessed events (DISPATCH_INTERVAL)")
-	fs.StringVar(&cfg.AdminToken, "admin-token", getenv("ADMIN_TOKEN"), "token of the admin user (ADMIN_TOKEN); empty generates one into DATA_DIR/admin-token on first start")
+	fs.StringVar(&cfg.AdminToken, "admin-token", "", "token of the admin user (ADMIN_TOKEN); empty generates one into DATA_DIR/admin-token on first start")
+	fs.StringVar(&origins, "allowed-origins", getenv("ALLOWED_ORIGINS"), "comma-separated browser origins (https://host[:port], or *) allowed to call /graphql (CORS) and open websockets besides the server's own (ALLOWED_ORIGINS); clients without Origin are always allowed")
 	fs.BoolVar(&cfg.Introspection, "introspection", envOr("INTROSPECTION", "true") == "true", "answer GraphQL introspection queries (INTROSPECTION=true|false)")
 	fs.BoolVar(&cfg.Playground, "playground", envOr("PLAYGROUND", "true") == "true", "serve the GraphiQL playground at /playground (PLAYGROUND=true|false)")
-	fs.StringVar(&origins, "allowed-origins", getenv("ALLOWED_ORIGINS"), "comma-separated browser origins (https://host[:port], or *) allowed to call /graphql (CORS) and open websockets besides the server's own (ALLOWED_ORIGINS); clients without Origin are always allowed")
 	fs.StringVar(&cfg.DemoURL, "demo-url", envOr("DEMO_URL", "http://localhost:8080/graphql"), "GraphQL endpoint the demo drives (DEMO_URL)")
-	fs.StringVar(&cfg.DemoToken, "demo-token", getenv("DEMO_TOKEN"), "token the demo uses (DEMO_TOKEN); empty reads DATA_DIR/admin-token")
+	fs.StringVar(&cfg.DemoToken, "demo-token", "", "token the demo uses (DEMO_TOKEN); empty reads DATA_DIR/admin-token")
 	if cmd == "user" {
 		fs.StringVar(&cfg.UserLogin, "login", "", "user: login of the user to create (or reuse)")
 		fs.StringVar(&cfg.UserName, "name", "", "user: display name (default: the login)")
@@ -169,29 +253,89 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 		fs.DurationVar(&cfg.TokenTTL, "token-ttl", 0, "user: token lifetime, e.g. 720h; 0 never expires")
 	}
 	fs.StringVar(&timeZone, "time-zone", envOr("TIME_ZONE", defaultTimeZone), "IANA time zone the events page shows times in (TIME_ZONE)")
+	fs.StringVar(&shutdown, "shutdown-timeout", envOr("SHUTDOWN_TIMEOUT", shutdownTimeout.String()), "how long a shutdown waits for websockets, requests and running jobs (SHUTDOWN_TIMEOUT)")
+	fs.StringVar(&retention, "retention", envOr("RETENTION", "168h"), "how long delivered delivery records and River's finished jobs are kept, at least 1h (RETENTION); the journal is kept forever")
+	fs.StringVar(&logFormat, "log-format", getenv("LOG_FORMAT"), "log format, json or text (LOG_FORMAT); empty: text when stderr is a terminal, else json")
+	fs.StringVar(&logLevel, "log-level", envOr("LOG_LEVEL", "info"), "least level logged: debug, info, warn or error (LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for name, v := range map[string]*string{"database-url": &cfg.DatabaseURL, "admin-token": &cfg.AdminToken, "demo-token": &cfg.DemoToken} {
+		if !set[name] {
+			*v = getenv(strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
+		}
 	}
 	if cmd == "user" && cfg.UserLogin == "" {
 		return config{}, errors.New("user: -login is required")
 	}
+	var errs []error
+	bad := func(setting, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{setting}, args...)...))
+	}
+	if cfg.DatabaseURL != "" {
+		if _, err := pgxpool.ParseConfig(cfg.DatabaseURL); err != nil {
+			// The parse error may quote the URL, password included.
+			bad("DATABASE_URL", "want a PostgreSQL URL like postgres://user:password@host:5432/erp or key=value pairs")
+		}
+	}
+	if strings.TrimSpace(cfg.DataDir) == "" {
+		bad("DATA_DIR", "want a directory, got an empty value")
+	}
+	if _, port, err := net.SplitHostPort(cfg.Addr); err != nil || !validPort(port) {
+		bad("ADDR", "want host:port or :port like :8080, got %q", cfg.Addr)
+	}
 	d, err := time.ParseDuration(interval)
 	if err != nil || d < time.Second {
-		return config{}, fmt.Errorf("DISPATCH_INTERVAL: want a duration of at least 1s like 1m or 30s, got %q", interval)
+		bad("DISPATCH_INTERVAL", "want a duration of at least 1s like 1m or 30s, got %q", interval)
 	}
 	cfg.DispatchInterval = d
+	if strings.ContainsFunc(cfg.AdminToken, unicode.IsSpace) {
+		bad("ADMIN_TOKEN", "want a token without spaces")
+	}
 	for _, o := range strings.Split(origins, ",") {
 		if o = strings.TrimSpace(o); o != "" {
 			cfg.AllowedOrigins = append(cfg.AllowedOrigins, o)
 		}
 	}
 	if _, err := wsgorilla.AllowOrigins(cfg.AllowedOrigins); err != nil {
-		return config{}, fmt.Errorf("ALLOWED_ORIGINS: %w", err)
+		bad("ALLOWED_ORIGINS", "%v", err)
+	}
+	if u, err := url.Parse(cfg.DemoURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("DEMO_URL", "want an http(s) URL like http://localhost:8080/graphql, got %q", cfg.DemoURL)
+	}
+	if strings.ContainsFunc(cfg.DemoToken, unicode.IsSpace) {
+		bad("DEMO_TOKEN", "want a token without spaces")
 	}
 	if cfg.TimeZone, err = loadTimeZone(timeZone); err != nil {
-		return config{}, err
+		errs = append(errs, err)
+	}
+	if cfg.ShutdownTimeout, err = time.ParseDuration(shutdown); err != nil || cfg.ShutdownTimeout < time.Second {
+		bad("SHUTDOWN_TIMEOUT", "want a duration of at least 1s like 15s or 1m, got %q", shutdown)
+	}
+	if cfg.Retention, err = time.ParseDuration(retention); err != nil || cfg.Retention < time.Hour {
+		bad("RETENTION", "want a duration of at least 1h like 168h (7 days), got %q", retention)
+	}
+	switch logFormat {
+	case "", "json", "text":
+		cfg.LogFormat = logFormat
+	default:
+		bad("LOG_FORMAT", "want json or text, got %q", logFormat)
+	}
+	if err := cfg.LogLevel.UnmarshalText([]byte(logLevel)); err != nil {
+		bad("LOG_LEVEL", "want debug, info, warn or error, got %q", logLevel)
+	}
+	if len(errs) > 0 {
+		return config{}, errors.Join(errs...)
 	}
 	return cfg, nil
+}
+
+// validPort reports a TCP port number, 0 (any free port) included.
+func validPort(s string) bool {
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= 0 && n <= 65535
 }
 
 // loadTimeZone resolves an IANA zone name for TIME_ZONE. "Local" is
@@ -216,7 +360,7 @@ func withDatabase(ctx context.Context, cfg config, logger *slog.Logger, fn func(
 		}
 		defer func() {
 			// Stop PostgreSQL last, even when ctx is already cancelled.
-			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cmp.Or(cfg.ShutdownTimeout, shutdownTimeout))
 			defer cancel()
 			if stopErr := cluster.Stop(stopCtx); stopErr != nil {
 				err = errors.Join(err, stopErr)
@@ -241,8 +385,15 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, stdout io.Write
 		if err := ensureAdminToken(ctx, pool, cfg, logger, stdout); err != nil {
 			return err
 		}
-		a, err := newApp(pool, appOptions{DispatchInterval: cfg.DispatchInterval, AllowedOrigins: cfg.AllowedOrigins, TimeZone: cfg.TimeZone,
-			NoIntrospection: !cfg.Introspection, NoPlayground: !cfg.Playground}, logger)
+		a, err := newApp(pool, appOptions{
+			DispatchInterval: cfg.DispatchInterval,
+			AllowedOrigins:   cfg.AllowedOrigins,
+			TimeZone:         cfg.TimeZone,
+			ShutdownTimeout:  cfg.ShutdownTimeout,
+			Retention:        cfg.Retention,
+			NoIntrospection:  !cfg.Introspection,
+			NoPlayground:     !cfg.Playground,
+		}, logger)
 		if err != nil {
 			return err
 		}
@@ -256,7 +407,9 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, stdout io.Write
 		}
 		logger.Info("serving", slog.String("addr", ln.Addr().String()),
 			slog.String("graphql", "/graphql"), slog.String("playground", "/playground"))
-		return a.serveHTTP(ctx, ln, a.stop)
+		err = a.serveHTTP(ctx, ln, a.stop)
+		logger.Info("stopped serving; closing the pool")
+		return err
 	})
 }
 
@@ -385,6 +538,7 @@ func createUserOffline(ctx context.Context, pool *pgxpool.Pool, cfg config, logg
 // websocket adapter and the HTTP handler.
 type app struct {
 	pool            *pgxpool.Pool
+	res             *resolvers.Resolver
 	dispatcher      *jobs.Dispatcher
 	river           *river.Client[pgx.Tx]
 	feed            *db.Feed
@@ -393,9 +547,20 @@ type app struct {
 	logger          *slog.Logger
 	apiOnly         bool
 	shutdownTimeout time.Duration
+	// metrics records into registry, which /metrics serves.
+	metrics  *metrics.Metrics
+	registry *prometheus.Registry
+	// riverUI is River's web UI, served at /riverui to signed-in admins;
+	// stopRiverUI ends its background services.
+	riverUI     *riverui.Handler
+	stopRiverUI context.CancelFunc
 
 	stopFeed context.CancelFunc
 	feedDone chan struct{}
+	// riverStarted and migrated are what /readyz checks besides the
+	// database; migrated is cached once it first passes.
+	riverStarted atomic.Bool
+	migrated     atomic.Bool
 }
 
 // appOptions configure newApp; zero fields take the defaults.
@@ -425,6 +590,8 @@ type appOptions struct {
 	// NoIntrospection refuses introspection queries; NoPlayground leaves
 	// /playground out (production).
 	NoIntrospection, NoPlayground bool
+	// Retention is RETENTION (default jobs.DefaultRetention).
+	Retention time.Duration
 }
 
 func newApp(pool *pgxpool.Pool, opts appOptions, logger *slog.Logger) (*app, error) {
@@ -441,21 +608,29 @@ func newApp(pool *pgxpool.Pool, opts appOptions, logger *slog.Logger) (*app, err
 			return nil, err
 		}
 	}
-	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger},
+	registry := prometheus.NewRegistry()
+	m := metrics.New(registry)
+	m.RegisterDatabase(pool)
+	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger, Metrics: m},
 		jobs.OrderAcceptance{}, jobs.ProductionPlanning{}, jobs.MaterialIssue{})
 	riverClient, err := jobs.NewRiverClient(pool, dispatcher, jobs.RiverConfig{
 		ID:               instanceID(),
 		DispatchInterval: opts.DispatchInterval,
 		MaxWorkers:       dispatchWorkers,
+		Retention:        opts.Retention,
 		Logger:           logger,
 	})
 	if err != nil {
 		return nil, err
 	}
 	feed := db.NewFeed(pool, logger)
+	m.RegisterGauge("feed_subscriptions", "Live event-feed subscriptions open in this process.",
+		func() float64 { return float64(feed.Subscribers()) })
+	outbox := jobs.NewOutbox(pool, riverClient)
+	outbox.Metrics = m
 	res := &resolvers.Resolver{
 		Pool:       pool,
-		Outbox:     jobs.NewOutbox(pool, riverClient),
+		Outbox:     outbox,
 		Dispatcher: dispatcher,
 		Feed:       feed,
 		Logger:     logger,
@@ -466,18 +641,32 @@ func newApp(pool *pgxpool.Pool, opts appOptions, logger *slog.Logger) (*app, err
 		PingInterval: opts.KeepAlive,
 		InitTimeout:  opts.InitTimeout,
 		SendBuffer:   wsSendBuffer,
+		OnMessage:    m.WebsocketMessage,
 	}
-	return &app{
+	riverUI, err := riverui.NewHandler(&riverui.HandlerOpts{
+		Endpoints: riverui.NewEndpoints(riverClient, nil),
+		Logger:    logger,
+		Prefix:    riverUIPath,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("river ui: %w", err)
+	}
+	a := &app{
+		riverUI:         riverUI,
 		pool:            pool,
+		res:             res,
 		dispatcher:      dispatcher,
 		river:           riverClient,
 		feed:            feed,
 		ws:              ws,
-		handler:         newHandler(res, pool, ws, opts, page),
 		logger:          logger,
 		apiOnly:         opts.APIOnly,
 		shutdownTimeout: opts.ShutdownTimeout,
-	}, nil
+		metrics:         m,
+		registry:        registry,
+	}
+	a.handler = resolvers.RequestLog(logger, a.newHandler(res, opts, page))
+	return a, nil
 }
 
 // instanceID names this process in River's tables ("which instance leads
@@ -500,7 +689,11 @@ func instanceID() string {
 // Origin before the upgrade and owns the socket rules (init timeout 4408,
 // duplicate id 4409, dead peers, 1001 at shutdown); gqlgen's transport
 // adds the keepalive of each subprotocol.
-func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool, ws *wsgorilla.Implementation, opts appOptions, page web.Config) http.Handler {
+//
+// Operations: /healthz (the process is up), /readyz (see ready), /metrics
+// (Prometheus, this app's own registry).
+func (a *app) newHandler(res *resolvers.Resolver, opts appOptions, page web.Config) http.Handler {
+	ws := a.ws
 	gql := handler.New(graph.NewExecutableSchema(graph.Config{
 		Resolvers:  res,
 		Directives: graph.DirectiveRoot{Allow: res.Allow},
@@ -526,6 +719,7 @@ func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool, ws *wsgorilla.Imple
 		gql.Use(extension.Introspection{})
 	}
 	gql.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](100)})
+	gql.Use(resolvers.Observer{Metrics: a.metrics})
 	gql.SetErrorPresenter(resolvers.ErrorPresenter(res.Logger))
 	gql.SetRecoverFunc(resolvers.Recover)
 
@@ -545,17 +739,51 @@ func newHandler(res *resolvers.Resolver, pool *pgxpool.Pool, ws *wsgorilla.Imple
 	}
 	mux.Handle("/graphql", api)
 	web.Register(mux, page) // /events, /playground, /assets/, /config.json
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		defer cancel()
-		if err := pool.Ping(ctx); err != nil {
-			http.Error(w, "database unreachable", http.StatusServiceUnavailable)
+		if err := a.ready(ctx); err != nil {
+			a.logger.WarnContext(ctx, "not ready", slog.String("error", err.Error()))
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
+	sessions := &resolvers.AdminSessions{Resolver: res, Path: riverUIPath}
+	mux.Handle(riverUIPath+"/login", sessions.Login())
+	mux.Handle("POST "+riverUIPath+"/logout", sessions.Logout())
+	mux.Handle(riverUIPath+"/", sessions.Require(a.riverUI))
+	mux.Handle("GET "+riverUIPath, http.RedirectHandler(riverUIPath+"/", http.StatusFound))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{Registry: a.registry}))
 	mux.Handle("GET /{$}", http.RedirectHandler("/events", http.StatusFound))
 	return mux
+}
+
+// ready reports whether this instance can serve: River started (unless
+// API-only), the database answering, and its schema at the embedded
+// migrations' head. That is one query: the migrations check until it first
+// passes (then cached), an empty ping after.
+func (a *app) ready(ctx context.Context) error {
+	if !a.apiOnly && !a.riverStarted.Load() {
+		return errors.New("river not started")
+	}
+	if a.migrated.Load() {
+		if err := a.pool.Ping(ctx); err != nil {
+			return errors.New("database unreachable")
+		}
+		return nil
+	}
+	if err := db.CheckMigrated(ctx, a.pool); err != nil {
+		if errors.Is(err, db.ErrNotMigrated) {
+			return err
+		}
+		return errors.New("database unreachable")
+	}
+	a.migrated.Store(true)
+	return nil
 }
 
 // start runs River (dispatch workers and, on the leader, the sweep; not
@@ -565,15 +793,28 @@ func (a *app) start(ctx context.Context) error {
 		return err
 	}
 	if !a.apiOnly {
-		if err := a.river.Start(ctx); err != nil {
+		// Not ctx itself: River hard-stops (cancels running jobs) when its
+		// start context ends, and the signal ends ctx; stop lets jobs
+		// finish within the shutdown budget first.
+		if err := a.river.Start(context.WithoutCancel(ctx)); err != nil {
 			return fmt.Errorf("start river: %w", err)
 		}
+		a.riverStarted.Store(true)
 	}
+	uiCtx, stopUI := context.WithCancel(context.WithoutCancel(ctx))
+	if err := a.riverUI.Start(uiCtx); err != nil {
+		stopUI()
+		return fmt.Errorf("start river ui: %w", err)
+	}
+	a.stopRiverUI = stopUI
 	feedCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.stopFeed, a.feedDone = cancel, make(chan struct{})
 	go func() {
 		defer close(a.feedDone)
+		var wg sync.WaitGroup
+		wg.Go(func() { a.res.WatchTokens(feedCtx) })
 		_ = a.feed.Run(feedCtx)
+		wg.Wait()
 	}()
 	return nil
 }
@@ -581,6 +822,7 @@ func (a *app) start(ctx context.Context) error {
 // stop lets running jobs finish until ctx ends, then cancels them, and
 // stops the feed.
 func (a *app) stop(ctx context.Context) {
+	a.riverStarted.Store(false)
 	if !a.apiOnly {
 		if err := a.river.Stop(ctx); err != nil {
 			a.logger.Warn("river did not stop in time, cancelling jobs", slog.String("error", err.Error()))
@@ -592,5 +834,8 @@ func (a *app) stop(ctx context.Context) {
 	if a.stopFeed != nil {
 		a.stopFeed()
 		<-a.feedDone
+	}
+	if a.stopRiverUI != nil {
+		a.stopRiverUI() // ends River UI's background services
 	}
 }

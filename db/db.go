@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"strconv"
+	"strings"
 
 	pgxdecimal "github.com/jackc/pgx-shopspring-decimal"
 	"github.com/jackc/pgx/v5"
@@ -80,6 +82,49 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 	}
 	for _, r := range results {
 		logger.InfoContext(ctx, "migration applied", slog.String("file", r.Source.Path), slog.Duration("took", r.Duration))
+	}
+	return nil
+}
+
+// HeadVersion is the version of the newest embedded migration: the
+// number its file name starts with (00004_roles.sql → 4).
+func HeadVersion() (int64, error) {
+	entries, err := fs.ReadDir(migrations, "migrations")
+	if err != nil {
+		return 0, fmt.Errorf("read embedded migrations: %w", err)
+	}
+	var head int64
+	for _, e := range entries {
+		prefix, _, ok := strings.Cut(e.Name(), "_")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseInt(prefix, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("migration %s: version: %w", e.Name(), err)
+		}
+		head = max(head, v)
+	}
+	return head, nil
+}
+
+// ErrNotMigrated is returned by CheckMigrated when the database lags behind
+// the embedded migrations.
+var ErrNotMigrated = errors.New("database schema is behind the embedded migrations")
+
+// CheckMigrated compares the newest migration applied (goose's table) with
+// HeadVersion in one query; it returns ErrNotMigrated when behind.
+func CheckMigrated(ctx context.Context, q Querier) error {
+	head, err := HeadVersion()
+	if err != nil {
+		return err
+	}
+	var applied int64
+	if err := q.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`).Scan(&applied); err != nil {
+		return fmt.Errorf("read applied migration version: %w", err)
+	}
+	if applied < head {
+		return fmt.Errorf("%w: applied %d, head %d", ErrNotMigrated, applied, head)
 	}
 	return nil
 }

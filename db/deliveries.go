@@ -423,26 +423,28 @@ func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 // of its deliveries is open any more. It locks the event row first, so two
 // deliveries finishing at once cannot both miss the moment (each re-reads
 // the others' committed state after the lock). It reports whether it
-// marked the event.
-func FinishEventIfDone(ctx context.Context, tx pgx.Tx, id int64) (bool, error) {
+// marked the event and, if so, its dispatch latency (processed_at −
+// created_at).
+func FinishEventIfDone(ctx context.Context, tx pgx.Tx, id int64) (bool, time.Duration, error) {
 	var open bool
 	var processed bool
 	if err := tx.QueryRow(ctx, `SELECT processed_at IS NOT NULL FROM events WHERE id = $1 FOR UPDATE`, id).Scan(&processed); err != nil {
-		return false, fmt.Errorf("lock event %d: %w", id, translate(err))
+		return false, 0, fmt.Errorf("lock event %d: %w", id, translate(err))
 	}
 	if processed {
-		return false, nil
+		return false, 0, nil
 	}
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM deliveries WHERE event_id = $1 AND status IN ('pending', 'failed'))`, id).Scan(&open); err != nil {
-		return false, fmt.Errorf("open deliveries of event %d: %w", id, err)
+		return false, 0, fmt.Errorf("open deliveries of event %d: %w", id, err)
 	}
 	if open {
-		return false, nil
+		return false, 0, nil
 	}
-	if err := MarkEventProcessed(ctx, tx, id); err != nil {
-		return false, err
+	latency, err := MarkEventProcessedLatency(ctx, tx, id)
+	if err != nil {
+		return false, 0, err
 	}
-	return true, nil
+	return true, latency, nil
 }
 
 // LaterOpenDeliveries returns the open, due deliveries of events after ev
@@ -641,4 +643,35 @@ func Redeliver(ctx context.Context, tx pgx.Tx, actorID *int64, f DeliveryFilter,
 		events = append(events, ev)
 	}
 	return keys, events, nil
+}
+
+// PruneDeliveredDeliveries deletes up to limit delivery records that were
+// delivered before before, and returns how many it deleted. Failed and dead
+// records are never pruned: they wait for a redelivery or
+// PurgeDeadDeliveries.
+func PruneDeliveredDeliveries(ctx context.Context, q Querier, before time.Time, limit int) (int64, error) {
+	tag, err := q.Exec(ctx, `
+		DELETE FROM deliveries WHERE (event_id, subscriber_id) IN (
+			SELECT event_id, subscriber_id FROM deliveries
+			WHERE status = 'delivered' AND delivered_at < $1
+			LIMIT $2)`, before, limit)
+	if err != nil {
+		return 0, fmt.Errorf("prune deliveries delivered before %s: %w", before.Format(time.RFC3339), err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// PurgeDeadDeliveries deletes the dead delivery records last attempted
+// before before, of the subscriber named subscriber (nil: of every
+// subscriber), and returns how many it deleted. Their events stay
+// processed; the journal keeps the events themselves.
+func PurgeDeadDeliveries(ctx context.Context, q Querier, before time.Time, subscriber *string) (int64, error) {
+	tag, err := q.Exec(ctx, `
+		DELETE FROM deliveries d USING subscribers s
+		WHERE s.id = d.subscriber_id AND d.status = 'dead' AND d.updated_at < $1
+		  AND ($2::text IS NULL OR s.name = $2)`, before, subscriber)
+	if err != nil {
+		return 0, fmt.Errorf("purge dead deliveries before %s: %w", before.Format(time.RFC3339), err)
+	}
+	return tag.RowsAffected(), nil
 }

@@ -318,27 +318,39 @@ func LockUnprocessedEvent(ctx context.Context, tx pgx.Tx, id int64) (Event, erro
 // locks the single feed_counter row until commit, so sequences commit, and
 // notifications arrive, in increasing order.
 func MarkEventProcessed(ctx context.Context, tx pgx.Tx, id int64) error {
+	_, err := MarkEventProcessedLatency(ctx, tx, id)
+	return err
+}
+
+// MarkEventProcessedLatency is MarkEventProcessed that also returns the
+// event's dispatch latency: processed_at − created_at, both database times.
+func MarkEventProcessedLatency(ctx context.Context, tx pgx.Tx, id int64) (time.Duration, error) {
 	rows, err := tx.Query(ctx, `
 		WITH s AS (UPDATE feed_counter SET last_seq = last_seq + 1 RETURNING last_seq),
 		     e AS (UPDATE events SET processed_at = clock_timestamp(), feed_seq = s.last_seq
 		           FROM s WHERE events.id = $1 AND events.processed_at IS NULL
-		           RETURNING events.feed_seq)
-		SELECT pg_notify($2, feed_seq::text) FROM e`, id, notifyEventProcessed)
+		           RETURNING events.feed_seq, events.processed_at - events.created_at AS latency)
+		SELECT pg_notify($2, feed_seq::text), extract(epoch FROM latency)::float8 FROM e`, id, notifyEventProcessed)
 	if err != nil {
-		return fmt.Errorf("mark event %d processed: %w", id, err)
+		return 0, fmt.Errorf("mark event %d processed: %w", id, err)
 	}
 	defer rows.Close()
 	n := 0
+	var latency float64
 	for rows.Next() {
+		var notified any
+		if err := rows.Scan(&notified, &latency); err != nil {
+			return 0, fmt.Errorf("mark event %d processed: %w", id, err)
+		}
 		n++
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("mark event %d processed: %w", id, err)
+		return 0, fmt.Errorf("mark event %d processed: %w", id, err)
 	}
 	if n != 1 {
-		return fmt.Errorf("mark event %d processed: %w", id, ErrNotFound)
+		return 0, fmt.Errorf("mark event %d processed: %w", id, ErrNotFound)
 	}
-	return nil
+	return time.Duration(latency * float64(time.Second)), nil
 }
 
 // UnprocessedEventIDs returns up to limit ids of events not yet processed,

@@ -144,6 +144,7 @@ type ComplexityRoot struct {
 		CreateWebhookSubscriber func(childComplexity int, input model.WebhookSubscriberInput) int
 		IssueToken              func(childComplexity int, login string, name *string, expiresAt *time.Time) int
 		PauseSubscriber         func(childComplexity int, id int64) int
+		PurgeDeadDeliveries     func(childComplexity int, olderThan time.Time, subscriber *string) int
 		ReceiveOrder            func(childComplexity int, input model.ReceiveOrderInput) int
 		Redeliver               func(childComplexity int, eventID int64, subscriber string) int
 		RedeliverAll            func(childComplexity int, filter model.DeliveryFilter) int
@@ -746,6 +747,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.PauseSubscriber(childComplexity, args["id"].(int64)), true
+	case "Mutation.purgeDeadDeliveries":
+		if e.ComplexityRoot.Mutation.PurgeDeadDeliveries == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_purgeDeadDeliveries_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.PurgeDeadDeliveries(childComplexity, args["olderThan"].(time.Time), args["subscriber"].(*string)), true
 	case "Mutation.receiveOrder":
 		if e.ComplexityRoot.Mutation.ReceiveOrder == nil {
 			break
@@ -1472,7 +1484,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "deliveries.graphqls" "documents.graphqls" "events.graphqls" "planning.graphqls" "schema.graphqls" "users.graphqls"
+//go:embed "deliveries.graphqls" "documents.graphqls" "events.graphqls" "ops.graphqls" "planning.graphqls" "schema.graphqls" "users.graphqls"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -1487,6 +1499,7 @@ var sources = []*ast.Source{
 	{Name: "deliveries.graphqls", Input: sourceData("deliveries.graphqls"), BuiltIn: false},
 	{Name: "documents.graphqls", Input: sourceData("documents.graphqls"), BuiltIn: false},
 	{Name: "events.graphqls", Input: sourceData("events.graphqls"), BuiltIn: false},
+	{Name: "ops.graphqls", Input: sourceData("ops.graphqls"), BuiltIn: false},
 	{Name: "planning.graphqls", Input: sourceData("planning.graphqls"), BuiltIn: false},
 	{Name: "schema.graphqls", Input: sourceData("schema.graphqls"), BuiltIn: false},
 	{Name: "users.graphqls", Input: sourceData("users.graphqls"), BuiltIn: false},

@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"erp/db"
+	"erp/metrics"
 )
 
 // sweepBatch is how many ids the sweep reads per query.
@@ -56,6 +57,7 @@ type Dispatcher struct {
 	builtins map[string]Subscriber
 	ids      map[string]int64 // built-in name → subscribers.id, after Register
 	river    *river.Client[pgx.Tx]
+	metrics  *metrics.Metrics
 }
 
 // DispatcherConfig configures NewDispatcher; zero fields take defaults.
@@ -63,6 +65,9 @@ type DispatcherConfig struct {
 	Logger   *slog.Logger
 	Retry    RetryPolicy
 	Webhooks *WebhookSender
+	// Metrics, when set, records dispatches, deliveries, events written
+	// by subscribers and the dispatch latency.
+	Metrics *metrics.Metrics
 }
 
 // NewDispatcher returns a dispatcher for the given built-in subscribers.
@@ -79,7 +84,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig, builtins ...Subscri
 		cfg.Webhooks = NewWebhookSender()
 	}
 	d := &Dispatcher{pool: pool, logger: cfg.Logger, retry: cfg.Retry, webhooks: cfg.Webhooks,
-		builtins: map[string]Subscriber{}, ids: map[string]int64{}}
+		builtins: map[string]Subscriber{}, ids: map[string]int64{}, metrics: cfg.Metrics}
 	for _, s := range builtins {
 		d.builtins[s.Name()] = s
 	}
@@ -105,6 +110,8 @@ func (d *Dispatcher) Register(ctx context.Context) error {
 // dispatched or processed).
 func (d *Dispatcher) Dispatch(ctx context.Context, id int64) (bool, error) {
 	done := false
+	var evType string
+	var latency *time.Duration
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		ev, err := db.LockUnprocessedEvent(ctx, tx, id)
 		if errors.Is(err, db.ErrNotFound) {
@@ -121,9 +128,11 @@ func (d *Dispatcher) Dispatch(ctx context.Context, id int64) (bool, error) {
 			return err
 		}
 		if !any {
-			if err := db.MarkEventProcessed(ctx, tx, id); err != nil {
+			took, err := db.MarkEventProcessedLatency(ctx, tx, id)
+			if err != nil {
 				return err
 			}
+			latency = &took
 		}
 		// Later events of this document may have been waiting for this one
 		// to be dispatched.
@@ -131,11 +140,17 @@ func (d *Dispatcher) Dispatch(ctx context.Context, id int64) (bool, error) {
 		if err != nil {
 			return err
 		}
-		done = true
+		done, evType = true, ev.Type
 		return d.enqueueDeliveries(ctx, tx, append(due, later...), zeroTime)
 	})
 	if err != nil {
 		return false, fmt.Errorf("dispatch event %d: %w", id, err)
+	}
+	if done {
+		d.metrics.EventDispatched(evType)
+		if latency != nil {
+			d.metrics.EventProcessedAfter(*latency)
+		}
 	}
 	return done, nil
 }
@@ -157,7 +172,11 @@ const (
 // itself could not be made or stored (the job is retried).
 func (d *Dispatcher) Deliver(ctx context.Context, k db.DeliveryKey) (string, error) {
 	outcome := OutcomeSkipped
+	var evType, subName string
+	var written []db.Event
+	var latency *time.Duration
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		written, latency = nil, nil
 		del, err := db.LockOpenDelivery(ctx, tx, k)
 		if errors.Is(err, db.ErrNotFound) {
 			return nil
@@ -192,15 +211,19 @@ func (d *Dispatcher) Deliver(ctx context.Context, k db.DeliveryKey) (string, err
 		if err != nil {
 			return err
 		}
-		outcome = rec.Status
+		outcome, evType, subName, written = rec.Status, ev.Type, sub.Name, newEvents
 		if err := EnqueueDispatch(ctx, d.river, tx, newEvents); err != nil {
 			return err
 		}
 		if rec.Status == db.DeliveryFailed {
 			return d.enqueueDeliveries(ctx, tx, []db.DeliveryKey{k}, rec.NextAttemptAt)
 		}
-		if _, err := db.FinishEventIfDone(ctx, tx, ev.ID); err != nil {
+		finished, took, err := db.FinishEventIfDone(ctx, tx, ev.ID)
+		if err != nil {
 			return err
+		}
+		if finished {
+			latency = &took
 		}
 		later, err := db.LaterOpenDeliveries(ctx, tx, ev, &sub.ID)
 		if err != nil {
@@ -211,10 +234,26 @@ func (d *Dispatcher) Deliver(ctx context.Context, k db.DeliveryKey) (string, err
 	if err != nil {
 		return "", fmt.Errorf("deliver event %d to subscriber %d: %w", k.EventID, k.SubscriberID, err)
 	}
+	d.record(evType, subName, outcome, written, latency)
 	if outcome == OutcomeFailed || outcome == OutcomeDead {
 		d.logger.WarnContext(ctx, "delivery "+outcome, slog.Int64("event_id", k.EventID), slog.Int64("subscriber_id", k.SubscriberID))
 	}
 	return outcome, nil
+}
+
+// record counts one committed Deliver: the attempt's outcome, the events
+// the subscriber wrote, and the event's latency when it finished it.
+func (d *Dispatcher) record(evType, subscriber, outcome string, written []db.Event, latency *time.Duration) {
+	switch outcome {
+	case OutcomeDelivered, OutcomeFailed, OutcomeDead:
+		d.metrics.Delivery(evType, subscriber, outcome)
+	}
+	for _, ev := range written {
+		d.metrics.EventWritten(ev.Type)
+	}
+	if latency != nil {
+		d.metrics.EventProcessedAfter(*latency)
+	}
 }
 
 // attempt calls the subscriber once. attemptNo counts this attempt. An
@@ -370,10 +409,14 @@ func (d *Dispatcher) Sweep(ctx context.Context) (SweepResult, error) {
 		for _, id := range ids {
 			after = id
 			var finished bool
+			var took time.Duration
 			err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) (err error) {
-				finished, err = db.FinishEventIfDone(ctx, tx, id)
+				finished, took, err = db.FinishEventIfDone(ctx, tx, id)
 				return err
 			})
+			if err == nil && finished {
+				d.metrics.EventProcessedAfter(took)
+			}
 			if err != nil {
 				if err := note("finish", id, err); err != nil {
 					return res, err

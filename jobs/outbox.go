@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"erp/db"
+	"erp/metrics"
 )
 
 // Outbox commits document writes together with their events and the River
@@ -20,6 +21,8 @@ import (
 type Outbox struct {
 	pool  *pgxpool.Pool
 	river *river.Client[pgx.Tx]
+	// Metrics, when set, counts the events committed through Write.
+	Metrics *metrics.Metrics
 }
 
 // NewOutbox returns an outbox writing through pool and enqueuing on client
@@ -37,6 +40,7 @@ func (o *Outbox) Pool() *pgxpool.Pool { return o.pool }
 // any document number fn took).
 func Write[T any](ctx context.Context, o *Outbox, fn func(tx pgx.Tx) (T, []db.Event, error)) (T, error) {
 	var result T
+	var written []db.Event
 	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
 		v, events, err := fn(tx)
 		if err != nil {
@@ -45,9 +49,14 @@ func Write[T any](ctx context.Context, o *Outbox, fn func(tx pgx.Tx) (T, []db.Ev
 		if err := EnqueueDispatch(ctx, o.river, tx, events); err != nil {
 			return err
 		}
-		result = v
+		result, written = v, events
 		return nil
 	})
+	if err == nil {
+		for _, ev := range written {
+			o.Metrics.EventWritten(ev.Type)
+		}
+	}
 	return result, err
 }
 

@@ -32,18 +32,28 @@ type RiverConfig struct {
 	DispatchInterval time.Duration
 	// MaxWorkers is how many jobs run at once in this process.
 	MaxWorkers int
-	Logger     *slog.Logger
+	// Retention is how long River keeps finished jobs (completed,
+	// cancelled, discarded) and the prune job keeps delivered delivery
+	// records (RETENTION); 0 means DefaultRetention.
+	Retention time.Duration
+	Logger    *slog.Logger
 }
 
 // NewRiverClient returns a River client that works dispatch and deliver
-// jobs through d (and makes d enqueue on it), and runs
-// the periodic sweep (RunOnStart, then every DispatchInterval) on the
-// cluster's leader. Start it with Start; it can insert jobs before that.
+// jobs through d (and makes d enqueue on it), and runs on the cluster's
+// leader the periodic sweep (RunOnStart, then every DispatchInterval) and
+// the daily prune of delivered delivery records. River itself deletes its
+// finished jobs after cfg.Retention. Start it with Start; it can insert
+// jobs before that.
 func NewRiverClient(pool *pgxpool.Pool, d *Dispatcher, cfg RiverConfig) (*river.Client[pgx.Tx], error) {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &DispatchWorker{Dispatcher: d})
 	river.AddWorker(workers, &DeliverWorker{Dispatcher: d})
 	river.AddWorker(workers, &SweepWorker{Dispatcher: d, Logger: cfg.Logger})
+	if cfg.Retention <= 0 {
+		cfg.Retention = DefaultRetention
+	}
+	river.AddWorker(workers, &PruneWorker{Pool: pool, Retention: cfg.Retention, Logger: cfg.Logger})
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		ID:      cfg.ID,
 		Logger:  cfg.Logger,
@@ -55,11 +65,20 @@ func NewRiverClient(pool *pgxpool.Pool, d *Dispatcher, cfg RiverConfig) (*river.
 		RescueStuckJobsAfter: 5 * time.Minute,
 		FetchCooldown:        FetchCooldown,
 		FetchPollInterval:    FetchPollInterval,
+		// River prunes its own finished jobs; the journal is kept forever.
+		CompletedJobRetentionPeriod: cfg.Retention,
+		CancelledJobRetentionPeriod: cfg.Retention,
+		DiscardedJobRetentionPeriod: cfg.Retention,
 		PeriodicJobs: []*river.PeriodicJob{
 			river.NewPeriodicJob(
 				river.PeriodicInterval(cfg.DispatchInterval),
 				func() (river.JobArgs, *river.InsertOpts) { return SweepArgs{}, nil },
 				&river.PeriodicJobOpts{ID: SweepArgs{}.Kind(), RunOnStart: true},
+			),
+			river.NewPeriodicJob(
+				river.PeriodicInterval(pruneInterval),
+				func() (river.JobArgs, *river.InsertOpts) { return PruneArgs{}, nil },
+				&river.PeriodicJobOpts{ID: PruneArgs{}.Kind(), RunOnStart: true},
 			),
 		},
 	})

@@ -89,6 +89,7 @@ func (r *Resolver) Authenticate(next http.Handler) http.Handler {
 			transport.SendError(w, http.StatusUnauthorized, gqlErrorWithCode(err.Error(), codeUnauthenticated))
 			return
 		}
+		noteUser(req.Context(), u.Login)
 		next.ServeHTTP(w, req.WithContext(WithUser(req.Context(), u)))
 	})
 }
@@ -110,62 +111,62 @@ func (r *Resolver) WebsocketInit(ctx context.Context, payload transport.InitPayl
 	}
 	// The socket lives on the token: every operation re-checks it (Allow),
 	// and revoking or expiring it closes the socket (WatchTokens).
+	noteUser(ctx, u.Login)
 	token := bearer(payload.Authorization())
 	ctx = context.WithValue(WithUser(ctx, u), wsTokenKey{}, token)
 	ctx, cancel := context.WithCancel(ctx)
-	r.sockets.add(db.TokenKey(token), cancel)
+	so := r.sockets.add(db.TokenKey(token), cancel)
 	go func() {
 		<-ctx.Done()
-		r.sockets.remove(db.TokenKey(token), cancel)
+		r.sockets.remove(db.TokenKey(token), so)
 	}()
 	return ctx, nil, nil
 }
 
 type wsTokenKey struct{}
 
-// sockets maps token keys to the cancel functions of the websockets
-// opened with them.
+// sockets maps token keys to the websockets opened with them (each by
+// the cancel of its connection context).
 type sockets struct {
 	mu sync.Mutex
-	m  map[string][]*context.CancelFunc
+	m  map[string]map[*socket]struct{}
 }
 
-func (s *sockets) add(key string, cancel context.CancelFunc) {
+type socket struct{ cancel context.CancelFunc }
+
+func (s *sockets) add(key string, cancel context.CancelFunc) *socket {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
-		s.m = map[string][]*context.CancelFunc{}
+		s.m = map[string]map[*socket]struct{}{}
 	}
-	s.m[key] = append(s.m[key], &cancel)
+	if s.m[key] == nil {
+		s.m[key] = map[*socket]struct{}{}
+	}
+	so := &socket{cancel: cancel}
+	s.m[key][so] = struct{}{}
+	return so
 }
 
-func (s *sockets) remove(key string, cancel context.CancelFunc) {
+func (s *sockets) remove(key string, so *socket) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	list := s.m[key]
-	for i, c := range list {
-		if fmt.Sprintf("%p", *c) == fmt.Sprintf("%p", cancel) {
-			list = append(list[:i], list[i+1:]...)
-			break
-		}
-	}
-	if len(list) == 0 {
+	delete(s.m[key], so)
+	if len(s.m[key]) == 0 {
 		delete(s.m, key)
-	} else {
-		s.m[key] = list
 	}
 }
 
 // closeAll cancels every socket opened with the token key.
 func (s *sockets) closeAll(key string) int {
 	s.mu.Lock()
-	list := s.m[key]
+	set := s.m[key]
 	delete(s.m, key)
 	s.mu.Unlock()
-	for _, c := range list {
-		(*c)()
+	for so := range set {
+		so.cancel()
 	}
-	return len(list)
+	return len(set)
 }
 
 // tokenPoll is how often WatchTokens looks for revoked or expired tokens.

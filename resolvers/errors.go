@@ -89,10 +89,14 @@ func ErrorPresenter(logger *slog.Logger) graphql.ErrorPresenterFunc {
 	}
 }
 
-// internalError logs err with a fresh request id and returns the error the
-// client sees: INTERNAL and that id, nothing of err itself.
+// internalError logs err with the request's id (a fresh one outside a
+// request) and returns the error the client sees: INTERNAL and that id,
+// nothing of err itself.
 func internalError(ctx context.Context, logger *slog.Logger, where string, err error) *gqlerror.Error {
-	id := uuid.NewString()
+	id := RequestID(ctx)
+	if id == "" {
+		id = uuid.NewString()
+	}
 	logger.ErrorContext(ctx, "request failed", slog.String("request_id", id),
 		slog.String("where", where), slog.String("error", err.Error()))
 	return &gqlerror.Error{Message: "internal error", Extensions: map[string]any{"code": codeInternal, "requestId": id}}

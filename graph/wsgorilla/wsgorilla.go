@@ -99,6 +99,10 @@ type Implementation struct {
 	// WriteTimeout bounds one frame write; a write that does not finish in
 	// time (the peer stopped reading) closes the socket. 0 means 10 s.
 	WriteTimeout time.Duration
+	// OnMessage, when set, is told of every message WriteJSON was given:
+	// sent true once written, false when it was dropped (the socket was
+	// closing or the write failed). Metrics hook in here.
+	OnMessage func(sent bool)
 
 	mu           sync.Mutex
 	conns        map[*Conn]struct{}
@@ -423,18 +427,27 @@ func (c *Conn) WriteJSON(v any) error {
 	// Before the write: the client may reuse the id as soon as it reads it.
 	c.ended(b)
 	if c.closing.Load() {
+		c.impl.onMessage(false)
 		return errClosing
 	}
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	_ = c.ws.SetWriteDeadline(time.Now().Add(c.impl.writeTimeout()))
 	if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
+		c.impl.onMessage(false)
 		if !c.closing.Load() {
 			c.closeNetwork()
 		}
 		return err
 	}
+	c.impl.onMessage(true)
 	return nil
+}
+
+func (i *Implementation) onMessage(sent bool) {
+	if i.OnMessage != nil {
+		i.OnMessage(sent)
+	}
 }
 
 // WriteClose sends a close frame with code and reason (cut to 123 bytes)

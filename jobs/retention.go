@@ -1,0 +1,68 @@
+package jobs
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"erp/db"
+)
+
+// DefaultRetention is how long delivered delivery records and River's
+// finished jobs are kept unless RETENTION says otherwise. The journal
+// (events) is kept forever.
+const DefaultRetention = 7 * 24 * time.Hour
+
+// pruneBatch is how many delivery records one prune statement deletes, so
+// that a large backlog is pruned in short transactions.
+const pruneBatch = 1000
+
+// pruneInterval is the period of the prune job.
+const pruneInterval = 24 * time.Hour
+
+// PruneArgs is the periodic River job (daily, on the leader) that deletes
+// delivered delivery records older than the retention period.
+type PruneArgs struct{}
+
+// Kind implements river.JobArgs.
+func (PruneArgs) Kind() string { return "prune_deliveries" }
+
+// PruneWorker works PruneArgs.
+type PruneWorker struct {
+	river.WorkerDefaults[PruneArgs]
+	Pool      *pgxpool.Pool
+	Retention time.Duration
+	Logger    *slog.Logger
+}
+
+// Timeout implements river.Worker: a first prune of a large table takes
+// many batches; it stops between them on ctx.
+func (w *PruneWorker) Timeout(*river.Job[PruneArgs]) time.Duration { return 30 * time.Minute }
+
+// Work implements river.Worker.
+func (w *PruneWorker) Work(ctx context.Context, _ *river.Job[PruneArgs]) error {
+	n, err := PruneDeliveries(ctx, w.Pool, time.Now().Add(-w.Retention))
+	if n > 0 {
+		w.Logger.InfoContext(ctx, "delivered deliveries pruned", slog.Int64("rows", n), slog.Duration("retention", w.Retention))
+	}
+	return err
+}
+
+// PruneDeliveries deletes delivered delivery records delivered before
+// before, in batches of pruneBatch rows, and returns how many it deleted.
+func PruneDeliveries(ctx context.Context, pool *pgxpool.Pool, before time.Time) (int64, error) {
+	var total int64
+	for {
+		n, err := db.PruneDeliveredDeliveries(ctx, pool, before, pruneBatch)
+		total += n
+		if err != nil || n < pruneBatch {
+			return total, err
+		}
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+	}
+}

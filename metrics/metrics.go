@@ -1,0 +1,241 @@
+// Package metrics defines the server's Prometheus metrics in one place, on
+// a registry the caller owns (never the global one, so that several
+// in-process servers in one test binary do not clash). It imports no other
+// package of this module: jobs, resolvers and server.go import it and
+// record the facts they own; a nil *Metrics records nothing.
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Namespace prefixes every metric name of this server.
+const Namespace = "erp"
+
+// Metrics holds the collectors the layers record into.
+type Metrics struct {
+	// EventsWritten counts journal events committed by mutations and
+	// subscribers, by event type.
+	EventsWritten *prometheus.CounterVec
+	// EventsDispatched counts events whose delivery records were created,
+	// by event type.
+	EventsDispatched *prometheus.CounterVec
+	// EventsFailed counts failed delivery attempts (retried or dead), by
+	// event type.
+	EventsFailed *prometheus.CounterVec
+	// DispatchLatency is created_at → processed_at of processed events, in
+	// seconds (both database times).
+	DispatchLatency prometheus.Histogram
+	// Deliveries counts delivery attempts by subscriber name and outcome
+	// (delivered, failed, dead).
+	Deliveries *prometheus.CounterVec
+	// WebsocketMessages counts websocket messages by result: sent, or
+	// dropped (the write failed or the socket was closing).
+	WebsocketMessages *prometheus.CounterVec
+	// GraphQLRequests counts GraphQL operations by operation type, root
+	// field and outcome (ok, error).
+	GraphQLRequests *prometheus.CounterVec
+	// GraphQLLatency is the time to the first response of an operation,
+	// in seconds, by operation type and root field.
+	GraphQLLatency *prometheus.HistogramVec
+
+	reg prometheus.Registerer
+}
+
+// New creates the metrics and registers them, with the Go runtime and
+// process collectors, on reg.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		reg: reg,
+		EventsWritten: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "events_written_total",
+			Help: "Journal events committed, by event type.",
+		}, []string{"type"}),
+		EventsDispatched: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "events_dispatched_total",
+			Help: "Events whose delivery records were created, by event type.",
+		}, []string{"type"}),
+		EventsFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "events_failed_total",
+			Help: "Failed delivery attempts (to be retried or dead), by event type.",
+		}, []string{"type"}),
+		DispatchLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "event_dispatch_latency_seconds",
+			Help:    "Time from an event's commit (created_at) to its processing (processed_at), in seconds.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 3600},
+		}),
+		Deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "deliveries_total",
+			Help: "Delivery attempts by subscriber and status (delivered, failed, dead).",
+		}, []string{"subscriber", "status"}),
+		WebsocketMessages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "websocket_messages_total",
+			Help: "Websocket messages to clients by result (sent, dropped).",
+		}, []string{"result"}),
+		GraphQLRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "graphql_requests_total",
+			Help: "GraphQL operations by operation type, root field and outcome (ok, error).",
+		}, []string{"type", "operation", "outcome"}),
+		GraphQLLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "graphql_request_duration_seconds",
+			Help:    "Time to an operation's first response, in seconds, by operation type and root field.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"type", "operation"}),
+	}
+	reg.MustRegister(m.EventsWritten, m.EventsDispatched, m.EventsFailed, m.DispatchLatency,
+		m.Deliveries, m.WebsocketMessages, m.GraphQLRequests, m.GraphQLLatency,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// EventWritten counts one committed event of type typ.
+func (m *Metrics) EventWritten(typ string) {
+	if m != nil {
+		m.EventsWritten.WithLabelValues(typ).Inc()
+	}
+}
+
+// EventDispatched counts one dispatched event of type typ.
+func (m *Metrics) EventDispatched(typ string) {
+	if m != nil {
+		m.EventsDispatched.WithLabelValues(typ).Inc()
+	}
+}
+
+// EventProcessedAfter observes the dispatch latency of one processed
+// event: processed_at − created_at.
+func (m *Metrics) EventProcessedAfter(latency time.Duration) {
+	if m != nil {
+		m.DispatchLatency.Observe(latency.Seconds())
+	}
+}
+
+// Delivery counts one delivery attempt of an event of type typ to
+// subscriber with status (delivered, failed or dead).
+func (m *Metrics) Delivery(typ, subscriber, status string) {
+	if m == nil {
+		return
+	}
+	m.Deliveries.WithLabelValues(subscriber, status).Inc()
+	if status != "delivered" {
+		m.EventsFailed.WithLabelValues(typ).Inc()
+	}
+}
+
+// WebsocketMessage counts one websocket message: sent, or dropped.
+func (m *Metrics) WebsocketMessage(sent bool) {
+	if m == nil {
+		return
+	}
+	if sent {
+		m.WebsocketMessages.WithLabelValues("sent").Inc()
+	} else {
+		m.WebsocketMessages.WithLabelValues("dropped").Inc()
+	}
+}
+
+// GraphQLRequest counts one operation and observes its latency.
+func (m *Metrics) GraphQLRequest(opType, operation string, ok bool, took time.Duration) {
+	if m == nil {
+		return
+	}
+	outcome := "ok"
+	if !ok {
+		outcome = "error"
+	}
+	m.GraphQLRequests.WithLabelValues(opType, operation, outcome).Inc()
+	m.GraphQLLatency.WithLabelValues(opType, operation).Observe(took.Seconds())
+}
+
+// RegisterGauge registers a gauge read at scrape time from fn, e.g. the
+// feed's open subscriptions.
+func (m *Metrics) RegisterGauge(name, help string, fn func() float64) {
+	if m != nil {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help}, fn))
+	}
+}
+
+// RegisterDatabase registers the collectors that read pool at scrape time:
+// pgxpool's statistics and River's job counts by state (one query with a
+// 2 s timeout per scrape).
+func (m *Metrics) RegisterDatabase(pool *pgxpool.Pool) {
+	if m != nil {
+		m.reg.MustRegister(poolCollector{pool: pool}, queueCollector{pool: pool})
+	}
+}
+
+var (
+	poolConns = prometheus.NewDesc(Namespace+"_db_pool_connections", "Connections of the pool by state (acquired, idle, constructing).", []string{"state"}, nil)
+	poolMax   = prometheus.NewDesc(Namespace+"_db_pool_max_connections", "The pool's maximum size.", nil, nil)
+	poolWaits = prometheus.NewDesc(Namespace+"_db_pool_acquire_waits_total", "Acquires that had to wait for a connection.", nil, nil)
+	poolWait  = prometheus.NewDesc(Namespace+"_db_pool_acquire_wait_seconds_total", "Time spent waiting for a connection, in seconds.", nil, nil)
+	poolAcq   = prometheus.NewDesc(Namespace+"_db_pool_acquires_total", "Successful acquires from the pool.", nil, nil)
+)
+
+// poolCollector reports pgxpool.Stat at scrape time.
+type poolCollector struct{ pool *pgxpool.Pool }
+
+func (poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- poolConns
+	ch <- poolMax
+	ch <- poolWaits
+	ch <- poolWait
+	ch <- poolAcq
+}
+
+func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.pool.Stat()
+	ch <- prometheus.MustNewConstMetric(poolConns, prometheus.GaugeValue, float64(s.AcquiredConns()), "acquired")
+	ch <- prometheus.MustNewConstMetric(poolConns, prometheus.GaugeValue, float64(s.IdleConns()), "idle")
+	ch <- prometheus.MustNewConstMetric(poolConns, prometheus.GaugeValue, float64(s.ConstructingConns()), "constructing")
+	ch <- prometheus.MustNewConstMetric(poolMax, prometheus.GaugeValue, float64(s.MaxConns()))
+	ch <- prometheus.MustNewConstMetric(poolWaits, prometheus.CounterValue, float64(s.EmptyAcquireCount()))
+	ch <- prometheus.MustNewConstMetric(poolWait, prometheus.CounterValue, s.EmptyAcquireWaitTime().Seconds())
+	ch <- prometheus.MustNewConstMetric(poolAcq, prometheus.CounterValue, float64(s.AcquireCount()))
+}
+
+var queueDepth = prometheus.NewDesc(Namespace+"_river_jobs", "River jobs by state, counted at scrape time.", []string{"state"}, nil)
+
+// riverStates are River's job states, reported even when zero.
+var riverStates = []string{"available", "cancelled", "completed", "discarded", "pending", "retryable", "running", "scheduled"}
+
+// queueCollector counts river_job rows by state at scrape time.
+type queueCollector struct{ pool *pgxpool.Pool }
+
+func (queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- queueDepth }
+
+func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
+	// Collect has no context of its own; the timeout bounds a scrape
+	// against a database that hangs.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	counts := map[string]float64{}
+	rows, err := c.pool.Query(ctx, `SELECT state::text, count(*) FROM river_job GROUP BY state`)
+	if err == nil {
+		for rows.Next() {
+			var state string
+			var n int64
+			if err = rows.Scan(&state, &n); err != nil {
+				break
+			}
+			counts[state] = float64(n)
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(queueDepth, fmt.Errorf("count river jobs: %w", err))
+		return
+	}
+	for _, s := range riverStates {
+		ch <- prometheus.MustNewConstMetric(queueDepth, prometheus.GaugeValue, counts[s], s)
+	}
+}
