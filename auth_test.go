@@ -374,3 +374,18 @@ func TestRevokingATokenClosesItsOpenWebsocket(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "no live subscription", func() bool { return s.app.feed.Subscribers() == 0 })
 }
+
+func TestARefusedFieldStopsTheWholeMutation(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, serverOpts{})
+	seedItem(t, s)
+	clerk := roleToken(t, s, "clerk", "SALES")
+	before := footprint(t, s)
+	_, res := s.do(t, clerk, `mutation {
+		a: createSalesOrder(input: {customer: "ok", lines: [{sku: "A1", quantity: "1"}]}) { id }
+		b: createItem(input: {sku: "NO", name: "n", unit: "шт"}) { id }
+	}`, nil)
+	require.NotEmpty(t, res.Errors)
+	require.Equal(t, "FORBIDDEN", res.Errors[0].Extensions["code"])
+	require.Equal(t, before, footprint(t, s), "the allowed first field must not have run")
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -81,4 +82,67 @@ func TestProductionSwitchesOffIntrospectionAndPlayground(t *testing.T) {
 			require.Contains(t, string(body), "<")
 		}
 	}
+}
+
+// introspectionQuery is GraphiQL's schema query in substance: its TypeRef
+// fragment nests ofType eight levels deep.
+const introspectionQuery = `query IntrospectionQuery {
+  __schema { queryType { name } mutationType { name } subscriptionType { name }
+    types { ...FullType } directives { name args { ...InputValue } } } }
+fragment FullType on __Type { kind name fields(includeDeprecated: true) { name args { ...InputValue } type { ...TypeRef } }
+  inputFields { ...InputValue } interfaces { ...TypeRef } enumValues(includeDeprecated: true) { name } possibleTypes { ...TypeRef } }
+fragment InputValue on __InputValue { name type { ...TypeRef } defaultValue }
+fragment TypeRef on __Type { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name
+  ofType { kind name ofType { kind name ofType { kind name ofType { kind name } } } } } } } } }`
+
+func TestLimitsLetToolsInAndKeepAbuseOut(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, serverOpts{})
+	seedItem(t, s)
+
+	// GraphiQL and code generators read the schema: allowed.
+	_, res := s.do(t, s.Token, introspectionQuery, nil)
+	require.Empty(t, res.Errors, "the playground's schema query must pass the limits")
+
+	// Big pages add up: 50 aliases of a 500-row page are refused.
+	var b strings.Builder
+	for i := range 50 {
+		fmt.Fprintf(&b, "p%d: events(first: 500) { edges { node { id type payload deliveries { status } } } } ", i)
+	}
+	_, res = s.do(t, s.Token, "{ "+b.String()+" }", nil)
+	require.NotEmpty(t, res.Errors)
+	require.Equal(t, "COMPLEXITY_LIMIT_EXCEEDED", res.Errors[0].Extensions["code"])
+	// One such page alone is fine.
+	_, res = s.do(t, s.Token, `{ events(first: 500) { edges { node { id type payload deliveries { status } } } } }`, nil)
+	require.Empty(t, res.Errors)
+}
+
+func TestReviewFindingsAreRefusedCleanly(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, serverOpts{})
+	seedItem(t, s)
+	tests := []struct {
+		name, query string
+		vars        map[string]any
+		code        string
+	}{
+		{"redeliver everything", `mutation { redeliverAll(filter: {}) }`, nil, "BAD_USER_INPUT"},
+		{"demote the bootstrap admin", `mutation { setUserRole(login: "admin", role: VIEWER) { id } }`, nil, "BAD_USER_INPUT"},
+		{"malformed DateTime", `mutation { issueToken(login: "admin", expiresAt: "2026-13-45") { token } }`, nil, "BAD_USER_INPUT"},
+		{"huge webhook URL", `mutation($u: String!) { createWebhookSubscriber(input: {name: "big", url: $u}) { id } }`, map[string]any{"u": "http://x/" + strings.Repeat("a", 5000)}, "BAD_USER_INPUT"},
+	}
+	for _, tt := range tests {
+		e := gqlErr(t, s, tt.query, tt.vars)
+		require.Equal(t, tt.code, e.Extensions["code"], "%s: %s", tt.name, e.Message)
+	}
+
+	// An exhausted number series is a conflict, not an internal error.
+	var year int
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT extract(year FROM now())::int`).Scan(&year))
+	gql[map[string]any](t, s, `mutation($y: Int!) { setNumberSeriesStart(prefix: "ЗП", year: $y, start: 999999) }`, map[string]any{"y": year})
+	po := `mutation { createPurchaseOrder(input: {supplier: "s", lines: [{sku: "A1", quantity: "1"}]}) { number } }`
+	gql[map[string]any](t, s, po, nil)
+	e := gqlErr(t, s, po, nil)
+	require.Equal(t, "CONFLICT", e.Extensions["code"], e.Message)
+	require.Contains(t, e.Message, "exhausted")
 }

@@ -46,6 +46,7 @@ import (
 	"erp/db"
 	"erp/db/localpg"
 	"erp/graph"
+	"erp/graph/model"
 	"erp/graph/wsgorilla"
 	"erp/jobs"
 	"erp/metrics"
@@ -81,12 +82,13 @@ const (
 	// carries ~2.5 MB/s, thousands of events a second.
 	wsSendBuffer = 256 << 10
 	// Request limits, on every transport: body bytes (HTTP), query tokens,
-	// complexity (roughly: fields selected, aliases and fragments expanded)
-	// and nesting depth.
+	// complexity (fields selected, list pages weighed by their size),
+	// nesting depth and fields selected (aliases and fragments expanded).
 	maxRequestBody = 2 << 20
 	maxQueryTokens = 5000
-	maxComplexity  = 1000
+	maxComplexity  = 20000
 	maxDepth       = 12
+	maxFields      = 500
 	// defaultTimeZone is where the seed's users are: the events page shows
 	// times there unless TIME_ZONE says otherwise.
 	defaultTimeZone = "Europe/Moscow"
@@ -694,10 +696,23 @@ func instanceID() string {
 // (Prometheus, this app's own registry).
 func (a *app) newHandler(res *resolvers.Resolver, opts appOptions, page web.Config) http.Handler {
 	ws := a.ws
-	gql := handler.New(graph.NewExecutableSchema(graph.Config{
+	cfg := graph.Config{
 		Resolvers:  res,
 		Directives: graph.DirectiveRoot{Allow: res.Allow},
-	}))
+	}
+	// A page costs its size times what each row selects, so that many
+	// aliases of events(first: 500) add up against maxComplexity.
+	perPage := func(child int, first *int) int {
+		n := 50
+		if first != nil {
+			n = max(*first, 1)
+		}
+		return 1 + child*n
+	}
+	cfg.Complexity.Query.Events = func(child int, _ *db.EventFilter, first *int, _ *string) int { return perPage(child, first) }
+	cfg.Complexity.Query.Deliveries = func(child int, _ *model.DeliveryFilter, first *int, _ *string) int { return perPage(child, first) }
+	cfg.Complexity.Query.DeadDeliveries = func(child int, _ *string, first *int, _ *string) int { return perPage(child, first) }
+	gql := handler.New(graph.NewExecutableSchema(cfg))
 	readLimit := int64(wsReadLimit)
 	gql.AddTransport(transport.Websocket{
 		Implementation: ws,
@@ -714,7 +729,8 @@ func (a *app) newHandler(res *resolvers.Resolver, opts appOptions, page web.Conf
 	gql.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	gql.SetParserTokenLimit(maxQueryTokens)
 	gql.Use(extension.FixedComplexityLimit(maxComplexity))
-	gql.Use(resolvers.DepthLimit{Max: maxDepth})
+	gql.Use(resolvers.ShapeLimit{MaxDepth: maxDepth, MaxFields: maxFields})
+	gql.Use(resolvers.RolesUpfront{})
 	if !opts.NoIntrospection {
 		gql.Use(extension.Introspection{})
 	}

@@ -27,6 +27,9 @@ const (
 	EventRedelivered = "delivery.redelivered"
 
 	maxDeliveryPage    = 500
+	maxSubscriberTypes = 100
+	maxWebhookURL      = 2048
+	maxWebhookSecret   = 256
 	maxLastErrorLen    = 2000
 	deliveryCursorTag  = "d1"
 	subscriberColumns  = `s.id, s.name, s.kind, s.event_types, s.url, s.secret IS NOT NULL AND s.secret <> '' AS has_secret, s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at`
@@ -123,10 +126,19 @@ func (in WebhookSubscriberInput) validate(creating bool) error {
 	if in.Name != nil && !validSubscriberName(*in.Name) {
 		return inputErr("name", "1 to 64 lowercase letters, digits, '_', '.', '-', starting with a letter or digit")
 	}
+	if len(in.EventTypes) > maxSubscriberTypes {
+		return inputErr("eventTypes", "at most %d event types", maxSubscriberTypes)
+	}
 	for i, t := range in.EventTypes {
-		if strings.TrimSpace(t) == "" {
-			return inputErr(fmt.Sprintf("eventTypes.%d", i), "must not be empty")
+		if strings.TrimSpace(t) == "" || len(t) > 100 {
+			return inputErr(fmt.Sprintf("eventTypes.%d", i), "1 to 100 characters")
 		}
+	}
+	if in.URL != nil && len(*in.URL) > maxWebhookURL {
+		return inputErr("url", "at most %d characters", maxWebhookURL)
+	}
+	if in.Secret != nil && len(*in.Secret) > maxWebhookSecret {
+		return inputErr("secret", "at most %d characters", maxWebhookSecret)
 	}
 	if in.MaxAttempts != nil && (*in.MaxAttempts < 1 || *in.MaxAttempts > 100) {
 		return inputErr("maxAttempts", "must be between 1 and 100")

@@ -2,11 +2,14 @@ package db
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Document number prefixes, one gapless series per prefix and year.
@@ -34,6 +37,10 @@ func nextNumber(ctx context.Context, tx pgx.Tx, prefix string) (string, error) {
 		VALUES ($1, extract(year FROM now())::int, 1)
 		ON CONFLICT (prefix, year) DO UPDATE SET last_value = number_series.last_value + 1
 		RETURNING year, last_value`, prefix).Scan(&year, &value)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.CheckViolation {
+		return "", fmt.Errorf("%w: the %s number series of this year is exhausted (999999)", ErrConflict, prefix)
+	}
 	if err != nil {
 		return "", fmt.Errorf("next number %s: %w", prefix, err)
 	}

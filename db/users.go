@@ -203,6 +203,11 @@ func SetUserRole(ctx context.Context, tx pgx.Tx, actorID *int64, login, role str
 	if err := validRole("role", role); err != nil {
 		return User{}, nil, err
 	}
+	if login == AdminLogin && role != RoleAdmin {
+		// The bootstrap admin is how the system is recovered; start-up
+		// would make it admin again anyway.
+		return User{}, nil, inputErr("login", "the bootstrap admin keeps the admin role")
+	}
 	u, err := getOne[User](ctx, tx, `
 		UPDATE users SET role = $2 WHERE login = $1 RETURNING id, login, display_name, role`, login, role)
 	if err != nil {

@@ -13,6 +13,8 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"erp/db"
 	"erp/graph/model"
@@ -231,4 +233,61 @@ func (r *Resolver) Allow(ctx context.Context, _ any, next graphql.Resolver, role
 	}
 	r.Logger.WarnContext(ctx, "permission refused", slog.String("user", u.Login), slog.String("role", u.Role), slog.String("field", field))
 	return nil, fmt.Errorf("%s: %w", field, errForbidden)
+}
+
+// RolesUpfront is a gqlgen extension that checks @allow on every root
+// field of an operation before the first one runs. Root mutation fields
+// run one after another, each in its own transaction; without this, a
+// mutation whose second field is refused would already have committed its
+// first, behind a reply of errors and data: null. The Allow directive
+// still guards each field as it runs.
+type RolesUpfront struct{}
+
+var _ interface {
+	graphql.HandlerExtension
+	graphql.OperationContextMutator
+} = RolesUpfront{}
+
+// ExtensionName implements graphql.HandlerExtension.
+func (RolesUpfront) ExtensionName() string { return "RolesUpfront" }
+
+// Validate implements graphql.HandlerExtension.
+func (RolesUpfront) Validate(graphql.ExecutableSchema) error { return nil }
+
+// MutateOperationContext implements graphql.OperationContextMutator.
+func (RolesUpfront) MutateOperationContext(ctx context.Context, opCtx *graphql.OperationContext) *gqlerror.Error {
+	u, ok := UserFrom(ctx)
+	if !ok || opCtx.Operation == nil || u.Role == db.RoleAdmin {
+		return nil
+	}
+	for _, f := range graphql.CollectFields(opCtx, opCtx.Operation.SelectionSet, nil) {
+		def := f.Field.Definition
+		if def == nil || strings.HasPrefix(def.Name, "__") {
+			continue
+		}
+		allow := def.Directives.ForName("allow")
+		if allow == nil || !allowedRoles(allow).contains(u.Role) {
+			e := gqlErrorWithCode(fmt.Sprintf("%s: %s", def.Name, errForbidden), codeForbidden)
+			e.Path = ast.Path{ast.PathName(f.Alias)}
+			return e
+		}
+	}
+	return nil
+}
+
+type roleSet []string
+
+func (s roleSet) contains(role string) bool { return slices.Contains(s, strings.ToUpper(role)) }
+
+// allowedRoles reads the roles argument of an @allow directive.
+func allowedRoles(d *ast.Directive) roleSet {
+	arg := d.Arguments.ForName("roles")
+	if arg == nil || arg.Value == nil {
+		return nil
+	}
+	var out roleSet
+	for _, c := range arg.Value.Children {
+		out = append(out, c.Value.Raw)
+	}
+	return out
 }

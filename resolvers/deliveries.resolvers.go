@@ -95,6 +95,9 @@ func (r *mutationResolver) Redeliver(ctx context.Context, eventID int64, subscri
 }
 
 func (r *mutationResolver) RedeliverAll(ctx context.Context, filter model.DeliveryFilter) (int, error) {
+	if filter.Status == nil && filter.Subscriber == nil && filter.EventID == nil {
+		return 0, &db.InputError{Field: "filter", Msg: "name at least one of status, subscriber, eventId: redelivering everything is never what is meant"}
+	}
 	keys, err := r.Dispatcher.Redeliver(ctx, actorID(ctx), deliveryFilter(&filter))
 	return len(keys), err
 }

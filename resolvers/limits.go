@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
@@ -14,59 +15,75 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 )
 
-// DepthLimit is a gqlgen extension refusing operations whose fields nest
-// deeper than Max (fragments followed), on every transport, before anything
-// runs. gqlgen limits complexity and tokens itself but not depth.
-type DepthLimit struct{ Max int }
+// ShapeLimit is a gqlgen extension refusing operations whose fields nest
+// deeper than MaxDepth or that select more than MaxFields fields (aliases
+// and fragments expanded), on every transport, before anything runs.
+// gqlgen limits complexity and tokens itself, but complexity weighs list
+// pages, not the plain count of fields a response is built from.
+// Introspection (__schema, __type) is left to those two limits: GraphiQL's
+// schema query nests 15 deep in ofType chains.
+type ShapeLimit struct{ MaxDepth, MaxFields int }
 
 var _ interface {
 	graphql.HandlerExtension
 	graphql.OperationContextMutator
-} = DepthLimit{}
+} = ShapeLimit{}
 
 // ExtensionName implements graphql.HandlerExtension.
-func (DepthLimit) ExtensionName() string { return "DepthLimit" }
+func (ShapeLimit) ExtensionName() string { return "ShapeLimit" }
 
 // Validate implements graphql.HandlerExtension.
-func (DepthLimit) Validate(graphql.ExecutableSchema) error { return nil }
+func (ShapeLimit) Validate(graphql.ExecutableSchema) error { return nil }
 
 // MutateOperationContext implements graphql.OperationContextMutator.
-func (l DepthLimit) MutateOperationContext(_ context.Context, opCtx *graphql.OperationContext) *gqlerror.Error {
+func (l ShapeLimit) MutateOperationContext(_ context.Context, opCtx *graphql.OperationContext) *gqlerror.Error {
 	if opCtx.Operation == nil {
 		return nil
 	}
-	memo := map[*ast.FragmentDefinition]int{}
-	if d := selectionDepth(opCtx.Operation.SelectionSet, memo); d > l.Max {
-		return gqlErrorWithCode(fmt.Sprintf("operation nests %d levels deep, more than the limit of %d", d, l.Max), codeBadUserInput)
+	st := selectionShape(opCtx.Operation.SelectionSet, map[*ast.FragmentDefinition]shape{})
+	if st.depth > l.MaxDepth {
+		return gqlErrorWithCode(fmt.Sprintf("operation nests %d levels deep, more than the limit of %d", st.depth, l.MaxDepth), codeBadUserInput)
+	}
+	if st.fields > l.MaxFields {
+		return gqlErrorWithCode(fmt.Sprintf("operation selects %d fields, more than the limit of %d", st.fields, l.MaxFields), codeBadUserInput)
 	}
 	return nil
 }
 
-// selectionDepth is the deepest chain of fields in set. Validation has
-// already refused fragment cycles; memo keeps repeated spreads linear.
-func selectionDepth(set ast.SelectionSet, memo map[*ast.FragmentDefinition]int) int {
-	deepest := 0
+type shape struct{ depth, fields int }
+
+// selectionShape measures set. Validation has already refused fragment
+// cycles; memo keeps repeated spreads linear. Field counts saturate rather
+// than overflow on fragments spread many times.
+func selectionShape(set ast.SelectionSet, memo map[*ast.FragmentDefinition]shape) shape {
+	var out shape
 	for _, sel := range set {
-		d := 0
+		var sub shape
 		switch s := sel.(type) {
 		case *ast.Field:
-			d = 1 + selectionDepth(s.SelectionSet, memo)
+			if strings.HasPrefix(s.Name, "__") {
+				continue
+			}
+			sub = selectionShape(s.SelectionSet, memo)
+			sub.depth++
+			sub.fields++
 		case *ast.InlineFragment:
-			d = selectionDepth(s.SelectionSet, memo)
+			sub = selectionShape(s.SelectionSet, memo)
 		case *ast.FragmentSpread:
 			if s.Definition == nil {
 				continue
 			}
 			v, ok := memo[s.Definition]
 			if !ok {
-				v = selectionDepth(s.Definition.SelectionSet, memo)
+				v = selectionShape(s.Definition.SelectionSet, memo)
 				memo[s.Definition] = v
 			}
-			d = v
+			sub = v
 		}
-		deepest = max(deepest, d)
+		out.depth = max(out.depth, sub.depth)
+		out.fields = min(out.fields+sub.fields, 1<<30)
 	}
-	return deepest
+	return out
 }
 
 // LimitBody caps request bodies at max bytes and refuses malformed JSON

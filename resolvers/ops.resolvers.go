@@ -7,10 +7,9 @@ package resolvers
 
 import (
 	"context"
+	"erp/db"
 	"log/slog"
 	"time"
-
-	"erp/db"
 )
 
 // PurgeDeadDeliveries is the resolver for the purgeDeadDeliveries field.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/shopspring/decimal"
@@ -101,4 +102,17 @@ func UnmarshalJSON(v any) (json.RawMessage, error) {
 		return nil, scalarErr("not JSON: %v", err)
 	}
 	return b, nil
+}
+
+// MarshalDateTime writes a time as RFC 3339 with offset.
+func MarshalDateTime(t time.Time) graphql.Marshaler { return graphql.MarshalTime(t) }
+
+// UnmarshalDateTime reads an RFC 3339 time ("2026-11-13T17:20:00Z"); any
+// other value is a *ScalarError.
+func UnmarshalDateTime(v any) (time.Time, error) {
+	t, err := graphql.UnmarshalTime(v)
+	if err != nil {
+		return time.Time{}, scalarErr("a DateTime is RFC 3339 with offset, like \"2026-11-13T17:20:00Z\"")
+	}
+	return t, nil
 }
