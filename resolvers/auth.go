@@ -118,10 +118,7 @@ func (r *Resolver) WebsocketInit(ctx context.Context, payload transport.InitPayl
 	ctx = context.WithValue(WithUser(ctx, u), wsTokenKey{}, token)
 	ctx, cancel := context.WithCancel(ctx)
 	so := r.sockets.add(db.TokenKey(token), cancel)
-	go func() {
-		<-ctx.Done()
-		r.sockets.remove(db.TokenKey(token), so)
-	}()
+	context.AfterFunc(ctx, func() { r.sockets.remove(db.TokenKey(token), so) })
 	return ctx, nil, nil
 }
 
@@ -217,7 +214,9 @@ func (r *Resolver) Allow(ctx context.Context, _ any, next graphql.Resolver, role
 	if token, ok := ctx.Value(wsTokenKey{}).(string); ok {
 		// A websocket authenticated once, at connection_init: check its
 		// token again for every operation (revoked, expired, role changed).
-		fresh, err := r.authenticate(ctx, "Bearer "+token)
+		// Not cancelled by the client's own "complete" racing the start: the
+		// operation then ends as cancelled, not as an auth error.
+		fresh, err := r.authenticate(context.WithoutCancel(ctx), "Bearer "+token)
 		if err != nil {
 			return nil, err
 		}
