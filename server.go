@@ -731,6 +731,7 @@ func (a *app) newHandler(res *resolvers.Resolver, opts appOptions, page web.Conf
 	gql.Use(extension.FixedComplexityLimit(maxComplexity))
 	gql.Use(resolvers.ShapeLimit{MaxDepth: maxDepth, MaxFields: maxFields})
 	gql.Use(resolvers.RolesUpfront{})
+	gql.Use(resolvers.Loaders{Pool: res.Pool})
 	if !opts.NoIntrospection {
 		gql.Use(extension.Introspection{})
 	}

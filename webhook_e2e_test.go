@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -188,4 +189,38 @@ func TestWebhookSubscriberValidation(t *testing.T) {
 	createWebhook(t, s, "dup", "http://127.0.0.1:1/", "k", nil)
 	e := gqlErr(t, s, `mutation { createWebhookSubscriber(input: {name: "dup", url: "http://127.0.0.1:1/"}) { id } }`, nil)
 	require.Equal(t, "CONFLICT", e.Extensions["code"])
+}
+
+func TestEventPageDeliveriesMatchEachEvent(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, serverOpts{})
+	seedItem(t, s)
+	for i := range 3 {
+		gql[map[string]any](t, s, `mutation($id: String!) { receiveOrder(input: {source: CRM, externalId: $id, customer: "X", lines: [{sku: "A1", quantity: "1"}]}) { duplicate } }`,
+			map[string]any{"id": fmt.Sprint(60000 + i)})
+	}
+	waitAllProcessed(t, s)
+	type dl struct {
+		Status     string
+		Subscriber struct{ Name string }
+	}
+	page := gql[struct {
+		Events struct {
+			Edges []struct {
+				Node struct {
+					ID         string
+					Type       string
+					Deliveries []dl
+				}
+			}
+		} `json:"events"`
+	}](t, s, `{ events(first: 50) { edges { node { id type deliveries { status subscriber { name } } } } } }`, nil)
+	require.Len(t, page.Events.Edges, 6)
+	for _, e := range page.Events.Edges {
+		one := gql[struct {
+			Event struct{ Deliveries []dl } `json:"event"`
+		}](t, s, `query($id: ID!) { event(id: $id) { deliveries { status subscriber { name } } } }`, map[string]any{"id": e.Node.ID})
+		require.Equal(t, one.Event.Deliveries, e.Node.Deliveries, "event %s: the batched page and the single event disagree", e.Node.ID)
+		require.NotEmpty(t, e.Node.Deliveries, "every event here has subscribers (%s)", e.Node.Type)
+	}
 }

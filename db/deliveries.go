@@ -687,3 +687,23 @@ func PurgeDeadDeliveries(ctx context.Context, q Querier, before time.Time, subsc
 	}
 	return tag.RowsAffected(), nil
 }
+
+// DeliveriesOfEvents returns the delivery records of several events in one
+// query, by event id (each list by subscriber name); events without
+// deliveries map to nothing.
+func DeliveriesOfEvents(ctx context.Context, q Querier, eventIDs []int64) (map[int64][]Delivery, error) {
+	rows, err := q.Query(ctx, `SELECT `+deliveryColumns+` FROM `+deliveriesJoinSubs+`
+		WHERE d.event_id = ANY($1) ORDER BY d.event_id, s.name`, eventIDs)
+	if err != nil {
+		return nil, fmt.Errorf("deliveries of %d events: %w", len(eventIDs), err)
+	}
+	ds, err := pgx.CollectRows(rows, pgx.RowToStructByName[Delivery])
+	if err != nil {
+		return nil, fmt.Errorf("deliveries of %d events: %w", len(eventIDs), err)
+	}
+	out := make(map[int64][]Delivery, len(eventIDs))
+	for _, d := range ds {
+		out[d.EventID] = append(out[d.EventID], d)
+	}
+	return out, nil
+}

@@ -42,7 +42,7 @@ func (r *deliveryResolver) NextAttemptAt(ctx context.Context, obj *db.Delivery) 
 }
 
 func (r *eventResolver) Deliveries(ctx context.Context, obj *db.Event) ([]db.Delivery, error) {
-	return db.DeliveriesOfEvent(ctx, r.Pool, obj.ID)
+	return r.deliveriesOf(ctx, obj.ID)
 }
 
 func (r *mutationResolver) CreateWebhookSubscriber(ctx context.Context, input model.WebhookSubscriberInput) (*db.Subscriber, error) {
