@@ -223,6 +223,8 @@ func TestParseConfigNamesEachBadSetting(t *testing.T) {
 		{"LOG_FORMAT", "xml", false},
 		{"LOG_LEVEL", "loud", false},
 		{"LOG_LEVEL", "verbose", true},
+		{"INTROSPECTION", "maybe", false},
+		{"PLAYGROUND", "nah", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.setting+"="+tt.value, func(t *testing.T) {

@@ -229,7 +229,7 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs := flag.NewFlagSet("erp "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg config
-	var interval, origins, timeZone, shutdown, retention, logFormat, logLevel string
+	var interval, origins, timeZone, shutdown, retention, logFormat, logLevel, introspection, playground string
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: erp %s [flags]\n\nEvery flag mirrors the environment variable named in its text; a flag wins over the variable.\nDefaults shown are what applies now (the variable's value when set).\n\n", cmd)
 		fs.PrintDefaults()
@@ -243,8 +243,8 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs.StringVar(&interval, "dispatch-interval", envOr("DISPATCH_INTERVAL", "1m"), "period of the sweep of unprocessed events (DISPATCH_INTERVAL)")
 	fs.StringVar(&cfg.AdminToken, "admin-token", "", "token of the admin user (ADMIN_TOKEN); empty generates one into DATA_DIR/admin-token on first start")
 	fs.StringVar(&origins, "allowed-origins", getenv("ALLOWED_ORIGINS"), "comma-separated browser origins (https://host[:port], or *) allowed to call /graphql (CORS) and open websockets besides the server's own (ALLOWED_ORIGINS); clients without Origin are always allowed")
-	fs.BoolVar(&cfg.Introspection, "introspection", envOr("INTROSPECTION", "true") == "true", "answer GraphQL introspection queries (INTROSPECTION=true|false)")
-	fs.BoolVar(&cfg.Playground, "playground", envOr("PLAYGROUND", "true") == "true", "serve the GraphiQL playground at /playground (PLAYGROUND=true|false)")
+	fs.StringVar(&introspection, "introspection", envOr("INTROSPECTION", "true"), "answer GraphQL introspection queries (INTROSPECTION=true|false)")
+	fs.StringVar(&playground, "playground", envOr("PLAYGROUND", "true"), "serve the GraphiQL playground at /playground (PLAYGROUND=true|false)")
 	fs.StringVar(&cfg.DemoURL, "demo-url", envOr("DEMO_URL", "http://localhost:8080/graphql"), "GraphQL endpoint the demo drives (DEMO_URL)")
 	fs.StringVar(&cfg.DemoToken, "demo-token", "", "token the demo uses (DEMO_TOKEN); empty reads DATA_DIR/admin-token")
 	if cmd == "user" {
@@ -327,6 +327,12 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	}
 	if err := cfg.LogLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		bad("LOG_LEVEL", "want debug, info, warn or error, got %q", logLevel)
+	}
+	if cfg.Introspection, err = strconv.ParseBool(introspection); err != nil {
+		bad("INTROSPECTION", "want true or false, got %q", introspection)
+	}
+	if cfg.Playground, err = strconv.ParseBool(playground); err != nil {
+		bad("PLAYGROUND", "want true or false, got %q", playground)
 	}
 	if len(errs) > 0 {
 		return config{}, errors.Join(errs...)

@@ -233,6 +233,7 @@ func TestHTTPAuthentication(t *testing.T) {
 		require.Equal(t, http.StatusUnauthorized, status)
 		require.Len(t, res.Errors, 1)
 		require.Equal(t, "UNAUTHENTICATED", res.Errors[0].Extensions["code"])
+		require.NotEmpty(t, res.Errors[0].Extensions["requestId"], "a refusal carries the request id too")
 	}
 	status, _ := s.do(t, s.Token, `{ items { id } }`, nil)
 	require.Equal(t, http.StatusOK, status)

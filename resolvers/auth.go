@@ -88,7 +88,11 @@ func (r *Resolver) Authenticate(next http.Handler) http.Handler {
 				return
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="erp"`)
-			transport.SendError(w, http.StatusUnauthorized, gqlErrorWithCode(err.Error(), codeUnauthenticated))
+			e := gqlErrorWithCode(err.Error(), codeUnauthenticated)
+			if id := RequestID(req.Context()); id != "" {
+				e.Extensions["requestId"] = id
+			}
+			transport.SendError(w, http.StatusUnauthorized, e)
 			return
 		}
 		noteUser(req.Context(), u.Login)
