@@ -452,10 +452,13 @@ func (a *app) serveHTTP(ctx context.Context, ln net.Listener, after func(context
 	if wsErr := a.ws.Shutdown(shutdownCtx); wsErr != nil {
 		a.logger.Warn("websocket shutdown", slog.String("error", wsErr.Error()))
 	}
-	cancelBase()
+	// Then drain in-flight HTTP requests with their contexts alive, so a
+	// mutation that already started commits and is answered; only what is
+	// still running at the deadline is cancelled.
 	if shutErr := srv.Shutdown(shutdownCtx); shutErr != nil {
 		a.logger.Warn("http shutdown", slog.String("error", shutErr.Error()))
 	}
+	cancelBase()
 	if after != nil {
 		after(shutdownCtx)
 	}
