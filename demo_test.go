@@ -10,34 +10,17 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
 )
 
-// demoJournalEvent is an event as the test reads it back through the API.
-type demoJournalEvent struct {
-	ID          string          `json:"id"`
-	Type        string          `json:"type"`
-	Entity      string          `json:"entity"`
-	EntityID    string          `json:"entityId"`
-	Object      string          `json:"object"`
-	Payload     json.RawMessage `json:"payload"`
-	CreatedAt   time.Time       `json:"createdAt"`
-	ProcessedAt *time.Time      `json:"processedAt"`
-	Actor       *struct {
-		DisplayName string `json:"displayName"`
-	} `json:"actor"`
-}
-
-// demoJournal returns the whole journal (at most 500 events), oldest first.
-func demoJournal(t *testing.T, s *testServer) []demoJournalEvent {
+func demoJournal(t *testing.T, s *testServer) []demoEvent {
 	t.Helper()
 	res := gql[struct {
 		Events struct {
 			Edges []struct {
-				Node demoJournalEvent `json:"node"`
+				Node demoEvent `json:"node"`
 			} `json:"edges"`
 			PageInfo struct {
 				HasNextPage bool `json:"hasNextPage"`
@@ -47,7 +30,7 @@ func demoJournal(t *testing.T, s *testServer) []demoJournalEvent {
 		edges { node { id type entity entityId object payload createdAt processedAt actor { displayName } } }
 		pageInfo { hasNextPage } } }`, nil)
 	require.False(t, res.Events.PageInfo.HasNextPage, "journal longer than one page of 500")
-	out := make([]demoJournalEvent, len(res.Events.Edges))
+	out := make([]demoEvent, len(res.Events.Edges))
 	for i, e := range res.Events.Edges {
 		out[len(out)-1-i] = e.Node
 	}
@@ -289,7 +272,7 @@ func TestDemoReplay(t *testing.T) {
 
 // systemMade reports whether ev is the doc.created of a document the
 // planning chain makes (ПЗ, ВЦ), which the system journals, not a user.
-func systemMade(t *testing.T, ev demoJournalEvent) bool {
+func systemMade(t *testing.T, ev demoEvent) bool {
 	t.Helper()
 	if ev.Type != "doc.created" {
 		return false
@@ -313,7 +296,7 @@ type demoPlanned struct{ ID, Number string }
 // one ВЦ per ПЗ, from the production warehouse, answering the ПЗ's
 // doc.created, with the bill's components for the ordered quantity. It
 // returns the ПЗ by sales order line.
-func checkDemoPlanning(t *testing.T, s *testServer, journal []demoJournalEvent) map[demoLineKey]demoPlanned {
+func checkDemoPlanning(t *testing.T, s *testServer, journal []demoEvent) map[demoLineKey]demoPlanned {
 	t.Helper()
 	boms := map[string][]demoBOMLine{}
 	for _, p := range demoProducts {
