@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -147,53 +146,22 @@ func TestSIGTERMDuringBurstLosesNothing(t *testing.T) {
 	api := clientFor(a, token)
 	gql[map[string]any](t, api, `mutation { createItem(input: {sku: "A1", name: "Стол", unit: "шт"}) { id } }`, nil)
 
-	const writers, perWriter = 4, 60
-	var mu sync.Mutex
-	acked := map[string]bool{}
-	var wg sync.WaitGroup
-	half := make(chan struct{})
-	for w := range writers {
-		wg.Go(func() {
-			for i := range perWriter {
-				id := fmt.Sprintf("%d", 80000+w*perWriter+i)
-				status, res, err := api.post(token, `mutation($id: String!) { receiveOrder(input: {source: CRM, externalId: $id, customer: "X", lines: [{sku: "A1", quantity: "1"}]}) { order { id } } }`, map[string]any{"id": id})
-				if err == nil && status == http.StatusOK && len(res.Errors) == 0 {
-					mu.Lock()
-					acked[id] = true
-					if len(acked) == writers*perWriter/2 {
-						close(half)
-					}
-					mu.Unlock()
-				}
-				select {
-				case <-a.done:
-					return
-				default:
-				}
-			}
-		})
-	}
-	<-half
-	sent := time.Now()
-	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case <-a.done:
-	case <-time.After(shutdownTimeout + 10*time.Second):
-		t.Fatal("the server did not exit within its shutdown deadline")
-	}
+	var sent time.Time
+	acked := crmBurst(t, a, token, 80000, func() {
+		sent = time.Now()
+		require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
+		select {
+		case <-a.done:
+		case <-time.After(shutdownTimeout + 10*time.Second):
+			t.Fatal("the server did not exit within its shutdown deadline")
+		}
+	})
 	t.Logf("exited %s after SIGTERM", time.Since(sent).Round(time.Millisecond))
 	require.Equal(t, 0, a.cmd.ProcessState.ExitCode(), "exit code")
-	wg.Wait()
-	mu.Lock()
 	ackedN := len(acked)
-	mu.Unlock()
 
 	startChild(t, url, token, "DISPATCH_INTERVAL=1s")
-	deadline := time.Now().Add(60 * time.Second)
-	for countRows(t, url, `SELECT count(*) FROM events WHERE processed_at IS NULL`) > 0 {
-		require.False(t, time.Now().After(deadline), "events still unprocessed a minute after restart")
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitDBProcessed(t, url)
 	// Every acknowledged order is in the journal with its events, processed.
 	require.Equal(t, ackedN, countRows(t, url, fmt.Sprintf(`SELECT count(DISTINCT e.entity_id) FROM events e JOIN sales_orders so ON so.id = e.entity_id AND e.entity = 'sales_orders' WHERE e.type = 'order.received' AND e.processed_at IS NOT NULL AND so.external_id = ANY(ARRAY[%s])`, quotedKeys(acked))))
 	require.Zero(t, countRows(t, url, `SELECT count(*) FROM deliveries WHERE status <> 'delivered'`))
