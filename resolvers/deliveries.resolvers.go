@@ -12,7 +12,6 @@ import (
 	"erp/graph/model"
 	"erp/jobs"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -27,11 +26,7 @@ func (r *deliveryResolver) Subscriber(ctx context.Context, obj *db.Delivery) (*d
 }
 
 func (r *deliveryResolver) Status(ctx context.Context, obj *db.Delivery) (model.DeliveryStatus, error) {
-	s := model.DeliveryStatus(strings.ToUpper(obj.Status))
-	if !s.IsValid() {
-		return "", fmt.Errorf("delivery %d/%d has unknown status %q", obj.EventID, obj.SubscriberID, obj.Status)
-	}
-	return s, nil
+	return enumOf[model.DeliveryStatus](obj.Status, fmt.Sprintf("delivery %d/%d's status", obj.EventID, obj.SubscriberID))
 }
 
 func (r *deliveryResolver) NextAttemptAt(ctx context.Context, obj *db.Delivery) (*time.Time, error) {
@@ -116,11 +111,7 @@ func (r *queryResolver) DeadDeliveries(ctx context.Context, subscriber *string, 
 }
 
 func (r *subscriberResolver) Kind(ctx context.Context, obj *db.Subscriber) (model.SubscriberKind, error) {
-	k := model.SubscriberKind(strings.ToUpper(obj.Kind))
-	if !k.IsValid() {
-		return "", fmt.Errorf("subscriber %d has unknown kind %q", obj.ID, obj.Kind)
-	}
-	return k, nil
+	return enumOf[model.SubscriberKind](obj.Kind, fmt.Sprintf("subscriber %d's kind", obj.ID))
 }
 
 func (r *Resolver) Delivery() graph.DeliveryResolver { return &deliveryResolver{r} }

@@ -3,6 +3,7 @@ package resolvers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 
 	"erp/db"
@@ -78,4 +79,18 @@ func (r *Resolver) deliveryPage(ctx context.Context, f db.DeliveryFilter, first 
 		conn.PageInfo.EndCursor = &end
 	}
 	return conn, nil
+}
+
+// enumOf maps a stored lowercase value (users.role, subscribers.kind,
+// deliveries.status) to its GraphQL enum; what names is "user 3's role" in
+// the error of a value the schema does not know.
+func enumOf[E interface {
+	~string
+	IsValid() bool
+}](stored, what string) (E, error) {
+	e := E(strings.ToUpper(stored))
+	if !e.IsValid() {
+		return "", fmt.Errorf("%s has unknown value %q", what, stored)
+	}
+	return e, nil
 }

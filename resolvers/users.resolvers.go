@@ -86,11 +86,7 @@ func (r *queryResolver) Tokens(ctx context.Context, login *string) ([]db.APIToke
 }
 
 func (r *userResolver) Role(ctx context.Context, obj *db.User) (model.Role, error) {
-	role := model.Role(strings.ToUpper(obj.Role))
-	if !role.IsValid() {
-		return "", fmt.Errorf("user %d has unknown role %q", obj.ID, obj.Role)
-	}
-	return role, nil
+	return enumOf[model.Role](obj.Role, fmt.Sprintf("user %d's role", obj.ID))
 }
 
 func (r *Resolver) ApiToken() graph.ApiTokenResolver { return &apiTokenResolver{r} }
