@@ -292,35 +292,31 @@ func WebhookTargetOf(ctx context.Context, q Querier, id int64) (WebhookTarget, e
 
 // StartDispatch creates the delivery records of event ev, one per
 // subscriber whose types match, and stamps the event dispatched. It returns
-// the new deliveries' keys except those of paused subscribers (held), and
-// whether the event had any delivery at all.
-func StartDispatch(ctx context.Context, tx pgx.Tx, ev Event) (due []DeliveryKey, any bool, err error) {
+// the subscribers of the new deliveries except paused ones (held), by id,
+// and whether the event had any delivery at all.
+func StartDispatch(ctx context.Context, tx pgx.Tx, ev Event) (due []Subscriber, any bool, err error) {
 	rows, err := tx.Query(ctx, `
 		WITH ins AS (
 			INSERT INTO deliveries (event_id, subscriber_id)
 			SELECT $1, s.id FROM subscribers s
 			WHERE cardinality(s.event_types) = 0 OR $2 = ANY (s.event_types)
 			ON CONFLICT DO NOTHING
-			RETURNING event_id, subscriber_id
+			RETURNING subscriber_id
 		), stamp AS (
 			UPDATE events SET dispatched_at = clock_timestamp() WHERE id = $1
 		)
-		SELECT ins.event_id, ins.subscriber_id, s.paused FROM ins JOIN subscribers s ON s.id = ins.subscriber_id
-		ORDER BY ins.subscriber_id`, ev.ID, ev.Type)
+		SELECT `+subscriberColumns+` FROM ins JOIN subscribers s ON s.id = ins.subscriber_id
+		ORDER BY s.id`, ev.ID, ev.Type)
 	if err != nil {
 		return nil, false, fmt.Errorf("create deliveries of event %d: %w", ev.ID, err)
 	}
-	type created struct {
-		DeliveryKey
-		Paused bool `db:"paused"`
-	}
-	all, err := pgx.CollectRows(rows, pgx.RowToStructByName[created])
+	all, err := pgx.CollectRows(rows, pgx.RowToStructByName[Subscriber])
 	if err != nil {
 		return nil, false, fmt.Errorf("create deliveries of event %d: %w", ev.ID, err)
 	}
-	for _, c := range all {
-		if !c.Paused {
-			due = append(due, c.DeliveryKey)
+	for _, s := range all {
+		if !s.Paused {
+			due = append(due, s)
 		}
 	}
 	return due, len(all) > 0, nil
@@ -344,31 +340,48 @@ func LockOpenDelivery(ctx context.Context, tx pgx.Tx, k DeliveryKey) (Delivery, 
 
 // DeliveryBlocked reports whether subscriber subID must not receive ev yet
 // because an earlier event of the same document (entity and id) has not
-// reached it: that event is not dispatched yet, or its delivery to subID is
-// pending or failed. A dead earlier delivery does not block (it would hold
-// the document forever); redelivering it blocks again until it is done.
+// reached it; see BlockedSubscribers.
+func DeliveryBlocked(ctx context.Context, tx pgx.Tx, ev Event, subID int64) (bool, error) {
+	blocked, err := BlockedSubscribers(ctx, tx, ev, []int64{subID})
+	return blocked[subID], err
+}
+
+// BlockedSubscribers returns which of the subscribers subIDs must not
+// receive ev yet because an earlier event of the same document (entity and
+// id) has not reached them: that event is not dispatched yet, or its
+// delivery to the subscriber is pending or failed. A dead earlier delivery
+// does not block (it would hold the document forever); redelivering it
+// blocks again until it is done.
 //
 // It first share-locks the document's earlier unprocessed events, waiting
 // for a dispatch or a finishing delivery of them in flight, and then checks
 // in a fresh statement, which sees what those committed: a concurrent
 // predecessor is never missed.
-func DeliveryBlocked(ctx context.Context, tx pgx.Tx, ev Event, subID int64) (bool, error) {
+func BlockedSubscribers(ctx context.Context, tx pgx.Tx, ev Event, subIDs []int64) (map[int64]bool, error) {
 	if _, err := tx.Exec(ctx, `
 		SELECT 1 FROM events WHERE entity = $1 AND entity_id = $2 AND id < $3 AND processed_at IS NULL
 		FOR SHARE`, ev.Entity, ev.EntityID, ev.ID); err != nil {
-		return false, fmt.Errorf("lock events before %d: %w", ev.ID, err)
+		return nil, fmt.Errorf("lock events before %d: %w", ev.ID, err)
 	}
-	var blocked bool
-	err := tx.QueryRow(ctx, `
-		SELECT EXISTS (
+	rows, err := tx.Query(ctx, `
+		SELECT sub.id FROM unnest($4::bigint[]) sub (id)
+		WHERE EXISTS (
 			SELECT 1 FROM events p
-			LEFT JOIN deliveries pd ON pd.event_id = p.id AND pd.subscriber_id = $4
+			LEFT JOIN deliveries pd ON pd.event_id = p.id AND pd.subscriber_id = sub.id
 			WHERE p.entity = $1 AND p.entity_id = $2 AND p.id < $3
 			  AND (pd.status IN ('pending', 'failed')
 			       OR (pd.event_id IS NULL AND p.processed_at IS NULL AND p.dispatched_at IS NULL))
-		)`, ev.Entity, ev.EntityID, ev.ID, subID).Scan(&blocked)
+		)`, ev.Entity, ev.EntityID, ev.ID, subIDs)
 	if err != nil {
-		return false, fmt.Errorf("check order of delivery %d/%d: %w", ev.ID, subID, err)
+		return nil, fmt.Errorf("check order of event %d: %w", ev.ID, err)
+	}
+	ids, err := collectIDs(rows)
+	if err != nil {
+		return nil, fmt.Errorf("check order of event %d: %w", ev.ID, err)
+	}
+	blocked := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		blocked[id] = true
 	}
 	return blocked, nil
 }
@@ -431,32 +444,50 @@ func truncate(s string, n int) string {
 
 func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
-// FinishEventIfDone marks event id processed (MarkEventProcessed) when none
-// of its deliveries is open any more. It locks the event row first, so two
-// deliveries finishing at once cannot both miss the moment (each re-reads
-// the others' committed state after the lock). It reports whether it
-// marked the event and, if so, its dispatch latency (processed_at −
-// created_at).
-func FinishEventIfDone(ctx context.Context, tx pgx.Tx, id int64) (bool, time.Duration, error) {
-	var open bool
-	var processed bool
-	if err := tx.QueryRow(ctx, `SELECT processed_at IS NOT NULL FROM events WHERE id = $1 FOR UPDATE`, id).Scan(&processed); err != nil {
-		return false, 0, fmt.Errorf("lock event %d: %w", id, translate(err))
+// FinishEventsIfDone marks processed (MarkEventsProcessed) those of the
+// events ids none of whose deliveries is open any more. It locks the
+// events first, so two deliveries finishing at once cannot both miss the
+// moment (each re-reads the others' committed state after the lock). It
+// returns the events it marked, in id order, with their dispatch latency.
+func FinishEventsIfDone(ctx context.Context, tx pgx.Tx, ids []int64) ([]ProcessedEvent, error) {
+	if len(ids) == 0 {
+		return nil, nil
 	}
-	if processed {
-		return false, 0, nil
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM events WHERE id = ANY($1) AND processed_at IS NULL ORDER BY id FOR UPDATE`, ids); err != nil {
+		return nil, fmt.Errorf("lock %d events: %w", len(ids), err)
 	}
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM deliveries WHERE event_id = $1 AND status IN ('pending', 'failed'))`, id).Scan(&open); err != nil {
-		return false, 0, fmt.Errorf("open deliveries of event %d: %w", id, err)
-	}
-	if open {
-		return false, 0, nil
-	}
-	latency, err := MarkEventProcessedLatency(ctx, tx, id)
+	rows, err := tx.Query(ctx, `
+		SELECT e.id FROM events e
+		WHERE e.id = ANY($1) AND e.processed_at IS NULL
+		  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND d.status IN ('pending', 'failed'))`, ids)
 	if err != nil {
-		return false, 0, err
+		return nil, fmt.Errorf("open deliveries of %d events: %w", len(ids), err)
 	}
-	return true, latency, nil
+	done, err := collectIDs(rows)
+	if err != nil {
+		return nil, fmt.Errorf("open deliveries of %d events: %w", len(ids), err)
+	}
+	return MarkEventsProcessed(ctx, tx, done)
+}
+
+// ClaimUndispatchedEvents locks and returns up to limit undispatched,
+// unprocessed events, oldest first, skipping those another transaction
+// holds: the backlog a dispatch transaction takes on besides its own event.
+func ClaimUndispatchedEvents(ctx context.Context, tx pgx.Tx, limit int) ([]Event, error) {
+	rows, err := tx.Query(ctx, `
+		WITH e AS (
+			SELECT * FROM events WHERE dispatched_at IS NULL AND processed_at IS NULL
+			ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
+		)
+		SELECT `+eventColumnsFromJoin+` FROM e LEFT JOIN users u ON u.id = e.actor_id ORDER BY e.id`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("claim undispatched events: %w", err)
+	}
+	events, err := pgx.CollectRows(rows, pgx.RowToStructByName[Event])
+	if err != nil {
+		return nil, fmt.Errorf("claim undispatched events: %w", err)
+	}
+	return events, nil
 }
 
 // LaterOpenDeliveries returns the open, due deliveries of events after ev

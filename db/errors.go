@@ -75,3 +75,11 @@ func IsBadData(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22")
 }
+
+// IsLockWait reports an error that ended a wait for a lock rather than the
+// statement's work: lock_timeout ran out (lock_not_available) or the wait
+// closed a deadlock (deadlock_detected). Trying again later may succeed.
+func IsLockWait(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.LockNotAvailable || pgErr.Code == pgerrcode.DeadlockDetected)
+}

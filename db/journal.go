@@ -312,45 +312,68 @@ func LockUnprocessedEvent(ctx context.Context, tx pgx.Tx, id int64) (Event, erro
 	return ev, nil
 }
 
-// MarkEventProcessed sets processed_at (database clock) and the next feed
-// sequence on event id, and queues a NOTIFY on channel event_processed whose
-// payload is that sequence, delivered when tx commits. Taking the sequence
-// locks the single feed_counter row until commit, so sequences commit, and
-// notifications arrive, in increasing order.
+// MarkEventProcessed marks event id processed (MarkEventsProcessed); an
+// event already processed or missing is ErrNotFound.
 func MarkEventProcessed(ctx context.Context, tx pgx.Tx, id int64) error {
-	_, err := MarkEventProcessedLatency(ctx, tx, id)
+	marked, err := MarkEventsProcessed(ctx, tx, []int64{id})
+	if err == nil && len(marked) != 1 {
+		err = fmt.Errorf("mark event %d processed: %w", id, ErrNotFound)
+	}
 	return err
 }
 
-// MarkEventProcessedLatency is MarkEventProcessed that also returns the
-// event's dispatch latency: processed_at − created_at, both database times.
-func MarkEventProcessedLatency(ctx context.Context, tx pgx.Tx, id int64) (time.Duration, error) {
+// ProcessedEvent is an event MarkEventsProcessed marked, with its dispatch
+// latency: processed_at − created_at, both database times.
+type ProcessedEvent struct {
+	ID      int64
+	Latency time.Duration
+}
+
+// MarkEventsProcessed sets processed_at (database clock) on those of the
+// events ids not processed yet and gives them the next feed sequences, in
+// id order, and queues one NOTIFY on channel event_processed whose payload
+// is the highest sequence, delivered when tx commits. Taking the sequences
+// locks the single feed_counter row until commit, so sequences commit, and
+// notifications arrive, in increasing order: call it last in a
+// transaction. It returns the events it marked, in id order.
+func MarkEventsProcessed(ctx context.Context, tx pgx.Tx, ids []int64) ([]ProcessedEvent, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
 	rows, err := tx.Query(ctx, `
-		WITH s AS (UPDATE feed_counter SET last_seq = last_seq + 1 RETURNING last_seq),
-		     e AS (UPDATE events SET processed_at = clock_timestamp(), feed_seq = s.last_seq
-		           FROM s WHERE events.id = $1 AND events.processed_at IS NULL
-		           RETURNING events.feed_seq, events.processed_at - events.created_at AS latency)
-		SELECT pg_notify($2, feed_seq::text), extract(epoch FROM latency)::float8 FROM e`, id, notifyEventProcessed)
+		WITH todo AS (
+			SELECT id, row_number() OVER (ORDER BY id) AS n, count(*) OVER () AS total
+			FROM events WHERE id = ANY($1) AND processed_at IS NULL
+		), s AS (
+			UPDATE feed_counter SET last_seq = last_seq + (SELECT count(*) FROM todo)
+			WHERE EXISTS (SELECT 1 FROM todo)
+			RETURNING last_seq
+		), e AS (
+			UPDATE events SET processed_at = clock_timestamp(), feed_seq = s.last_seq - todo.total + todo.n
+			FROM todo, s WHERE events.id = todo.id AND events.processed_at IS NULL
+			RETURNING events.id, events.feed_seq, events.processed_at - events.created_at AS latency
+		)
+		SELECT id, extract(epoch FROM latency)::float8, pg_notify($2, (max(feed_seq) OVER ())::text)
+		FROM e ORDER BY id`, ids, notifyEventProcessed)
 	if err != nil {
-		return 0, fmt.Errorf("mark event %d processed: %w", id, err)
+		return nil, fmt.Errorf("mark %d events processed: %w", len(ids), err)
 	}
 	defer rows.Close()
-	n := 0
-	var latency float64
+	var marked []ProcessedEvent
 	for rows.Next() {
+		var p ProcessedEvent
+		var latency float64
 		var notified any
-		if err := rows.Scan(&notified, &latency); err != nil {
-			return 0, fmt.Errorf("mark event %d processed: %w", id, err)
+		if err := rows.Scan(&p.ID, &latency, &notified); err != nil {
+			return nil, fmt.Errorf("mark %d events processed: %w", len(ids), err)
 		}
-		n++
+		p.Latency = time.Duration(latency * float64(time.Second))
+		marked = append(marked, p)
 	}
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("mark event %d processed: %w", id, err)
+		return nil, fmt.Errorf("mark %d events processed: %w", len(ids), err)
 	}
-	if n != 1 {
-		return 0, fmt.Errorf("mark event %d processed: %w", id, ErrNotFound)
-	}
-	return time.Duration(latency * float64(time.Second)), nil
+	return marked, nil
 }
 
 // UnprocessedEventIDs returns up to limit ids of events not yet processed,

@@ -21,9 +21,6 @@ import (
 // sweepBatch is how many ids the sweep reads per query.
 const sweepBatch = 500
 
-// zeroTime schedules a job to run now.
-var zeroTime time.Time
-
 // RetryPolicy spaces the attempts of a failing delivery: attempt n waits a
 // random time in [½, 1] × Base × 2^(n-1), at most Max ("full jitter" halved,
 // so gaps still grow). A webhook's Retry-After wins when it is longer.
@@ -58,6 +55,7 @@ type Dispatcher struct {
 	ids      map[string]int64 // built-in name → subscribers.id, after Register
 	river    *river.Client[pgx.Tx]
 	metrics  *metrics.Metrics
+	batch    int
 }
 
 // DispatcherConfig configures NewDispatcher; zero fields take defaults.
@@ -68,7 +66,17 @@ type DispatcherConfig struct {
 	// Metrics, when set, records dispatches, deliveries, events written
 	// by subscribers and the dispatch latency.
 	Metrics *metrics.Metrics
+	// DispatchBatch is how many events one dispatch transaction handles
+	// at most: its job's event and, while a backlog waits, the oldest
+	// others (default DefaultDispatchBatch; 1 dispatches only the job's).
+	DispatchBatch int
 }
+
+// DefaultDispatchBatch bounds a dispatch transaction to 32 events: enough
+// to drain a backlog with few commits (each commit waits for the feed
+// counter and a WAL flush), short enough that the batch's events reach the
+// live feed within tens of milliseconds.
+const DefaultDispatchBatch = 32
 
 // NewDispatcher returns a dispatcher for the given built-in subscribers.
 // Register them before the first dispatch; NewRiverClient connects it to
@@ -83,8 +91,11 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig, builtins ...Subscri
 	if cfg.Webhooks == nil {
 		cfg.Webhooks = NewWebhookSender()
 	}
+	if cfg.DispatchBatch <= 0 {
+		cfg.DispatchBatch = DefaultDispatchBatch
+	}
 	d := &Dispatcher{pool: pool, logger: cfg.Logger, retry: cfg.Retry, webhooks: cfg.Webhooks,
-		builtins: map[string]Subscriber{}, ids: map[string]int64{}, metrics: cfg.Metrics}
+		builtins: map[string]Subscriber{}, ids: map[string]int64{}, metrics: cfg.Metrics, batch: cfg.DispatchBatch}
 	for _, s := range builtins {
 		d.builtins[s.Name()] = s
 	}
@@ -104,55 +115,130 @@ func (d *Dispatcher) Register(ctx context.Context) error {
 	return nil
 }
 
-// Dispatch creates the delivery records of event id and enqueues their
-// jobs, in one transaction; an event no subscriber takes is processed at
-// once. It reports false when there was nothing to do (unknown, already
-// dispatched or processed).
-func (d *Dispatcher) Dispatch(ctx context.Context, id int64) (bool, error) {
-	done := false
-	var evType string
-	var latency *time.Duration
+// Dispatch dispatches event id and, while a backlog waits, up to
+// DispatchBatch−1 of the oldest other undispatched events, in one
+// transaction: it creates their delivery records, makes the deliveries to
+// built-in subscribers right there (one transaction per event, not one
+// per delivery) and enqueues a deliver job for each webhook delivery. An
+// event whose deliveries are all done (or that no subscriber takes) is
+// processed when the transaction commits. It returns how many events it
+// dispatched: 0 when there was nothing to do.
+func (d *Dispatcher) Dispatch(ctx context.Context, id int64) (int, error) {
+	w, err := d.dispatch(ctx, id)
+	return len(w.dispatched), err
+}
+
+// dispatch is Dispatch returning the transaction's work.
+func (d *Dispatcher) dispatch(ctx context.Context, id int64) (txWork, error) {
+	var w txWork
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		w = txWork{}
 		ev, err := db.LockUnprocessedEvent(ctx, tx, id)
-		if errors.Is(err, db.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
+		switch {
+		case errors.Is(err, db.ErrNotFound):
+		case err != nil:
 			return err
-		}
-		if ev.DispatchedAt != nil {
-			return nil
-		}
-		due, any, err := db.StartDispatch(ctx, tx, ev)
-		if err != nil {
-			return err
-		}
-		if !any {
-			took, err := db.MarkEventProcessedLatency(ctx, tx, id)
-			if err != nil {
+		case ev.DispatchedAt == nil:
+			if err := d.dispatchOne(ctx, tx, &w, ev); err != nil {
 				return err
 			}
-			latency = &took
 		}
-		// Later events of this document may have been waiting for this one
-		// to be dispatched.
-		later, err := db.LaterOpenDeliveries(ctx, tx, ev, nil)
+		if err := d.dispatchBacklog(ctx, tx, &w, d.batch-len(w.dispatched)); err != nil {
+			return err
+		}
+		if err := d.enqueue(ctx, tx, &w); err != nil {
+			return err
+		}
+		return w.finish(ctx, tx)
+	})
+	if err != nil {
+		return txWork{}, fmt.Errorf("dispatch event %d: %w", id, err)
+	}
+	d.record(ctx, &w)
+	return w, nil
+}
+
+// dispatchBacklog dispatches up to limit of the oldest undispatched events
+// that no other transaction holds, each in a savepoint. It runs after the
+// job's own event, holding its lock; so that it never waits for long on a
+// lock while holding others (two batches could wait on each other), every
+// lock wait is bounded (backlogLockTimeoutSQL), and an event that hits it is
+// rolled back and left to its own dispatch job.
+func (d *Dispatcher) dispatchBacklog(ctx context.Context, tx pgx.Tx, w *txWork, limit int) error {
+	if limit <= 0 {
+		return nil
+	}
+	events, err := db.ClaimUndispatchedEvents(ctx, tx, limit)
+	if err != nil || len(events) == 0 {
+		return err
+	}
+	if _, err := tx.Exec(ctx, backlogLockTimeoutSQL); err != nil {
+		return fmt.Errorf("bound lock waits: %w", err)
+	}
+	for _, ev := range events {
+		mark := w.mark()
+		err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error { return d.dispatchOne(ctx, sp, w, ev) })
+		if db.IsLockWait(err) {
+			w.undo(mark)
+			continue
+		}
 		if err != nil {
 			return err
 		}
-		done, evType = true, ev.Type
-		return d.enqueueDeliveries(ctx, tx, append(due, later...), zeroTime)
-	})
-	if err != nil {
-		return false, fmt.Errorf("dispatch event %d: %w", id, err)
 	}
-	if done {
-		d.metrics.EventDispatched(evType)
-		if latency != nil {
-			d.metrics.EventProcessedAfter(*latency)
+	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout TO DEFAULT`); err != nil {
+		return fmt.Errorf("unbound lock waits: %w", err)
+	}
+	return nil
+}
+
+// backlogLockTimeoutSQL bounds each lock wait of a backlog event to 100 ms
+// (see dispatchBacklog).
+const backlogLockTimeoutSQL = `SET LOCAL lock_timeout = '100ms'`
+
+// dispatchOne creates the deliveries of the locked, undispatched event ev,
+// makes those to built-in subscribers the document's order lets through,
+// and notes in w the deliver jobs of the others and of later events of the
+// document that were waiting for this one.
+func (d *Dispatcher) dispatchOne(ctx context.Context, tx pgx.Tx, w *txWork, ev db.Event) error {
+	due, _, err := db.StartDispatch(ctx, tx, ev)
+	if err != nil {
+		return err
+	}
+	w.dispatched = append(w.dispatched, ev.Type)
+	w.check = append(w.check, ev.ID)
+	var builtins []int64
+	for _, sub := range due {
+		if sub.Kind == db.SubscriberBuiltin {
+			builtins = append(builtins, sub.ID)
+		} else {
+			w.now = append(w.now, db.DeliveryKey{EventID: ev.ID, SubscriberID: sub.ID})
 		}
 	}
-	return done, nil
+	if len(builtins) > 0 {
+		blocked, err := db.BlockedSubscribers(ctx, tx, ev, builtins)
+		if err != nil {
+			return err
+		}
+		for _, sub := range due {
+			if sub.Kind != db.SubscriberBuiltin || blocked[sub.ID] {
+				continue
+			}
+			// A blocked delivery stays pending: the earlier event's last
+			// delivery releases it (LaterOpenDeliveries).
+			if _, err := d.deliverOne(ctx, tx, w, sub, ev, 1); err != nil {
+				return err
+			}
+		}
+	}
+	// Later events of this document may have been waiting for this one to
+	// be dispatched or delivered.
+	later, err := db.LaterOpenDeliveries(ctx, tx, ev, nil)
+	if err != nil {
+		return err
+	}
+	w.now = append(w.now, later...)
+	return nil
 }
 
 // Outcome of one Deliver call.
@@ -169,14 +255,20 @@ const (
 // events of the same document, call the subscriber, store the outcome,
 // schedule the retry or finish the event, and release deliveries that were
 // waiting for this one. It returns the outcome; an error means the attempt
-// itself could not be made or stored (the job is retried).
+// itself could not be made or stored (the job is retried). Dispatch makes
+// the first attempt of built-in deliveries itself; Deliver makes webhook
+// deliveries, retries and redeliveries.
 func (d *Dispatcher) Deliver(ctx context.Context, k db.DeliveryKey) (string, error) {
-	outcome := OutcomeSkipped
-	var evType, subName string
-	var written []db.Event
-	var latency *time.Duration
+	w, err := d.deliver(ctx, k)
+	return w.outcome, err
+}
+
+// deliver is Deliver returning the transaction's work; w.outcome is the
+// outcome.
+func (d *Dispatcher) deliver(ctx context.Context, k db.DeliveryKey) (txWork, error) {
+	var w txWork
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		written, latency = nil, nil
+		w = txWork{outcome: OutcomeSkipped}
 		del, err := db.LockOpenDelivery(ctx, tx, k)
 		if errors.Is(err, db.ErrNotFound) {
 			return nil
@@ -200,59 +292,147 @@ func (d *Dispatcher) Deliver(ctx context.Context, k db.DeliveryKey) (string, err
 			return err
 		}
 		if blocked {
-			outcome = OutcomeBlocked
+			w.outcome = OutcomeBlocked
 			return nil
 		}
-		attempt, newEvents, err := d.attempt(ctx, tx, sub, ev, del.Attempts+1)
-		if err != nil {
+		if w.outcome, err = d.deliverOne(ctx, tx, &w, sub, ev, del.Attempts+1); err != nil {
 			return err
 		}
-		rec, err := db.RecordAttempt(ctx, tx, k, attempt)
-		if err != nil {
-			return err
+		if w.outcome != OutcomeFailed {
+			// Lock the event before looking for later deliveries: one
+			// being dispatched right now share-locks it and sees our commit.
+			if err := w.finish(ctx, tx); err != nil {
+				return err
+			}
+			later, err := db.LaterOpenDeliveries(ctx, tx, ev, &sub.ID)
+			if err != nil {
+				return err
+			}
+			w.now = append(w.now, later...)
 		}
-		outcome, evType, subName, written = rec.Status, ev.Type, sub.Name, newEvents
-		if err := EnqueueDispatch(ctx, d.river, tx, newEvents); err != nil {
-			return err
-		}
-		if rec.Status == db.DeliveryFailed {
-			return d.enqueueDeliveries(ctx, tx, []db.DeliveryKey{k}, rec.NextAttemptAt)
-		}
-		finished, took, err := db.FinishEventIfDone(ctx, tx, ev.ID)
-		if err != nil {
-			return err
-		}
-		if finished {
-			latency = &took
-		}
-		later, err := db.LaterOpenDeliveries(ctx, tx, ev, &sub.ID)
-		if err != nil {
-			return err
-		}
-		return d.enqueueDeliveries(ctx, tx, later, zeroTime)
+		return d.enqueue(ctx, tx, &w)
 	})
 	if err != nil {
-		return "", fmt.Errorf("deliver event %d to subscriber %d: %w", k.EventID, k.SubscriberID, err)
+		return txWork{}, fmt.Errorf("deliver event %d to subscriber %d: %w", k.EventID, k.SubscriberID, err)
 	}
-	d.record(evType, subName, outcome, written, latency)
-	if outcome == OutcomeFailed || outcome == OutcomeDead {
-		d.logger.WarnContext(ctx, "delivery "+outcome, slog.Int64("event_id", k.EventID), slog.Int64("subscriber_id", k.SubscriberID))
-	}
-	return outcome, nil
+	d.record(ctx, &w)
+	return w, nil
 }
 
-// record counts one committed Deliver: the attempt's outcome, the events
-// the subscriber wrote, and the event's latency when it finished it.
-func (d *Dispatcher) record(evType, subscriber, outcome string, written []db.Event, latency *time.Duration) {
-	switch outcome {
-	case OutcomeDelivered, OutcomeFailed, OutcomeDead:
-		d.metrics.Delivery(evType, subscriber, outcome)
+// deliverOne attempts the delivery of ev to sub in tx, records it, and
+// notes in w what follows: the dispatch of the events a built-in
+// subscriber wrote, the retry of a failure, or the event's check for
+// completion.
+func (d *Dispatcher) deliverOne(ctx context.Context, tx pgx.Tx, w *txWork, sub db.Subscriber, ev db.Event, attemptNo int32) (string, error) {
+	attempt, written, err := d.attempt(ctx, tx, sub, ev, attemptNo)
+	if err != nil {
+		return "", err
 	}
-	for _, ev := range written {
+	k := db.DeliveryKey{EventID: ev.ID, SubscriberID: sub.ID}
+	rec, err := db.RecordAttempt(ctx, tx, k, attempt)
+	if err != nil {
+		return "", err
+	}
+	w.outcomes = append(w.outcomes, deliveryOutcome{key: k, evType: ev.Type, subscriber: sub.Name, outcome: rec.Status})
+	w.written = append(w.written, written...)
+	if rec.Status == db.DeliveryFailed {
+		w.retries = append(w.retries, retry{key: k, at: rec.NextAttemptAt})
+	} else {
+		w.check = append(w.check, ev.ID)
+	}
+	return rec.Status, nil
+}
+
+// txWork collects what one dispatch or delivery transaction did: the jobs
+// it enqueues before committing, the events it may finish, and what the
+// metrics count once it committed.
+type txWork struct {
+	now        []db.DeliveryKey // deliver jobs to run at once
+	retries    []retry          // deliver jobs of failed attempts
+	written    []db.Event       // events built-in subscribers journaled
+	check      []int64          // events that may be done
+	dispatched []string         // types of the events dispatched
+	outcomes   []deliveryOutcome
+	finished   []db.ProcessedEvent
+	outcome    string // Deliver's outcome
+}
+
+type retry struct {
+	key db.DeliveryKey
+	at  time.Time
+}
+
+type deliveryOutcome struct {
+	key        db.DeliveryKey
+	evType     string
+	subscriber string
+	outcome    string
+}
+
+// workMark is how far a txWork had got, to undo a rolled-back savepoint.
+type workMark struct{ now, retries, written, check, dispatched, outcomes int }
+
+func (w *txWork) mark() workMark {
+	return workMark{len(w.now), len(w.retries), len(w.written), len(w.check), len(w.dispatched), len(w.outcomes)}
+}
+
+func (w *txWork) undo(m workMark) {
+	w.now, w.retries, w.written = w.now[:m.now], w.retries[:m.retries], w.written[:m.written]
+	w.check, w.dispatched, w.outcomes = w.check[:m.check], w.dispatched[:m.dispatched], w.outcomes[:m.outcomes]
+}
+
+// finish marks processed the events of w.check whose deliveries are all
+// done. Marking takes the feed counter, held until commit: it comes last.
+func (w *txWork) finish(ctx context.Context, tx pgx.Tx) error {
+	done, err := db.FinishEventsIfDone(ctx, tx, w.check)
+	w.finished, w.check = append(w.finished, done...), nil
+	return err
+}
+
+// enqueue inserts, in tx and in one statement, the dispatch jobs of the
+// events written and the deliver jobs of w (retries at their next attempt).
+func (d *Dispatcher) enqueue(ctx context.Context, tx pgx.Tx, w *txWork) error {
+	params := make([]river.InsertManyParams, 0, len(w.written)+len(w.now)+len(w.retries))
+	for _, ev := range w.written {
+		params = append(params, river.InsertManyParams{Args: DispatchArgs{EventID: ev.ID}})
+	}
+	for _, k := range w.now {
+		params = append(params, river.InsertManyParams{Args: DeliverArgs{EventID: k.EventID, SubscriberID: k.SubscriberID}})
+	}
+	for _, r := range w.retries {
+		params = append(params, river.InsertManyParams{
+			Args:       DeliverArgs{EventID: r.key.EventID, SubscriberID: r.key.SubscriberID},
+			InsertOpts: &river.InsertOpts{ScheduledAt: r.at},
+		})
+	}
+	if len(params) == 0 {
+		return nil
+	}
+	if _, err := d.river.InsertManyTx(ctx, tx, params); err != nil {
+		return fmt.Errorf("enqueue %d jobs: %w", len(params), err)
+	}
+	return nil
+}
+
+// record counts one committed transaction's work: events dispatched,
+// attempts by outcome, the events subscribers wrote, and the latency of
+// the events it finished; failures are logged.
+func (d *Dispatcher) record(ctx context.Context, w *txWork) {
+	for _, t := range w.dispatched {
+		d.metrics.EventDispatched(t)
+	}
+	for _, o := range w.outcomes {
+		d.metrics.Delivery(o.evType, o.subscriber, o.outcome)
+		if o.outcome == OutcomeFailed || o.outcome == OutcomeDead {
+			d.logger.WarnContext(ctx, "delivery "+o.outcome, slog.Int64("event_id", o.key.EventID),
+				slog.Int64("subscriber_id", o.key.SubscriberID), slog.String("subscriber", o.subscriber))
+		}
+	}
+	for _, ev := range w.written {
 		d.metrics.EventWritten(ev.Type)
 	}
-	if latency != nil {
-		d.metrics.EventProcessedAfter(*latency)
+	for _, p := range w.finished {
+		d.metrics.EventProcessedAfter(p.Latency)
 	}
 }
 
@@ -280,6 +460,10 @@ func (d *Dispatcher) attempt(ctx context.Context, tx pgx.Tx, sub db.Subscriber, 
 		if err != nil {
 			if ctx.Err() != nil {
 				return db.Attempt{}, nil, ctx.Err()
+			}
+			if db.IsLockWait(err) {
+				// Not the subscriber's failure: the attempt could not run.
+				return db.Attempt{}, nil, err
 			}
 			a.Error, permanent = err.Error(), isPermanent(err)
 			break
@@ -337,25 +521,6 @@ func handleInSavepoint(ctx context.Context, tx pgx.Tx, s Subscriber, ev db.Event
 	return events, nil
 }
 
-// enqueueDeliveries inserts one deliver job per key in tx, to run at at
-// (zero: now).
-func (d *Dispatcher) enqueueDeliveries(ctx context.Context, tx pgx.Tx, keys []db.DeliveryKey, at time.Time) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	params := make([]river.InsertManyParams, len(keys))
-	for i, k := range keys {
-		params[i] = river.InsertManyParams{Args: DeliverArgs{EventID: k.EventID, SubscriberID: k.SubscriberID}}
-		if !at.IsZero() {
-			params[i].InsertOpts = &river.InsertOpts{ScheduledAt: at}
-		}
-	}
-	if _, err := d.river.InsertManyTx(ctx, tx, params); err != nil {
-		return fmt.Errorf("enqueue %d deliveries: %w", len(keys), err)
-	}
-	return nil
-}
-
 // SweepResult counts one sweep's work.
 type SweepResult struct {
 	Dispatched int // events whose deliveries the sweep created
@@ -363,6 +528,16 @@ type SweepResult struct {
 	Delivered  int // deliveries made (delivered)
 	Failed     int // attempts that failed (retry later) or went dead
 	Errors     int // events or deliveries the sweep could not handle
+}
+
+func (r *SweepResult) count(outcomes []deliveryOutcome) {
+	for _, o := range outcomes {
+		if o.outcome == OutcomeDelivered {
+			r.Delivered++
+		} else {
+			r.Failed++
+		}
+	}
 }
 
 // Sweep is the safety net behind the jobs: it dispatches events never
@@ -388,14 +563,15 @@ func (d *Dispatcher) Sweep(ctx context.Context) (SweepResult, error) {
 		}
 		for _, id := range ids {
 			after = id
-			ok, err := d.Dispatch(ctx, id)
+			w, err := d.dispatch(ctx, id)
 			if err != nil {
 				if err := note("dispatch", id, err); err != nil {
 					return res, err
 				}
-			} else if ok {
-				res.Dispatched++
 			}
+			res.Dispatched += len(w.dispatched)
+			res.Finished += len(w.finished)
+			res.count(w.outcomes)
 		}
 		if len(ids) < sweepBatch {
 			break
@@ -406,23 +582,20 @@ func (d *Dispatcher) Sweep(ctx context.Context) (SweepResult, error) {
 		if err != nil {
 			return res, err
 		}
-		for _, id := range ids {
-			after = id
-			var finished bool
-			var took time.Duration
-			err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) (err error) {
-				finished, took, err = db.FinishEventIfDone(ctx, tx, id)
-				return err
+		if len(ids) > 0 {
+			after = ids[len(ids)-1]
+			var w txWork
+			err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+				w = txWork{check: ids}
+				return w.finish(ctx, tx)
 			})
-			if err == nil && finished {
-				d.metrics.EventProcessedAfter(took)
-			}
 			if err != nil {
-				if err := note("finish", id, err); err != nil {
+				if err := note("finish", ids[0], err); err != nil {
 					return res, err
 				}
-			} else if finished {
-				res.Finished++
+			} else {
+				d.record(ctx, &w)
+				res.Finished += len(w.finished)
 			}
 		}
 		if len(ids) < sweepBatch {
@@ -436,17 +609,14 @@ func (d *Dispatcher) Sweep(ctx context.Context) (SweepResult, error) {
 		}
 		for _, k := range keys {
 			after = k
-			outcome, err := d.Deliver(ctx, k)
-			switch {
-			case err != nil:
+			w, err := d.deliver(ctx, k)
+			if err != nil {
 				if err := note("delivery", k.EventID, err); err != nil {
 					return res, err
 				}
-			case outcome == OutcomeDelivered:
-				res.Delivered++
-			case outcome == OutcomeFailed || outcome == OutcomeDead:
-				res.Failed++
 			}
+			res.Finished += len(w.finished)
+			res.count(w.outcomes)
 		}
 		if len(keys) < sweepBatch {
 			return res, nil

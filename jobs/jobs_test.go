@@ -35,9 +35,17 @@ type testBundle struct {
 // created but not started; call startRiver for that.
 func setup(t *testing.T, interval time.Duration, extra ...jobs.Subscriber) *testBundle {
 	t.Helper()
+	return setupWith(t, jobs.DispatcherConfig{}, interval, extra...)
+}
+
+// setupWith is setup with a dispatcher configuration (Logger and Retry
+// are set here).
+func setupWith(t *testing.T, cfg jobs.DispatcherConfig, interval time.Duration, extra ...jobs.Subscriber) *testBundle {
+	t.Helper()
 	b := &testBundle{ctx: t.Context(), pool: pgtest.NewPool(t)}
 	logger := slog.New(slog.DiscardHandler)
-	b.dispatcher = jobs.NewDispatcher(b.pool, jobs.DispatcherConfig{Logger: logger, Retry: testRetry}, append([]jobs.Subscriber{jobs.OrderAcceptance{}}, extra...)...)
+	cfg.Logger, cfg.Retry = logger, testRetry
+	b.dispatcher = jobs.NewDispatcher(b.pool, cfg, append([]jobs.Subscriber{jobs.OrderAcceptance{}}, extra...)...)
 	require.NoError(t, b.dispatcher.Register(b.ctx))
 	var err error
 	b.river, err = jobs.NewRiverClient(b.pool, b.dispatcher, jobs.RiverConfig{DispatchInterval: interval, MaxWorkers: 4, Logger: logger})
@@ -234,7 +242,8 @@ func (b *testBundle) delivery(t *testing.T, eventID int64, subscriber string) db
 func TestFailingSubscriberRetriesWithGrowingGapsThenDelivers(t *testing.T) {
 	t.Parallel()
 	sub := &flaky{failures: 3}
-	b := setup(t, time.Hour, sub)
+	// One event per dispatch: the backlog would dispatch doc.created along.
+	b := setupWith(t, jobs.DispatcherConfig{DispatchBatch: 1}, time.Hour, sub)
 	var events []db.Event
 	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) (err error) {
 		_, events, err = receive(b, tx, "51004")
@@ -243,9 +252,9 @@ func TestFailingSubscriberRetriesWithGrowingGapsThenDelivers(t *testing.T) {
 	received := events[1]
 	// doc.created comes first in the document's order; until it is
 	// dispatched, order.received is held back.
-	processed, err := b.dispatcher.Dispatch(b.ctx, received.ID)
+	dispatched, err := b.dispatcher.Dispatch(b.ctx, received.ID)
 	require.NoError(t, err)
-	require.True(t, processed)
+	require.Equal(t, 1, dispatched)
 	k := b.delivery(t, received.ID, "flaky").Key()
 	outcome, err := b.dispatcher.Deliver(b.ctx, k)
 	require.NoError(t, err)
@@ -465,4 +474,130 @@ func TestPoisonEventDoesNotDelayOthers(t *testing.T) {
 	d := b.delivery(t, poisonID, "step_recorder")
 	require.Equal(t, db.DeliveryFailed, d.Status, "the poison event is still being retried")
 	require.Zero(t, b.count(t, `SELECT count(*) FROM received_steps WHERE entity_id = 1`))
+}
+
+func TestDispatchDeliversToBuiltinsInItsTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Hour)
+	var events []db.Event
+	var so db.SalesOrder
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) (err error) {
+		so, events, err = receive(b, tx, "51010")
+		return err
+	}))
+	// River is not started: whatever happens, happens inside Dispatch.
+	dispatched, err := b.dispatcher.Dispatch(b.ctx, events[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, 2, dispatched, "the job's event and the waiting order.received")
+
+	got, err := db.SalesOrderByID(b.ctx, b.pool, so.ID)
+	require.NoError(t, err)
+	require.Equal(t, db.SalesOrderAccepted, got.Status)
+	d := b.delivery(t, events[1].ID, "order_acceptance")
+	require.Equal(t, db.DeliveryDelivered, d.Status)
+	require.EqualValues(t, 1, d.Attempts)
+	require.Zero(t, b.count(t, `SELECT count(*) FROM events WHERE processed_at IS NULL`))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM river_job WHERE kind = $1`, jobs.DeliverArgs{}.Kind()),
+		"a built-in delivery needs no deliver job")
+	// Feed positions follow the ids, with no gap.
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM events WHERE id = $1 AND feed_seq + 1 = (SELECT feed_seq FROM events WHERE id = $2)`,
+		events[0].ID, events[1].ID))
+}
+
+// TestDispatchTakesOnBacklogInOneCommit: one dispatch job drains up to
+// DispatchBatch waiting events, marks them processed in id order with
+// consecutive feed positions, and sends one notification for all.
+func TestDispatchTakesOnBacklogInOneCommit(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, jobs.DispatcherConfig{DispatchBatch: 5}, time.Hour)
+	var ids []int64
+	for i := range 4 { // 8 events
+		require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			_, events, err := receive(b, tx, fmt.Sprintf("5102%d", i))
+			for _, ev := range events {
+				ids = append(ids, ev.ID)
+			}
+			return err
+		}))
+	}
+	conn, err := b.pool.Acquire(b.ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(b.ctx, "LISTEN event_processed")
+	require.NoError(t, err)
+
+	dispatched, err := b.dispatcher.Dispatch(b.ctx, ids[0])
+	require.NoError(t, err)
+	require.Equal(t, 5, dispatched)
+	rows, err := b.pool.Query(b.ctx, `SELECT id, feed_seq FROM events WHERE processed_at IS NOT NULL ORDER BY id`)
+	require.NoError(t, err)
+	type row struct {
+		ID      int64 `db:"id"`
+		FeedSeq int64 `db:"feed_seq"`
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowToStructByName[row])
+	require.NoError(t, err)
+	// The fifth event (the third order's doc.created) finished too; its
+	// order.received waits for the next batch.
+	require.Len(t, done, 5)
+	for i, r := range done {
+		require.Equal(t, ids[i], r.ID)
+		require.Equal(t, done[0].FeedSeq+int64(i), r.FeedSeq, "feed positions in id order, consecutive")
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, time.Second)
+	defer cancel()
+	n, err := conn.Conn().WaitForNotification(ctx)
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprint(done[4].FeedSeq), n.Payload, "one notification carries the highest position")
+	ctx2, cancel2 := context.WithTimeout(b.ctx, 200*time.Millisecond)
+	defer cancel2()
+	_, err = conn.Conn().WaitForNotification(ctx2)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "a second notification for the same commit")
+
+	// The orders' own jobs find their events done; the rest drains.
+	dispatched, err = b.dispatcher.Dispatch(b.ctx, ids[1])
+	require.NoError(t, err)
+	require.Equal(t, 3, dispatched)
+	require.Zero(t, b.count(t, `SELECT count(*) FROM events WHERE processed_at IS NULL`))
+	require.Equal(t, 4, b.count(t, `SELECT count(*) FROM sales_orders WHERE status = 'accepted'`))
+}
+
+// TestBacklogEventBehindALockIsLeftToItsJob: a backlog event whose
+// document's earlier event is held by another transaction is not waited
+// for (two batches could wait on each other); it stays undispatched for its
+// own job, and the batch goes on with the others.
+func TestBacklogEventBehindALockIsLeftToItsJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Hour)
+	var first, second []db.Event
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) (err error) {
+		_, first, err = receive(b, tx, "51030")
+		return err
+	}))
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) (err error) {
+		_, second, err = receive(b, tx, "51031")
+		return err
+	}))
+	// Another transaction holds the first order's doc.created.
+	holder, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer holder.Rollback(b.ctx) //nolint:errcheck
+	_, err = holder.Exec(b.ctx, `SELECT 1 FROM events WHERE id = $1 FOR UPDATE`, first[0].ID)
+	require.NoError(t, err)
+
+	// The job of the second order's doc.created takes on the backlog: the
+	// first order's order.received must wait for its held doc.created.
+	dispatched, err := b.dispatcher.Dispatch(b.ctx, second[0].ID)
+	require.NoError(t, err)
+	require.Equal(t, 2, dispatched, "the second order's two events")
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM events WHERE id = ANY($1) AND processed_at IS NOT NULL`,
+		[]int64{second[0].ID, second[1].ID}))
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM events WHERE id = ANY($1) AND dispatched_at IS NULL`,
+		[]int64{first[0].ID, first[1].ID}), "the held document's events stay for their jobs")
+	require.Zero(t, b.count(t, `SELECT count(*) FROM deliveries WHERE event_id = $1`, first[1].ID))
+
+	require.NoError(t, holder.Rollback(b.ctx))
+	b.startRiver(t)
+	b.waitProcessed(t, first[0].ID, first[1].ID)
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM sales_orders WHERE status = 'accepted'`))
 }

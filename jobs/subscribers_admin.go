@@ -45,7 +45,7 @@ func (d *Dispatcher) SetPaused(ctx context.Context, id int64, paused bool) (db.S
 			return err
 		}
 		sub = s
-		return d.enqueueDeliveries(ctx, tx, held, zeroTime)
+		return d.enqueue(ctx, tx, &txWork{now: held})
 	})
 	return sub, err
 }
@@ -61,10 +61,7 @@ func (d *Dispatcher) Redeliver(ctx context.Context, actorID *int64, f db.Deliver
 			return err
 		}
 		keys = k
-		if err := EnqueueDispatch(ctx, d.river, tx, events); err != nil {
-			return err
-		}
-		return d.enqueueDeliveries(ctx, tx, k, zeroTime)
+		return d.enqueue(ctx, tx, &txWork{written: events, now: k})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("redeliver: %w", err)
