@@ -294,44 +294,33 @@ func (r *riverRef) latency(ctx context.Context, rate, n int) ([]time.Duration, f
 
 // breakdown prints where an event's time goes, from the rows' own
 // timestamps (the database and this tool share the machine's clock):
-// commit → dispatch job attempted → deliver job attempted → processed_at →
-// websocket.
+// commit → dispatched_at (picked up by its dispatch job or another's
+// batch, deliveries created) → processed_at (built-in deliveries made,
+// stamped just before commit) → websocket.
 func (e *env) breakdown(committed, received map[int64]time.Time) {
 	ids := make([]int64, 0, len(committed))
 	for id := range committed {
 		ids = append(ids, id)
 	}
-	rows, err := e.pool.Query(e.ctx, `
-		SELECT ev.id, ev.processed_at, dj.attempted_at, max(lj.created_at), max(lj.attempted_at)
-		FROM events ev
-		LEFT JOIN river_job dj ON dj.kind = 'dispatch_event' AND (dj.args->>'event_id')::bigint = ev.id
-		LEFT JOIN river_job lj ON lj.kind = 'deliver_event' AND (lj.args->>'event_id')::bigint = ev.id
-		WHERE ev.id = ANY($1) GROUP BY ev.id, ev.processed_at, dj.attempted_at`, ids)
+	rows, err := e.pool.Query(e.ctx, `SELECT id, dispatched_at, processed_at FROM events WHERE id = ANY($1)`, ids)
 	if err != nil {
 		fmt.Println("    breakdown:", err)
 		return
 	}
 	defer rows.Close()
-	var toDispatch, dispatchToDeliverJob, deliverWait, deliverToProcessed, processedToWS []time.Duration
+	var toDispatched, dispatchedToProcessed, processedToWS []time.Duration
 	for rows.Next() {
 		var id int64
-		var processed, dAtt, lCreated, lAtt *time.Time
-		if err := rows.Scan(&id, &processed, &dAtt, &lCreated, &lAtt); err != nil {
+		var dispatched, processed *time.Time
+		if err := rows.Scan(&id, &dispatched, &processed); err != nil {
 			fmt.Println("    breakdown:", err)
 			return
 		}
-		c := committed[id]
-		if dAtt != nil {
-			toDispatch = append(toDispatch, dAtt.Sub(c))
+		if dispatched != nil {
+			toDispatched = append(toDispatched, dispatched.Sub(committed[id]))
 		}
-		if dAtt != nil && lCreated != nil {
-			dispatchToDeliverJob = append(dispatchToDeliverJob, lCreated.Sub(*dAtt))
-		}
-		if lCreated != nil && lAtt != nil {
-			deliverWait = append(deliverWait, lAtt.Sub(*lCreated))
-		}
-		if lAtt != nil && processed != nil {
-			deliverToProcessed = append(deliverToProcessed, processed.Sub(*lAtt))
+		if dispatched != nil && processed != nil {
+			dispatchedToProcessed = append(dispatchedToProcessed, processed.Sub(*dispatched))
 		}
 		if r, ok := received[id]; ok && processed != nil {
 			processedToWS = append(processedToWS, r.Sub(*processed))
@@ -340,10 +329,8 @@ func (e *env) breakdown(committed, received map[int64]time.Time) {
 	f := func(name string, d []time.Duration) string {
 		return fmt.Sprintf("%s p50 %.1f p99 %.1f", name, ms(pct(d, 50)), ms(pct(d, 99)))
 	}
-	fmt.Printf("    breakdown (ms): %s; %s; %s; %s; %s\n",
-		f("commit→dispatch job attempted", toDispatch),
-		f("dispatch attempted→deliver job created (tx start)", dispatchToDeliverJob),
-		f("deliver job created→attempted", deliverWait),
-		f("deliver attempted→processed_at", deliverToProcessed),
+	fmt.Printf("    breakdown (ms): %s; %s; %s\n",
+		f("commit→dispatched_at", toDispatched),
+		f("dispatched_at→processed_at", dispatchedToProcessed),
 		f("processed_at→websocket", processedToWS))
 }

@@ -126,6 +126,9 @@ func run(ctx context.Context, o options) (err error) {
 	}
 
 	fmt.Println("starting PostgreSQL (fsync on)…")
+	if err := preloadStatStatements(ctx, localpg.Config{Dir: filepath.Join(tmp, "pg"), DBName: "erp", Logger: logger}); err != nil {
+		return err
+	}
 	e.cluster, err = localpg.Start(ctx, localpg.Config{Dir: filepath.Join(tmp, "pg"), DBName: "erp", Logger: logger})
 	if err != nil {
 		return err
@@ -156,6 +159,9 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	defer e.pool.Close()
 	if err := db.Migrate(ctx, e.pool, logger); err != nil {
+		return err
+	}
+	if _, err := e.pool.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
 		return err
 	}
 
@@ -279,4 +285,22 @@ func raiseNoFile() {
 		l.Cur = l.Max
 		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
 	}
+}
+
+// preloadStatStatements initialises the cluster in cfg.Dir and restarts it
+// with pg_stat_statements loaded (it needs shared_preload_libraries), so
+// that every run's notes name the statements PostgreSQL spent its time on.
+func preloadStatStatements(ctx context.Context, cfg localpg.Config) error {
+	c, err := localpg.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	admin, err := pgxpool.New(ctx, c.AdminURL())
+	if err == nil {
+		_, err = admin.Exec(ctx, "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
+		admin.Close()
+	}
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	return errors.Join(err, c.Stop(stopCtx))
 }

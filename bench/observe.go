@@ -34,6 +34,9 @@ func (e *env) observe(serverPID int) *observer {
 	ctx, cancel := context.WithCancel(e.ctx)
 	o := &observer{e: e, cancel: cancel, done: make(chan struct{}), waits: map[string]int{}, pid: serverPID, t0: time.Now()}
 	o.start = snap(serverPID)
+	if _, err := e.pool.Exec(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
+		fmt.Fprintln(os.Stderr, "pg_stat_statements_reset:", err)
+	}
 	go func() {
 		defer close(o.done)
 		t := time.NewTicker(20 * time.Millisecond)
@@ -90,10 +93,35 @@ func (o *observer) finish() string {
 		}
 		parts = append(parts, fmt.Sprintf("%s %.1f", w.k, float64(w.v)/float64(max(o.samples, 1))))
 	}
-	return fmt.Sprintf("active backends by wait: %s; CPU (cores): server %.2f, postgres %.2f, bench %.2f, machine %.2f of %d",
+	return fmt.Sprintf("active backends by wait: %s; CPU (cores): server %.2f, postgres %.2f, bench %.2f, machine %.2f of %d; top statements: %s",
 		strings.Join(parts, ", "),
 		(end.server-o.start.server)/wall, (end.postgres-o.start.postgres)/wall, (end.self-o.start.self)/wall,
-		(end.total-o.start.total)/wall, nproc())
+		(end.total-o.start.total)/wall, nproc(), o.topStatements())
+}
+
+// topStatements lists the five statements with the most execution time
+// since observe started (pg_stat_statements, this tool's sampling
+// excepted): total ms, calls and mean ms each.
+func (o *observer) topStatements() string {
+	rows, err := o.e.pool.Query(o.e.ctx, `
+		SELECT left(regexp_replace(query, '\s+', ' ', 'g'), 70), calls, total_exec_time
+		FROM pg_stat_statements
+		WHERE query NOT LIKE '%pg_stat_%' AND query NOT LIKE 'SELECT pg_stat_statements_reset%'
+		ORDER BY total_exec_time DESC LIMIT 5`)
+	if err != nil {
+		return "unavailable (" + err.Error() + ")"
+	}
+	defer rows.Close()
+	var parts []string
+	for rows.Next() {
+		var q string
+		var calls int64
+		var total float64
+		if rows.Scan(&q, &calls, &total) == nil {
+			parts = append(parts, fmt.Sprintf("[%s] %.0f ms / %d calls = %.3f ms", q, total, calls, total/float64(max(calls, 1))))
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 func nproc() int {

@@ -358,26 +358,43 @@ func DeliveryBlocked(ctx context.Context, tx pgx.Tx, ev Event, subID int64) (boo
 // in a fresh statement, which sees what those committed: a concurrent
 // predecessor is never missed.
 func BlockedSubscribers(ctx context.Context, tx pgx.Tx, ev Event, subIDs []int64) (map[int64]bool, error) {
-	if _, err := tx.Exec(ctx, `
-		SELECT 1 FROM events WHERE entity = $1 AND entity_id = $2 AND id < $3 AND processed_at IS NULL
-		FOR SHARE`, ev.Entity, ev.EntityID, ev.ID); err != nil {
+	// Usually nothing came before ev, or all of it is done: the locking
+	// statement finds nothing to lock and no open delivery (it checks
+	// that too), and the second statement is saved. Anything found may
+	// be stale, though (a lock wait ends on a commit the statement's
+	// snapshot predates): then the second statement decides.
+	var earlier int
+	var ids []int64
+	err := tx.QueryRow(ctx, `
+		WITH earlier AS (
+			SELECT id FROM events WHERE entity = $1 AND entity_id = $2 AND id < $3 AND processed_at IS NULL
+			FOR SHARE
+		)
+		SELECT (SELECT count(*) FROM earlier), ARRAY(
+			SELECT sub.id FROM unnest($4::bigint[]) sub (id)
+			WHERE EXISTS (
+				SELECT 1 FROM events p JOIN deliveries pd ON pd.event_id = p.id AND pd.subscriber_id = sub.id
+				WHERE p.entity = $1 AND p.entity_id = $2 AND p.id < $3 AND pd.status IN ('pending', 'failed')))`,
+		ev.Entity, ev.EntityID, ev.ID, subIDs).Scan(&earlier, &ids)
+	if err != nil {
 		return nil, fmt.Errorf("lock events before %d: %w", ev.ID, err)
 	}
-	rows, err := tx.Query(ctx, `
-		SELECT sub.id FROM unnest($4::bigint[]) sub (id)
-		WHERE EXISTS (
-			SELECT 1 FROM events p
-			LEFT JOIN deliveries pd ON pd.event_id = p.id AND pd.subscriber_id = sub.id
-			WHERE p.entity = $1 AND p.entity_id = $2 AND p.id < $3
-			  AND (pd.status IN ('pending', 'failed')
-			       OR (pd.event_id IS NULL AND p.processed_at IS NULL AND p.dispatched_at IS NULL))
-		)`, ev.Entity, ev.EntityID, ev.ID, subIDs)
-	if err != nil {
-		return nil, fmt.Errorf("check order of event %d: %w", ev.ID, err)
-	}
-	ids, err := collectIDs(rows)
-	if err != nil {
-		return nil, fmt.Errorf("check order of event %d: %w", ev.ID, err)
+	if earlier > 0 || len(ids) > 0 {
+		rows, err := tx.Query(ctx, `
+			SELECT sub.id FROM unnest($4::bigint[]) sub (id)
+			WHERE EXISTS (
+				SELECT 1 FROM events p
+				LEFT JOIN deliveries pd ON pd.event_id = p.id AND pd.subscriber_id = sub.id
+				WHERE p.entity = $1 AND p.entity_id = $2 AND p.id < $3
+				  AND (pd.status IN ('pending', 'failed')
+				       OR (pd.event_id IS NULL AND p.processed_at IS NULL AND p.dispatched_at IS NULL))
+			)`, ev.Entity, ev.EntityID, ev.ID, subIDs)
+		if err != nil {
+			return nil, fmt.Errorf("check order of event %d: %w", ev.ID, err)
+		}
+		if ids, err = collectIDs(rows); err != nil {
+			return nil, fmt.Errorf("check order of event %d: %w", ev.ID, err)
+		}
 	}
 	blocked := make(map[int64]bool, len(ids))
 	for _, id := range ids {
@@ -444,11 +461,11 @@ func truncate(s string, n int) string {
 
 func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
-// FinishEventsIfDone marks processed (MarkEventsProcessed) those of the
-// events ids none of whose deliveries is open any more. It locks the
-// events first, so two deliveries finishing at once cannot both miss the
-// moment (each re-reads the others' committed state after the lock). It
-// returns the events it marked, in id order, with their dispatch latency.
+// FinishEventsIfDone locks the events ids and marks processed those none
+// of whose deliveries is open any more (FinishEvents). Locking first means
+// two deliveries finishing at once cannot both miss the moment: each
+// re-reads the others' committed state after the lock. It returns the
+// events it marked, in id order, with their dispatch latency.
 func FinishEventsIfDone(ctx context.Context, tx pgx.Tx, ids []int64) ([]ProcessedEvent, error) {
 	if len(ids) == 0 {
 		return nil, nil
@@ -456,18 +473,7 @@ func FinishEventsIfDone(ctx context.Context, tx pgx.Tx, ids []int64) ([]Processe
 	if _, err := tx.Exec(ctx, `SELECT 1 FROM events WHERE id = ANY($1) AND processed_at IS NULL ORDER BY id FOR UPDATE`, ids); err != nil {
 		return nil, fmt.Errorf("lock %d events: %w", len(ids), err)
 	}
-	rows, err := tx.Query(ctx, `
-		SELECT e.id FROM events e
-		WHERE e.id = ANY($1) AND e.processed_at IS NULL
-		  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND d.status IN ('pending', 'failed'))`, ids)
-	if err != nil {
-		return nil, fmt.Errorf("open deliveries of %d events: %w", len(ids), err)
-	}
-	done, err := collectIDs(rows)
-	if err != nil {
-		return nil, fmt.Errorf("open deliveries of %d events: %w", len(ids), err)
-	}
-	return MarkEventsProcessed(ctx, tx, done)
+	return FinishEvents(ctx, tx, ids)
 }
 
 // ClaimUndispatchedEvents locks and returns up to limit undispatched,

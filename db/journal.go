@@ -337,13 +337,25 @@ type ProcessedEvent struct {
 // notifications arrive, in increasing order: call it last in a
 // transaction. It returns the events it marked, in id order.
 func MarkEventsProcessed(ctx context.Context, tx pgx.Tx, ids []int64) ([]ProcessedEvent, error) {
+	return markProcessed(ctx, tx, ids, false)
+}
+
+// FinishEvents is MarkEventsProcessed for those of the events ids none of
+// whose deliveries is open (pending or failed) any more. The caller holds
+// the events' locks (FinishEventsIfDone takes them).
+func FinishEvents(ctx context.Context, tx pgx.Tx, ids []int64) ([]ProcessedEvent, error) {
+	return markProcessed(ctx, tx, ids, true)
+}
+
+func markProcessed(ctx context.Context, tx pgx.Tx, ids []int64, onlyDone bool) ([]ProcessedEvent, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
 	rows, err := tx.Query(ctx, `
 		WITH todo AS (
 			SELECT id, row_number() OVER (ORDER BY id) AS n, count(*) OVER () AS total
-			FROM events WHERE id = ANY($1) AND processed_at IS NULL
+			FROM events e WHERE id = ANY($1) AND processed_at IS NULL
+			  AND NOT ($3 AND EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND d.status IN ('pending', 'failed')))
 		), s AS (
 			UPDATE feed_counter SET last_seq = last_seq + (SELECT count(*) FROM todo)
 			WHERE EXISTS (SELECT 1 FROM todo)
@@ -354,7 +366,7 @@ func MarkEventsProcessed(ctx context.Context, tx pgx.Tx, ids []int64) ([]Process
 			RETURNING events.id, events.feed_seq, events.processed_at - events.created_at AS latency
 		)
 		SELECT id, extract(epoch FROM latency)::float8, pg_notify($2, (max(feed_seq) OVER ())::text)
-		FROM e ORDER BY id`, ids, notifyEventProcessed)
+		FROM e ORDER BY id`, ids, notifyEventProcessed, onlyDone)
 	if err != nil {
 		return nil, fmt.Errorf("mark %d events processed: %w", len(ids), err)
 	}

@@ -149,7 +149,10 @@ func (d *Dispatcher) dispatch(ctx context.Context, id int64) (txWork, error) {
 		if err := d.enqueue(ctx, tx, &w); err != nil {
 			return err
 		}
-		return w.finish(ctx, tx)
+		// The events are ours (locked): finish without locking again.
+		done, err := db.FinishEvents(ctx, tx, w.check)
+		w.finished = done
+		return err
 	})
 	if err != nil {
 		return txWork{}, fmt.Errorf("dispatch event %d: %w", id, err)
