@@ -477,15 +477,18 @@ func FinishEventsIfDone(ctx context.Context, tx pgx.Tx, ids []int64) ([]Processe
 }
 
 // ClaimUndispatchedEvents locks and returns up to limit undispatched,
-// unprocessed events, oldest first, skipping those another transaction
-// holds: the backlog a dispatch transaction takes on besides its own event.
-func ClaimUndispatchedEvents(ctx context.Context, tx pgx.Tx, limit int) ([]Event, error) {
+// unprocessed events after afterID, oldest first, skipping those another
+// transaction holds: the backlog a dispatch transaction takes on besides
+// its own event (afterID). Starting after it skips the index entries of
+// the events dispatched just before, not vacuumed yet; an older event still
+// waiting has its own job.
+func ClaimUndispatchedEvents(ctx context.Context, tx pgx.Tx, afterID int64, limit int) ([]Event, error) {
 	rows, err := tx.Query(ctx, `
 		WITH e AS (
-			SELECT * FROM events WHERE dispatched_at IS NULL AND processed_at IS NULL
-			ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED
+			SELECT * FROM events WHERE dispatched_at IS NULL AND processed_at IS NULL AND id > $1
+			ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED
 		)
-		SELECT `+eventColumnsFromJoin+` FROM e LEFT JOIN users u ON u.id = e.actor_id ORDER BY e.id`, limit)
+		SELECT `+eventColumnsFromJoin+` FROM e LEFT JOIN users u ON u.id = e.actor_id ORDER BY e.id`, afterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("claim undispatched events: %w", err)
 	}

@@ -143,7 +143,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, id int64) (txWork, error) {
 				return err
 			}
 		}
-		if err := d.dispatchBacklog(ctx, tx, &w, d.batch-len(w.dispatched)); err != nil {
+		if err := d.dispatchBacklog(ctx, tx, &w, id, d.batch-len(w.dispatched)); err != nil {
 			return err
 		}
 		if err := d.enqueue(ctx, tx, &w); err != nil {
@@ -162,16 +162,17 @@ func (d *Dispatcher) dispatch(ctx context.Context, id int64) (txWork, error) {
 }
 
 // dispatchBacklog dispatches up to limit of the oldest undispatched events
-// that no other transaction holds, each in a savepoint. It runs after the
-// job's own event, holding its lock; so that it never waits for long on a
-// lock while holding others (two batches could wait on each other), every
-// lock wait is bounded (backlogLockTimeoutSQL), and an event that hits it is
-// rolled back and left to its own dispatch job.
-func (d *Dispatcher) dispatchBacklog(ctx context.Context, tx pgx.Tx, w *txWork, limit int) error {
+// after the job's own event (afterID) that no other transaction holds, each
+// in a savepoint. It runs after the job's own event, holding its lock. So
+// that it never waits long on a lock while holding others (two batches
+// could wait on each other), every lock wait is bounded
+// (backlogLockTimeoutSQL); an event that hits the bound is rolled back and
+// left to its own dispatch job.
+func (d *Dispatcher) dispatchBacklog(ctx context.Context, tx pgx.Tx, w *txWork, afterID int64, limit int) error {
 	if limit <= 0 {
 		return nil
 	}
-	events, err := db.ClaimUndispatchedEvents(ctx, tx, limit)
+	events, err := db.ClaimUndispatchedEvents(ctx, tx, afterID, limit)
 	if err != nil || len(events) == 0 {
 		return err
 	}
