@@ -290,11 +290,23 @@ func WebhookTargetOf(ctx context.Context, q Querier, id int64) (WebhookTarget, e
 	return t, nil
 }
 
+// DispatchStart is what StartDispatch created and saw.
+type DispatchStart struct {
+	// Due are the subscribers of the new deliveries, by id, except paused
+	// ones (their deliveries are held).
+	Due []Subscriber
+	// Any reports whether the event had any delivery at all.
+	Any bool
+	// Earlier and Later report whether the event's document (entity and
+	// id) has events before and after it. Only then can the document's
+	// order hold a delivery of this event back, or this event hold one of
+	// a later event. Unknown (true) when the event had no delivery.
+	Earlier, Later bool
+}
+
 // StartDispatch creates the delivery records of event ev, one per
-// subscriber whose types match, and stamps the event dispatched. It returns
-// the subscribers of the new deliveries except paused ones (held), by id,
-// and whether the event had any delivery at all.
-func StartDispatch(ctx context.Context, tx pgx.Tx, ev Event) (due []Subscriber, any bool, err error) {
+// subscriber whose types match, and stamps the event dispatched.
+func StartDispatch(ctx context.Context, tx pgx.Tx, ev Event) (DispatchStart, error) {
 	rows, err := tx.Query(ctx, `
 		WITH ins AS (
 			INSERT INTO deliveries (event_id, subscriber_id)
@@ -304,22 +316,35 @@ func StartDispatch(ctx context.Context, tx pgx.Tx, ev Event) (due []Subscriber, 
 			RETURNING subscriber_id
 		), stamp AS (
 			UPDATE events SET dispatched_at = clock_timestamp() WHERE id = $1
+		), doc AS (
+			SELECT EXISTS (SELECT 1 FROM events WHERE entity = $3 AND entity_id = $4 AND id < $1) AS earlier,
+			       EXISTS (SELECT 1 FROM events WHERE entity = $3 AND entity_id = $4 AND id > $1) AS later
 		)
-		SELECT `+subscriberColumns+` FROM ins JOIN subscribers s ON s.id = ins.subscriber_id
-		ORDER BY s.id`, ev.ID, ev.Type)
+		SELECT `+subscriberColumns+`, doc.earlier, doc.later
+		FROM ins JOIN subscribers s ON s.id = ins.subscriber_id CROSS JOIN doc
+		ORDER BY s.id`, ev.ID, ev.Type, ev.Entity, ev.EntityID)
 	if err != nil {
-		return nil, false, fmt.Errorf("create deliveries of event %d: %w", ev.ID, err)
+		return DispatchStart{}, fmt.Errorf("create deliveries of event %d: %w", ev.ID, err)
 	}
-	all, err := pgx.CollectRows(rows, pgx.RowToStructByName[Subscriber])
+	type created struct {
+		Subscriber
+		Earlier bool `db:"earlier"`
+		Later   bool `db:"later"`
+	}
+	all, err := pgx.CollectRows(rows, pgx.RowToStructByName[created])
 	if err != nil {
-		return nil, false, fmt.Errorf("create deliveries of event %d: %w", ev.ID, err)
+		return DispatchStart{}, fmt.Errorf("create deliveries of event %d: %w", ev.ID, err)
 	}
-	for _, s := range all {
-		if !s.Paused {
-			due = append(due, s)
+	if len(all) == 0 {
+		return DispatchStart{Earlier: true, Later: true}, nil
+	}
+	st := DispatchStart{Any: true, Earlier: all[0].Earlier, Later: all[0].Later}
+	for _, c := range all {
+		if !c.Paused {
+			st.Due = append(st.Due, c.Subscriber)
 		}
 	}
-	return due, len(all) > 0, nil
+	return st, nil
 }
 
 // LockOpenDelivery locks delivery k for an attempt if it is open (pending or
@@ -501,13 +526,15 @@ func ClaimUndispatchedEvents(ctx context.Context, tx pgx.Tx, afterID int64, limi
 
 // LaterOpenDeliveries returns the open, due deliveries of events after ev
 // of the same document, to subscriber subID or, when nil, to any
-// subscriber: the ones that waiting for ev may have held back.
+// subscriber: the ones that waiting for ev may have held back. "Due" is
+// by the clock at the query, not at our transaction's start: a held-back
+// delivery created by a transaction that began after ours is due too.
 func LaterOpenDeliveries(ctx context.Context, q Querier, ev Event, subID *int64) ([]DeliveryKey, error) {
 	rows, err := q.Query(ctx, `
 		SELECT d.event_id, d.subscriber_id FROM deliveries d JOIN events e ON e.id = d.event_id
 		JOIN subscribers s ON s.id = d.subscriber_id
 		WHERE e.entity = $1 AND e.entity_id = $2 AND e.id > $3 AND ($4::bigint IS NULL OR d.subscriber_id = $4)
-		  AND d.status IN ('pending', 'failed') AND d.next_attempt_at <= now() AND NOT s.paused
+		  AND d.status IN ('pending', 'failed') AND d.next_attempt_at <= clock_timestamp() AND NOT s.paused
 		ORDER BY d.event_id LIMIT 100`, ev.Entity, ev.EntityID, ev.ID, subID)
 	if err != nil {
 		return nil, fmt.Errorf("later deliveries after %d: %w", ev.ID, err)

@@ -205,14 +205,14 @@ const backlogLockTimeoutSQL = `SET LOCAL lock_timeout = '100ms'`
 // and notes in w the deliver jobs of the others and of later events of the
 // document that were waiting for this one.
 func (d *Dispatcher) dispatchOne(ctx context.Context, tx pgx.Tx, w *txWork, ev db.Event) error {
-	due, _, err := db.StartDispatch(ctx, tx, ev)
+	st, err := db.StartDispatch(ctx, tx, ev)
 	if err != nil {
 		return err
 	}
 	w.dispatched = append(w.dispatched, ev.Type)
 	w.check = append(w.check, ev.ID)
 	var builtins []int64
-	for _, sub := range due {
+	for _, sub := range st.Due {
 		if sub.Kind == db.SubscriberBuiltin {
 			builtins = append(builtins, sub.ID)
 		} else {
@@ -220,11 +220,13 @@ func (d *Dispatcher) dispatchOne(ctx context.Context, tx pgx.Tx, w *txWork, ev d
 		}
 	}
 	if len(builtins) > 0 {
-		blocked, err := db.BlockedSubscribers(ctx, tx, ev, builtins)
-		if err != nil {
-			return err
+		blocked := map[int64]bool{}
+		if st.Earlier {
+			if blocked, err = db.BlockedSubscribers(ctx, tx, ev, builtins); err != nil {
+				return err
+			}
 		}
-		for _, sub := range due {
+		for _, sub := range st.Due {
 			if sub.Kind != db.SubscriberBuiltin || blocked[sub.ID] {
 				continue
 			}
@@ -234,6 +236,11 @@ func (d *Dispatcher) dispatchOne(ctx context.Context, tx pgx.Tx, w *txWork, ev d
 				return err
 			}
 		}
+	}
+	if !st.Later {
+		// A later event dispatched from now on waits for our lock and
+		// sees what we commit; none was held back by this one before.
+		return nil
 	}
 	// Later events of this document may have been waiting for this one to
 	// be dispatched or delivered.

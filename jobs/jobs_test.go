@@ -601,3 +601,33 @@ func TestBacklogEventBehindALockIsLeftToItsJob(t *testing.T) {
 	b.waitProcessed(t, held[0].ID, held[1].ID)
 	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM sales_orders WHERE status = 'accepted'`))
 }
+
+// TestHeldBackDeliveryReleasedByAnOlderTransaction: a dispatch batch can
+// run long; a delivery held back behind one of its events may have been
+// created by a transaction that began after the batch's. Releasing it must
+// still find it due.
+func TestHeldBackDeliveryReleasedByAnOlderTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Hour)
+	var events []db.Event
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) (err error) {
+		_, events, err = receive(b, tx, "51040")
+		return err
+	}))
+	older, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer older.Rollback(b.ctx) //nolint:errcheck
+	_, err = older.Exec(b.ctx, `SELECT now()`)
+	require.NoError(t, err)
+	time.Sleep(10 * time.Millisecond)
+
+	// order.received is dispatched first: held back behind doc.created.
+	dispatched, err := b.dispatcher.Dispatch(b.ctx, events[1].ID)
+	require.NoError(t, err)
+	require.Equal(t, 1, dispatched)
+	require.Equal(t, db.DeliveryPending, b.delivery(t, events[1].ID, "order_acceptance").Status)
+
+	later, err := db.LaterOpenDeliveries(b.ctx, older, events[0], nil)
+	require.NoError(t, err)
+	require.Equal(t, []db.DeliveryKey{b.delivery(t, events[1].ID, "order_acceptance").Key()}, later)
+}
