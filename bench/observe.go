@@ -99,7 +99,7 @@ func (o *observer) finish() string {
 		(end.total-o.start.total)/wall, nproc(), o.topStatements())
 }
 
-// topStatements lists the five statements with the most execution time
+// topStatements lists the eight statements with the most execution time
 // since observe started (pg_stat_statements, this tool's sampling
 // excepted): total ms, calls and mean ms each.
 func (o *observer) topStatements() string {
@@ -107,7 +107,7 @@ func (o *observer) topStatements() string {
 		SELECT left(regexp_replace(query, '\s+', ' ', 'g'), 70), calls, total_exec_time
 		FROM pg_stat_statements
 		WHERE query NOT LIKE '%pg_stat_%' AND query NOT LIKE 'SELECT pg_stat_statements_reset%'
-		ORDER BY total_exec_time DESC LIMIT 5`)
+		ORDER BY total_exec_time DESC LIMIT 8`)
 	if err != nil {
 		return "unavailable (" + err.Error() + ")"
 	}

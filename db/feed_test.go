@@ -52,7 +52,7 @@ func processOrders(t *testing.T, b *testBundle, n int) []db.Event {
 		}))
 		for _, ev := range events {
 			require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-				if _, err := db.LockUnprocessedEvent(b.ctx, tx, ev.ID); err != nil {
+				if _, err := db.LockUndispatchedEvent(b.ctx, tx, ev.ID); err != nil {
 					return err
 				}
 				return db.MarkEventProcessed(b.ctx, tx, ev.ID)

@@ -291,15 +291,15 @@ func appendEvent(ctx context.Context, tx pgx.Tx, actorID *int64, typ, entity str
 	return ev, nil
 }
 
-// LockUnprocessedEvent locks event id in tx for dispatch, waiting while
-// another transaction dispatches it. It returns ErrNotFound when the event
-// does not exist or is processed already (also when the other dispatcher
-// just committed: READ COMMITTED re-checks the row after the wait), so every
-// event is processed by exactly one committed dispatch.
-func LockUnprocessedEvent(ctx context.Context, tx pgx.Tx, id int64) (Event, error) {
+// LockUndispatchedEvent locks event id in tx for dispatch, waiting while
+// another transaction holds it. It returns ErrNotFound when the event does
+// not exist or is dispatched (or processed) already, without waiting when
+// that is committed; after a wait READ COMMITTED re-checks the row, so every
+// event is dispatched by exactly one committed transaction.
+func LockUndispatchedEvent(ctx context.Context, tx pgx.Tx, id int64) (Event, error) {
 	rows, err := tx.Query(ctx, `
 		WITH e AS (
-			SELECT * FROM events WHERE id = $1 AND processed_at IS NULL FOR UPDATE
+			SELECT * FROM events WHERE id = $1 AND dispatched_at IS NULL AND processed_at IS NULL FOR UPDATE
 		)
 		SELECT `+eventColumnsFromJoin+` FROM e LEFT JOIN users u ON u.id = e.actor_id`, id)
 	if err != nil {

@@ -72,11 +72,14 @@ type DispatcherConfig struct {
 	DispatchBatch int
 }
 
-// DefaultDispatchBatch bounds a dispatch transaction to 32 events: enough
+// DefaultDispatchBatch bounds a dispatch transaction to 16 events: enough
 // to drain a backlog with few commits (each commit waits for the feed
 // counter and a WAL flush), short enough that the batch's events reach the
-// live feed within tens of milliseconds.
-const DefaultDispatchBatch = 32
+// live feed within tens of milliseconds, and that its savepoints (one per
+// backlog event, one per built-in delivery that writes) stay within the 64
+// subtransactions PostgreSQL tracks per backend before other sessions'
+// visibility checks slow down (subxid overflow).
+const DefaultDispatchBatch = 16
 
 // NewDispatcher returns a dispatcher for the given built-in subscribers.
 // Register them before the first dispatch; NewRiverClient connects it to
@@ -116,7 +119,7 @@ func (d *Dispatcher) Register(ctx context.Context) error {
 }
 
 // Dispatch dispatches event id and, while a backlog waits, up to
-// DispatchBatch−1 of the oldest other undispatched events, in one
+// DispatchBatch−1 of the undispatched events after it, in one
 // transaction: it creates their delivery records, makes the deliveries to
 // built-in subscribers right there (one transaction per event, not one
 // per delivery) and enqueues a deliver job for each webhook delivery. An
@@ -133,17 +136,19 @@ func (d *Dispatcher) dispatch(ctx context.Context, id int64) (txWork, error) {
 	var w txWork
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		w = txWork{}
-		ev, err := db.LockUnprocessedEvent(ctx, tx, id)
-		switch {
-		case errors.Is(err, db.ErrNotFound):
-		case err != nil:
-			return err
-		case ev.DispatchedAt == nil:
-			if err := d.dispatchOne(ctx, tx, &w, ev); err != nil {
-				return err
-			}
+		ev, err := db.LockUndispatchedEvent(ctx, tx, id)
+		if errors.Is(err, db.ErrNotFound) {
+			// Dispatched already, perhaps in another job's batch: that
+			// job is at the backlog's front, not this one.
+			return nil
 		}
-		if err := d.dispatchBacklog(ctx, tx, &w, id, d.batch-len(w.dispatched)); err != nil {
+		if err != nil {
+			return err
+		}
+		if err := d.dispatchOne(ctx, tx, &w, ev); err != nil {
+			return err
+		}
+		if err := d.dispatchBacklog(ctx, tx, &w, id, d.batch-1); err != nil {
 			return err
 		}
 		if err := d.enqueue(ctx, tx, &w); err != nil {

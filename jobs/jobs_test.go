@@ -554,8 +554,13 @@ func TestDispatchTakesOnBacklogInOneCommit(t *testing.T) {
 	_, err = conn.Conn().WaitForNotification(ctx2)
 	require.ErrorIs(t, err, context.DeadlineExceeded, "a second notification for the same commit")
 
-	// The orders' own jobs find their events done; the rest drains.
+	// The jobs of the events it took find nothing to do, and take nothing
+	// on: they are behind the backlog's front.
 	dispatched, err = b.dispatcher.Dispatch(b.ctx, ids[1])
+	require.NoError(t, err)
+	require.Zero(t, dispatched)
+	// The job of the first event left takes on the rest.
+	dispatched, err = b.dispatcher.Dispatch(b.ctx, ids[5])
 	require.NoError(t, err)
 	require.Equal(t, 3, dispatched)
 	require.Zero(t, b.count(t, `SELECT count(*) FROM events WHERE processed_at IS NULL`))
