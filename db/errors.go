@@ -15,6 +15,9 @@ import (
 var (
 	ErrNotFound = errors.New("not found")
 	ErrConflict = errors.New("conflict")
+	// ErrLocked: a row another transaction holds was asked for without
+	// waiting (lock_not_available).
+	ErrLocked = errors.New("locked by another transaction")
 )
 
 // InputError is a rule violation in caller-supplied input. Field is the input
@@ -45,8 +48,9 @@ func inputErr(field, format string, args ...any) *InputError {
 }
 
 // translate maps driver errors to the domain errors above, in one place:
-// no rows is ErrNotFound, a unique violation is ErrConflict. Other errors
-// pass through unchanged.
+// no rows is ErrNotFound, a unique violation is ErrConflict, a lock not
+// available is ErrLocked (wrapping the driver's error). Other errors pass
+// through unchanged.
 func translate(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrNotFound
@@ -54,6 +58,9 @@ func translate(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
 		return fmt.Errorf("%w: %s", ErrConflict, pgErr.ConstraintName)
+	}
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable {
+		return fmt.Errorf("%w: %w", ErrLocked, err)
 	}
 	return err
 }

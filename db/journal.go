@@ -297,13 +297,23 @@ func appendEvent(ctx context.Context, tx pgx.Tx, actorID *int64, typ, entity str
 // that is committed; after a wait READ COMMITTED re-checks the row, so every
 // event is dispatched by exactly one committed transaction.
 func LockUndispatchedEvent(ctx context.Context, tx pgx.Tx, id int64) (Event, error) {
+	return lockUndispatchedEvent(ctx, tx, id, "")
+}
+
+// TryLockUndispatchedEvent is LockUndispatchedEvent that does not wait:
+// ErrLocked when another transaction holds the event.
+func TryLockUndispatchedEvent(ctx context.Context, tx pgx.Tx, id int64) (Event, error) {
+	return lockUndispatchedEvent(ctx, tx, id, "NOWAIT")
+}
+
+func lockUndispatchedEvent(ctx context.Context, tx pgx.Tx, id int64, nowait string) (Event, error) {
 	rows, err := tx.Query(ctx, `
 		WITH e AS (
-			SELECT * FROM events WHERE id = $1 AND dispatched_at IS NULL AND processed_at IS NULL FOR UPDATE
+			SELECT * FROM events WHERE id = $1 AND dispatched_at IS NULL AND processed_at IS NULL FOR UPDATE `+nowait+`
 		)
 		SELECT `+eventColumnsFromJoin+` FROM e LEFT JOIN users u ON u.id = e.actor_id`, id)
 	if err != nil {
-		return Event{}, fmt.Errorf("lock event %d: %w", id, err)
+		return Event{}, fmt.Errorf("lock event %d: %w", id, translate(err))
 	}
 	ev, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Event])
 	if err != nil {

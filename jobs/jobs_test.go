@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/shopspring/decimal"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"erp/db"
@@ -635,4 +636,45 @@ func TestHeldBackDeliveryReleasedByAnOlderTransaction(t *testing.T) {
 	later, err := db.LaterOpenDeliveries(b.ctx, older, events[0], nil)
 	require.NoError(t, err)
 	require.Equal(t, []db.DeliveryKey{b.delivery(t, events[1].ID, "order_acceptance").Key()}, later)
+}
+
+// TestDispatchOfAHeldEventWaitsWithoutAConnection: a job whose event a
+// batch holds does not sit on a pool connection waiting for it (the pool
+// is small and the batch needs it); it tries again, and once the holder
+// committed the dispatch it has nothing to do.
+func TestDispatchOfAHeldEventWaitsWithoutAConnection(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Hour)
+	var events []db.Event
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) (err error) {
+		_, events, err = receive(b, tx, "51050")
+		return err
+	}))
+	holder, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer holder.Rollback(b.ctx) //nolint:errcheck
+	_, err = holder.Exec(b.ctx, `UPDATE events SET dispatched_at = clock_timestamp() WHERE id = $1`, events[0].ID)
+	require.NoError(t, err)
+
+	done := make(chan int, 1)
+	go func() {
+		n, err := b.dispatcher.Dispatch(b.ctx, events[0].ID)
+		assert.NoError(t, err)
+		done <- n
+	}()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-done:
+		t.Fatal("Dispatch returned while the event was held")
+	default:
+	}
+	require.EqualValues(t, 1, b.pool.Stat().AcquiredConns(), "only the holder's connection is in use")
+	require.NoError(t, holder.Commit(b.ctx))
+	select {
+	case n := <-done:
+		require.Zero(t, n, "the holder dispatched it")
+	case <-time.After(5 * time.Second):
+		t.Fatal("Dispatch did not return after the holder committed")
+	}
+	require.Zero(t, b.count(t, `SELECT count(*) FROM deliveries WHERE event_id = $1`, events[0].ID))
 }
