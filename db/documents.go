@@ -166,6 +166,13 @@ type docCreatedPayload struct {
 // CreateSalesOrder writes a manual sales order (number ЗК-…) with its lines
 // and its doc.created event in tx. Bad input is an *InputError and writes
 // nothing the caller's rollback would not undo.
+//
+// After validation it is one statement (insertSalesOrderSQL): the number,
+// the order, its lines and its event are written and read back in one round
+// trip. The number series row stays locked from that statement until tx
+// ends (that is what keeps the series gapless), so taking it last, with
+// nothing after it but the caller's job insert and commit, is what lets
+// concurrent orders through at more than one per few round trips.
 func CreateSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in SalesOrderInput) (SalesOrder, []Event, error) {
 	customer, err := requireText("customer", in.Customer)
 	if err != nil {
@@ -175,17 +182,77 @@ func CreateSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in SalesOr
 	if err != nil {
 		return SalesOrder{}, nil, err
 	}
-	no, err := nextNumber(ctx, tx, PrefixSalesOrder)
+	qty, price := lineValues(in.Lines)
+	rows, err := tx.Query(ctx, insertSalesOrderSQL, PrefixSalesOrder, customer, actorID, itemIDs, qty, price,
+		EventDocCreated, EntitySalesOrders, payloadSalesOrder)
 	if err != nil {
-		return SalesOrder{}, nil, err
+		return SalesOrder{}, nil, insertNumberedErr(PrefixSalesOrder, "insert sales order", err)
 	}
-	var id int64
-	if err := tx.QueryRow(ctx, `
-		INSERT INTO sales_orders (number, customer, created_by) VALUES ($1, $2, $3) RETURNING id`,
-		no, customer, actorID).Scan(&id); err != nil {
-		return SalesOrder{}, nil, fmt.Errorf("insert sales order %s: %w", no, err)
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByName[createdSalesOrderRow])
+	if err != nil {
+		return SalesOrder{}, nil, insertNumberedErr(PrefixSalesOrder, "insert sales order", err)
 	}
-	return finishSalesOrder(ctx, tx, actorID, id, itemIDs, in.Lines)
+	if len(got) != len(in.Lines) {
+		return SalesOrder{}, nil, fmt.Errorf("insert sales order: %d lines written, want %d", len(got), len(in.Lines))
+	}
+	first := got[0]
+	so := SalesOrder{
+		ID: first.SalesOrderID, Number: first.Number, Customer: first.Customer, Status: first.Status,
+		Source: first.Source, ExternalID: first.ExternalID, CreatedAt: first.SalesOrderCreatedAt,
+		Lines: make([]DocLine, len(got)),
+	}
+	for i, r := range got {
+		so.Lines[i] = r.DocLine
+	}
+	return so, []Event{first.Event}, nil
+}
+
+// insertSalesOrderSQL takes the next ЗК number and writes the order, its
+// lines and its doc.created event (payload as docCreatedPayload), returning
+// one row per line (createdSalesOrderRow) in line order. $1 prefix, $2
+// customer, $3 actor, $4–$6 the lines' item ids, quantities and prices,
+// $7–$9 event type, entity and payload entity. The number is formatted as
+// nextNumber does.
+const insertSalesOrderSQL = `
+	WITH n AS (
+		INSERT INTO number_series (prefix, year, last_value)
+		VALUES ($1, extract(year FROM now())::int, 1)
+		ON CONFLICT (prefix, year) DO UPDATE SET last_value = number_series.last_value + 1
+		RETURNING prefix || '-' || year || '-' || lpad(last_value::text, 6, '0') AS number
+	), so AS (
+		INSERT INTO sales_orders (number, customer, created_by)
+		SELECT n.number, $2::text, $3::bigint FROM n
+		RETURNING id, number, customer, status, source, external_id, created_at
+	), l AS (
+		INSERT INTO sales_order_lines (sales_order_id, line_no, item_id, quantity, price)
+		SELECT so.id, t.ord, t.item, t.qty, t.price
+		FROM so, unnest($4::bigint[], $5::numeric[], $6::numeric[]) WITH ORDINALITY AS t(item, qty, price, ord)
+		RETURNING line_no, item_id, quantity, price
+	), e AS (
+		INSERT INTO events (type, entity, entity_id, payload, actor_id)
+		SELECT $7::text, $8::text, so.id, jsonb_build_object('id', so.id, 'no', so.number, 'entity', $9::text), $3::bigint
+		FROM so
+		RETURNING *
+	)
+	SELECT ` + eventColumnsFromJoin + `,
+		so.id AS so_id, so.number, so.customer, so.status, so.source, so.external_id, so.created_at AS so_created_at,
+		l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
+	FROM so CROSS JOIN e LEFT JOIN users u ON u.id = e.actor_id
+	CROSS JOIN l JOIN items i ON i.id = l.item_id
+	ORDER BY l.line_no`
+
+// createdSalesOrderRow is one row of insertSalesOrderSQL: the order and its
+// event, repeated on each of its lines.
+type createdSalesOrderRow struct {
+	Event
+	DocLine
+	SalesOrderID        int64     `db:"so_id"`
+	Number              string    `db:"number"`
+	Customer            string    `db:"customer"`
+	Status              string    `db:"status"`
+	Source              string    `db:"source"`
+	ExternalID          *string   `db:"external_id"`
+	SalesOrderCreatedAt time.Time `db:"so_created_at"`
 }
 
 // finishSalesOrder writes the lines and the doc.created event of a new sales
@@ -611,11 +678,7 @@ func resolveLines(ctx context.Context, q Querier, field string, lines []LineInpu
 // insertLines writes lines (already validated by resolveLines) numbered
 // from 1 in one statement.
 func insertLines(ctx context.Context, tx pgx.Tx, lt lineTable, docID int64, itemIDs []int64, lines []LineInput) error {
-	qty := make([]decimal.Decimal, len(lines))
-	price := make([]*decimal.Decimal, len(lines))
-	for i, l := range lines {
-		qty[i], price[i] = l.Quantity, l.Price
-	}
+	qty, price := lineValues(lines)
 	_, err := tx.Exec(ctx, `
 		INSERT INTO `+lt.table+` (`+lt.docColumn+`, line_no, item_id, quantity, price)
 		SELECT $1, t.ord, t.item, t.qty, t.price
@@ -625,6 +688,17 @@ func insertLines(ctx context.Context, tx pgx.Tx, lt lineTable, docID int64, item
 		return fmt.Errorf("insert %d lines into %s for %d: %w", len(lines), lt.table, docID, err)
 	}
 	return nil
+}
+
+// lineValues splits lines into the quantity and price arrays the line
+// inserts unnest.
+func lineValues(lines []LineInput) ([]decimal.Decimal, []*decimal.Decimal) {
+	qty := make([]decimal.Decimal, len(lines))
+	price := make([]*decimal.Decimal, len(lines))
+	for i, l := range lines {
+		qty[i], price[i] = l.Quantity, l.Price
+	}
+	return qty, price
 }
 
 func docLines(ctx context.Context, q Querier, lt lineTable, docID int64) ([]DocLine, error) {
