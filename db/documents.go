@@ -167,23 +167,25 @@ type docCreatedPayload struct {
 // and its doc.created event in tx. Bad input is an *InputError and writes
 // nothing the caller's rollback would not undo.
 //
-// After validation it is one statement (insertSalesOrderSQL): the number,
-// the order, its lines and its event are written and read back in one round
-// trip. The number series row stays locked from that statement until tx
-// ends (that is what keeps the series gapless), so taking it last, with
-// nothing after it but the caller's job insert and commit, is what lets
-// concurrent orders through at more than one per few round trips.
+// After validation it is one statement (insertSalesOrderSQL): the items
+// are looked up and the number, the order, its lines and its event are
+// written and read back in one round trip; an unknown SKU costs a second
+// query to name it. The number series row stays locked from that statement
+// until tx ends (that is what keeps the series gapless), so taking it last,
+// with nothing after it but the caller's job insert and commit, is what
+// lets concurrent orders through faster than one per handful of round
+// trips.
 func CreateSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in SalesOrderInput) (SalesOrder, []Event, error) {
 	customer, err := requireText("customer", in.Customer)
 	if err != nil {
 		return SalesOrder{}, nil, err
 	}
-	itemIDs, err := resolveLines(ctx, tx, "lines", in.Lines)
+	skus, err := validateLines("lines", in.Lines)
 	if err != nil {
 		return SalesOrder{}, nil, err
 	}
 	qty, price := lineValues(in.Lines)
-	rows, err := tx.Query(ctx, insertSalesOrderSQL, PrefixSalesOrder, customer, actorID, itemIDs, qty, price,
+	rows, err := tx.Query(ctx, insertSalesOrderSQL, PrefixSalesOrder, customer, actorID, skus, qty, price,
 		EventDocCreated, EntitySalesOrders, payloadSalesOrder)
 	if err != nil {
 		return SalesOrder{}, nil, insertNumberedErr(PrefixSalesOrder, "insert sales order", err)
@@ -193,6 +195,11 @@ func CreateSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in SalesOr
 		return SalesOrder{}, nil, insertNumberedErr(PrefixSalesOrder, "insert sales order", err)
 	}
 	if len(got) != len(in.Lines) {
+		// A line's SKU matched no item, so it was left out. Name it; the
+		// caller's rollback undoes the order and frees its number.
+		if _, err := itemIDsBySKU(ctx, tx, "lines", skus); err != nil {
+			return SalesOrder{}, nil, err
+		}
 		return SalesOrder{}, nil, fmt.Errorf("insert sales order: %d lines written, want %d", len(got), len(in.Lines))
 	}
 	first := got[0]
@@ -209,8 +216,9 @@ func CreateSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in SalesOr
 
 // insertSalesOrderSQL takes the next ЗК number and writes the order, its
 // lines and its doc.created event (payload as docCreatedPayload), returning
-// one row per line (createdSalesOrderRow) in line order. $1 prefix, $2
-// customer, $3 actor, $4–$6 the lines' item ids, quantities and prices,
+// one row per line (createdSalesOrderRow) in line order; a line whose SKU
+// names no item is left out (the caller compares the count). $1 prefix, $2
+// customer, $3 actor, $4–$6 the lines' SKUs, quantities and prices,
 // $7–$9 event type, entity and payload entity. The number is formatted as
 // nextNumber does.
 const insertSalesOrderSQL = `
@@ -225,8 +233,9 @@ const insertSalesOrderSQL = `
 		RETURNING id, number, customer, status, source, external_id, created_at
 	), l AS (
 		INSERT INTO sales_order_lines (sales_order_id, line_no, item_id, quantity, price)
-		SELECT so.id, t.ord, t.item, t.qty, t.price
-		FROM so, unnest($4::bigint[], $5::numeric[], $6::numeric[]) WITH ORDINALITY AS t(item, qty, price, ord)
+		SELECT so.id, t.ord, i.id, t.qty, t.price
+		FROM so, unnest($4::text[], $5::numeric[], $6::numeric[]) WITH ORDINALITY AS t(sku, qty, price, ord)
+		JOIN items i ON i.sku = t.sku
 		RETURNING line_no, item_id, quantity, price
 	), e AS (
 		INSERT INTO events (type, entity, entity_id, payload, actor_id)
@@ -609,12 +618,24 @@ var (
 // is the input path of the list ("lines"); empty means a single line whose
 // fields sit at the top level of the input (a production order).
 func resolveLines(ctx context.Context, q Querier, field string, lines []LineInput) ([]int64, error) {
-	path := func(i int, name string) string {
-		if field == "" {
-			return name
-		}
-		return fmt.Sprintf("%s.%d.%s", field, i, name)
+	skus, err := validateLines(field, lines)
+	if err != nil {
+		return nil, err
 	}
+	return itemIDsBySKU(ctx, q, field, skus)
+}
+
+// linePath is the input path of field name of line i (see resolveLines).
+func linePath(field string, i int, name string) string {
+	if field == "" {
+		return name
+	}
+	return fmt.Sprintf("%s.%d.%s", field, i, name)
+}
+
+// validateLines checks lines without the database and returns their SKUs,
+// trimmed, in order. field is as for resolveLines.
+func validateLines(field string, lines []LineInput) ([]string, error) {
 	if len(lines) == 0 {
 		return nil, inputErr(field, "at least one line is required")
 	}
@@ -625,29 +646,35 @@ func resolveLines(ctx context.Context, q Querier, field string, lines []LineInpu
 	for i, l := range lines {
 		skus[i] = strings.TrimSpace(l.SKU)
 		if skus[i] == "" {
-			return nil, inputErr(path(i, "sku"), "must not be empty")
+			return nil, inputErr(linePath(field, i, "sku"), "must not be empty")
 		}
 		if !l.Quantity.IsPositive() {
-			return nil, inputErr(path(i, "quantity"), "must be greater than 0, got %s", l.Quantity)
+			return nil, inputErr(linePath(field, i, "quantity"), "must be greater than 0, got %s", l.Quantity)
 		}
 		if -l.Quantity.Exponent() > quantityDecimals {
-			return nil, inputErr(path(i, "quantity"), "at most %d decimal places, got %s", quantityDecimals, l.Quantity)
+			return nil, inputErr(linePath(field, i, "quantity"), "at most %d decimal places, got %s", quantityDecimals, l.Quantity)
 		}
 		if l.Quantity.GreaterThanOrEqual(decimal.New(1, 15)) {
-			return nil, inputErr(path(i, "quantity"), "too large: %s", l.Quantity)
+			return nil, inputErr(linePath(field, i, "quantity"), "too large: %s", l.Quantity)
 		}
 		if l.Price != nil {
 			if l.Price.IsNegative() {
-				return nil, inputErr(path(i, "price"), "must not be negative, got %s", l.Price)
+				return nil, inputErr(linePath(field, i, "price"), "must not be negative, got %s", l.Price)
 			}
 			if -l.Price.Exponent() > priceDecimals {
-				return nil, inputErr(path(i, "price"), "at most %d decimal places, got %s", priceDecimals, l.Price)
+				return nil, inputErr(linePath(field, i, "price"), "at most %d decimal places, got %s", priceDecimals, l.Price)
 			}
 			if l.Price.GreaterThanOrEqual(decimal.New(1, 16)) {
-				return nil, inputErr(path(i, "price"), "too large: %s", l.Price)
+				return nil, inputErr(linePath(field, i, "price"), "too large: %s", l.Price)
 			}
 		}
 	}
+	return skus, nil
+}
+
+// itemIDsBySKU returns the item ids of skus in order; an unknown SKU is an
+// *InputError on its line's sku field.
+func itemIDsBySKU(ctx context.Context, q Querier, field string, skus []string) ([]int64, error) {
 	rows, err := q.Query(ctx, `SELECT sku, id FROM items WHERE sku = ANY($1)`, skus)
 	if err != nil {
 		return nil, fmt.Errorf("resolve items: %w", err)
@@ -664,11 +691,11 @@ func resolveLines(ctx context.Context, q Querier, field string, lines []LineInpu
 	for _, f := range found {
 		bySKU[f.SKU] = f.ID
 	}
-	ids := make([]int64, len(lines))
+	ids := make([]int64, len(skus))
 	for i, sku := range skus {
 		id, ok := bySKU[sku]
 		if !ok {
-			return nil, inputErr(path(i, "sku"), "unknown item %q", sku)
+			return nil, inputErr(linePath(field, i, "sku"), "unknown item %q", sku)
 		}
 		ids[i] = id
 	}

@@ -139,6 +139,10 @@ func TestBadInputWritesNothing(t *testing.T) {
 			_, _, err := db.CreateSalesOrder(b.ctx, tx, nil, db.SalesOrderInput{Customer: "X", Lines: []db.LineInput{{SKU: "A1", Quantity: qty("1")}, {SKU: "NOPE", Quantity: qty("1")}}})
 			return err
 		}, "lines.1.sku"},
+		{"only unknown skus", func(tx pgx.Tx) error {
+			_, _, err := db.CreateSalesOrder(b.ctx, tx, nil, db.SalesOrderInput{Customer: "X", Lines: []db.LineInput{{SKU: "NOPE", Quantity: qty("1")}, {SKU: "NADA", Quantity: qty("1")}}})
+			return err
+		}, "lines.0.sku"},
 		{"no lines", func(tx pgx.Tx) error {
 			_, _, err := db.CreatePurchaseOrder(b.ctx, tx, nil, db.PurchaseOrderInput{Supplier: "X"})
 			return err
