@@ -164,91 +164,150 @@ type docCreatedPayload struct {
 }
 
 // CreateSalesOrder writes a manual sales order (number ЗК-…) with its lines
-// and its doc.created event in tx. Bad input is an *InputError and writes
-// nothing the caller's rollback would not undo.
-//
-// After validation it is one statement (insertSalesOrderSQL): the items
-// are looked up and the number, the order, its lines and its event are
-// written and read back in one round trip; an unknown SKU costs a second
-// query to name it. The number series row stays locked from that statement
-// until tx ends (that is what keeps the series gapless), so taking it last,
-// with nothing after it but the caller's job insert and commit, is what
-// lets concurrent orders through faster than one per handful of round
-// trips.
+// and its doc.created event in tx: InsertSalesOrder, then
+// NumberSalesOrder. Bad input is an *InputError and writes nothing the
+// caller's rollback would not undo.
 func CreateSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in SalesOrderInput) (SalesOrder, []Event, error) {
-	customer, err := requireText("customer", in.Customer)
+	pending, _, err := InsertSalesOrder(ctx, tx, actorID, in)
 	if err != nil {
 		return SalesOrder{}, nil, err
+	}
+	so, ev, err := NumberSalesOrder(ctx, tx, pending)
+	if err != nil {
+		return SalesOrder{}, nil, err
+	}
+	return so, []Event{ev}, nil
+}
+
+// PendingSalesOrder is a sales order InsertSalesOrder wrote without its
+// number; NumberSalesOrder, in the same transaction, gives it one.
+type PendingSalesOrder struct {
+	order   SalesOrder
+	eventID int64
+}
+
+// InsertSalesOrder is the first half of CreateSalesOrder: it writes the
+// order with a provisional number, its lines and its doc.created event
+// (whose payload lacks "no" until then) in one statement, and returns the
+// event, for the caller to enqueue its dispatch job. Bad input is an
+// *InputError, as for CreateSalesOrder.
+//
+// The number comes last, from NumberSalesOrder, because taking it locks the
+// series row until tx ends (that is what keeps the series gapless): called
+// right before commit, after the job insert, it holds the lock for one
+// statement and the commit instead of the whole transaction, which is what
+// lets concurrent orders through.
+func InsertSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in SalesOrderInput) (PendingSalesOrder, []Event, error) {
+	customer, err := requireText("customer", in.Customer)
+	if err != nil {
+		return PendingSalesOrder{}, nil, err
 	}
 	skus, err := validateLines("lines", in.Lines)
 	if err != nil {
-		return SalesOrder{}, nil, err
+		return PendingSalesOrder{}, nil, err
 	}
 	qty, price := lineValues(in.Lines)
-	rows, err := tx.Query(ctx, insertSalesOrderSQL, PrefixSalesOrder, customer, actorID, skus, qty, price,
+	rows, err := tx.Query(ctx, insertSalesOrderSQL, customer, actorID, skus, qty, price,
 		EventDocCreated, EntitySalesOrders, payloadSalesOrder)
 	if err != nil {
-		return SalesOrder{}, nil, insertNumberedErr(PrefixSalesOrder, "insert sales order", err)
+		return PendingSalesOrder{}, nil, fmt.Errorf("insert sales order: %w", err)
 	}
 	got, err := pgx.CollectRows(rows, pgx.RowToStructByName[createdSalesOrderRow])
 	if err != nil {
-		return SalesOrder{}, nil, insertNumberedErr(PrefixSalesOrder, "insert sales order", err)
+		return PendingSalesOrder{}, nil, fmt.Errorf("insert sales order: %w", err)
 	}
 	if len(got) != len(in.Lines) {
 		// A line's SKU matched no item, so it was left out. Name it; the
-		// caller's rollback undoes the order and frees its number.
+		// caller's rollback undoes the order.
 		if _, err := itemIDsBySKU(ctx, tx, "lines", skus); err != nil {
-			return SalesOrder{}, nil, err
+			return PendingSalesOrder{}, nil, err
 		}
-		return SalesOrder{}, nil, fmt.Errorf("insert sales order: %d lines written, want %d", len(got), len(in.Lines))
+		return PendingSalesOrder{}, nil, fmt.Errorf("insert sales order: %d lines written, want %d", len(got), len(in.Lines))
 	}
 	first := got[0]
 	so := SalesOrder{
-		ID: first.SalesOrderID, Number: first.Number, Customer: first.Customer, Status: first.Status,
+		ID: first.SalesOrderID, Customer: first.Customer, Status: first.Status,
 		Source: first.Source, ExternalID: first.ExternalID, CreatedAt: first.SalesOrderCreatedAt,
 		Lines: make([]DocLine, len(got)),
 	}
 	for i, r := range got {
 		so.Lines[i] = r.DocLine
 	}
-	return so, []Event{first.Event}, nil
+	return PendingSalesOrder{order: so, eventID: first.Event.ID}, []Event{first.Event}, nil
 }
 
-// insertSalesOrderSQL takes the next ЗК number and writes the order, its
-// lines and its doc.created event (payload as docCreatedPayload), returning
-// one row per line (createdSalesOrderRow) in line order; a line whose SKU
-// names no item is left out (the caller compares the count). $1 prefix, $2
-// customer, $3 actor, $4–$6 the lines' SKUs, quantities and prices,
-// $7–$9 event type, entity and payload entity. The number is formatted as
-// nextNumber does.
+// NumberSalesOrder takes the next ЗК number for an order InsertSalesOrder
+// wrote in tx and puts it in the order and in its event's payload, in one
+// statement; call it last before commit. It returns the order and the event
+// as stored. An exhausted series is ErrConflict.
+func NumberSalesOrder(ctx context.Context, tx pgx.Tx, p PendingSalesOrder) (SalesOrder, Event, error) {
+	rows, err := tx.Query(ctx, numberSalesOrderSQL, PrefixSalesOrder, p.order.ID, p.eventID)
+	if err != nil {
+		return SalesOrder{}, Event{}, insertNumberedErr(PrefixSalesOrder, fmt.Sprintf("number sales order %d", p.order.ID), err)
+	}
+	type numbered struct {
+		Event
+		Number string `db:"number"`
+	}
+	got, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[numbered])
+	if err != nil {
+		return SalesOrder{}, Event{}, insertNumberedErr(PrefixSalesOrder, fmt.Sprintf("number sales order %d", p.order.ID), err)
+	}
+	so := p.order
+	so.Number = got.Number
+	return so, got.Event, nil
+}
+
+// insertSalesOrderSQL writes a sales order numbered provisionally (a
+// unique placeholder that NumberSalesOrder replaces before commit, so no
+// other transaction ever sees it), its lines and its doc.created event
+// (payload as docCreatedPayload but for "no"), returning one row per line
+// (createdSalesOrderRow) in line order; a line whose SKU names no item is
+// left out (the caller compares the count). $1 customer, $2 actor, $3–$5
+// the lines' SKUs, quantities and prices, $6–$8 event type, entity and
+// payload entity.
 const insertSalesOrderSQL = `
+	WITH so AS (
+		INSERT INTO sales_orders (number, customer, created_by)
+		VALUES ('pending ' || gen_random_uuid(), $1::text, $2::bigint)
+		RETURNING id, customer, status, source, external_id, created_at
+	), l AS (
+		INSERT INTO sales_order_lines (sales_order_id, line_no, item_id, quantity, price)
+		SELECT so.id, t.ord, i.id, t.qty, t.price
+		FROM so, unnest($3::text[], $4::numeric[], $5::numeric[]) WITH ORDINALITY AS t(sku, qty, price, ord)
+		JOIN items i ON i.sku = t.sku
+		RETURNING line_no, item_id, quantity, price
+	), e AS (
+		INSERT INTO events (type, entity, entity_id, payload, actor_id)
+		SELECT $6::text, $7::text, so.id, jsonb_build_object('id', so.id, 'entity', $8::text), $2::bigint
+		FROM so
+		RETURNING *
+	)
+	SELECT ` + eventColumnsFromJoin + `,
+		so.id AS so_id, so.customer, so.status, so.source, so.external_id, so.created_at AS so_created_at,
+		l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
+	FROM so CROSS JOIN e LEFT JOIN users u ON u.id = e.actor_id
+	CROSS JOIN l JOIN items i ON i.id = l.item_id
+	ORDER BY l.line_no`
+
+// numberSalesOrderSQL takes the next number of series $1 (formatted as
+// nextNumber does) and puts it in sales order $2 and in the payload of its
+// event $3, returning the event (eventColumnsFromJoin) and the number.
+const numberSalesOrderSQL = `
 	WITH n AS (
 		INSERT INTO number_series (prefix, year, last_value)
 		VALUES ($1, extract(year FROM now())::int, 1)
 		ON CONFLICT (prefix, year) DO UPDATE SET last_value = number_series.last_value + 1
 		RETURNING prefix || '-' || year || '-' || lpad(last_value::text, 6, '0') AS number
 	), so AS (
-		INSERT INTO sales_orders (number, customer, created_by)
-		SELECT n.number, $2::text, $3::bigint FROM n
-		RETURNING id, number, customer, status, source, external_id, created_at
-	), l AS (
-		INSERT INTO sales_order_lines (sales_order_id, line_no, item_id, quantity, price)
-		SELECT so.id, t.ord, i.id, t.qty, t.price
-		FROM so, unnest($4::text[], $5::numeric[], $6::numeric[]) WITH ORDINALITY AS t(sku, qty, price, ord)
-		JOIN items i ON i.sku = t.sku
-		RETURNING line_no, item_id, quantity, price
+		UPDATE sales_orders s SET number = n.number FROM n WHERE s.id = $2 RETURNING s.number
 	), e AS (
-		INSERT INTO events (type, entity, entity_id, payload, actor_id)
-		SELECT $7::text, $8::text, so.id, jsonb_build_object('id', so.id, 'no', so.number, 'entity', $9::text), $3::bigint
-		FROM so
-		RETURNING *
+		UPDATE events e SET payload = e.payload || jsonb_build_object('no', so.number)
+		FROM so WHERE e.id = $3
+		RETURNING e.*
 	)
-	SELECT ` + eventColumnsFromJoin + `,
-		so.id AS so_id, so.number, so.customer, so.status, so.source, so.external_id, so.created_at AS so_created_at,
-		l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
-	FROM so CROSS JOIN e LEFT JOIN users u ON u.id = e.actor_id
-	CROSS JOIN l JOIN items i ON i.id = l.item_id
-	ORDER BY l.line_no`
+	SELECT ` + eventColumnsFromJoin + `, so.number
+	FROM so CROSS JOIN e LEFT JOIN users u ON u.id = e.actor_id`
 
 // createdSalesOrderRow is one row of insertSalesOrderSQL: the order and its
 // event, repeated on each of its lines.
@@ -256,7 +315,6 @@ type createdSalesOrderRow struct {
 	Event
 	DocLine
 	SalesOrderID        int64     `db:"so_id"`
-	Number              string    `db:"number"`
 	Customer            string    `db:"customer"`
 	Status              string    `db:"status"`
 	Source              string    `db:"source"`

@@ -17,8 +17,12 @@ import (
 )
 
 func (r *mutationResolver) CreateSalesOrder(ctx context.Context, input db.SalesOrderInput) (*db.SalesOrder, error) {
-	so, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) (db.SalesOrder, []db.Event, error) {
-		return db.CreateSalesOrder(ctx, tx, actorID(ctx), input)
+	// The number last, after the job insert: see db.InsertSalesOrder.
+	so, err := jobs.WriteThen(ctx, r.Outbox, func(tx pgx.Tx) (db.PendingSalesOrder, []db.Event, error) {
+		return db.InsertSalesOrder(ctx, tx, actorID(ctx), input)
+	}, func(tx pgx.Tx, p db.PendingSalesOrder) (db.SalesOrder, error) {
+		so, _, err := db.NumberSalesOrder(ctx, tx, p)
+		return so, err
 	})
 	if err != nil {
 		return nil, inArg("input", err)
