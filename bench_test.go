@@ -25,6 +25,7 @@ func BenchmarkCreateSalesOrder(b *testing.B) {
 	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	b.SetParallelism(4) // 4 × GOMAXPROCS clients, like figure A's 8 on 2 cores
+	before := s.Pool.Stat()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -48,4 +49,10 @@ func BenchmarkCreateSalesOrder(b *testing.B) {
 			}
 		}
 	})
+	b.StopTimer()
+	// How long connections were waited for, over every acquire (HTTP and
+	// River's workers share the pool), per mutation.
+	after := s.Pool.Stat()
+	b.ReportMetric(float64((after.AcquireDuration()-before.AcquireDuration()).Microseconds())/float64(b.N), "pool-wait-µs/op")
+	b.ReportMetric(float64(after.AcquireCount()-before.AcquireCount())/float64(b.N), "acquires/op")
 }
