@@ -206,23 +206,41 @@ func InsertSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in SalesOr
 	if err != nil {
 		return PendingSalesOrder{}, nil, err
 	}
-	qty, price := lineValues(in.Lines)
-	rows, err := tx.Query(ctx, insertSalesOrderSQL, customer, actorID, skus, qty, price,
-		EventDocCreated, EntitySalesOrders, payloadSalesOrder)
+	pending, events, err := insertPendingSalesOrder(ctx, tx, actorID, customer, SourceManual, nil, skus, in.Lines)
 	if err != nil {
-		return PendingSalesOrder{}, nil, fmt.Errorf("insert sales order: %w", err)
+		return PendingSalesOrder{}, nil, err
+	}
+	if len(events) == 0 {
+		return PendingSalesOrder{}, nil, fmt.Errorf("insert sales order: no row written")
+	}
+	return pending, events, nil
+}
+
+// insertPendingSalesOrder runs insertSalesOrderSQL for validated input. No
+// events and no error means the order of (source, externalID) exists
+// already and nothing was written.
+func insertPendingSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, customer, source string, externalID *string, skus []string, lines []LineInput) (PendingSalesOrder, []Event, error) {
+	qty, price := lineValues(lines)
+	rows, err := tx.Query(ctx, insertSalesOrderSQL, customer, actorID, skus, qty, price,
+		EventDocCreated, EntitySalesOrders, payloadSalesOrder, source, externalID)
+	if err != nil {
+		return PendingSalesOrder{}, nil, fmt.Errorf("insert %s sales order: %w", source, err)
 	}
 	got, err := pgx.CollectRows(rows, pgx.RowToStructByName[createdSalesOrderRow])
 	if err != nil {
-		return PendingSalesOrder{}, nil, fmt.Errorf("insert sales order: %w", err)
+		return PendingSalesOrder{}, nil, fmt.Errorf("insert %s sales order: %w", source, err)
 	}
-	if len(got) != len(in.Lines) {
-		// A line's SKU matched no item, so it was left out. Name it; the
-		// caller's rollback undoes the order.
+	if len(got) != len(lines) {
+		// A line's SKU matched no item, so it was left out (or, with no
+		// rows, the order exists). Name the SKU; the caller's rollback
+		// undoes the order.
 		if _, err := itemIDsBySKU(ctx, tx, "lines", skus); err != nil {
 			return PendingSalesOrder{}, nil, err
 		}
-		return PendingSalesOrder{}, nil, fmt.Errorf("insert sales order: %d lines written, want %d", len(got), len(in.Lines))
+		if len(got) == 0 && externalID != nil {
+			return PendingSalesOrder{}, nil, nil
+		}
+		return PendingSalesOrder{}, nil, fmt.Errorf("insert %s sales order: %d lines written, want %d", source, len(got), len(lines))
 	}
 	first := got[0]
 	so := SalesOrder{
@@ -263,13 +281,16 @@ func NumberSalesOrder(ctx context.Context, tx pgx.Tx, p PendingSalesOrder) (Sale
 // other transaction ever sees it), its lines and its doc.created event
 // (payload as docCreatedPayload but for "no"), returning one row per line
 // (createdSalesOrderRow) in line order; a line whose SKU names no item is
-// left out (the caller compares the count). $1 customer, $2 actor, $3–$5
-// the lines' SKUs, quantities and prices, $6–$8 event type, entity and
-// payload entity.
+// left out (the caller compares the count), and an order whose (source,
+// external id) exists already is not written (no rows). $1 customer, $2
+// actor, $3–$5 the lines' SKUs, quantities and prices, $6–$8 event type,
+// entity and payload entity, $9 source, $10 external id (NULL for a manual
+// order, which never conflicts).
 const insertSalesOrderSQL = `
 	WITH so AS (
-		INSERT INTO sales_orders (number, customer, created_by)
-		VALUES ('pending ' || gen_random_uuid(), $1::text, $2::bigint)
+		INSERT INTO sales_orders (number, customer, created_by, source, external_id)
+		VALUES ('pending ' || gen_random_uuid(), $1::text, $2::bigint, $9::text, $10::text)
+		ON CONFLICT (source, external_id) DO NOTHING
 		RETURNING id, customer, status, source, external_id, created_at
 	), l AS (
 		INSERT INTO sales_order_lines (sales_order_id, line_no, item_id, quantity, price)
@@ -322,99 +343,85 @@ type createdSalesOrderRow struct {
 	SalesOrderCreatedAt time.Time `db:"so_created_at"`
 }
 
-// finishSalesOrder writes the lines and the doc.created event of a new sales
-// order and reads it back.
-func finishSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, itemIDs []int64, lines []LineInput) (SalesOrder, []Event, error) {
-	if err := insertLines(ctx, tx, salesOrderLines, id, itemIDs, lines); err != nil {
-		return SalesOrder{}, nil, err
-	}
-	so, err := SalesOrderByID(ctx, tx, id)
-	if err != nil {
-		return SalesOrder{}, nil, err
-	}
-	ev, err := appendEvent(ctx, tx, actorID, EventDocCreated, EntitySalesOrders, id,
-		docCreatedPayload{ID: id, No: so.Number, Entity: payloadSalesOrder})
-	if err != nil {
-		return SalesOrder{}, nil, err
-	}
-	return so, []Event{ev}, nil
-}
-
 // ReceiveOrder writes a sales order received from the shop or the CRM with
 // its doc.created and order.received events, idempotently per (source,
 // external id): when that order already exists it returns it with
-// duplicate true and writes nothing. The unique constraint decides, so two
-// concurrent deliveries of one order yield one order; the loser's number is
-// given back through a savepoint, keeping the series gapless.
+// duplicate true and writes nothing. It is InsertReceivedOrder, then
+// NumberSalesOrder.
 func ReceiveOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in ReceiveOrderInput) (so SalesOrder, events []Event, duplicate bool, err error) {
+	r, events, err := InsertReceivedOrder(ctx, tx, actorID, in)
+	if err != nil || r.Duplicate {
+		return r.Existing, nil, r.Duplicate, err
+	}
+	so, docCreated, err := NumberSalesOrder(ctx, tx, r.Pending)
+	if err != nil {
+		return SalesOrder{}, nil, false, err
+	}
+	events[0] = docCreated
+	return so, events, false, nil
+}
+
+// ReceivedOrder is what InsertReceivedOrder did: wrote a new order pending
+// its number (Pending), or, when Duplicate, found the order it was sent
+// before (Existing) and wrote nothing.
+type ReceivedOrder struct {
+	Pending   PendingSalesOrder
+	Existing  SalesOrder
+	Duplicate bool
+}
+
+// InsertReceivedOrder is the first half of ReceiveOrder: it writes the
+// order as InsertSalesOrder does, with its doc.created and order.received
+// events (returned, for the caller to enqueue), or finds the existing
+// order. The unique constraint on (source, external id) decides, so two
+// concurrent deliveries of one order yield one order; as the number comes
+// only later (NumberSalesOrder, for a new order only), a duplicate never
+// takes one and the series stays gapless.
+func InsertReceivedOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in ReceiveOrderInput) (ReceivedOrder, []Event, error) {
 	externalID := strings.TrimSpace(in.ExternalID)
 	var payloadKey string
 	var payloadID any
 	switch in.Source {
 	case SourceShop:
 		if externalID == "" || len(externalID) > maxTextLen || strings.ContainsRune(externalID, 0) || !utf8.ValidString(externalID) {
-			return SalesOrder{}, nil, false, inputErr("externalId", "a shop sync_id of 1 to %d characters is required", maxTextLen)
+			return ReceivedOrder{}, nil, inputErr("externalId", "a shop sync_id of 1 to %d characters is required", maxTextLen)
 		}
 		payloadKey, payloadID = "sync_id", externalID
 	case SourceCRM:
 		if externalID == "" || strings.TrimLeft(externalID, "0123456789") != "" {
-			return SalesOrder{}, nil, false, inputErr("externalId", "a CRM order number is digits only, got %q", in.ExternalID)
+			return ReceivedOrder{}, nil, inputErr("externalId", "a CRM order number is digits only, got %q", in.ExternalID)
 		}
 		n, perr := strconv.ParseInt(externalID, 10, 64)
 		if perr != nil || n < 1 || n > 999_999_999_999_999_999 {
-			return SalesOrder{}, nil, false, inputErr("externalId", "a CRM order number is between 1 and 18 digits long, got %q", in.ExternalID)
+			return ReceivedOrder{}, nil, inputErr("externalId", "a CRM order number is between 1 and 18 digits long, got %q", in.ExternalID)
 		}
 		// Canonical form: "051015" and "51015" are the same CRM order.
 		externalID = strconv.FormatInt(n, 10)
 		payloadKey, payloadID = "crm_order_id", n
 	default:
-		return SalesOrder{}, nil, false, inputErr("source", "unknown order source %q", in.Source)
+		return ReceivedOrder{}, nil, inputErr("source", "unknown order source %q", in.Source)
 	}
 	customer, err := requireText("customer", in.Customer)
 	if err != nil {
-		return SalesOrder{}, nil, false, err
+		return ReceivedOrder{}, nil, err
 	}
-	itemIDs, err := resolveLines(ctx, tx, "lines", in.Lines)
+	// Bad lines are refused even for an order sent before.
+	skus, err := validateLines("lines", in.Lines)
 	if err != nil {
-		return SalesOrder{}, nil, false, err
+		return ReceivedOrder{}, nil, err
 	}
-
-	sp, err := tx.Begin(ctx)
+	if _, err := itemIDsBySKU(ctx, tx, "lines", skus); err != nil {
+		return ReceivedOrder{}, nil, err
+	}
+	pending, events, err := insertPendingSalesOrder(ctx, tx, actorID, customer, in.Source, &externalID, skus, in.Lines)
 	if err != nil {
-		return SalesOrder{}, nil, false, fmt.Errorf("savepoint: %w", err)
+		return ReceivedOrder{}, nil, err
 	}
-	defer sp.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	no, err := nextNumber(ctx, sp, PrefixSalesOrder)
-	if err != nil {
-		return SalesOrder{}, nil, false, err
-	}
-	rows, err := sp.Query(ctx, `
-		INSERT INTO sales_orders (number, customer, source, external_id, created_by)
-		VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (source, external_id) DO NOTHING RETURNING id`,
-		no, customer, in.Source, externalID, actorID)
-	if err != nil {
-		return SalesOrder{}, nil, false, fmt.Errorf("insert %s order %s: %w", in.Source, externalID, err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return SalesOrder{}, nil, false, fmt.Errorf("insert %s order %s: %w", in.Source, externalID, err)
-	}
-	if len(ids) == 0 {
-		if err := sp.Rollback(ctx); err != nil {
-			return SalesOrder{}, nil, false, fmt.Errorf("release number %s: %w", no, err)
-		}
+	if len(events) == 0 {
 		existing, err := salesOrderByExternalID(ctx, tx, in.Source, externalID)
-		return existing, nil, true, err
+		return ReceivedOrder{Existing: existing, Duplicate: true}, nil, err
 	}
-	if err := sp.Commit(ctx); err != nil {
-		return SalesOrder{}, nil, false, fmt.Errorf("release savepoint: %w", err)
-	}
-	id := ids[0]
-	so, events, err = finishSalesOrder(ctx, tx, actorID, id, itemIDs, in.Lines)
-	if err != nil {
-		return SalesOrder{}, nil, false, err
-	}
+	id := pending.order.ID
 	received, err := appendEvent(ctx, tx, actorID, EventOrderReceived, EntitySalesOrders, id, map[string]any{
 		"lines":    len(in.Lines),
 		"source":   in.Source,
@@ -422,9 +429,9 @@ func ReceiveOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in ReceiveOrde
 		"order_id": id,
 	})
 	if err != nil {
-		return SalesOrder{}, nil, false, err
+		return ReceivedOrder{}, nil, err
 	}
-	return so, append(events, received), false, nil
+	return ReceivedOrder{Pending: pending}, append(events, received), nil
 }
 
 // AcceptSalesOrder moves a sales order from new to accepted; it reports
