@@ -292,7 +292,12 @@ func TestInternalErrorsLeakNothing(t *testing.T) {
 		require.NotContains(t, string(body), leak)
 	}
 
-	// The database stops answering altogether.
+	// The database stops answering altogether. A token not used yet, so
+	// that authentication itself needs the database (a used one answers
+	// from the cache for a second).
+	fresh := gql[struct {
+		IssueToken struct{ Token string } `json:"issueToken"`
+	}](t, s, `mutation { issueToken(login: "admin") { token } }`, nil).IssueToken.Token
 	var dbName string
 	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT current_database()`).Scan(&dbName))
 	admin, err := pgxConnectAdmin(s)
@@ -304,7 +309,7 @@ func TestInternalErrorsLeakNothing(t *testing.T) {
 	_, err = admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, dbName)
 	require.NoError(t, err)
 	s.Pool.Reset()
-	status, res := s.do(t, s.Token, `{ items { id } }`, nil)
+	status, res := s.do(t, fresh, `{ items { id } }`, nil)
 	require.Equal(t, http.StatusServiceUnavailable, status)
 	require.Equal(t, "INTERNAL", res.Errors[0].Extensions["code"])
 	require.NotEmpty(t, res.Errors[0].Extensions["requestId"])
@@ -388,4 +393,46 @@ func TestARefusedFieldStopsTheWholeMutation(t *testing.T) {
 	require.NotEmpty(t, res.Errors)
 	require.Equal(t, "FORBIDDEN", res.Errors[0].Extensions["code"])
 	require.Equal(t, before, footprint(t, s), "the allowed first field must not have run")
+}
+
+// Token owners are cached for a moment (resolvers.tokenCacheTTL), so a
+// busy client does not pay a token lookup per request; a role change or a
+// revocation must still take effect at once on the instance that made it,
+// and within the TTL on another instance sharing the database.
+func TestTokenChangesTakeEffectDespiteTheCache(t *testing.T) {
+	t.Parallel()
+	a := newTestServer(t, serverOpts{})
+	b := newTestServer(t, serverOpts{pool: a.Pool})
+	gql[map[string]any](t, a, `mutation { createUser(input: {login: "clerk", displayName: "Клерк", role: SALES}) { id } }`, nil)
+	res := gql[struct {
+		IssueToken struct {
+			Token string
+			Info  struct{ ID string }
+		} `json:"issueToken"`
+	}](t, a, `mutation { issueToken(login: "clerk") { token info { id } } }`, nil)
+	token, id := res.IssueToken.Token, res.IssueToken.Info.ID
+	role := func(s *testServer) (int, string) {
+		t.Helper()
+		status, res := s.do(t, token, `{ me { role } }`, nil)
+		if status != http.StatusOK {
+			return status, ""
+		}
+		var me struct{ Me struct{ Role string } }
+		require.NoError(t, json.Unmarshal(res.Data, &me))
+		return status, me.Me.Role
+	}
+	for _, s := range []*testServer{a, b} { // both instances have it cached
+		_, r := role(s)
+		require.Equal(t, "SALES", r)
+	}
+
+	gql[map[string]any](t, a, `mutation { setUserRole(login: "clerk", role: VIEWER) { id } }`, nil)
+	_, r := role(a)
+	require.Equal(t, "VIEWER", r, "a role change takes effect at once where it was made")
+	waitFor(t, 3*time.Second, "the role change on the other instance", func() bool { _, r := role(b); return r == "VIEWER" })
+
+	gql[map[string]any](t, a, `mutation($id: ID!) { revokeToken(id: $id) { revokedAt } }`, map[string]any{"id": id})
+	status, _ := role(a)
+	require.Equal(t, http.StatusUnauthorized, status, "a revocation takes effect at once where it was made")
+	waitFor(t, 3*time.Second, "the revocation on the other instance", func() bool { s, _ := role(b); return s == http.StatusUnauthorized })
 }

@@ -164,123 +164,264 @@ type docCreatedPayload struct {
 }
 
 // CreateSalesOrder writes a manual sales order (number ЗК-…) with its lines
-// and its doc.created event in tx. Bad input is an *InputError and writes
-// nothing the caller's rollback would not undo.
+// and its doc.created event in tx: InsertSalesOrder, then
+// NumberSalesOrder. Bad input is an *InputError and writes nothing the
+// caller's rollback would not undo.
 func CreateSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in SalesOrderInput) (SalesOrder, []Event, error) {
-	customer, err := requireText("customer", in.Customer)
+	pending, _, err := InsertSalesOrder(ctx, tx, actorID, in)
 	if err != nil {
 		return SalesOrder{}, nil, err
 	}
-	itemIDs, err := resolveLines(ctx, tx, "lines", in.Lines)
-	if err != nil {
-		return SalesOrder{}, nil, err
-	}
-	no, err := nextNumber(ctx, tx, PrefixSalesOrder)
-	if err != nil {
-		return SalesOrder{}, nil, err
-	}
-	var id int64
-	if err := tx.QueryRow(ctx, `
-		INSERT INTO sales_orders (number, customer, created_by) VALUES ($1, $2, $3) RETURNING id`,
-		no, customer, actorID).Scan(&id); err != nil {
-		return SalesOrder{}, nil, fmt.Errorf("insert sales order %s: %w", no, err)
-	}
-	return finishSalesOrder(ctx, tx, actorID, id, itemIDs, in.Lines)
-}
-
-// finishSalesOrder writes the lines and the doc.created event of a new sales
-// order and reads it back.
-func finishSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, itemIDs []int64, lines []LineInput) (SalesOrder, []Event, error) {
-	if err := insertLines(ctx, tx, salesOrderLines, id, itemIDs, lines); err != nil {
-		return SalesOrder{}, nil, err
-	}
-	so, err := SalesOrderByID(ctx, tx, id)
-	if err != nil {
-		return SalesOrder{}, nil, err
-	}
-	ev, err := appendEvent(ctx, tx, actorID, EventDocCreated, EntitySalesOrders, id,
-		docCreatedPayload{ID: id, No: so.Number, Entity: payloadSalesOrder})
+	so, ev, err := NumberSalesOrder(ctx, tx, pending)
 	if err != nil {
 		return SalesOrder{}, nil, err
 	}
 	return so, []Event{ev}, nil
 }
 
+// PendingSalesOrder is a sales order InsertSalesOrder wrote without its
+// number; NumberSalesOrder, in the same transaction, gives it one.
+type PendingSalesOrder struct {
+	order   SalesOrder
+	eventID int64
+}
+
+// InsertSalesOrder is the first half of CreateSalesOrder: it writes the
+// order with a provisional number, its lines and its doc.created event
+// (whose payload lacks "no" until then) in one statement, and returns the
+// event, for the caller to enqueue its dispatch job. Bad input is an
+// *InputError, as for CreateSalesOrder.
+//
+// The number comes last, from NumberSalesOrder, because taking it locks the
+// series row until tx ends (that is what keeps the series gapless): called
+// right before commit, after the job insert, it holds the lock for one
+// statement and the commit instead of the whole transaction, which is what
+// lets concurrent orders through.
+func InsertSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in SalesOrderInput) (PendingSalesOrder, []Event, error) {
+	customer, err := requireText("customer", in.Customer)
+	if err != nil {
+		return PendingSalesOrder{}, nil, err
+	}
+	skus, err := validateLines("lines", in.Lines)
+	if err != nil {
+		return PendingSalesOrder{}, nil, err
+	}
+	pending, events, err := insertPendingSalesOrder(ctx, tx, actorID, customer, SourceManual, nil, skus, in.Lines)
+	if err != nil {
+		return PendingSalesOrder{}, nil, err
+	}
+	if len(events) == 0 {
+		return PendingSalesOrder{}, nil, fmt.Errorf("insert sales order: no row written")
+	}
+	return pending, events, nil
+}
+
+// insertPendingSalesOrder runs insertSalesOrderSQL for validated input. No
+// events and no error means the order of (source, externalID) exists
+// already and nothing was written.
+func insertPendingSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, customer, source string, externalID *string, skus []string, lines []LineInput) (PendingSalesOrder, []Event, error) {
+	qty, price := lineValues(lines)
+	rows, err := tx.Query(ctx, insertSalesOrderSQL, customer, actorID, skus, qty, price,
+		EventDocCreated, EntitySalesOrders, payloadSalesOrder, source, externalID)
+	if err != nil {
+		return PendingSalesOrder{}, nil, fmt.Errorf("insert %s sales order: %w", source, err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByName[createdSalesOrderRow])
+	if err != nil {
+		return PendingSalesOrder{}, nil, fmt.Errorf("insert %s sales order: %w", source, err)
+	}
+	if len(got) != len(lines) {
+		// A line's SKU matched no item, so it was left out (or, with no
+		// rows, the order exists). Name the SKU; the caller's rollback
+		// undoes the order.
+		if _, err := itemIDsBySKU(ctx, tx, "lines", skus); err != nil {
+			return PendingSalesOrder{}, nil, err
+		}
+		if len(got) == 0 && externalID != nil {
+			return PendingSalesOrder{}, nil, nil
+		}
+		return PendingSalesOrder{}, nil, fmt.Errorf("insert %s sales order: %d lines written, want %d", source, len(got), len(lines))
+	}
+	first := got[0]
+	so := SalesOrder{
+		ID: first.SalesOrderID, Customer: first.Customer, Status: first.Status,
+		Source: first.Source, ExternalID: first.ExternalID, CreatedAt: first.SalesOrderCreatedAt,
+		Lines: make([]DocLine, len(got)),
+	}
+	for i, r := range got {
+		so.Lines[i] = r.DocLine
+	}
+	return PendingSalesOrder{order: so, eventID: first.Event.ID}, []Event{first.Event}, nil
+}
+
+// NumberSalesOrder takes the next ЗК number for an order InsertSalesOrder
+// wrote in tx and puts it in the order and in its event's payload, in one
+// statement; call it last before commit. It returns the order and the event
+// as stored. An exhausted series is ErrConflict.
+func NumberSalesOrder(ctx context.Context, tx pgx.Tx, p PendingSalesOrder) (SalesOrder, Event, error) {
+	rows, err := tx.Query(ctx, numberSalesOrderSQL, PrefixSalesOrder, p.order.ID, p.eventID)
+	if err != nil {
+		return SalesOrder{}, Event{}, insertNumberedErr(PrefixSalesOrder, fmt.Sprintf("number sales order %d", p.order.ID), err)
+	}
+	type numbered struct {
+		Event
+		Number string `db:"number"`
+	}
+	got, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[numbered])
+	if err != nil {
+		return SalesOrder{}, Event{}, insertNumberedErr(PrefixSalesOrder, fmt.Sprintf("number sales order %d", p.order.ID), err)
+	}
+	so := p.order
+	so.Number = got.Number
+	return so, got.Event, nil
+}
+
+// insertSalesOrderSQL writes a sales order numbered provisionally (a
+// unique placeholder that NumberSalesOrder replaces before commit, so no
+// other transaction ever sees it), its lines and its doc.created event
+// (payload as docCreatedPayload but for "no"), returning one row per line
+// (createdSalesOrderRow) in line order; a line whose SKU names no item is
+// left out (the caller compares the count), and an order whose (source,
+// external id) exists already is not written (no rows). $1 customer, $2
+// actor, $3–$5 the lines' SKUs, quantities and prices, $6–$8 event type,
+// entity and payload entity, $9 source, $10 external id (NULL for a manual
+// order, which never conflicts).
+const insertSalesOrderSQL = `
+	WITH so AS (
+		INSERT INTO sales_orders (number, customer, created_by, source, external_id)
+		VALUES ('pending ' || gen_random_uuid(), $1::text, $2::bigint, $9::text, $10::text)
+		ON CONFLICT (source, external_id) DO NOTHING
+		RETURNING id, customer, status, source, external_id, created_at
+	), l AS (
+		INSERT INTO sales_order_lines (sales_order_id, line_no, item_id, quantity, price)
+		SELECT so.id, t.ord, i.id, t.qty, t.price
+		FROM so, unnest($3::text[], $4::numeric[], $5::numeric[]) WITH ORDINALITY AS t(sku, qty, price, ord)
+		JOIN items i ON i.sku = t.sku
+		RETURNING line_no, item_id, quantity, price
+	), e AS (
+		INSERT INTO events (type, entity, entity_id, payload, actor_id)
+		SELECT $6::text, $7::text, so.id, jsonb_build_object('id', so.id, 'entity', $8::text), $2::bigint
+		FROM so
+		RETURNING *
+	)
+	SELECT ` + eventColumnsFromJoin + `,
+		so.id AS so_id, so.customer, so.status, so.source, so.external_id, so.created_at AS so_created_at,
+		l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
+	FROM so CROSS JOIN e LEFT JOIN users u ON u.id = e.actor_id
+	CROSS JOIN l JOIN items i ON i.id = l.item_id
+	ORDER BY l.line_no`
+
+// numberSalesOrderSQL takes the next number of series $1 (formatted as
+// nextNumber does) and puts it in sales order $2 and in the payload of its
+// event $3, returning the event (eventColumnsFromJoin) and the number.
+const numberSalesOrderSQL = `
+	WITH n AS (
+		INSERT INTO number_series (prefix, year, last_value)
+		VALUES ($1, extract(year FROM now())::int, 1)
+		ON CONFLICT (prefix, year) DO UPDATE SET last_value = number_series.last_value + 1
+		RETURNING prefix || '-' || year || '-' || lpad(last_value::text, 6, '0') AS number
+	), so AS (
+		UPDATE sales_orders s SET number = n.number FROM n WHERE s.id = $2 RETURNING s.number
+	), e AS (
+		UPDATE events e SET payload = e.payload || jsonb_build_object('no', so.number)
+		FROM so WHERE e.id = $3
+		RETURNING e.*
+	)
+	SELECT ` + eventColumnsFromJoin + `, so.number
+	FROM so CROSS JOIN e LEFT JOIN users u ON u.id = e.actor_id`
+
+// createdSalesOrderRow is one row of insertSalesOrderSQL: the order and its
+// event, repeated on each of its lines.
+type createdSalesOrderRow struct {
+	Event
+	DocLine
+	SalesOrderID        int64     `db:"so_id"`
+	Customer            string    `db:"customer"`
+	Status              string    `db:"status"`
+	Source              string    `db:"source"`
+	ExternalID          *string   `db:"external_id"`
+	SalesOrderCreatedAt time.Time `db:"so_created_at"`
+}
+
 // ReceiveOrder writes a sales order received from the shop or the CRM with
 // its doc.created and order.received events, idempotently per (source,
 // external id): when that order already exists it returns it with
-// duplicate true and writes nothing. The unique constraint decides, so two
-// concurrent deliveries of one order yield one order; the loser's number is
-// given back through a savepoint, keeping the series gapless.
+// duplicate true and writes nothing. It is InsertReceivedOrder, then
+// NumberSalesOrder.
 func ReceiveOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in ReceiveOrderInput) (so SalesOrder, events []Event, duplicate bool, err error) {
+	r, events, err := InsertReceivedOrder(ctx, tx, actorID, in)
+	if err != nil || r.Duplicate {
+		return r.Existing, nil, r.Duplicate, err
+	}
+	so, docCreated, err := NumberSalesOrder(ctx, tx, r.Pending)
+	if err != nil {
+		return SalesOrder{}, nil, false, err
+	}
+	events[0] = docCreated
+	return so, events, false, nil
+}
+
+// ReceivedOrder is what InsertReceivedOrder did: wrote a new order pending
+// its number (Pending), or, when Duplicate, found the order it was sent
+// before (Existing) and wrote nothing.
+type ReceivedOrder struct {
+	Pending   PendingSalesOrder
+	Existing  SalesOrder
+	Duplicate bool
+}
+
+// InsertReceivedOrder is the first half of ReceiveOrder: it writes the
+// order as InsertSalesOrder does, with its doc.created and order.received
+// events (returned, for the caller to enqueue), or finds the existing
+// order. The unique constraint on (source, external id) decides, so two
+// concurrent deliveries of one order yield one order; as the number comes
+// only later (NumberSalesOrder, for a new order only), a duplicate never
+// takes one and the series stays gapless.
+func InsertReceivedOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in ReceiveOrderInput) (ReceivedOrder, []Event, error) {
 	externalID := strings.TrimSpace(in.ExternalID)
 	var payloadKey string
 	var payloadID any
 	switch in.Source {
 	case SourceShop:
 		if externalID == "" || len(externalID) > maxTextLen || strings.ContainsRune(externalID, 0) || !utf8.ValidString(externalID) {
-			return SalesOrder{}, nil, false, inputErr("externalId", "a shop sync_id of 1 to %d characters is required", maxTextLen)
+			return ReceivedOrder{}, nil, inputErr("externalId", "a shop sync_id of 1 to %d characters is required", maxTextLen)
 		}
 		payloadKey, payloadID = "sync_id", externalID
 	case SourceCRM:
 		if externalID == "" || strings.TrimLeft(externalID, "0123456789") != "" {
-			return SalesOrder{}, nil, false, inputErr("externalId", "a CRM order number is digits only, got %q", in.ExternalID)
+			return ReceivedOrder{}, nil, inputErr("externalId", "a CRM order number is digits only, got %q", in.ExternalID)
 		}
 		n, perr := strconv.ParseInt(externalID, 10, 64)
 		if perr != nil || n < 1 || n > 999_999_999_999_999_999 {
-			return SalesOrder{}, nil, false, inputErr("externalId", "a CRM order number is between 1 and 18 digits long, got %q", in.ExternalID)
+			return ReceivedOrder{}, nil, inputErr("externalId", "a CRM order number is between 1 and 18 digits long, got %q", in.ExternalID)
 		}
 		// Canonical form: "051015" and "51015" are the same CRM order.
 		externalID = strconv.FormatInt(n, 10)
 		payloadKey, payloadID = "crm_order_id", n
 	default:
-		return SalesOrder{}, nil, false, inputErr("source", "unknown order source %q", in.Source)
+		return ReceivedOrder{}, nil, inputErr("source", "unknown order source %q", in.Source)
 	}
 	customer, err := requireText("customer", in.Customer)
 	if err != nil {
-		return SalesOrder{}, nil, false, err
+		return ReceivedOrder{}, nil, err
 	}
-	itemIDs, err := resolveLines(ctx, tx, "lines", in.Lines)
+	// Bad lines are refused even for an order sent before.
+	skus, err := validateLines("lines", in.Lines)
 	if err != nil {
-		return SalesOrder{}, nil, false, err
+		return ReceivedOrder{}, nil, err
 	}
-
-	sp, err := tx.Begin(ctx)
+	if _, err := itemIDsBySKU(ctx, tx, "lines", skus); err != nil {
+		return ReceivedOrder{}, nil, err
+	}
+	pending, events, err := insertPendingSalesOrder(ctx, tx, actorID, customer, in.Source, &externalID, skus, in.Lines)
 	if err != nil {
-		return SalesOrder{}, nil, false, fmt.Errorf("savepoint: %w", err)
+		return ReceivedOrder{}, nil, err
 	}
-	defer sp.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	no, err := nextNumber(ctx, sp, PrefixSalesOrder)
-	if err != nil {
-		return SalesOrder{}, nil, false, err
-	}
-	rows, err := sp.Query(ctx, `
-		INSERT INTO sales_orders (number, customer, source, external_id, created_by)
-		VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (source, external_id) DO NOTHING RETURNING id`,
-		no, customer, in.Source, externalID, actorID)
-	if err != nil {
-		return SalesOrder{}, nil, false, fmt.Errorf("insert %s order %s: %w", in.Source, externalID, err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return SalesOrder{}, nil, false, fmt.Errorf("insert %s order %s: %w", in.Source, externalID, err)
-	}
-	if len(ids) == 0 {
-		if err := sp.Rollback(ctx); err != nil {
-			return SalesOrder{}, nil, false, fmt.Errorf("release number %s: %w", no, err)
-		}
+	if len(events) == 0 {
 		existing, err := salesOrderByExternalID(ctx, tx, in.Source, externalID)
-		return existing, nil, true, err
+		return ReceivedOrder{Existing: existing, Duplicate: true}, nil, err
 	}
-	if err := sp.Commit(ctx); err != nil {
-		return SalesOrder{}, nil, false, fmt.Errorf("release savepoint: %w", err)
-	}
-	id := ids[0]
-	so, events, err = finishSalesOrder(ctx, tx, actorID, id, itemIDs, in.Lines)
-	if err != nil {
-		return SalesOrder{}, nil, false, err
-	}
+	id := pending.order.ID
 	received, err := appendEvent(ctx, tx, actorID, EventOrderReceived, EntitySalesOrders, id, map[string]any{
 		"lines":    len(in.Lines),
 		"source":   in.Source,
@@ -288,9 +429,9 @@ func ReceiveOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in ReceiveOrde
 		"order_id": id,
 	})
 	if err != nil {
-		return SalesOrder{}, nil, false, err
+		return ReceivedOrder{}, nil, err
 	}
-	return so, append(events, received), false, nil
+	return ReceivedOrder{Pending: pending}, append(events, received), nil
 }
 
 // AcceptSalesOrder moves a sales order from new to accepted; it reports
@@ -542,12 +683,24 @@ var (
 // is the input path of the list ("lines"); empty means a single line whose
 // fields sit at the top level of the input (a production order).
 func resolveLines(ctx context.Context, q Querier, field string, lines []LineInput) ([]int64, error) {
-	path := func(i int, name string) string {
-		if field == "" {
-			return name
-		}
-		return fmt.Sprintf("%s.%d.%s", field, i, name)
+	skus, err := validateLines(field, lines)
+	if err != nil {
+		return nil, err
 	}
+	return itemIDsBySKU(ctx, q, field, skus)
+}
+
+// linePath is the input path of field name of line i (see resolveLines).
+func linePath(field string, i int, name string) string {
+	if field == "" {
+		return name
+	}
+	return fmt.Sprintf("%s.%d.%s", field, i, name)
+}
+
+// validateLines checks lines without the database and returns their SKUs,
+// trimmed, in order. field is as for resolveLines.
+func validateLines(field string, lines []LineInput) ([]string, error) {
 	if len(lines) == 0 {
 		return nil, inputErr(field, "at least one line is required")
 	}
@@ -558,29 +711,35 @@ func resolveLines(ctx context.Context, q Querier, field string, lines []LineInpu
 	for i, l := range lines {
 		skus[i] = strings.TrimSpace(l.SKU)
 		if skus[i] == "" {
-			return nil, inputErr(path(i, "sku"), "must not be empty")
+			return nil, inputErr(linePath(field, i, "sku"), "must not be empty")
 		}
 		if !l.Quantity.IsPositive() {
-			return nil, inputErr(path(i, "quantity"), "must be greater than 0, got %s", l.Quantity)
+			return nil, inputErr(linePath(field, i, "quantity"), "must be greater than 0, got %s", l.Quantity)
 		}
 		if -l.Quantity.Exponent() > quantityDecimals {
-			return nil, inputErr(path(i, "quantity"), "at most %d decimal places, got %s", quantityDecimals, l.Quantity)
+			return nil, inputErr(linePath(field, i, "quantity"), "at most %d decimal places, got %s", quantityDecimals, l.Quantity)
 		}
 		if l.Quantity.GreaterThanOrEqual(decimal.New(1, 15)) {
-			return nil, inputErr(path(i, "quantity"), "too large: %s", l.Quantity)
+			return nil, inputErr(linePath(field, i, "quantity"), "too large: %s", l.Quantity)
 		}
 		if l.Price != nil {
 			if l.Price.IsNegative() {
-				return nil, inputErr(path(i, "price"), "must not be negative, got %s", l.Price)
+				return nil, inputErr(linePath(field, i, "price"), "must not be negative, got %s", l.Price)
 			}
 			if -l.Price.Exponent() > priceDecimals {
-				return nil, inputErr(path(i, "price"), "at most %d decimal places, got %s", priceDecimals, l.Price)
+				return nil, inputErr(linePath(field, i, "price"), "at most %d decimal places, got %s", priceDecimals, l.Price)
 			}
 			if l.Price.GreaterThanOrEqual(decimal.New(1, 16)) {
-				return nil, inputErr(path(i, "price"), "too large: %s", l.Price)
+				return nil, inputErr(linePath(field, i, "price"), "too large: %s", l.Price)
 			}
 		}
 	}
+	return skus, nil
+}
+
+// itemIDsBySKU returns the item ids of skus in order; an unknown SKU is an
+// *InputError on its line's sku field.
+func itemIDsBySKU(ctx context.Context, q Querier, field string, skus []string) ([]int64, error) {
 	rows, err := q.Query(ctx, `SELECT sku, id FROM items WHERE sku = ANY($1)`, skus)
 	if err != nil {
 		return nil, fmt.Errorf("resolve items: %w", err)
@@ -597,11 +756,11 @@ func resolveLines(ctx context.Context, q Querier, field string, lines []LineInpu
 	for _, f := range found {
 		bySKU[f.SKU] = f.ID
 	}
-	ids := make([]int64, len(lines))
+	ids := make([]int64, len(skus))
 	for i, sku := range skus {
 		id, ok := bySKU[sku]
 		if !ok {
-			return nil, inputErr(path(i, "sku"), "unknown item %q", sku)
+			return nil, inputErr(linePath(field, i, "sku"), "unknown item %q", sku)
 		}
 		ids[i] = id
 	}
@@ -611,11 +770,7 @@ func resolveLines(ctx context.Context, q Querier, field string, lines []LineInpu
 // insertLines writes lines (already validated by resolveLines) numbered
 // from 1 in one statement.
 func insertLines(ctx context.Context, tx pgx.Tx, lt lineTable, docID int64, itemIDs []int64, lines []LineInput) error {
-	qty := make([]decimal.Decimal, len(lines))
-	price := make([]*decimal.Decimal, len(lines))
-	for i, l := range lines {
-		qty[i], price[i] = l.Quantity, l.Price
-	}
+	qty, price := lineValues(lines)
 	_, err := tx.Exec(ctx, `
 		INSERT INTO `+lt.table+` (`+lt.docColumn+`, line_no, item_id, quantity, price)
 		SELECT $1, t.ord, t.item, t.qty, t.price
@@ -625,6 +780,17 @@ func insertLines(ctx context.Context, tx pgx.Tx, lt lineTable, docID int64, item
 		return fmt.Errorf("insert %d lines into %s for %d: %w", len(lines), lt.table, docID, err)
 	}
 	return nil
+}
+
+// lineValues splits lines into the quantity and price arrays the line
+// inserts unnest.
+func lineValues(lines []LineInput) ([]decimal.Decimal, []*decimal.Decimal) {
+	qty := make([]decimal.Decimal, len(lines))
+	price := make([]*decimal.Decimal, len(lines))
+	for i, l := range lines {
+		qty[i], price[i] = l.Quantity, l.Price
+	}
+	return qty, price
 }
 
 func docLines(ctx context.Context, q Querier, lt lineTable, docID int64) ([]DocLine, error) {

@@ -139,6 +139,10 @@ func TestBadInputWritesNothing(t *testing.T) {
 			_, _, err := db.CreateSalesOrder(b.ctx, tx, nil, db.SalesOrderInput{Customer: "X", Lines: []db.LineInput{{SKU: "A1", Quantity: qty("1")}, {SKU: "NOPE", Quantity: qty("1")}}})
 			return err
 		}, "lines.1.sku"},
+		{"only unknown skus", func(tx pgx.Tx) error {
+			_, _, err := db.CreateSalesOrder(b.ctx, tx, nil, db.SalesOrderInput{Customer: "X", Lines: []db.LineInput{{SKU: "NOPE", Quantity: qty("1")}, {SKU: "NADA", Quantity: qty("1")}}})
+			return err
+		}, "lines.0.sku"},
 		{"no lines", func(tx pgx.Tx) error {
 			_, _, err := db.CreatePurchaseOrder(b.ctx, tx, nil, db.PurchaseOrderInput{Supplier: "X"})
 			return err
@@ -298,4 +302,73 @@ func TestJournalRejectsProcessedBeforeCreated(t *testing.T) {
 	// refuses it.
 	_, err := b.pool.Exec(b.ctx, `UPDATE events SET processed_at = created_at - interval '1 minute', feed_seq = 1 WHERE id = $1`, events[0].ID)
 	require.ErrorContains(t, err, "events_check")
+}
+
+// CreateSalesOrder writes and reads back in one statement: what it returns
+// must be exactly what a later read finds, lines (with their stored scale
+// and a missing price) and event included.
+func TestCreateSalesOrderReturnsWhatIsStored(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	admin := int64(0)
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) (err error) {
+		admin, err = db.EnsureAdmin(b.ctx, tx, "")
+		return err
+	}))
+	price := qty("12.5")
+	var so db.SalesOrder
+	var events []db.Event
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) (err error) {
+		so, events, err = db.CreateSalesOrder(b.ctx, tx, &admin, db.SalesOrderInput{Customer: " ООО Ромашка ", Lines: []db.LineInput{
+			{SKU: "A2", Quantity: qty("2.5"), Price: &price},
+			{SKU: " A1 ", Quantity: qty("1")},
+			{SKU: "A2", Quantity: qty("0.001"), Price: new(qty("0"))},
+		}})
+		return err
+	}))
+	stored, err := db.SalesOrderByID(b.ctx, b.pool, so.ID)
+	require.NoError(t, err)
+	require.Equal(t, stored, so)
+	require.Equal(t, "ООО Ромашка", so.Customer)
+	require.Regexp(t, `^ЗК-\d{4}-000001$`, so.Number)
+	require.Len(t, so.Lines, 3)
+	require.Equal(t, []string{"A2", "A1", "A2"}, []string{so.Lines[0].SKU, so.Lines[1].SKU, so.Lines[2].SKU})
+	require.Equal(t, "2.500", so.Lines[0].Quantity.StringFixed(-so.Lines[0].Quantity.Exponent()), "quantity as stored, numeric(18,3)")
+	require.Nil(t, so.Lines[1].Price)
+
+	require.Len(t, events, 1)
+	page, err := db.ListEvents(b.ctx, b.pool, db.EventFilter{}, 10, "")
+	require.NoError(t, err)
+	require.Len(t, page.Events, 1)
+	require.Equal(t, page.Events[0], events[0])
+	require.Equal(t, db.EventDocCreated, events[0].Type)
+	require.Equal(t, db.AdminDisplayName, events[0].Actor().DisplayName)
+	require.JSONEq(t, fmt.Sprintf(`{"id": %d, "no": %q, "entity": "sales_order"}`, so.ID, so.Number), string(events[0].Payload))
+}
+
+func TestCreateSalesOrderExhaustedSeries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var year int
+	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT extract(year FROM now())::int").Scan(&year))
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		return db.SetNumberSeriesStart(b.ctx, tx, db.PrefixSalesOrder, year, 999999)
+	}))
+	create := func() (db.SalesOrder, error) {
+		var so db.SalesOrder
+		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) (err error) {
+			so, _, err = db.CreateSalesOrder(b.ctx, tx, nil, db.SalesOrderInput{Customer: "X", Lines: oneLine()})
+			return err
+		})
+		return so, err
+	}
+	so, err := create()
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("ЗК-%d-999999", year), so.Number)
+	_, err = create()
+	require.ErrorIs(t, err, db.ErrConflict)
+	require.ErrorContains(t, err, "exhausted")
+	require.Equal(t, 1, b.count(t, "sales_orders"))
+	require.Equal(t, 1, b.count(t, "sales_order_lines"))
+	require.Equal(t, 1, b.count(t, "events"))
 }

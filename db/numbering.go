@@ -37,14 +37,24 @@ func nextNumber(ctx context.Context, tx pgx.Tx, prefix string) (string, error) {
 		VALUES ($1, extract(year FROM now())::int, 1)
 		ON CONFLICT (prefix, year) DO UPDATE SET last_value = number_series.last_value + 1
 		RETURNING year, last_value`, prefix).Scan(&year, &value)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.CheckViolation {
-		return "", fmt.Errorf("%w: the %s number series of this year is exhausted (999999)", ErrConflict, prefix)
-	}
 	if err != nil {
-		return "", fmt.Errorf("next number %s: %w", prefix, err)
+		return "", insertNumberedErr(prefix, "next number "+prefix, err)
 	}
 	return fmt.Sprintf("%s-%d-%06d", prefix, year, value), nil
+}
+
+// seriesLimitCheck is the CHECK that caps a series at 999999.
+const seriesLimitCheck = "number_series_last_value_check"
+
+// insertNumberedErr wraps the error of a statement that takes a number of
+// prefix's series: an exhausted series is ErrConflict, anything else is
+// wrapped with action.
+func insertNumberedErr(prefix, action string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.CheckViolation && pgErr.ConstraintName == seriesLimitCheck {
+		return fmt.Errorf("%w: the %s number series of this year is exhausted (999999)", ErrConflict, prefix)
+	}
+	return fmt.Errorf("%s: %w", action, err)
 }
 
 // SetNumberSeriesStart makes the next number of prefix's series in year be

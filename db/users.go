@@ -103,22 +103,26 @@ func EnsureAdmin(ctx context.Context, tx pgx.Tx, token string) (int64, error) {
 }
 
 // UserByToken returns the user owning a valid API token (not revoked, not
-// expired), or ErrNotFound, and notes the token's use (at most one write a
-// minute per token).
-func UserByToken(ctx context.Context, q Querier, token string) (User, error) {
-	u, err := getOne[User](ctx, q, `
+// expired) and when the token expires (nil: never), or ErrNotFound, and
+// notes the token's use (at most one write a minute per token).
+func UserByToken(ctx context.Context, q Querier, token string) (User, *time.Time, error) {
+	type owner struct {
+		User
+		ExpiresAt *time.Time `db:"expires_at"`
+	}
+	o, err := getOne[owner](ctx, q, `
 		WITH t AS (
-			SELECT id, user_id FROM api_tokens
+			SELECT id, user_id, expires_at FROM api_tokens
 			WHERE token_hash = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
 		), touch AS (
 			UPDATE api_tokens a SET last_used_at = now() FROM t
 			WHERE a.id = t.id AND (a.last_used_at IS NULL OR a.last_used_at < now() - interval '1 minute')
 		)
-		SELECT u.id, u.login, u.display_name, u.role FROM t JOIN users u ON u.id = t.user_id`, hashToken(token))
+		SELECT u.id, u.login, u.display_name, u.role, t.expires_at FROM t JOIN users u ON u.id = t.user_id`, hashToken(token))
 	if err != nil {
-		return User{}, fmt.Errorf("find token owner: %w", err)
+		return User{}, nil, fmt.Errorf("find token owner: %w", err)
 	}
-	return u, nil
+	return o.User, o.ExpiresAt, nil
 }
 
 // UserInput creates a user.

@@ -39,7 +39,16 @@ func (o *Outbox) Pool() *pgxpool.Pool { return o.pool }
 // and the jobs visible at once; any error rolls all of them back (and frees
 // any document number fn took).
 func Write[T any](ctx context.Context, o *Outbox, fn func(tx pgx.Tx) (T, []db.Event, error)) (T, error) {
-	var result T
+	return WriteThen(ctx, o, fn, func(_ pgx.Tx, v T) (T, error) { return v, nil })
+}
+
+// WriteThen is Write with a last step: then runs after the dispatch jobs
+// are enqueued, as the last statements before commit, and its result is
+// WriteThen's. A document with a gapless number takes it there
+// (db.NumberSalesOrder): the series row stays locked from the number until
+// commit, so the later the number, the more documents per second.
+func WriteThen[T, R any](ctx context.Context, o *Outbox, fn func(tx pgx.Tx) (T, []db.Event, error), then func(tx pgx.Tx, v T) (R, error)) (R, error) {
+	var result R
 	var written []db.Event
 	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
 		v, events, err := fn(tx)
@@ -49,7 +58,11 @@ func Write[T any](ctx context.Context, o *Outbox, fn func(tx pgx.Tx) (T, []db.Ev
 		if err := EnqueueDispatch(ctx, o.river, tx, events); err != nil {
 			return err
 		}
-		result, written = v, events
+		r, err := then(tx, v)
+		if err != nil {
+			return err
+		}
+		result, written = r, events
 		return nil
 	})
 	if err == nil {

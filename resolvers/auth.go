@@ -60,11 +60,20 @@ func (r *Resolver) authenticate(ctx context.Context, header string) (db.User, er
 	if token == "" {
 		return db.User{}, errUnauthenticated
 	}
-	u, err := db.UserByToken(ctx, r.Pool, token)
+	key := db.TokenKey(token)
+	if u, ok := r.tokens.get(key, time.Now()); ok {
+		return u, nil
+	}
+	gen := r.tokens.generation()
+	u, expires, err := db.UserByToken(ctx, r.Pool, token)
 	if errors.Is(err, db.ErrNotFound) {
 		return db.User{}, errUnauthenticated
 	}
-	return u, err
+	if err != nil {
+		return db.User{}, err
+	}
+	r.tokens.put(gen, key, u, expires, time.Now())
+	return u, nil
 }
 
 // Authenticate is the HTTP middleware in front of /graphql: it resolves

@@ -17,8 +17,12 @@ import (
 )
 
 func (r *mutationResolver) CreateSalesOrder(ctx context.Context, input db.SalesOrderInput) (*db.SalesOrder, error) {
-	so, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) (db.SalesOrder, []db.Event, error) {
-		return db.CreateSalesOrder(ctx, tx, actorID(ctx), input)
+	// The number last, after the job insert: see db.InsertSalesOrder.
+	so, err := jobs.WriteThen(ctx, r.Outbox, func(tx pgx.Tx) (db.PendingSalesOrder, []db.Event, error) {
+		return db.InsertSalesOrder(ctx, tx, actorID(ctx), input)
+	}, func(tx pgx.Tx, p db.PendingSalesOrder) (db.SalesOrder, error) {
+		so, _, err := db.NumberSalesOrder(ctx, tx, p)
+		return so, err
 	})
 	if err != nil {
 		return nil, inArg("input", err)
@@ -33,9 +37,15 @@ func (r *mutationResolver) ReceiveOrder(ctx context.Context, input model.Receive
 		Customer:   input.Customer,
 		Lines:      input.Lines,
 	}
-	res, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) (model.ReceiveOrderResult, []db.Event, error) {
-		so, events, duplicate, err := db.ReceiveOrder(ctx, tx, actorID(ctx), in)
-		return model.ReceiveOrderResult{Order: &so, Duplicate: duplicate}, events, err
+	// The number last, after the job inserts: see db.InsertSalesOrder.
+	res, err := jobs.WriteThen(ctx, r.Outbox, func(tx pgx.Tx) (db.ReceivedOrder, []db.Event, error) {
+		return db.InsertReceivedOrder(ctx, tx, actorID(ctx), in)
+	}, func(tx pgx.Tx, ro db.ReceivedOrder) (model.ReceiveOrderResult, error) {
+		if ro.Duplicate {
+			return model.ReceiveOrderResult{Order: &ro.Existing, Duplicate: true}, nil
+		}
+		so, _, err := db.NumberSalesOrder(ctx, tx, ro.Pending)
+		return model.ReceiveOrderResult{Order: &so}, err
 	})
 	if err != nil {
 		return nil, inArg("input", err)

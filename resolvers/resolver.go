@@ -32,6 +32,9 @@ type Resolver struct {
 	FeedBuffer int
 
 	sockets sockets
+	// tokens caches token owners for authenticate; cleared by
+	// revokeToken and setUserRole.
+	tokens tokenCache
 }
 
 func (r *Resolver) feedBuffer() int {

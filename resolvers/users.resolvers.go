@@ -38,6 +38,7 @@ func (r *mutationResolver) SetUserRole(ctx context.Context, login string, role m
 	u, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) (db.User, []db.Event, error) {
 		return db.SetUserRole(ctx, tx, actorID(ctx), login, strings.ToLower(string(role)))
 	})
+	r.tokens.clear()
 	if err != nil {
 		return nil, err
 	}
@@ -63,6 +64,7 @@ func (r *mutationResolver) RevokeToken(ctx context.Context, id int64) (*db.APITo
 	t, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) (db.APIToken, []db.Event, error) {
 		return db.RevokeToken(ctx, tx, actorID(ctx), id)
 	})
+	r.tokens.clear()
 	if err != nil {
 		return nil, err
 	}
