@@ -122,6 +122,9 @@ type config struct {
 	LogFormat string
 	// LogLevel is the least level logged (LOG_LEVEL).
 	LogLevel slog.Level
+	// PprofAddr is the loopback address of the profiling listener
+	// (PPROF_ADDR); empty: none.
+	PprofAddr string
 }
 
 func main() {
@@ -259,6 +262,7 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs.StringVar(&retention, "retention", envOr("RETENTION", "168h"), "how long delivered delivery records and River's finished jobs are kept, at least 1h (RETENTION); the journal is kept forever")
 	fs.StringVar(&logFormat, "log-format", getenv("LOG_FORMAT"), "log format, json or text (LOG_FORMAT); empty: text when stderr is a terminal, else json")
 	fs.StringVar(&logLevel, "log-level", envOr("LOG_LEVEL", "info"), "least level logged: debug, info, warn or error (LOG_LEVEL)")
+	fs.StringVar(&cfg.PprofAddr, "pprof-addr", getenv("PPROF_ADDR"), "loopback host:port serving net/http/pprof at /debug/pprof/ (PPROF_ADDR), e.g. 127.0.0.1:6060; empty: off")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -334,6 +338,9 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	if cfg.Playground, err = strconv.ParseBool(playground); err != nil {
 		bad("PLAYGROUND", "want true or false, got %q", playground)
 	}
+	if cfg.PprofAddr != "" && !loopbackAddr(cfg.PprofAddr) {
+		bad("PPROF_ADDR", "want a loopback host:port like 127.0.0.1:6060 or localhost:6060 (profiles must not reach the network), got %q", cfg.PprofAddr)
+	}
 	if len(errs) > 0 {
 		return config{}, errors.Join(errs...)
 	}
@@ -344,6 +351,20 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 func validPort(s string) bool {
 	n, err := strconv.Atoi(s)
 	return err == nil && n >= 0 && n <= 65535
+}
+
+// loopbackAddr reports a host:port whose host is localhost or a loopback
+// IP: an empty host would listen on every interface.
+func loopbackAddr(addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || !validPort(port) {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // loadTimeZone resolves an IANA zone name for TIME_ZONE. "Local" is
@@ -412,6 +433,19 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, stdout io.Write
 		if err != nil {
 			a.stop(ctx)
 			return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+		}
+		if cfg.PprofAddr != "" {
+			stopPprof, err := startPprof(cfg.PprofAddr, logger)
+			if err != nil {
+				ln.Close()
+				a.stop(ctx)
+				return err
+			}
+			defer func() {
+				stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+				defer cancel()
+				stopPprof(stopCtx)
+			}()
 		}
 		logger.Info("serving", slog.String("addr", ln.Addr().String()),
 			slog.String("graphql", "/graphql"), slog.String("playground", "/playground"))
