@@ -780,6 +780,8 @@ func (a *app) newHandler(res *resolvers.Resolver, opts appOptions, page web.Conf
 	}
 	gql.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](100)})
 	gql.Use(resolvers.Observer{Metrics: a.metrics})
+	// Inside Observer, so that shared payloads still get their request id.
+	gql.Use(resolvers.NewSharedFeedPayloads())
 	gql.SetErrorPresenter(resolvers.ErrorPresenter(res.Logger))
 	gql.SetRecoverFunc(resolvers.Recover)
 
