@@ -67,8 +67,8 @@ const (
 	dispatchWorkers = 20
 	// wsKeepAlive is the websocket keepalive period: "ka" messages for
 	// graphql-ws, ping messages for graphql-transport-ws, and websocket ping
-	// frames for both; a peer from which nothing arrived for two periods is
-	// dropped.
+	// frames for both (all sent by wsgorilla); a peer from which nothing
+	// arrived for two periods is dropped.
 	wsKeepAlive = 10 * time.Second
 	// wsInitTimeout is how long a socket may wait to send connection_init
 	// (then close 4408).
@@ -76,6 +76,9 @@ const (
 	// wsReadLimit caps one incoming websocket message, in bytes (then close
 	// 1009); a subscription request is far smaller.
 	wsReadLimit = 64 << 10
+	// wsWriteBuffer is the write buffer, in bytes, taken from a pool shared
+	// by all sockets for the time of one write (a feed event fits).
+	wsWriteBuffer = 4 << 10
 	// wsSendBuffer caps each websocket's kernel send buffer, in bytes, so
 	// that a client that stopped reading pins at most that much (twice, as
 	// Linux counts) beside its feed buffer; at 100 ms round trip it still
@@ -682,11 +685,16 @@ func newApp(pool *pgxpool.Pool, opts appOptions, logger *slog.Logger) (*app, err
 		FeedBuffer: opts.FeedBuffer,
 	}
 	ws := &wsgorilla.Implementation{
-		CheckOrigin:  checkOrigin,
-		PingInterval: opts.KeepAlive,
-		InitTimeout:  opts.InitTimeout,
-		SendBuffer:   wsSendBuffer,
-		OnMessage:    m.WebsocketMessage,
+		CheckOrigin: checkOrigin,
+		// ReadBufferSize stays 0: gorilla then reads through the 4 KiB
+		// buffer net/http already holds for the hijacked connection until
+		// the handler returns, instead of a second one.
+		WriteBufferSize:   wsWriteBuffer,
+		PingInterval:      opts.KeepAlive,
+		ProtocolKeepAlive: true,
+		InitTimeout:       opts.InitTimeout,
+		SendBuffer:        wsSendBuffer,
+		OnMessage:         m.WebsocketMessage,
 	}
 	riverUI, err := riverui.NewHandler(&riverui.HandlerOpts{
 		Endpoints: riverui.NewEndpoints(riverClient, nil),
@@ -761,10 +769,11 @@ func (a *app) newHandler(res *resolvers.Resolver, opts appOptions, page web.Conf
 		Implementation: ws,
 		InitFunc:       res.WebsocketInit,
 		// InitTimeout stays 0: ws closes a silent socket with 4408 where
-		// gqlgen would use 1002.
-		KeepAlivePingInterval: opts.KeepAlive,
-		PingPongInterval:      opts.KeepAlive,
-		PayloadReadLimit:      &readLimit,
+		// gqlgen would use 1002. KeepAlivePingInterval and
+		// PingPongInterval stay 0: ws sends both subprotocols' keepalive
+		// messages with its ping frames (ProtocolKeepAlive), on a timer
+		// rather than two goroutines per socket.
+		PayloadReadLimit: &readLimit,
 	})
 	gql.AddTransport(transport.Options{})
 	gql.AddTransport(transport.GET{})
