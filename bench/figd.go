@@ -35,11 +35,11 @@ func (e *env) figureD() error {
 	}
 	defer s.stop()
 	time.Sleep(time.Second)
-	hsBefore0, gBefore, err := s.memStats()
+	heapBefore, stackBefore, gBefore, err := s.memStats()
 	if err != nil {
 		return err
 	}
-	var hsAfter0 float64
+	var heapAfter, stackAfter float64
 	var gAfter int
 	var heapFile string
 	oursKiB, err := e.idleRSSHook(s.cmd.Process.Pid, n, func(ctx context.Context) (func(), error) {
@@ -51,7 +51,7 @@ func (e *env) figureD() error {
 		return sub.close, nil
 	}, func() {
 		var err error
-		if hsAfter0, gAfter, err = s.memStats(); err != nil {
+		if heapAfter, stackAfter, gAfter, err = s.memStats(); err != nil {
 			fmt.Println("    warning: server memory stats:", err)
 		}
 		if heapFile, err = s.saveProfile("/heap", "d-heap.pprof"); err != nil {
@@ -62,7 +62,9 @@ func (e *env) figureD() error {
 	if err != nil {
 		return fmt.Errorf("ours: %w", err)
 	}
-	oursHS := (hsAfter0 - hsBefore0) / float64(n) / 1024
+	oursHeap := (heapAfter - heapBefore) / float64(n) / 1024
+	oursStack := (stackAfter - stackBefore) / float64(n) / 1024
+	oursHS := oursHeap + oursStack
 	oursG := float64(gAfter-gBefore) / float64(n)
 	s.stop()
 
@@ -117,8 +119,8 @@ func (e *env) figureD() error {
 		return fmt.Errorf("reference: %w", err)
 	}
 	refHS := (hsAfter - hsBefore) / float64(n) / 1024
-	note := fmt.Sprintf("RSS delta per socket; heap+stack after GC per socket: ours %.1f KiB (MemStats HeapAlloc+StackInuse via pprof, %.2f goroutines per socket; heap profile %s), reference %.1f KiB (runtime/metrics, 1 goroutine per socket)",
-		oursHS, oursG, heapFile, refHS)
+	note := fmt.Sprintf("RSS delta per socket; heap+stack after GC per socket: ours %.1f KiB = heap %.1f + stacks %.1f (MemStats HeapAlloc+StackInuse via pprof, %.2f goroutines per socket; heap profile %s), reference %.1f KiB (runtime/metrics, 1 goroutine per socket)",
+		oursHS, oursHeap, oursStack, oursG, heapFile, refHS)
 	e.add(Row{Figure: "D", Case: fmt.Sprintf("%d idle subscriptions", n), Metric: "KiB RSS per subscription",
 		Ours: oursKiB, Reference: refKiB, Target: "≤ 2× and ≤ 40 KiB", Pass: oursKiB <= 2*refKiB && oursKiB <= 40,
 		Settings: e.settings("subscribers", fmt.Sprint(n)), Notes: note})

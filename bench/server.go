@@ -97,38 +97,38 @@ func freeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// memStats reads the server's heap+stack after a GC, in bytes, and its
-// goroutine count, through the pprof listener: the heap profile with
+// memStats reads the server's live heap and goroutine stacks after a GC,
+// in bytes, and its goroutine count, through the pprof listener: the heap profile with
 // debug=1 ends with runtime.MemStats, of which HeapAlloc (live heap
 // objects after gc=1) and StackInuse are the counterparts of the
 // reference's runtime/metrics /memory/classes/heap/objects and
 // /memory/classes/heap/stacks.
-func (s *server) memStats() (heapStack float64, goroutines int, err error) {
+func (s *server) memStats() (heap, stack float64, goroutines int, err error) {
 	b, err := s.pprofGet("/heap?gc=1&debug=1")
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	var heap, stack, stackSys int64
+	var heapAlloc, stackInuse, stackSys int64
 	found := 0
 	for _, l := range bytes.Split(b, []byte("\n")) {
-		if n, _ := fmt.Sscanf(string(l), "# HeapAlloc = %d", &heap); n == 1 {
+		if n, _ := fmt.Sscanf(string(l), "# HeapAlloc = %d", &heapAlloc); n == 1 {
 			found++
 		}
-		if n, _ := fmt.Sscanf(string(l), "# Stack = %d / %d", &stack, &stackSys); n == 2 {
+		if n, _ := fmt.Sscanf(string(l), "# Stack = %d / %d", &stackInuse, &stackSys); n == 2 {
 			found++
 		}
 	}
 	if found != 2 {
-		return 0, 0, fmt.Errorf("no HeapAlloc/Stack in the heap profile")
+		return 0, 0, 0, fmt.Errorf("no HeapAlloc/Stack in the heap profile")
 	}
 	g, err := s.pprofGet("/goroutine?debug=1")
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	if _, err := fmt.Sscanf(string(g), "goroutine profile: total %d", &goroutines); err != nil {
-		return 0, 0, fmt.Errorf("goroutine profile: %w", err)
+		return 0, 0, 0, fmt.Errorf("goroutine profile: %w", err)
 	}
-	return float64(heap + stack), goroutines, nil
+	return float64(heapAlloc), float64(stackInuse), goroutines, nil
 }
 
 // saveProfile writes the server's profile at path (under /debug/pprof,
