@@ -143,6 +143,18 @@ func (s *FeedSubscription) Next(ctx context.Context) (ev *Event, ok bool) {
 	}
 }
 
+// DiscardThrough drops the queued events with a feed sequence up to seq:
+// a subscriber that read them from the journal meanwhile (a back-fill)
+// frees their room at once instead of skipping them one by one.
+func (s *FeedSubscription) DiscardThrough(seq int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.head < len(s.queue) && *s.queue[s.head].FeedSeq <= seq {
+		s.queue[s.head] = nil
+		s.head++
+	}
+}
+
 // push queues ev unless the queue is full; false means the subscriber
 // fell behind.
 func (s *FeedSubscription) push(ev *Event) bool {

@@ -108,11 +108,14 @@ func (r *Resolver) liveEvents(ctx context.Context, f db.EventFilter, after *stri
 }
 
 // subscribe takes a (new) feed subscription unless the stream was closed.
+// Its queue holds FeedBuffer events plus one: the one the resolver's pump
+// goroutine used to hold in hand besides the channel of FeedBuffer, so
+// that a subscriber is allowed the same lag as before it was removed.
 // A live subscription that the feed drops for falling behind closes the
 // socket at once with CloseSlowConsumer, even while gqlgen is blocked
 // writing an earlier event to a client that stopped reading.
 func (s *feedStream) subscribe() {
-	sub := s.r.Feed.Subscribe(s.filter, s.r.feedBuffer())
+	sub := s.r.Feed.Subscribe(s.filter, s.r.feedBuffer()+1)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -225,7 +228,9 @@ func (s *feedStream) backfillNext(ctx context.Context) (ev *db.Event, ok, done b
 			return ev, true, false
 		}
 		if !s.more {
-			if !s.current().Overflowed() {
+			if sub := s.current(); !sub.Overflowed() {
+				// What the back-fill read is queued too: free its room.
+				sub.DiscardThrough(s.last.Load())
 				s.backfilling = false
 				s.live.Store(true)
 				// Dropped between the check and now: next sees the ended
