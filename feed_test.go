@@ -554,3 +554,63 @@ func TestFeedLongBackfillOutlivesLiveBuffer(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, journal, seqs)
 }
+
+// Subscribers with the same operation share each event's executed data
+// (SharedFeedPayloads); each still gets its own request id, and one with
+// another selection gets its own shape, on either subprotocol.
+func TestFeedSharedPayloadsPerOperation(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, serverOpts{})
+	const narrow = `subscription { eventProcessed { id type } }`
+	type sock struct {
+		c     *wsClient
+		query string
+	}
+	var socks []sock
+	for _, tt := range []struct{ proto, query string }{
+		{protoTransportWS, feedSubscription},
+		{protoTransportWS, feedSubscription},
+		{protoLegacyWS, feedSubscription},
+		{protoTransportWS, narrow},
+	} {
+		c := dialWS(t, s, tt.proto)
+		c.init(s.Token)
+		c.subscribe("1", tt.query, nil)
+		socks = append(socks, sock{c, tt.query})
+	}
+	waitFor(t, 5*time.Second, "every subscription", func() bool { return s.app.feed.Subscribers() == len(socks) })
+	const events = 5
+	require.NoError(t, insertEvents(t.Context(), s, events, events))
+
+	type next struct {
+		Data       json.RawMessage `json:"data"`
+		Extensions struct {
+			RequestID string `json:"requestId"`
+		} `json:"extensions"`
+	}
+	got := make([][]next, len(socks))
+	for i, so := range socks {
+		for range events {
+			m, err := so.c.read(10 * time.Second)
+			require.NoError(t, err)
+			require.Contains(t, []string{"next", "data"}, m.Type, "payload: %s", m.Payload)
+			var n next
+			require.NoError(t, json.Unmarshal(m.Payload, &n))
+			require.NotEmpty(t, n.Extensions.RequestID)
+			got[i] = append(got[i], n)
+		}
+	}
+	for e := range events {
+		require.JSONEq(t, string(got[0][e].Data), string(got[1][e].Data), "same operation, same data")
+		require.JSONEq(t, string(got[0][e].Data), string(got[2][e].Data), "graphql-ws too")
+		require.NotEqual(t, got[0][e].Extensions.RequestID, got[1][e].Extensions.RequestID, "request ids stay per socket")
+		var wide, small struct {
+			EventProcessed map[string]any `json:"eventProcessed"`
+		}
+		require.NoError(t, json.Unmarshal(got[0][e].Data, &wide))
+		require.NoError(t, json.Unmarshal(got[3][e].Data, &small))
+		require.Len(t, small.EventProcessed, 2, "the other selection gets its own shape: %v", small.EventProcessed)
+		require.Equal(t, wide.EventProcessed["id"], small.EventProcessed["id"])
+		require.Contains(t, wide.EventProcessed, "cursor")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -193,6 +194,10 @@ func TestParseConfigNamesEachBadSetting(t *testing.T) {
 		{"LOG_LEVEL", "verbose", true},
 		{"INTROSPECTION", "maybe", false},
 		{"PLAYGROUND", "nah", true},
+		{"PPROF_ADDR", ":6060", false}, // every interface
+		{"PPROF_ADDR", "0.0.0.0:6060", false},
+		{"PPROF_ADDR", "10.0.0.5:6060", true},
+		{"PPROF_ADDR", "localhost", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.setting+"="+tt.value, func(t *testing.T) {
@@ -229,7 +234,7 @@ func TestServeHelpListsEverySetting(t *testing.T) {
 	var out bytes.Buffer
 	require.Zero(t, run([]string{"serve", "-help"}, func(string) string { return "" }, &out))
 	for _, setting := range []string{"DATABASE_URL", "DATA_DIR", "ADDR", "DISPATCH_INTERVAL", "ADMIN_TOKEN", "ALLOWED_ORIGINS",
-		"DEMO_URL", "DEMO_TOKEN", "TIME_ZONE", "SHUTDOWN_TIMEOUT", "RETENTION", "LOG_FORMAT", "LOG_LEVEL"} {
+		"DEMO_URL", "DEMO_TOKEN", "TIME_ZONE", "SHUTDOWN_TIMEOUT", "RETENTION", "LOG_FORMAT", "LOG_LEVEL", "PPROF_ADDR"} {
 		require.Contains(t, out.String(), "("+setting+")")
 	}
 	require.Contains(t, out.String(), `(default "15s")`)
@@ -336,4 +341,41 @@ func TestServeHelpPrintsNoSecrets(t *testing.T) {
 	cfg, err = parseConfig("serve", []string{"-admin-token", "flag-wins"}, func(k string) string { return env[k] }, io.Discard)
 	require.NoError(t, err)
 	require.Equal(t, "flag-wins", cfg.AdminToken)
+}
+
+func TestPprofListenerIsOptInLoopbackAndStopsWithTheServer(t *testing.T) {
+	t.Parallel()
+	for _, addr := range []string{"127.0.0.1:6060", "localhost:0", "[::1]:6060"} {
+		cfg, err := parseConfig("serve", nil, func(k string) string { return map[string]string{"PPROF_ADDR": addr}[k] }, io.Discard)
+		require.NoError(t, err, addr)
+		require.Equal(t, addr, cfg.PprofAddr)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	pprofAddr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	a := startChild(t, pgtest.NewDB(t), adminToken(t), "PPROF_ADDR="+pprofAddr)
+
+	res, err := http.Get("http://" + pprofAddr + "/debug/pprof/heap?debug=1")
+	require.NoError(t, err)
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, string(body), "# HeapAlloc = ", "MemStats follow the heap profile")
+
+	res, err = http.Get(a.URL + "/debug/pprof/heap")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusNotFound, res.StatusCode, "profiles are not on the API's address")
+
+	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-a.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the server did not exit")
+	}
+	_, err = net.DialTimeout("tcp", pprofAddr, time.Second)
+	require.Error(t, err, "the pprof listener closed with the server")
 }

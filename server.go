@@ -67,8 +67,8 @@ const (
 	dispatchWorkers = 20
 	// wsKeepAlive is the websocket keepalive period: "ka" messages for
 	// graphql-ws, ping messages for graphql-transport-ws, and websocket ping
-	// frames for both; a peer from which nothing arrived for two periods is
-	// dropped.
+	// frames for both (all sent by wsgorilla); a peer from which nothing
+	// arrived for two periods is dropped.
 	wsKeepAlive = 10 * time.Second
 	// wsInitTimeout is how long a socket may wait to send connection_init
 	// (then close 4408).
@@ -76,6 +76,9 @@ const (
 	// wsReadLimit caps one incoming websocket message, in bytes (then close
 	// 1009); a subscription request is far smaller.
 	wsReadLimit = 64 << 10
+	// wsWriteBuffer is the write buffer, in bytes, taken from a pool shared
+	// by all sockets for the time of one write (a feed event fits).
+	wsWriteBuffer = 4 << 10
 	// wsSendBuffer caps each websocket's kernel send buffer, in bytes, so
 	// that a client that stopped reading pins at most that much (twice, as
 	// Linux counts) beside its feed buffer; at 100 ms round trip it still
@@ -122,6 +125,9 @@ type config struct {
 	LogFormat string
 	// LogLevel is the least level logged (LOG_LEVEL).
 	LogLevel slog.Level
+	// PprofAddr is the loopback address of the profiling listener
+	// (PPROF_ADDR); empty: none.
+	PprofAddr string
 }
 
 func main() {
@@ -259,6 +265,7 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs.StringVar(&retention, "retention", envOr("RETENTION", "168h"), "how long delivered delivery records and River's finished jobs are kept, at least 1h (RETENTION); the journal is kept forever")
 	fs.StringVar(&logFormat, "log-format", getenv("LOG_FORMAT"), "log format, json or text (LOG_FORMAT); empty: text when stderr is a terminal, else json")
 	fs.StringVar(&logLevel, "log-level", envOr("LOG_LEVEL", "info"), "least level logged: debug, info, warn or error (LOG_LEVEL)")
+	fs.StringVar(&cfg.PprofAddr, "pprof-addr", getenv("PPROF_ADDR"), "loopback host:port serving net/http/pprof at /debug/pprof/ (PPROF_ADDR), e.g. 127.0.0.1:6060; empty: off")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -334,6 +341,9 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	if cfg.Playground, err = strconv.ParseBool(playground); err != nil {
 		bad("PLAYGROUND", "want true or false, got %q", playground)
 	}
+	if cfg.PprofAddr != "" && !loopbackAddr(cfg.PprofAddr) {
+		bad("PPROF_ADDR", "want a loopback host:port like 127.0.0.1:6060 or localhost:6060 (profiles must not reach the network), got %q", cfg.PprofAddr)
+	}
 	if len(errs) > 0 {
 		return config{}, errors.Join(errs...)
 	}
@@ -344,6 +354,20 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 func validPort(s string) bool {
 	n, err := strconv.Atoi(s)
 	return err == nil && n >= 0 && n <= 65535
+}
+
+// loopbackAddr reports a host:port whose host is localhost or a loopback
+// IP: an empty host would listen on every interface.
+func loopbackAddr(addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || !validPort(port) {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // loadTimeZone resolves an IANA zone name for TIME_ZONE. "Local" is
@@ -412,6 +436,19 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, stdout io.Write
 		if err != nil {
 			a.stop(ctx)
 			return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+		}
+		if cfg.PprofAddr != "" {
+			stopPprof, err := startPprof(cfg.PprofAddr, logger)
+			if err != nil {
+				ln.Close()
+				a.stop(ctx)
+				return err
+			}
+			defer func() {
+				stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+				defer cancel()
+				stopPprof(stopCtx)
+			}()
 		}
 		logger.Info("serving", slog.String("addr", ln.Addr().String()),
 			slog.String("graphql", "/graphql"), slog.String("playground", "/playground"))
@@ -648,11 +685,16 @@ func newApp(pool *pgxpool.Pool, opts appOptions, logger *slog.Logger) (*app, err
 		FeedBuffer: opts.FeedBuffer,
 	}
 	ws := &wsgorilla.Implementation{
-		CheckOrigin:  checkOrigin,
-		PingInterval: opts.KeepAlive,
-		InitTimeout:  opts.InitTimeout,
-		SendBuffer:   wsSendBuffer,
-		OnMessage:    m.WebsocketMessage,
+		CheckOrigin: checkOrigin,
+		// ReadBufferSize stays 0: gorilla then reads through the 4 KiB
+		// buffer net/http already holds for the hijacked connection until
+		// the handler returns, instead of a second one.
+		WriteBufferSize:   wsWriteBuffer,
+		PingInterval:      opts.KeepAlive,
+		ProtocolKeepAlive: true,
+		InitTimeout:       opts.InitTimeout,
+		SendBuffer:        wsSendBuffer,
+		OnMessage:         m.WebsocketMessage,
 	}
 	riverUI, err := riverui.NewHandler(&riverui.HandlerOpts{
 		Endpoints: riverui.NewEndpoints(riverClient, nil),
@@ -727,10 +769,11 @@ func (a *app) newHandler(res *resolvers.Resolver, opts appOptions, page web.Conf
 		Implementation: ws,
 		InitFunc:       res.WebsocketInit,
 		// InitTimeout stays 0: ws closes a silent socket with 4408 where
-		// gqlgen would use 1002.
-		KeepAlivePingInterval: opts.KeepAlive,
-		PingPongInterval:      opts.KeepAlive,
-		PayloadReadLimit:      &readLimit,
+		// gqlgen would use 1002. KeepAlivePingInterval and
+		// PingPongInterval stay 0: ws sends both subprotocols' keepalive
+		// messages with its ping frames (ProtocolKeepAlive), on a timer
+		// rather than two goroutines per socket.
+		PayloadReadLimit: &readLimit,
 	})
 	gql.AddTransport(transport.Options{})
 	gql.AddTransport(transport.GET{})
@@ -746,6 +789,8 @@ func (a *app) newHandler(res *resolvers.Resolver, opts appOptions, page web.Conf
 	}
 	gql.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](100)})
 	gql.Use(resolvers.Observer{Metrics: a.metrics})
+	// Inside Observer, so that shared payloads still get their request id.
+	gql.Use(resolvers.NewSharedFeedPayloads())
 	gql.SetErrorPresenter(resolvers.ErrorPresenter(res.Logger))
 	gql.SetRecoverFunc(resolvers.Recover)
 

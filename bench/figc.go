@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -78,6 +80,7 @@ func (e *env) figureC() error {
 		var mu sync.Mutex
 		committed := map[int64]time.Time{}
 		obs := e.observe(s.cmd.Process.Pid)
+		profiled := e.profileBoth(s, d, fmt.Sprintf("c-%d", n))
 		t0 := time.Now()
 		pace(e.ctx, rate, events, func(i int) {
 			id, err := jobs.Write(e.ctx, outbox, func(tx pgx.Tx) (int64, []db.Event, error) {
@@ -95,6 +98,9 @@ func (e *env) figureC() error {
 		time.Sleep(3 * time.Second)
 		elapsed := time.Since(t0)
 		oursNote := obs.finish()
+		if files := <-profiled; files != "" {
+			oursNote += "; CPU profiles " + files
+		}
 		for _, sub := range subs {
 			sub.close()
 		}
@@ -130,6 +136,41 @@ func (e *env) figureC() error {
 		fmt.Println("   ", note)
 	}
 	return nil
+}
+
+// profileBoth takes CPU profiles of the server (through its pprof
+// listener) and of this tool, for d from now, into the temp dir's
+// profiles/ (kept with -keep): name-server.pprof and name-tool.pprof. The
+// channel yields the files, or "" when profiling failed.
+func (e *env) profileBoth(s *server, d time.Duration, name string) <-chan string {
+	done := make(chan string, 1)
+	dir := filepath.Join(e.tmp, "profiles")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		done <- ""
+		return done
+	}
+	toolFile := filepath.Join(dir, name+"-tool.pprof")
+	f, err := os.Create(toolFile)
+	if err == nil {
+		if err = pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+		}
+	}
+	toolOK := err == nil
+	go func() {
+		serverFile, err := s.saveProfile(fmt.Sprintf("/profile?seconds=%d", int(d.Seconds())), name+"-server.pprof")
+		if toolOK {
+			pprof.StopCPUProfile()
+			f.Close()
+		}
+		if err != nil || !toolOK {
+			fmt.Println("    warning: CPU profiles:", err)
+			done <- ""
+			return
+		}
+		done <- serverFile + ", " + toolFile
+	}()
+	return done
 }
 
 // broadcastRef runs `bench refws`, connects n sockets and has it send

@@ -23,9 +23,10 @@ import (
 // graphql-transport-ws sockets; the reference, `bench refws` (a bare
 // gorilla server in its own process), holds N sockets with one reader
 // goroutine each. Both are measured by RSS delta (VmRSS after − before,
-// over N); the reference also reports heap+stack from runtime/metrics. The
-// server's runtime/metrics are not reachable from outside without a change
-// to server.go (see BENCHMARKS.md), so its row is RSS only.
+// over N) and by heap+stack delta after a GC: the reference's from
+// runtime/metrics, the server's from MemStats through its pprof listener
+// (PPROF_ADDR), which also gives the goroutines per socket and a heap
+// profile (profiles/d-heap.pprof in the temp dir, kept with -keep).
 func (e *env) figureD() error {
 	n := e.opts.dSubscribers
 	s, err := e.startServer()
@@ -33,17 +34,38 @@ func (e *env) figureD() error {
 		return err
 	}
 	defer s.stop()
-	oursKiB, err := e.idleRSS(s.cmd.Process.Pid, n, func(ctx context.Context) (func(), error) {
+	time.Sleep(time.Second)
+	heapBefore, stackBefore, gBefore, err := s.memStats()
+	if err != nil {
+		return err
+	}
+	var heapAfter, stackAfter float64
+	var gAfter int
+	var heapFile string
+	oursKiB, err := e.idleRSSHook(s.cmd.Process.Pid, n, func(ctx context.Context) (func(), error) {
 		sub, err := s.subscribe(ctx, []string{"bench.never"}, "id")
 		if err != nil {
 			return nil, err
 		}
 		go func() { _ = sub.read(func(json.RawMessage) {}) }()
 		return sub.close, nil
+	}, func() {
+		var err error
+		if heapAfter, stackAfter, gAfter, err = s.memStats(); err != nil {
+			fmt.Println("    warning: server memory stats:", err)
+		}
+		if heapFile, err = s.saveProfile("/heap", "d-heap.pprof"); err != nil {
+			fmt.Println("    warning: heap profile:", err)
+		}
+		_, _ = s.saveProfile("/goroutine?debug=1", "d-goroutines.txt")
 	})
 	if err != nil {
 		return fmt.Errorf("ours: %w", err)
 	}
+	oursHeap := (heapAfter - heapBefore) / float64(n) / 1024
+	oursStack := (stackAfter - stackBefore) / float64(n) / 1024
+	oursHS := oursHeap + oursStack
+	oursG := float64(gAfter-gBefore) / float64(n)
 	s.stop()
 
 	self, err := os.Executable()
@@ -97,16 +119,16 @@ func (e *env) figureD() error {
 		return fmt.Errorf("reference: %w", err)
 	}
 	refHS := (hsAfter - hsBefore) / float64(n) / 1024
-	note := fmt.Sprintf("RSS delta per socket; reference heap+stack (runtime/metrics) %.1f KiB per socket; ours heap+stack not measured (no runtime/metrics endpoint in the server)", refHS)
+	note := fmt.Sprintf("RSS delta per socket; heap+stack after GC per socket: ours %.1f KiB = heap %.1f + stacks %.1f (MemStats HeapAlloc+StackInuse via pprof, %.2f goroutines per socket; heap profile %s), reference %.1f KiB (runtime/metrics, 1 goroutine per socket)",
+		oursHS, oursHeap, oursStack, oursG, heapFile, refHS)
 	e.add(Row{Figure: "D", Case: fmt.Sprintf("%d idle subscriptions", n), Metric: "KiB RSS per subscription",
 		Ours: oursKiB, Reference: refKiB, Target: "≤ 2× and ≤ 40 KiB", Pass: oursKiB <= 2*refKiB && oursKiB <= 40,
 		Settings: e.settings("subscribers", fmt.Sprint(n)), Notes: note})
+	e.add(Row{Figure: "D", Case: fmt.Sprintf("%d idle subscriptions", n), Metric: "KiB heap+stack per subscription",
+		Ours: oursHS, Reference: refHS, Target: "≤ 2× and ≤ 40 KiB", Pass: oursHS <= 2*refHS && oursHS <= 40,
+		Settings: e.settings("subscribers", fmt.Sprint(n)), Notes: "live heap objects + goroutine stacks after GC, delta over N"})
 	fmt.Println("   ", note)
 	return nil
-}
-
-func (e *env) idleRSS(pid, n int, open func(context.Context) (func(), error)) (float64, error) {
-	return e.idleRSSHook(pid, n, open, nil)
 }
 
 // idleRSSHook opens n sockets with open (50 at a time), lets them settle,

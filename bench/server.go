@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -22,18 +23,24 @@ type server struct {
 	cmd   *exec.Cmd
 	URL   string
 	Token string
+	// Pprof is the base URL of the server's profiling listener
+	// (PPROF_ADDR), http://127.0.0.1:port/debug/pprof.
+	Pprof string
 	done  chan struct{}
 	http  *http.Client
+	tmp   string
 }
 
 // startServer runs the built binary and waits for /healthz.
 func (e *env) startServer(extraEnv ...string) (*server, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := ln.Addr().String()
-	ln.Close()
+	pprofAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
 	token, err := db.NewToken()
 	if err != nil {
 		return nil, err
@@ -44,7 +51,7 @@ func (e *env) startServer(extraEnv ...string) (*server, error) {
 	}
 	cmd := exec.Command(e.binary, "serve")
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "ADDR="+addr, "ADMIN_TOKEN="+token,
-		"DATA_DIR="+filepath.Join(e.tmp, "data"))
+		"DATA_DIR="+filepath.Join(e.tmp, "data"), "PPROF_ADDR="+pprofAddr)
 	cmd.Env = append(cmd.Env, extraEnv...)
 	logf, err := os.OpenFile(filepath.Join(e.tmp, "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -54,7 +61,8 @@ func (e *env) startServer(extraEnv ...string) (*server, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	s := &server{cmd: cmd, URL: "http://" + addr, Token: token, done: make(chan struct{}),
+	s := &server{cmd: cmd, URL: "http://" + addr, Token: token, Pprof: "http://" + pprofAddr + "/debug/pprof",
+		done: make(chan struct{}), tmp: e.tmp,
 		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1000, MaxConnsPerHost: 0}, Timeout: 30 * time.Second}}
 	go func() { _ = cmd.Wait(); logf.Close(); close(s.done) }()
 	deadline := time.Now().Add(60 * time.Second)
@@ -77,6 +85,82 @@ func (e *env) startServer(extraEnv ...string) (*server, error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// freeAddr is a free loopback host:port.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// memStats reads the server's live heap and goroutine stacks after a GC,
+// in bytes, and its goroutine count, through the pprof listener: the heap profile with
+// debug=1 ends with runtime.MemStats, of which HeapAlloc (live heap
+// objects after gc=1) and StackInuse are the counterparts of the
+// reference's runtime/metrics /memory/classes/heap/objects and
+// /memory/classes/heap/stacks.
+func (s *server) memStats() (heap, stack float64, goroutines int, err error) {
+	b, err := s.pprofGet("/heap?gc=1&debug=1")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	var heapAlloc, stackInuse, stackSys int64
+	found := 0
+	for _, l := range bytes.Split(b, []byte("\n")) {
+		if n, _ := fmt.Sscanf(string(l), "# HeapAlloc = %d", &heapAlloc); n == 1 {
+			found++
+		}
+		if n, _ := fmt.Sscanf(string(l), "# Stack = %d / %d", &stackInuse, &stackSys); n == 2 {
+			found++
+		}
+	}
+	if found != 2 {
+		return 0, 0, 0, fmt.Errorf("no HeapAlloc/Stack in the heap profile")
+	}
+	g, err := s.pprofGet("/goroutine?debug=1")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if _, err := fmt.Sscanf(string(g), "goroutine profile: total %d", &goroutines); err != nil {
+		return 0, 0, 0, fmt.Errorf("goroutine profile: %w", err)
+	}
+	return float64(heapAlloc), float64(stackInuse), goroutines, nil
+}
+
+// saveProfile writes the server's profile at path (under /debug/pprof,
+// with its query) to name in the temp dir's profiles/ (kept with -keep)
+// and returns the file's path.
+func (s *server) saveProfile(path, name string) (string, error) {
+	b, err := s.pprofGet(path)
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(s.tmp, "profiles")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	file := filepath.Join(dir, name)
+	return file, os.WriteFile(file, b, 0o644)
+}
+
+func (s *server) pprofGet(path string) ([]byte, error) {
+	res, err := http.Get(s.Pprof + path)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("pprof %s: HTTP %d: %s", path, res.StatusCode, b)
+	}
+	return b, nil
 }
 
 // stop sends SIGTERM and waits up to 20 s, then kills.

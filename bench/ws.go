@@ -54,40 +54,41 @@ func (s *server) subscribe(ctx context.Context, types []string, fields string) (
 }
 
 // read calls fn with each "next" payload's eventProcessed object until the
-// socket closes; it answers graphql-transport-ws pings.
+// socket closes; it answers graphql-transport-ws pings. Each message is
+// decoded in one pass: at 5,000 sockets the tool's own JSON decoding
+// competes with the server for the 2 cores.
 func (w *wsSub) read(fn func(ev json.RawMessage)) error {
 	for {
 		_, b, err := w.conn.ReadMessage()
 		if err != nil {
 			return err
 		}
-		var m wsMsg
-		if err := json.Unmarshal(b, &m); err != nil {
-			return err
-		}
-		switch m.Type {
-		case "next":
-			var p struct {
+		var m struct {
+			Type    string `json:"type"`
+			Payload struct {
 				Data struct {
 					EventProcessed json.RawMessage `json:"eventProcessed"`
 				} `json:"data"`
 				Errors []struct {
 					Message string `json:"message"`
 				} `json:"errors"`
+			} `json:"payload"`
+		}
+		if err := json.Unmarshal(b, &m); err != nil {
+			return err
+		}
+		switch m.Type {
+		case "next":
+			if len(m.Payload.Errors) > 0 {
+				return fmt.Errorf("subscription: %s", m.Payload.Errors[0].Message)
 			}
-			if err := json.Unmarshal(m.Payload, &p); err != nil {
-				return err
-			}
-			if len(p.Errors) > 0 {
-				return fmt.Errorf("subscription: %s", p.Errors[0].Message)
-			}
-			fn(p.Data.EventProcessed)
+			fn(m.Payload.Data.EventProcessed)
 		case "ping":
 			if err := w.conn.WriteJSON(wsMsg{Type: "pong"}); err != nil {
 				return err
 			}
 		case "error", "complete":
-			return fmt.Errorf("subscription ended: %s %s", m.Type, m.Payload)
+			return fmt.Errorf("subscription ended: %s %s", m.Type, b)
 		}
 	}
 }

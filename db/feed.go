@@ -31,23 +31,35 @@ type Feed struct {
 	stopped bool
 }
 
-// FeedSubscription receives processed events matching its filter on C, in
-// feed order. C is closed when the subscription ends: Close was called, the
-// feed stopped, or the subscriber fell more than its buffer behind
-// (Overflowed then reports true; it can resume from its last cursor).
+// FeedSubscription receives processed events matching its filter, in feed
+// order, through Next. It ends when Close is called, the feed stops, or the
+// subscriber falls more than its buffer behind (Overflowed then reports
+// true; it can resume from its last cursor).
 //
 // The events are shared by every subscriber of the process and must not
-// be modified: one copy per event, and a buffer of pointers (8 bytes an
-// event) per subscriber.
+// be modified. The queue of pending events starts empty and grows with the
+// backlog up to the buffer (8 bytes an event), and shrinks back once
+// drained: an idle subscription holds no buffer.
 type FeedSubscription struct {
-	C <-chan *Event
+	filter EventFilter
+	feed   *Feed
+	buffer int
+	done   chan struct{} // closed when the subscription ends
+	// wake (capacity 1) tells a waiting Next that the queue grew.
+	wake chan struct{}
 
-	ch         chan *Event
-	done       chan struct{}
-	filter     EventFilter
-	feed       *Feed
-	overflowed bool
+	mu    sync.Mutex
+	queue []*Event // pending events are queue[head:]
+	head  int
+	ended bool
+
+	overflowed bool   // guarded by feed.mu
+	onOverflow func() // guarded by feed.mu
 }
+
+// smallQueue is the capacity (events) a drained queue keeps for reuse;
+// a larger one, left by a burst, is released.
+const smallQueue = 16
 
 // NewFeed returns a feed on pool; Run starts it.
 func NewFeed(pool *pgxpool.Pool, logger *slog.Logger) *Feed {
@@ -78,14 +90,15 @@ func (f *Feed) Subscribers() int {
 	return len(f.subs)
 }
 
-// Subscribe registers a subscriber with room for buffer undelivered events.
+// Subscribe registers a subscriber with room for buffer undelivered events
+// (at least 1).
 func (f *Feed) Subscribe(filter EventFilter, buffer int) *FeedSubscription {
-	ch := make(chan *Event, buffer)
-	s := &FeedSubscription{C: ch, ch: ch, done: make(chan struct{}), filter: filter, feed: f}
+	s := &FeedSubscription{filter: filter, feed: f, buffer: max(buffer, 1),
+		done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.stopped {
-		close(ch)
+		s.ended = true
 		close(s.done)
 		return s
 	}
@@ -93,17 +106,110 @@ func (f *Feed) Subscribe(filter EventFilter, buffer int) *FeedSubscription {
 	return s
 }
 
-// Close ends the subscription and closes C; safe to call more than once.
+// Next returns the subscription's next event, waiting for one. ok is false
+// once the subscription ended (Close, the feed stopped, or it was dropped
+// for falling behind; events still queued then are not handed out: the
+// subscriber resumes by cursor) or when ctx ends first.
+func (s *FeedSubscription) Next(ctx context.Context) (ev *Event, ok bool) {
+	for {
+		s.mu.Lock()
+		if s.ended {
+			s.queue, s.head = nil, 0
+			s.mu.Unlock()
+			return nil, false
+		}
+		if s.head < len(s.queue) {
+			ev = s.queue[s.head]
+			s.queue[s.head] = nil
+			s.head++
+			if s.head == len(s.queue) {
+				s.head = 0
+				if cap(s.queue) > smallQueue {
+					s.queue = nil
+				} else {
+					s.queue = s.queue[:0]
+				}
+			}
+			s.mu.Unlock()
+			return ev, true
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.wake:
+		case <-s.done:
+		case <-ctx.Done():
+			return nil, false
+		}
+	}
+}
+
+// DiscardThrough drops the queued events with a feed sequence up to seq:
+// a subscriber that read them from the journal meanwhile (a back-fill)
+// frees their room at once instead of skipping them one by one.
+func (s *FeedSubscription) DiscardThrough(seq int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.head < len(s.queue) && *s.queue[s.head].FeedSeq <= seq {
+		s.queue[s.head] = nil
+		s.head++
+	}
+}
+
+// push queues ev unless the queue is full; false means the subscriber
+// fell behind.
+func (s *FeedSubscription) push(ev *Event) bool {
+	s.mu.Lock()
+	n := len(s.queue) - s.head
+	if n >= s.buffer {
+		s.mu.Unlock()
+		return false
+	}
+	if len(s.queue) == cap(s.queue) {
+		if s.head > 0 {
+			// Reuse the consumed front instead of growing: the array
+			// stays within the buffer however long the backlog lasts.
+			copy(s.queue, s.queue[s.head:])
+			clear(s.queue[n:])
+			s.queue, s.head = s.queue[:n], 0
+		} else {
+			grown := make([]*Event, n, min(max(2*n, 4), s.buffer))
+			copy(grown, s.queue)
+			s.queue = grown
+		}
+	}
+	s.queue = append(s.queue, ev)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// Close ends the subscription; safe to call more than once.
 func (s *FeedSubscription) Close() {
 	s.feed.mu.Lock()
 	defer s.feed.mu.Unlock()
 	s.feed.removeLocked(s)
 }
 
-// Done is closed when the subscription ends, together with C: a subscriber
-// busy handing on an event it took from C selects on it to learn at once
-// that it was dropped.
+// Done is closed when the subscription ends: a subscriber busy handing on
+// an event it took selects on it to learn at once that it was dropped.
 func (s *FeedSubscription) Done() <-chan struct{} { return s.done }
+
+// OnOverflow registers fn to run when the feed drops the subscription for
+// falling behind (at once if it was dropped already). fn runs on the feed's
+// goroutine with the feed locked: it must return quickly and must not call
+// the feed.
+func (s *FeedSubscription) OnOverflow(fn func()) {
+	s.feed.mu.Lock()
+	defer s.feed.mu.Unlock()
+	if s.overflowed {
+		fn()
+		return
+	}
+	s.onOverflow = fn
+}
 
 // Overflowed reports whether the feed dropped this subscriber because it
 // fell behind.
@@ -116,7 +222,9 @@ func (s *FeedSubscription) Overflowed() bool {
 func (f *Feed) removeLocked(s *FeedSubscription) {
 	if _, ok := f.subs[s]; ok {
 		delete(f.subs, s)
-		close(s.ch)
+		s.mu.Lock()
+		s.ended = true
+		s.mu.Unlock()
 		close(s.done)
 	}
 }
@@ -235,8 +343,8 @@ func (f *Feed) catchUp(ctx context.Context) error {
 }
 
 // publish hands ev to every matching subscriber without ever blocking: a
-// subscriber whose buffer is full is dropped (its channel closed), so one
-// slow client never delays the feed or the others.
+// subscriber whose buffer is full is dropped (its subscription ended), so
+// one slow client never delays the feed or the others.
 func (f *Feed) publish(ev *Event) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -247,11 +355,12 @@ func (f *Feed) publish(ev *Event) {
 		if !s.filter.Matches(*ev) {
 			continue
 		}
-		select {
-		case s.ch <- ev:
-		default:
+		if !s.push(ev) {
 			s.overflowed = true
 			f.removeLocked(s)
+			if s.onOverflow != nil {
+				s.onOverflow()
+			}
 		}
 	}
 }

@@ -64,3 +64,58 @@ func BenchmarkFeedStalledSubscriberMemory(b *testing.B) {
 		runtime.KeepAlive(events)
 	}
 }
+
+// A subscription's queue grows with its backlog up to the buffer, is
+// dropped one event past it, and an idle or drained one holds no buffer.
+func TestFeedQueueGrowsOnDemandAndDropsPastBuffer(t *testing.T) {
+	t.Parallel()
+	const buffer = 1000
+	f := NewFeed(nil, slog.New(slog.DiscardHandler))
+	s := f.Subscribe(EventFilter{}, buffer)
+	steady := f.Subscribe(EventFilter{}, 100)
+	if cap(s.queue) != 0 {
+		t.Fatalf("idle subscription holds a queue of %d", cap(s.queue))
+	}
+	ctx := t.Context()
+	for i := range int64(buffer) {
+		f.publish(sampleEvent(i + 1))
+		// steady keeps up, with a backlog of at most one: its array must
+		// not grow however many events pass.
+		if ev, ok := steady.Next(ctx); !ok || ev.ID != i+1 {
+			t.Fatalf("steady got %v, %v; want event %d", ev, ok, i+1)
+		}
+	}
+	if got := cap(steady.queue); got > smallQueue {
+		t.Errorf("steady subscriber's queue capacity %d, want at most %d", got, smallQueue)
+	}
+	if f.Subscribers() != 2 || s.Overflowed() {
+		t.Fatalf("a full buffer is not overflow yet")
+	}
+	for i := range int64(10) {
+		ev, ok := s.Next(ctx)
+		if !ok || ev.ID != i+1 {
+			t.Fatalf("got %v, %v; want event %d in order", ev, ok, i+1)
+		}
+	}
+	for i := range int64(11) {
+		f.publish(sampleEvent(buffer + i + 1))
+	}
+	if !s.Overflowed() || f.Subscribers() != 1 {
+		t.Fatalf("overflowed %v, %d subscribers: want the subscriber dropped one past its buffer", s.Overflowed(), f.Subscribers())
+	}
+	if cap(s.queue) > buffer {
+		t.Errorf("queue capacity %d exceeds the buffer %d", cap(s.queue), buffer)
+	}
+	if _, ok := s.Next(ctx); ok {
+		t.Fatal("a dropped subscription yields nothing more")
+	}
+	for range 11 {
+		if _, ok := steady.Next(ctx); !ok {
+			t.Fatal("steady subscription ended")
+		}
+	}
+	steady.Close()
+	if _, ok := steady.Next(ctx); ok {
+		t.Fatal("a closed subscription yields nothing")
+	}
+}

@@ -1,11 +1,18 @@
 package resolvers
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
 
+	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/vektah/gqlparser/v2/ast"
 
 	"erp/db"
 	"erp/graph/wsgorilla"
@@ -25,12 +32,27 @@ const closeReasonSlowConsumer = "slow consumer: resume with eventProcessed(after
 // feedStream is one eventProcessed subscription: the back-fill from the
 // journal, then the live feed, with last the feed sequence of the last
 // event handed on, so that the hand-over neither repeats nor skips one.
+// It is pulled (next) by the goroutine gqlgen runs for the subscription;
+// it runs none of its own.
 type feedStream struct {
 	r      *Resolver
 	filter db.EventFilter
-	out    chan<- *db.Event
+	// ctx is the subscription's: the socket CloseSocket closes.
+	ctx context.Context
+
+	// Owned by the pulling goroutine.
+	backfilling bool
+	ready       bool       // the feed listens (back-fill may start)
+	page        []db.Event // back-filled events not handed on yet
+	more        bool       // the last page was full: read another
+
+	last   atomic.Int64 // feed sequence of the last event handed on
+	live   atomic.Bool  // back-fill done: a drop is a slow consumer
+	warned atomic.Bool  // the slow consumer was logged
+
+	mu     sync.Mutex
 	sub    *db.FeedSubscription
-	last   int64
+	closed bool
 }
 
 // liveEvents implements eventProcessed: with after, every processed event
@@ -39,6 +61,11 @@ type feedStream struct {
 // in between is lost; what arrives twice is skipped by feed sequence. A
 // cursor of an unprocessed event or of another journal is an
 // *db.InputError.
+//
+// Under SharedFeedPayloads (the server's handler) the events are pulled by
+// gqlgen's own goroutine for the subscription, one at a time, and the
+// returned channel only carries the event being executed; otherwise a
+// goroutine pumps them into it.
 func (r *Resolver) liveEvents(ctx context.Context, f db.EventFilter, after *string) (<-chan *db.Event, error) {
 	var from *int64
 	if after != nil {
@@ -48,20 +75,80 @@ func (r *Resolver) liveEvents(ctx context.Context, f db.EventFilter, after *stri
 		}
 		from = &seq
 	}
+	s := &feedStream{r: r, filter: f, ctx: ctx, backfilling: from != nil, more: true}
+	if from != nil {
+		s.last.Store(*from)
+	} else {
+		s.live.Store(true)
+	}
+	s.subscribe()
+	// The subscription ends with the operation (gqlgen cancels ctx).
+	context.AfterFunc(ctx, s.close)
+	if slot := feedSlotOf(ctx); slot != nil {
+		ch := make(chan *db.Event, 1)
+		slot.stream, slot.ch = s, ch
+		return ch, nil
+	}
 	out := make(chan *db.Event)
-	s := &feedStream{r: r, filter: f, out: out, sub: r.Feed.Subscribe(f, r.feedBuffer())}
 	go func() {
 		defer close(out)
-		defer func() { s.sub.Close() }() // s.sub may be replaced
-		if from != nil {
-			s.last = *from
-			if !s.backfill(ctx) {
+		for {
+			ev, ok := s.next(ctx)
+			if !ok {
+				return
+			}
+			select {
+			case out <- ev:
+			case <-ctx.Done():
 				return
 			}
 		}
-		s.live(ctx)
 	}()
 	return out, nil
+}
+
+// subscribe takes a (new) feed subscription unless the stream was closed.
+// Its queue holds FeedBuffer events plus one: the one the resolver's pump
+// goroutine used to hold in hand besides the channel of FeedBuffer, so
+// that a subscriber is allowed the same lag as before it was removed.
+// A live subscription that the feed drops for falling behind closes the
+// socket at once with CloseSlowConsumer, even while gqlgen is blocked
+// writing an earlier event to a client that stopped reading.
+func (s *feedStream) subscribe() {
+	sub := s.r.Feed.Subscribe(s.filter, s.r.feedBuffer()+1)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		sub.Close()
+		return
+	}
+	old := s.sub
+	s.sub = sub
+	s.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	sub.OnOverflow(func() {
+		if s.live.Load() && wsgorilla.CloseSocket(s.ctx, CloseSlowConsumer, closeReasonSlowConsumer) {
+			s.warnSlow()
+		}
+	})
+}
+
+func (s *feedStream) current() *db.FeedSubscription {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sub
+}
+
+func (s *feedStream) close() {
+	s.mu.Lock()
+	s.closed = true
+	sub := s.sub
+	s.mu.Unlock()
+	if sub != nil {
+		sub.Close()
+	}
 }
 
 // feedPosition returns the feed sequence of a cursor taken from the
@@ -86,91 +173,235 @@ func (r *Resolver) feedPosition(ctx context.Context, cursor string) (int64, erro
 	return *c.FeedSeq, nil
 }
 
-// backfill hands on the journal's processed events past s.last, page by
-// page, until it has caught up with the live subscription. Live events
-// that arrive meanwhile wait in the subscription; when more than its
+// next returns the stream's next event: back-filled ones first, then live
+// ones. ok is false when the stream ends (ctx ended, a back-fill query
+// failed, or the feed dropped the subscription, whose socket is then
+// closed with the code that says why).
+func (s *feedStream) next(ctx context.Context) (*db.Event, bool) {
+	for s.backfilling {
+		ev, ok, done := s.backfillNext(ctx)
+		if done {
+			break
+		}
+		return ev, ok
+	}
+	sub := s.current()
+	for {
+		ev, ok := sub.Next(ctx)
+		if !ok {
+			if ctx.Err() == nil {
+				s.dropped()
+			}
+			return nil, false
+		}
+		if *ev.FeedSeq <= s.last.Load() {
+			continue // back-filled already
+		}
+		s.last.Store(*ev.FeedSeq)
+		return ev, true
+	}
+}
+
+// backfillNext hands on the journal's processed events past last, page by
+// page, until it has caught up with the live subscription (done). Live
+// events that arrive meanwhile wait in the subscription; when more than its
 // buffer arrive (a long back-fill on a busy system), the feed drops it and
 // the back-fill takes a new one and reads on from the journal, so a client
-// catching up is not mistaken for a slow one. It reports false when the
-// stream must end.
-func (s *feedStream) backfill(ctx context.Context) bool {
-	// Until the feed listens, the journal may hold events the feed will
-	// never publish (it starts from the journal's end): read after that.
-	select {
-	case <-s.r.Feed.Ready():
-	case <-ctx.Done():
-		return false
+// catching up is not mistaken for a slow one.
+func (s *feedStream) backfillNext(ctx context.Context) (ev *db.Event, ok, done bool) {
+	if !s.ready {
+		// Until the feed listens, the journal may hold events the feed
+		// will never publish (it starts from the journal's end): read
+		// after that.
+		select {
+		case <-s.r.Feed.Ready():
+			s.ready = true
+		case <-ctx.Done():
+			return nil, false, false
+		}
 	}
 	for {
-		events, err := db.EventsProcessedAfter(ctx, s.r.Pool, s.filter, s.last, s.r.feedBuffer())
+		if len(s.page) > 0 {
+			ev = &s.page[0]
+			s.page = s.page[1:]
+			s.last.Store(*ev.FeedSeq)
+			return ev, true, false
+		}
+		if !s.more {
+			if sub := s.current(); !sub.Overflowed() {
+				// What the back-fill read is queued too: free its room.
+				sub.DiscardThrough(s.last.Load())
+				s.backfilling = false
+				s.live.Store(true)
+				// Dropped between the check and now: next sees the ended
+				// subscription and closes the socket.
+				return nil, false, true
+			}
+			s.subscribe()
+		}
+		events, err := db.EventsProcessedAfter(ctx, s.r.Pool, s.filter, s.last.Load(), s.r.feedBuffer())
 		if err != nil {
 			if ctx.Err() == nil {
 				s.r.Logger.ErrorContext(ctx, "event feed back-fill", slog.String("error", err.Error()))
 				transport.AddSubscriptionError(ctx, gqlErrorWithCode("internal error", codeInternal))
 			}
-			return false
+			return nil, false, false
 		}
-		for i := range events {
-			select {
-			case s.out <- &events[i]:
-				s.last = *events[i].FeedSeq
-			case <-ctx.Done():
-				return false
-			}
-		}
-		if len(events) == s.r.feedBuffer() {
-			continue
-		}
-		if !s.sub.Overflowed() {
-			return true
-		}
-		s.sub.Close()
-		s.sub = s.r.Feed.Subscribe(s.filter, s.r.feedBuffer())
-	}
-}
-
-// live hands on the feed's events past s.last until ctx ends or the feed
-// drops the subscription.
-func (s *feedStream) live(ctx context.Context) {
-	for {
-		select {
-		case ev, ok := <-s.sub.C:
-			if !ok {
-				s.dropped(ctx)
-				return
-			}
-			if *ev.FeedSeq <= s.last {
-				continue // back-filled already
-			}
-			select {
-			case s.out <- ev:
-				s.last = *ev.FeedSeq
-			case <-s.sub.Done():
-				// Dropped while gqlgen was still busy writing earlier
-				// events: the client is not reading.
-				s.dropped(ctx)
-				return
-			case <-ctx.Done():
-				return
-			}
-		case <-ctx.Done():
-			return
-		}
+		s.page, s.more = events, len(events) == s.r.feedBuffer()
 	}
 }
 
 // dropped ends a subscription the feed ended: a slow subscriber's socket
 // is closed with CloseSlowConsumer, and when the feed itself stopped (the
 // server is going down) with 1001, so the client reconnects and resumes
-// instead of taking the end of the stream for a normal completion.
-func (s *feedStream) dropped(ctx context.Context) {
+// instead of taking the end of the stream for a normal completion. A
+// socket that is closing already keeps its first close code.
+func (s *feedStream) dropped() {
 	code, reason := wsgorilla.CloseGoingAway, "server shutting down"
-	if s.sub.Overflowed() {
+	if s.current().Overflowed() {
 		code, reason = CloseSlowConsumer, closeReasonSlowConsumer
-		s.r.Logger.WarnContext(ctx, "live subscriber fell behind, closing its socket",
-			slog.Int("buffer", s.r.feedBuffer()), slog.Int64("last_feed_seq", s.last))
 	}
-	if !wsgorilla.CloseSocket(ctx, code, reason) {
-		transport.AddSubscriptionError(ctx, gqlErrorWithCode(reason, codeInternal))
+	if !wsgorilla.CloseSocket(s.ctx, code, reason) {
+		transport.AddSubscriptionError(s.ctx, gqlErrorWithCode(reason, codeInternal))
+		return
 	}
+	if code == CloseSlowConsumer {
+		s.warnSlow()
+	}
+}
+
+func (s *feedStream) warnSlow() {
+	if s.warned.CompareAndSwap(false, true) {
+		s.r.Logger.WarnContext(s.ctx, "live subscriber fell behind, closing its socket",
+			slog.Int("buffer", s.r.feedBuffer()), slog.Int64("last_feed_seq", s.last.Load()))
+	}
+}
+
+// SharedFeedPayloads is a gqlgen extension that executes and serialises
+// each live event once per distinct eventProcessed operation (query,
+// operation name, variables and the viewer's role) instead of once per
+// subscriber: the first subscriber to take an event executes it as usual,
+// the others with the same operation get its data bytes. With a thousand
+// sockets subscribed by the events page, an event costs one execution and
+// a thousand writes. Responses with errors are never shared; extensions
+// (the request id) stay per subscriber.
+//
+// It also lets the eventProcessed resolver run without a goroutine of its
+// own: gqlgen's subscription goroutine pulls the events here. Use one
+// value per handler (gql.Use(resolvers.NewSharedFeedPayloads())), after
+// Observer.
+type SharedFeedPayloads struct {
+	mu    sync.RWMutex
+	bySeq map[int64]map[string][]byte // feed sequence → operation key → data
+	seqs  []int64                     // cached sequences, oldest first
+}
+
+// sharedPayloadEvents is how many recent events keep their payloads: a
+// subscriber further behind executes its events itself.
+const sharedPayloadEvents = 256
+
+// NewSharedFeedPayloads returns the extension with an empty cache.
+func NewSharedFeedPayloads() *SharedFeedPayloads {
+	return &SharedFeedPayloads{bySeq: make(map[int64]map[string][]byte)}
+}
+
+var _ interface {
+	graphql.HandlerExtension
+	graphql.OperationInterceptor
+	graphql.ResponseInterceptor
+} = (*SharedFeedPayloads)(nil)
+
+const sharedFeedPayloadsName = "SharedFeedPayloads"
+
+// feedSlot is where a subscription operation's eventProcessed resolver
+// leaves its stream for InterceptResponse.
+type feedSlot struct {
+	key    string // the operation's cache key
+	stream *feedStream
+	ch     chan *db.Event // what gqlgen's field executor reads (capacity 1)
+}
+
+func feedSlotOf(ctx context.Context) *feedSlot {
+	if !graphql.HasOperationContext(ctx) {
+		return nil
+	}
+	slot, _ := graphql.GetOperationContext(ctx).Stats.GetExtension(sharedFeedPayloadsName).(*feedSlot)
+	return slot
+}
+
+// ExtensionName implements graphql.HandlerExtension.
+func (*SharedFeedPayloads) ExtensionName() string { return sharedFeedPayloadsName }
+
+// Validate implements graphql.HandlerExtension.
+func (*SharedFeedPayloads) Validate(graphql.ExecutableSchema) error { return nil }
+
+// InterceptOperation implements graphql.OperationInterceptor: it gives
+// every subscription operation a slot for its stream.
+func (*SharedFeedPayloads) InterceptOperation(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+	oc := graphql.GetOperationContext(ctx)
+	if oc.Operation == nil || oc.Operation.Operation != ast.Subscription {
+		return next(ctx)
+	}
+	vars, err := json.Marshal(oc.Variables)
+	if err != nil {
+		return next(ctx) // not shareable; executes as usual
+	}
+	role := ""
+	if u, ok := UserFrom(ctx); ok {
+		role = u.Role
+	}
+	oc.Stats.SetExtension(sharedFeedPayloadsName, &feedSlot{
+		key: strings.Join([]string{role, oc.OperationName, oc.RawQuery, string(vars)}, "\x00"),
+	})
+	return next(ctx)
+}
+
+// InterceptResponse implements graphql.ResponseInterceptor: for an
+// eventProcessed subscription it takes the next event and answers with the
+// shared data, or executes the event (next) and shares the result.
+func (p *SharedFeedPayloads) InterceptResponse(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
+	slot := feedSlotOf(ctx)
+	if slot == nil || slot.stream == nil {
+		return next(ctx)
+	}
+	ev, ok := slot.stream.next(ctx)
+	if !ok {
+		return nil
+	}
+	if data := p.get(*ev.FeedSeq, slot.key); data != nil {
+		return &graphql.Response{Data: data}
+	}
+	select {
+	case <-slot.ch: // left by an execution cut short
+	default:
+	}
+	slot.ch <- ev
+	resp := next(ctx)
+	if resp != nil && len(resp.Errors) == 0 && resp.Data != nil {
+		// Data is the executor's buffer, reused for the next event.
+		p.put(*ev.FeedSeq, slot.key, bytes.Clone(resp.Data))
+	}
+	return resp
+}
+
+func (p *SharedFeedPayloads) get(seq int64, key string) []byte {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.bySeq[seq][key]
+}
+
+func (p *SharedFeedPayloads) put(seq int64, key string, data []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	byKey, ok := p.bySeq[seq]
+	if !ok {
+		if len(p.seqs) == sharedPayloadEvents {
+			delete(p.bySeq, p.seqs[0])
+			p.seqs = append(p.seqs[:0], p.seqs[1:]...)
+		}
+		byKey = make(map[string][]byte)
+		p.bySeq[seq] = byKey
+		p.seqs = append(p.seqs, seq)
+	}
+	byKey[key] = data
 }

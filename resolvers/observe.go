@@ -189,6 +189,9 @@ func (o Observer) InterceptOperation(ctx context.Context, next graphql.Operation
 	}
 	handler := next(ctx)
 	first := true
+	// Once per operation: a subscription answers thousands of times, and
+	// the lookup walks the whole context chain.
+	id := RequestID(ctx)
 	return func(ctx context.Context) *graphql.Response {
 		resp := handler(ctx)
 		if first {
@@ -196,7 +199,7 @@ func (o Observer) InterceptOperation(ctx context.Context, next graphql.Operation
 			o.Metrics.GraphQLRequest(opType, field, resp != nil && len(resp.Errors) == 0, time.Since(start))
 		}
 		if resp != nil {
-			if id := RequestID(ctx); id != "" {
+			if id != "" {
 				if resp.Extensions == nil {
 					resp.Extensions = map[string]any{}
 				}

@@ -13,6 +13,10 @@
 //   - a peer from which nothing arrived for two PingIntervals (websocket
 //     pings are answered by every client, whatever the subprotocol) is taken
 //     for gone: its socket is closed and gqlgen cancels its operations;
+//   - with ProtocolKeepAlive, each ping frame is followed by the
+//     subprotocol's own keepalive message ("ka" on graphql-ws, "ping" on
+//     graphql-transport-ws), so gqlgen's keepalive goroutines are not
+//     needed;
 //   - a write that fails or exceeds WriteTimeout closes the socket, so a
 //     client that stopped reading never holds a writer for longer;
 //   - Shutdown closes every socket with 1001, and CloseSocket lets a
@@ -20,6 +24,10 @@
 //
 // gqlgen's own InitTimeout (which closes with 1002) and read deadlines are
 // not used: this package owns the read deadline of its sockets.
+//
+// An idle socket costs little: pings run on a timer, not a goroutine, and
+// write buffers come from a pool shared by all sockets, held only while a
+// message is written.
 package wsgorilla
 
 import (
@@ -82,7 +90,10 @@ type Implementation struct {
 	// AllowOrigins).
 	CheckOrigin func(r *http.Request) bool
 	// ReadBufferSize and WriteBufferSize are the I/O buffer sizes in bytes;
-	// 0 means gorilla's default (4096).
+	// 0 means gorilla's default (4096). A socket keeps its read buffer for
+	// life; write buffers are taken from a pool shared by every socket for
+	// the time of one write. A message larger than the write buffer goes
+	// out as several frames.
 	ReadBufferSize, WriteBufferSize int
 	// SendBuffer caps the kernel's send buffer of each socket (SO_SNDBUF),
 	// in bytes: what a client that stopped reading can pin in the kernel
@@ -93,6 +104,13 @@ type Implementation struct {
 	// which nothing (pong, ping or message) arrived for two intervals is
 	// taken for gone and its socket closed. 0 disables both.
 	PingInterval time.Duration
+	// ProtocolKeepAlive sends, with every ping frame once the connection
+	// is acknowledged, the subprotocol's keepalive message: {"type":"ka"}
+	// on graphql-ws, {"type":"ping"} on graphql-transport-ws (the client
+	// answers "pong", which gqlgen takes). Set it instead of gqlgen's
+	// KeepAlivePingInterval and PingPongInterval, which run two goroutines
+	// per socket for the same.
+	ProtocolKeepAlive bool
 	// InitTimeout is how long a socket may stay open without sending
 	// connection_init before it is closed with CloseInitTimeout; 0 disables.
 	InitTimeout time.Duration
@@ -103,6 +121,8 @@ type Implementation struct {
 	// sent true once written, false when it was dropped (the socket was
 	// closing or the write failed). Metrics hook in here.
 	OnMessage func(sent bool)
+
+	writePool sync.Pool // write buffers shared by every socket
 
 	mu           sync.Mutex
 	conns        map[*Conn]struct{}
@@ -168,6 +188,7 @@ func (i *Implementation) Accept(w http.ResponseWriter, r *http.Request, opts tra
 		CheckOrigin:     i.originAllowed,
 		ReadBufferSize:  i.ReadBufferSize,
 		WriteBufferSize: i.WriteBufferSize,
+		WriteBufferPool: &i.writePool,
 	}
 	ws, err := up.Upgrade(w, r, opts.ResponseHeader)
 	if err != nil {
@@ -210,7 +231,9 @@ func (i *Implementation) Accept(w http.ResponseWriter, r *http.Request, opts tra
 		c.mu.Unlock()
 	}
 	if i.PingInterval > 0 {
-		go c.pingLoop(i.PingInterval)
+		c.mu.Lock()
+		c.pingTimer = time.AfterFunc(i.PingInterval, c.ping)
+		c.mu.Unlock()
 	}
 	if down {
 		c.closeWith(CloseGoingAway, "server shutting down", closeGrace)
@@ -313,8 +336,13 @@ type Conn struct {
 	done     chan struct{} // closed with the network connection
 	doneOnce sync.Once
 
+	// acked is set once connection_ack was written: keepalive messages
+	// follow from then on.
+	acked atomic.Bool
+
 	mu        sync.Mutex
 	initTimer *time.Timer         // closes with 4408; stopped by connection_init
+	pingTimer *time.Timer         // sends the next ping; stopped with the connection
 	initSeen  bool                // a connection_init arrived
 	active    map[string]struct{} // ids of operations running on this socket
 }
@@ -404,28 +432,36 @@ func (c *Conn) admit(b []byte) bool {
 
 // ended forgets the operation id of an outgoing complete or error, which
 // end an operation in both subprotocols, so the client may reuse the id.
-func (c *Conn) ended(b []byte) {
-	var m struct {
-		Type string `json:"type"`
-		ID   string `json:"id"`
-	}
-	if json.Unmarshal(b, &m) != nil || m.ID == "" || (m.Type != "complete" && m.Type != "error") {
+func (c *Conn) ended(typ, id string) {
+	if id == "" || (typ != "complete" && typ != "error") {
 		return
 	}
 	c.mu.Lock()
-	delete(c.active, m.ID)
+	delete(c.active, id)
 	c.mu.Unlock()
 }
 
 // WriteJSON writes v as one text message within WriteTimeout; a failed or
 // timed-out write drops the connection.
 func (c *Conn) WriteJSON(v any) error {
-	b, err := json.Marshal(v)
+	b, typ, id, err := encodeMessage(v)
 	if err != nil {
 		return fmt.Errorf("encode websocket message: %w", err)
 	}
 	// Before the write: the client may reuse the id as soon as it reads it.
-	c.ended(b)
+	c.ended(typ, id)
+	if err := c.writeText(b); err != nil {
+		return err
+	}
+	if typ == "connection_ack" {
+		c.acked.Store(true)
+	}
+	return nil
+}
+
+// writeText writes one text message, unless the socket is closing, and
+// counts it.
+func (c *Conn) writeText(b []byte) error {
 	if c.closing.Load() {
 		c.impl.onMessage(false)
 		return errClosing
@@ -515,6 +551,11 @@ func (c *Conn) closeNetwork() {
 	c.doneOnce.Do(func() {
 		close(c.done)
 		c.stopInitTimer()
+		c.mu.Lock()
+		if c.pingTimer != nil {
+			c.pingTimer.Stop()
+		}
+		c.mu.Unlock()
 		_ = c.ws.Close()
 	})
 }
@@ -531,26 +572,46 @@ func (c *Conn) alive() {
 	}
 }
 
-// pingLoop sends a ping frame every interval until the connection closes.
+// ping sends a ping frame, and the subprotocol's keepalive message when
+// ProtocolKeepAlive is set, then arms the timer for the next one. It runs
+// on the timer's goroutine: an idle socket has no goroutine for its pings.
 // Every websocket client answers pings with pongs on its own (browsers,
 // Node's ws), so this detects a vanished peer on both subprotocols.
-func (c *Conn) pingLoop(interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.done:
+func (c *Conn) ping() {
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	if c.closing.Load() {
+		return
+	}
+	if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.impl.writeTimeout())); err != nil {
+		if !c.closing.Load() {
+			c.closeNetwork()
+		}
+		return
+	}
+	if c.impl.ProtocolKeepAlive && c.acked.Load() {
+		msg := keepAliveTransportWS
+		if c.ws.Subprotocol() != "graphql-transport-ws" {
+			msg = keepAliveGraphQLWS
+		}
+		if c.writeText(msg) != nil {
 			return
-		case <-t.C:
-			if c.closing.Load() {
-				return
-			}
-			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.impl.writeTimeout())); err != nil {
-				if !c.closing.Load() {
-					c.closeNetwork()
-				}
-				return
-			}
 		}
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-c.done: // closeNetwork stopped the timer before this Reset
+	default:
+		c.pingTimer.Reset(c.impl.PingInterval)
+	}
 }
+
+// The keepalive messages of the two subprotocols.
+var (
+	keepAliveTransportWS = []byte(`{"type":"ping"}`)
+	keepAliveGraphQLWS   = []byte(`{"type":"ka"}`)
+)
