@@ -387,8 +387,11 @@ func readFeed(c *wsClient, want int) (seqs []int64, last string, code int, err e
 func TestFeedSlowConsumerDroppedFastOneServed(t *testing.T) {
 	const events = 10_000
 	// Keepalive longer than the test: the slow client must be dropped for
-	// falling behind, not for missing pongs.
-	s := newTestServer(t, serverOpts{keepAlive: 5 * time.Minute})
+	// falling behind, not for missing pongs. A buffer of 256 (not the
+	// default 1,024) fills within the 10 s write timeout of the write the
+	// full socket blocks even when dispatch crawls on a loaded machine;
+	// past that timeout the socket is dropped without its close frame.
+	s := newTestServer(t, serverOpts{keepAlive: 5 * time.Minute, feedBuffer: 256})
 	fast := dialWS(t, s, protoTransportWS)
 	fast.init(s.Token)
 	fast.subscribe("f", feedSubscription, nil)
