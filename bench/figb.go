@@ -142,8 +142,12 @@ func (e *env) latencyOurs(s *server, outbox *jobs.Outbox, rate, n int) ([]time.D
 	offered := pace(e.ctx, rate, n, func(i int) {
 		id, err := jobs.Write(e.ctx, outbox, func(tx pgx.Tx) (int64, []db.Event, error) {
 			var id int64
+			// A doc.created is its document's first event: each one is
+			// about a document of its own, past every id in use (not an
+			// existing order, which would make it a later event of it).
 			err := tx.QueryRow(e.ctx, `INSERT INTO events (type, entity, entity_id, payload)
-				VALUES ('doc.created', 'sales_orders', $1, jsonb_build_object('id', $1::bigint, 'no', 'bench', 'entity', 'sales_order')) RETURNING id`, i+1).Scan(&id)
+				VALUES ('doc.created', 'sales_orders', $1, jsonb_build_object('id', $1::bigint, 'no', 'bench', 'entity', 'sales_order')) RETURNING id`,
+				benchDocBase+int64(rate)*1_000_000+int64(i)).Scan(&id)
 			return id, []db.Event{{ID: id}}, err
 		})
 		now := time.Now()
@@ -291,6 +295,10 @@ func (r *riverRef) latency(ctx context.Context, rate, n int) ([]time.Duration, f
 	}
 	return lat, offered, lost, nil
 }
+
+// benchDocBase starts the entity ids of figure B's and C's documents, far
+// past the sales orders the other figures create.
+const benchDocBase = 1_000_000_000
 
 // breakdown prints where an event's time goes, from the rows' own
 // timestamps (the database and this tool share the machine's clock):

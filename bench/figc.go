@@ -86,7 +86,8 @@ func (e *env) figureC() error {
 			id, err := jobs.Write(e.ctx, outbox, func(tx pgx.Tx) (int64, []db.Event, error) {
 				var id int64
 				err := tx.QueryRow(e.ctx, `INSERT INTO events (type, entity, entity_id, payload)
-					VALUES ('doc.created', 'sales_orders', $1, jsonb_build_object('id', $1::bigint, 'no', 'bench', 'entity', 'sales_order')) RETURNING id`, i+1).Scan(&id)
+					VALUES ('doc.created', 'sales_orders', $1, jsonb_build_object('id', $1::bigint, 'no', 'bench', 'entity', 'sales_order')) RETURNING id`,
+					benchDocBase+int64(n)*1_000_000+500_000_000+int64(i)).Scan(&id) // a document of its own (see figure B)
 				return id, []db.Event{{ID: id}}, err
 			})
 			if err == nil {

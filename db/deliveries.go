@@ -302,6 +302,10 @@ type DispatchStart struct {
 	// order hold a delivery of this event back, or this event hold one of
 	// a later event. Unknown (true) when the event had no delivery.
 	Earlier, Later bool
+	// Waited is how long the event waited for its dispatch (dispatched_at
+	// − created_at, both database times); unknown (an hour) when it had no
+	// delivery.
+	Waited time.Duration
 }
 
 // StartDispatch creates the delivery records of event ev, one per
@@ -316,29 +320,32 @@ func StartDispatch(ctx context.Context, tx pgx.Tx, ev Event) (DispatchStart, err
 			RETURNING subscriber_id
 		), stamp AS (
 			UPDATE events SET dispatched_at = clock_timestamp() WHERE id = $1
+			RETURNING extract(epoch FROM dispatched_at - created_at)::float8 AS waited
 		), doc AS (
 			SELECT EXISTS (SELECT 1 FROM events WHERE entity = $3 AND entity_id = $4 AND id < $1) AS earlier,
 			       EXISTS (SELECT 1 FROM events WHERE entity = $3 AND entity_id = $4 AND id > $1) AS later
 		)
-		SELECT `+subscriberColumns+`, doc.earlier, doc.later
-		FROM ins JOIN subscribers s ON s.id = ins.subscriber_id CROSS JOIN doc
+		SELECT `+subscriberColumns+`, doc.earlier, doc.later, stamp.waited
+		FROM ins JOIN subscribers s ON s.id = ins.subscriber_id CROSS JOIN doc CROSS JOIN stamp
 		ORDER BY s.id`, ev.ID, ev.Type, ev.Entity, ev.EntityID)
 	if err != nil {
 		return DispatchStart{}, fmt.Errorf("create deliveries of event %d: %w", ev.ID, err)
 	}
 	type created struct {
 		Subscriber
-		Earlier bool `db:"earlier"`
-		Later   bool `db:"later"`
+		Earlier bool    `db:"earlier"`
+		Later   bool    `db:"later"`
+		Waited  float64 `db:"waited"`
 	}
 	all, err := pgx.CollectRows(rows, pgx.RowToStructByName[created])
 	if err != nil {
 		return DispatchStart{}, fmt.Errorf("create deliveries of event %d: %w", ev.ID, err)
 	}
 	if len(all) == 0 {
-		return DispatchStart{Earlier: true, Later: true}, nil
+		return DispatchStart{Earlier: true, Later: true, Waited: time.Hour}, nil
 	}
-	st := DispatchStart{Any: true, Earlier: all[0].Earlier, Later: all[0].Later}
+	st := DispatchStart{Any: true, Earlier: all[0].Earlier, Later: all[0].Later,
+		Waited: time.Duration(all[0].Waited * float64(time.Second))}
 	for _, c := range all {
 		if !c.Paused {
 			st.Due = append(st.Due, c.Subscriber)

@@ -56,6 +56,8 @@ type Dispatcher struct {
 	river    *river.Client[pgx.Tx]
 	metrics  *metrics.Metrics
 	batch    int
+	// backlogAfter: see DispatcherConfig.BacklogAfter.
+	backlogAfter time.Duration
 }
 
 // DispatcherConfig configures NewDispatcher; zero fields take defaults.
@@ -67,10 +69,18 @@ type DispatcherConfig struct {
 	// by subscribers and the dispatch latency.
 	Metrics *metrics.Metrics
 	// DispatchBatch is how many events one dispatch transaction handles
-	// at most: its job's event and, while a backlog waits, the oldest
-	// others (default DefaultDispatchBatch; 1 dispatches only the job's).
+	// at most: its job's event and, while a backlog waits, the ones after
+	// it (default DefaultDispatchBatch; 1 dispatches only the job's).
 	DispatchBatch int
+	// BacklogAfter is how long a job's event must have waited for its
+	// dispatch before the job looks for a backlog to take on (default
+	// DefaultBacklogAfter; negative: always).
+	BacklogAfter time.Duration
 }
+
+// DefaultBacklogAfter: an event dispatched within 20 ms of its commit means
+// the workers keep up, and a query for a backlog would only cost time.
+const DefaultBacklogAfter = 20 * time.Millisecond
 
 // DefaultDispatchBatch bounds a dispatch transaction to 16 events: enough
 // to drain a backlog with few commits (each commit waits for the feed
@@ -97,8 +107,11 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig, builtins ...Subscri
 	if cfg.DispatchBatch <= 0 {
 		cfg.DispatchBatch = DefaultDispatchBatch
 	}
+	if cfg.BacklogAfter == 0 {
+		cfg.BacklogAfter = DefaultBacklogAfter
+	}
 	d := &Dispatcher{pool: pool, logger: cfg.Logger, retry: cfg.Retry, webhooks: cfg.Webhooks,
-		builtins: map[string]Subscriber{}, ids: map[string]int64{}, metrics: cfg.Metrics, batch: cfg.DispatchBatch}
+		builtins: map[string]Subscriber{}, ids: map[string]int64{}, metrics: cfg.Metrics, batch: cfg.DispatchBatch, backlogAfter: cfg.BacklogAfter}
 	for _, s := range builtins {
 		d.builtins[s.Name()] = s
 	}
@@ -171,11 +184,14 @@ func (d *Dispatcher) dispatchTx(ctx context.Context, id int64, try bool) (txWork
 		if err != nil {
 			return err
 		}
-		if err := d.dispatchOne(ctx, tx, &w, ev); err != nil {
+		waited, err := d.dispatchOne(ctx, tx, &w, ev)
+		if err != nil {
 			return err
 		}
-		if err := d.dispatchBacklog(ctx, tx, &w, id, d.batch-1); err != nil {
-			return err
+		if waited >= d.backlogAfter {
+			if err := d.dispatchBacklog(ctx, tx, &w, id, d.batch-1); err != nil {
+				return err
+			}
 		}
 		if err := d.enqueue(ctx, tx, &w); err != nil {
 			return err
@@ -212,7 +228,10 @@ func (d *Dispatcher) dispatchBacklog(ctx context.Context, tx pgx.Tx, w *txWork, 
 	}
 	for _, ev := range events {
 		mark := w.mark()
-		err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error { return d.dispatchOne(ctx, sp, w, ev) })
+		err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
+			_, err := d.dispatchOne(ctx, sp, w, ev)
+			return err
+		})
 		if db.IsLockWait(err) {
 			w.undo(mark)
 			continue
@@ -234,11 +253,12 @@ const backlogLockTimeoutSQL = `SET LOCAL lock_timeout = '100ms'`
 // dispatchOne creates the deliveries of the locked, undispatched event ev,
 // makes those to built-in subscribers the document's order lets through,
 // and notes in w the deliver jobs of the others and of later events of the
-// document that were waiting for this one.
-func (d *Dispatcher) dispatchOne(ctx context.Context, tx pgx.Tx, w *txWork, ev db.Event) error {
+// document that were waiting for this one. It returns how long ev waited
+// for its dispatch.
+func (d *Dispatcher) dispatchOne(ctx context.Context, tx pgx.Tx, w *txWork, ev db.Event) (waited time.Duration, err error) {
 	st, err := db.StartDispatch(ctx, tx, ev)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	w.dispatched = append(w.dispatched, ev.Type)
 	w.check = append(w.check, ev.ID)
@@ -254,7 +274,7 @@ func (d *Dispatcher) dispatchOne(ctx context.Context, tx pgx.Tx, w *txWork, ev d
 		blocked := map[int64]bool{}
 		if st.Earlier {
 			if blocked, err = db.BlockedSubscribers(ctx, tx, ev, builtins); err != nil {
-				return err
+				return 0, err
 			}
 		}
 		for _, sub := range st.Due {
@@ -264,23 +284,23 @@ func (d *Dispatcher) dispatchOne(ctx context.Context, tx pgx.Tx, w *txWork, ev d
 			// A blocked delivery stays pending: the earlier event's last
 			// delivery releases it (LaterOpenDeliveries).
 			if _, err := d.deliverOne(ctx, tx, w, sub, ev, 1); err != nil {
-				return err
+				return 0, err
 			}
 		}
 	}
 	if !st.Later {
 		// A later event dispatched from now on waits for our lock and
 		// sees what we commit; none was held back by this one before.
-		return nil
+		return st.Waited, nil
 	}
 	// Later events of this document may have been waiting for this one to
 	// be dispatched or delivered.
 	later, err := db.LaterOpenDeliveries(ctx, tx, ev, nil)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	w.now = append(w.now, later...)
-	return nil
+	return st.Waited, nil
 }
 
 // Outcome of one Deliver call.
