@@ -89,17 +89,23 @@ func (e *env) figureE() error {
 	defer s.stop()
 	obs := e.observe(s.cmd.Process.Pid)
 	limit := 30 * time.Minute
-	var pending int
+	// Poll with EXISTS: a count over the shrinking backlog cost PostgreSQL
+	// 20 ms a poll (0.1 core at 5 polls/s), taken from the server.
 	for time.Since(t0) < limit && e.ctx.Err() == nil {
-		if err := e.pool.QueryRow(e.ctx, `SELECT count(*) FROM events WHERE processed_at IS NULL`).Scan(&pending); err != nil {
+		var waiting bool
+		if err := e.pool.QueryRow(e.ctx, `SELECT EXISTS (SELECT 1 FROM events WHERE processed_at IS NULL)`).Scan(&waiting); err != nil {
 			return err
 		}
-		if pending == 0 {
+		if !waiting {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	elapsed := time.Since(t0)
+	var pending int
+	if err := e.pool.QueryRow(e.ctx, `SELECT count(*) FROM events WHERE processed_at IS NULL`).Scan(&pending); err != nil {
+		return err
+	}
 	oursNote := obs.finish()
 	// Jobs still queued once every event is processed: dispatch jobs whose
 	// event a batch took on, left to find nothing to do. The server stops

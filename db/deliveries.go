@@ -390,6 +390,16 @@ func DeliveryBlocked(ctx context.Context, tx pgx.Tx, ev Event, subID int64) (boo
 // in a fresh statement, which sees what those committed: a concurrent
 // predecessor is never missed.
 func BlockedSubscribers(ctx context.Context, tx pgx.Tx, ev Event, subIDs []int64) (map[int64]bool, error) {
+	return blockedSubscribers(ctx, tx, ev, subIDs, "")
+}
+
+// TryBlockedSubscribers is BlockedSubscribers that does not wait for an
+// earlier event another transaction holds: ErrLocked.
+func TryBlockedSubscribers(ctx context.Context, tx pgx.Tx, ev Event, subIDs []int64) (map[int64]bool, error) {
+	return blockedSubscribers(ctx, tx, ev, subIDs, "NOWAIT")
+}
+
+func blockedSubscribers(ctx context.Context, tx pgx.Tx, ev Event, subIDs []int64, nowait string) (map[int64]bool, error) {
 	// Usually nothing came before ev, or all of it is done: the locking
 	// statement finds nothing to lock and no open delivery (it checks
 	// that too), and the second statement is saved. Anything found may
@@ -400,7 +410,7 @@ func BlockedSubscribers(ctx context.Context, tx pgx.Tx, ev Event, subIDs []int64
 	err := tx.QueryRow(ctx, `
 		WITH earlier AS (
 			SELECT id FROM events WHERE entity = $1 AND entity_id = $2 AND id < $3 AND processed_at IS NULL
-			FOR SHARE
+			FOR SHARE `+nowait+`
 		)
 		SELECT (SELECT count(*) FROM earlier), ARRAY(
 			SELECT sub.id FROM unnest($4::bigint[]) sub (id)
@@ -409,7 +419,7 @@ func BlockedSubscribers(ctx context.Context, tx pgx.Tx, ev Event, subIDs []int64
 				WHERE p.entity = $1 AND p.entity_id = $2 AND p.id < $3 AND pd.status IN ('pending', 'failed')))`,
 		ev.Entity, ev.EntityID, ev.ID, subIDs).Scan(&earlier, &ids)
 	if err != nil {
-		return nil, fmt.Errorf("lock events before %d: %w", ev.ID, err)
+		return nil, fmt.Errorf("lock events before %d: %w", ev.ID, translate(err))
 	}
 	if earlier > 0 || len(ids) > 0 {
 		rows, err := tx.Query(ctx, `

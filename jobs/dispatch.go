@@ -145,16 +145,17 @@ func (d *Dispatcher) Dispatch(ctx context.Context, id int64) (int, error) {
 }
 
 // busyRetries is how often dispatch tries, without waiting, an event
-// another transaction holds (usually a batch that took it on) before it
-// waits for the lock: 5, 10, 20, 40, then 50 ms apart (≈ 0.4 s in all).
-// Between tries it holds no connection, so the pool serves the batches.
+// another transaction holds (usually a batch that took it on), or whose
+// document's earlier event another transaction holds, before it waits for
+// the lock: 5, 10, 20, 40, then 50 ms apart (≈ 0.4 s in all). Between
+// tries it holds no connection, so the pool serves the holders.
 const busyRetries = 10
 
 // dispatch is Dispatch returning the transaction's work.
 func (d *Dispatcher) dispatch(ctx context.Context, id int64) (txWork, error) {
 	for try := 0; ; try++ {
 		w, err := d.dispatchTx(ctx, id, try < busyRetries)
-		if !errors.Is(err, db.ErrLocked) {
+		if !errors.Is(err, db.ErrLocked) || try >= busyRetries {
 			return w, err
 		}
 		select {
@@ -166,7 +167,8 @@ func (d *Dispatcher) dispatch(ctx context.Context, id int64) (txWork, error) {
 }
 
 // dispatchTx is one dispatch transaction; with try it does not wait for
-// the job's event (ErrLocked when another transaction holds it).
+// the job's event or an earlier event of its document (ErrLocked when
+// another transaction holds one).
 func (d *Dispatcher) dispatchTx(ctx context.Context, id int64, try bool) (txWork, error) {
 	lock := db.LockUndispatchedEvent
 	if try {
@@ -174,7 +176,7 @@ func (d *Dispatcher) dispatchTx(ctx context.Context, id int64, try bool) (txWork
 	}
 	var w txWork
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		w = txWork{}
+		w = txWork{try: try}
 		ev, err := lock(ctx, tx, id)
 		if errors.Is(err, db.ErrNotFound) {
 			// Dispatched already, perhaps in another job's batch: that
@@ -223,6 +225,7 @@ func (d *Dispatcher) dispatchBacklog(ctx context.Context, tx pgx.Tx, w *txWork, 
 	if err != nil || len(events) == 0 {
 		return err
 	}
+	w.try = true
 	if _, err := tx.Exec(ctx, backlogLockTimeoutSQL); err != nil {
 		return fmt.Errorf("bound lock waits: %w", err)
 	}
@@ -273,7 +276,11 @@ func (d *Dispatcher) dispatchOne(ctx context.Context, tx pgx.Tx, w *txWork, ev d
 	if len(builtins) > 0 {
 		blocked := map[int64]bool{}
 		if st.Earlier {
-			if blocked, err = db.BlockedSubscribers(ctx, tx, ev, builtins); err != nil {
+			check := db.BlockedSubscribers
+			if w.try {
+				check = db.TryBlockedSubscribers
+			}
+			if blocked, err = check(ctx, tx, ev, builtins); err != nil {
 				return 0, err
 			}
 		}
@@ -417,6 +424,9 @@ type txWork struct {
 	outcomes   []deliveryOutcome
 	finished   []db.ProcessedEvent
 	outcome    string // Deliver's outcome
+	// try: do not wait for an earlier event of a document that another
+	// transaction holds (ErrLocked).
+	try bool
 }
 
 type retry struct {

@@ -656,25 +656,8 @@ func TestDispatchOfAHeldEventWaitsWithoutAConnection(t *testing.T) {
 	_, err = holder.Exec(b.ctx, `UPDATE events SET dispatched_at = clock_timestamp() WHERE id = $1`, events[0].ID)
 	require.NoError(t, err)
 
-	done := make(chan int, 1)
-	go func() {
-		n, err := b.dispatcher.Dispatch(b.ctx, events[0].ID)
-		assert.NoError(t, err)
-		done <- n
-	}()
-	// Between its tries the dispatch holds no connection: a waiting one
-	// would keep two in use all along.
-	fewest := int32(2)
-	for range 20 {
-		time.Sleep(10 * time.Millisecond)
-		fewest = min(fewest, b.pool.Stat().AcquiredConns())
-	}
-	select {
-	case <-done:
-		t.Fatal("Dispatch returned while the event was held")
-	default:
-	}
-	require.EqualValues(t, 1, fewest, "only the holder's connection is in use between tries")
+	done := b.dispatchInBackground(t, events[0].ID)
+	b.requireNoConnectionBetweenTries(t, done)
 	require.NoError(t, holder.Commit(b.ctx))
 	select {
 	case n := <-done:
@@ -683,6 +666,64 @@ func TestDispatchOfAHeldEventWaitsWithoutAConnection(t *testing.T) {
 		t.Fatal("Dispatch did not return after the holder committed")
 	}
 	require.Zero(t, b.count(t, `SELECT count(*) FROM deliveries WHERE event_id = $1`, events[0].ID))
+}
+
+// TestDispatchBehindAHeldPredecessorWaitsWithoutAConnection: the same for
+// an event whose document's earlier event another transaction holds.
+func TestDispatchBehindAHeldPredecessorWaitsWithoutAConnection(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Hour)
+	var events []db.Event
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) (err error) {
+		_, events, err = receive(b, tx, "51051")
+		return err
+	}))
+	holder, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer holder.Rollback(b.ctx) //nolint:errcheck
+	_, err = holder.Exec(b.ctx, `SELECT 1 FROM events WHERE id = $1 FOR UPDATE`, events[0].ID)
+	require.NoError(t, err)
+
+	done := b.dispatchInBackground(t, events[1].ID)
+	b.requireNoConnectionBetweenTries(t, done)
+	require.NoError(t, holder.Rollback(b.ctx))
+	select {
+	case n := <-done:
+		require.Equal(t, 1, n)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Dispatch did not return after the holder ended")
+	}
+	// doc.created is still undispatched: order.received waits for it.
+	require.Equal(t, db.DeliveryPending, b.delivery(t, events[1].ID, "order_acceptance").Status)
+}
+
+func (b *testBundle) dispatchInBackground(t *testing.T, id int64) <-chan int {
+	done := make(chan int, 1)
+	go func() {
+		n, err := b.dispatcher.Dispatch(b.ctx, id)
+		assert.NoError(t, err)
+		done <- n
+	}()
+	return done
+}
+
+// requireNoConnectionBetweenTries checks, while Dispatch is kept from its
+// work by a lock held on another connection, that it does not return and
+// that between its tries only the holder's connection is in use (a waiting
+// dispatch would keep a second one all along).
+func (b *testBundle) requireNoConnectionBetweenTries(t *testing.T, done <-chan int) {
+	t.Helper()
+	fewest := int32(2)
+	for range 20 {
+		time.Sleep(10 * time.Millisecond)
+		fewest = min(fewest, b.pool.Stat().AcquiredConns())
+	}
+	select {
+	case <-done:
+		t.Fatal("Dispatch returned while the lock was held")
+	default:
+	}
+	require.EqualValues(t, 1, fewest, "only the holder's connection is in use between tries")
 }
 
 // TestFreshEventTakesNoBacklogOn: an event dispatched soon after its commit
