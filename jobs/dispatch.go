@@ -52,7 +52,6 @@ type Dispatcher struct {
 	retry    RetryPolicy
 	webhooks *WebhookSender
 	builtins map[string]Subscriber
-	ids      map[string]int64 // built-in name → subscribers.id, after Register
 	river    *river.Client[pgx.Tx]
 	metrics  *metrics.Metrics
 	batch    int
@@ -111,7 +110,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig, builtins ...Subscri
 		cfg.BacklogAfter = DefaultBacklogAfter
 	}
 	d := &Dispatcher{pool: pool, logger: cfg.Logger, retry: cfg.Retry, webhooks: cfg.Webhooks,
-		builtins: map[string]Subscriber{}, ids: map[string]int64{}, metrics: cfg.Metrics, batch: cfg.DispatchBatch, backlogAfter: cfg.BacklogAfter}
+		builtins: map[string]Subscriber{}, metrics: cfg.Metrics, batch: cfg.DispatchBatch, backlogAfter: cfg.BacklogAfter}
 	for _, s := range builtins {
 		d.builtins[s.Name()] = s
 	}
@@ -122,11 +121,9 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig, builtins ...Subscri
 // event types they take now). Run at every start.
 func (d *Dispatcher) Register(ctx context.Context) error {
 	for name, s := range d.builtins {
-		row, err := db.UpsertBuiltinSubscriber(ctx, d.pool, name, s.EventTypes())
-		if err != nil {
+		if _, err := db.UpsertBuiltinSubscriber(ctx, d.pool, name, s.EventTypes()); err != nil {
 			return err
 		}
-		d.ids[name] = row.ID
 	}
 	return nil
 }
