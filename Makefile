@@ -80,7 +80,7 @@ browser-deps:
 # bench runs the load tool of issue 7 (bench/): a private PostgreSQL with
 # fsync on, the real server binary, and a reference for every figure in the
 # same run; it prints one table row per figure and writes
-# bench/results/latest.json. Takes about 20 minutes; bench-quick is a
+# bench/results/latest.json. Takes about 15 minutes; bench-quick is a
 # smoke run of a minute with tiny sizes (bench/results/quick.json).
 BENCH_FLAGS ?= -figures A,B,C,D,E
 bench: pg-binaries
