@@ -527,10 +527,13 @@ func processedCount(t *testing.T, s *testServer) int {
 
 // A client resuming far back reads its back-fill slower than live events
 // arrive, so its live buffer overflows before the back-fill is done: it is
-// catching up, not slow, and gets everything without being closed.
+// catching up, not slow, and gets everything without being closed. The
+// buffer is small but not smaller than a few dispatch batches: one commit
+// publishes up to jobs.DefaultDispatchBatch events at once, and a live
+// client a few events behind must not be dropped for that burst.
 func TestFeedLongBackfillOutlivesLiveBuffer(t *testing.T) {
 	t.Parallel()
-	const buffer, old, live = 16, 200, 100
+	const buffer, old, live = 4 * jobs.DefaultDispatchBatch, 300, 150
 	s := newTestServer(t, serverOpts{feedBuffer: buffer})
 	require.NoError(t, insertEvents(t.Context(), s, old, 50))
 	waitFor(t, 30*time.Second, "the old events processed", func() bool { return processedCount(t, s) == old })
