@@ -82,7 +82,9 @@ type WebhookResult struct {
 	// UTF-8: a character cut by the cap is dropped, invalid bytes become
 	// U+FFFD, and the result is never longer than MaxWebhookBody bytes.
 	Body string
-	// Duration is the time from sending the request to having read Body.
+	// Duration is the time from starting the request (its Timeout runs from
+	// the same instant) to having read Body; a timed-out request's Duration
+	// is never shorter than its Timeout.
 	Duration time.Duration
 	// Err is nil only for a 2xx answer. Its message names the URL's host
 	// (with port) and the status or the network failure.
@@ -165,6 +167,7 @@ func (s *WebhookSender) Send(ctx context.Context, cfg WebhookConfig, eventID int
 		timeout = defaultWebhookTimeout
 	}
 	timeout = min(timeout, maxWebhookTimeout)
+	start := time.Now() // before the deadline's clock starts: Duration ≥ timeout on a timeout
 	reqCtx, cancel := context.WithTimeoutCause(ctx, timeout, errWebhookTimeout)
 	defer cancel()
 
@@ -181,7 +184,6 @@ func (s *WebhookSender) Send(ctx context.Context, cfg WebhookConfig, eventID int
 		req.Header.Set(HeaderSignature, SignWebhook(cfg.Secret, timestamp, body))
 	}
 
-	start := time.Now()
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return WebhookResult{Duration: time.Since(start), Err: webhookRequestError(reqCtx, host, timeout, err)}
