@@ -31,6 +31,11 @@ const apiURL = process.env.E2E_API_URL || baseURL;
 const netControl = process.env.E2E_NET_CONTROL;
 const screenshotBase = screenshot.replace(/\.png$/, '');
 const STEP_TIMEOUT = 15_000;
+// GraphiQL's editor bundle (several MB of JavaScript) is parsed on first
+// load; on a CI machine busy with the other test packages that alone has
+// taken over 15 s. The wait is for the page to render, not a promise about
+// its speed.
+const EDITOR_LOAD_TIMEOUT = 60_000;
 
 const result = { steps: [], blocked: [], pageErrors: [], screenshots: [] };
 const log = (...args) => console.error('[e2e]', ...args);
@@ -388,7 +393,7 @@ try {
   await step('playground query', async () => {
     const query = '{ events(first: 3) { edges { node { id type object } } } }';
     await page.goto(`${baseURL}/playground?query=${encodeURIComponent(query)}`);
-    await page.waitForSelector('.graphiql-container .graphiql-query-editor .view-lines');
+    await page.waitForSelector('.graphiql-container .graphiql-query-editor .view-lines', { timeout: EDITOR_LOAD_TIMEOUT });
     await waitEditorText(page, '.graphiql-editor-tool', 'Bearer');
     const headers = await editorText(page, '.graphiql-editor-tool');
     await page.click('.graphiql-execute-button');
@@ -407,7 +412,7 @@ try {
     const head = await api('{ events(first: 1, filter: { processed: true }) { edges { cursor } } }');
     const query = `subscription { eventProcessed(after: "${head.events.edges[0].cursor}") { id type object processedAt } }`;
     await page.goto(`${baseURL}/playground?query=${encodeURIComponent(query)}`);
-    await page.waitForSelector('.graphiql-container .graphiql-query-editor .view-lines');
+    await page.waitForSelector('.graphiql-container .graphiql-query-editor .view-lines', { timeout: EDITOR_LOAD_TIMEOUT });
     await waitEditorText(page, '.graphiql-editor-tool', 'Bearer');
     await page.click('.graphiql-execute-button');
     const order = await receiveShopOrder();
