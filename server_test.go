@@ -335,6 +335,9 @@ func TestInputEdgeCases(t *testing.T) {
 		{"first 0", `{ events(first: 0) { edges { cursor } } }`, nil, "first"},
 		{"crm zero", crm, map[string]any{"id": "0"}, "input.externalId"},
 		{"bad decimal", `mutation { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: "x"}]}) { id } }`, nil, "input.lines.0.quantity"},
+		{"huge quantity", `mutation($q: Decimal!) { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: $q}]}) { id } }`, map[string]any{"q": "9" + strings.Repeat("0", 5000)}, "input.lines.0.quantity"},
+		{"long garbage", `mutation($q: Decimal!) { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: $q}]}) { id } }`, map[string]any{"q": strings.Repeat("x", 5000)}, ""},
+		{"long fraction", `mutation($p: Decimal!) { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: "1", price: $p}]}) { id } }`, map[string]any{"p": "1." + strings.Repeat("1", 5000)}, "input.lines.0.price"},
 	}
 	for _, tt := range tests {
 		e := gqlErr(t, s, tt.query, tt.vars)
@@ -342,5 +345,6 @@ func TestInputEdgeCases(t *testing.T) {
 		if tt.field != "" {
 			require.Equal(t, tt.field, e.Extensions["field"], tt.name)
 		}
+		require.Less(t, len(e.Message), 200, "%s: the error repeats the input in full: %.300s", tt.name, e.Message)
 	}
 }

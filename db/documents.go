@@ -714,27 +714,41 @@ func validateLines(field string, lines []LineInput) ([]string, error) {
 			return nil, inputErr(linePath(field, i, "sku"), "must not be empty")
 		}
 		if !l.Quantity.IsPositive() {
-			return nil, inputErr(linePath(field, i, "quantity"), "must be greater than 0, got %s", l.Quantity)
+			return nil, inputErr(linePath(field, i, "quantity"), "must be greater than 0, got %s", echoDecimal(l.Quantity))
 		}
 		if -l.Quantity.Exponent() > quantityDecimals {
-			return nil, inputErr(linePath(field, i, "quantity"), "at most %d decimal places, got %s", quantityDecimals, l.Quantity)
+			return nil, inputErr(linePath(field, i, "quantity"), "at most %d decimal places, got %s", quantityDecimals, echoDecimal(l.Quantity))
 		}
 		if l.Quantity.GreaterThanOrEqual(decimal.New(1, 15)) {
-			return nil, inputErr(linePath(field, i, "quantity"), "too large: %s", l.Quantity)
+			return nil, inputErr(linePath(field, i, "quantity"), "too large: at most 15 digits before the decimal point, got %s", echoDecimal(l.Quantity))
 		}
 		if l.Price != nil {
 			if l.Price.IsNegative() {
-				return nil, inputErr(linePath(field, i, "price"), "must not be negative, got %s", l.Price)
+				return nil, inputErr(linePath(field, i, "price"), "must not be negative, got %s", echoDecimal(*l.Price))
 			}
 			if -l.Price.Exponent() > priceDecimals {
-				return nil, inputErr(linePath(field, i, "price"), "at most %d decimal places, got %s", priceDecimals, l.Price)
+				return nil, inputErr(linePath(field, i, "price"), "at most %d decimal places, got %s", priceDecimals, echoDecimal(*l.Price))
 			}
 			if l.Price.GreaterThanOrEqual(decimal.New(1, 16)) {
-				return nil, inputErr(linePath(field, i, "price"), "too large: %s", l.Price)
+				return nil, inputErr(linePath(field, i, "price"), "too large: at most 16 digits before the decimal point, got %s", echoDecimal(*l.Price))
 			}
 		}
 	}
 	return skus, nil
+}
+
+// maxEchoDigits bounds how much of a bad decimal an error message repeats:
+// a request may carry a number of thousands of digits.
+const maxEchoDigits = 24
+
+// echoDecimal is d as an error message quotes it: in full when short,
+// else its first digits and its size ("123456…(5001 digits)").
+func echoDecimal(d decimal.Decimal) string {
+	s := d.String()
+	if len(s) <= maxEchoDigits {
+		return s
+	}
+	return fmt.Sprintf("%s…(%d digits)", s[:maxEchoDigits], len(strings.TrimLeft(strings.ReplaceAll(s, ".", ""), "-")))
 }
 
 // itemIDsBySKU returns the item ids of skus in order; an unknown SKU is an

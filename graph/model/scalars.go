@@ -47,7 +47,7 @@ func UnmarshalID64(v any) (int64, error) {
 	}
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || id < 1 {
-		return 0, scalarErr("an id must be a positive integer, got %q", s)
+		return 0, scalarErr("an id must be a positive integer, got %.40q", s)
 	}
 	return id, nil
 }
@@ -79,7 +79,7 @@ func UnmarshalDecimal(v any) (decimal.Decimal, error) {
 	}
 	d, err := decimal.NewFromString(s)
 	if err != nil {
-		return decimal.Decimal{}, scalarErr("not a decimal number: %q", s)
+		return decimal.Decimal{}, scalarErr("not a decimal number: %.40q", s)
 	}
 	return d, nil
 }
