@@ -471,6 +471,13 @@ func (c *Cluster) chown(root string) error {
 // start runs pg_ctl start and waits until the server accepts connections.
 func (c *Cluster) start(ctx context.Context) error {
 	c.clearStaleLocks(ctx)
+	if pid, ok := lockPID(filepath.Join(c.dir, "postmaster.pid")); ok && !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+		// clearStaleLocks left it, so the pid is a live postmaster (a dead
+		// one is PostgreSQL's to handle). pg_ctl would fail too, with its
+		// reason buried in the server log.
+		return fmt.Errorf("start postgres in %s: a server (pid %d) is already running on this data directory, "+
+			"probably another erp process (make run, erp serve); stop it first, or set DATABASE_URL to use that server", c.dir, pid)
+	}
 	settings := []string{
 		"listen_addresses=", // no TCP at all
 		"unix_socket_directories=" + c.socketDir,
