@@ -35,6 +35,16 @@ func TestGraphQLOverHTTP(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, res.Header.Get("Content-Type"), "application/graphql-response+json")
 
+	// A JSON body is the only POST there is: without its Content-Type the
+	// client is told so; the media type's case and parameters do not matter.
+	res = request(t, http.MethodPost, s.URL+"/graphql", map[string]string{"Authorization": auth}, q)
+	require.Equal(t, http.StatusUnsupportedMediaType, res.StatusCode)
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"errors":[{"message":"a POST body must be JSON (Content-Type: application/json), got Content-Type \"\"","extensions":{"code":"BAD_USER_INPUT"}}],"data":null}`, string(body))
+	res = request(t, http.MethodPost, s.URL+"/graphql", map[string]string{"Authorization": auth, "Content-Type": "Application/JSON; charset=utf-8"}, q)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+
 	// GET runs queries; a mutation over GET is refused and writes nothing.
 	res = request(t, http.MethodGet, s.URL+"/graphql?query="+url.QueryEscape("{ items { id } }"), map[string]string{"Authorization": auth}, "")
 	require.Equal(t, http.StatusOK, res.StatusCode)

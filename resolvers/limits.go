@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strings"
 
@@ -88,11 +89,17 @@ func selectionShape(set ast.SelectionSet, memo map[*ast.FragmentDefinition]shape
 
 // LimitBody caps request bodies at max bytes and refuses malformed JSON
 // with a plain GraphQL error (BAD_USER_INPUT) before gqlgen, whose own
-// decoding errors echo the body and name Go types. 413 when too large.
+// decoding errors echo the body and name Go types. 413 when too large, 415
+// for a POST whose Content-Type is not application/json (gqlgen would
+// answer "transport not supported").
 func LimitBody(max int64, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body == nil || r.Method != http.MethodPost {
 			next.ServeHTTP(w, r)
+			return
+		}
+		if !isJSON(r.Header.Get("Content-Type")) {
+			writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("a POST body must be JSON (Content-Type: application/json), got Content-Type %.60q", r.Header.Get("Content-Type")), codeBadUserInput)
 			return
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
@@ -104,7 +111,7 @@ func LimitBody(max int64, next http.Handler) http.Handler {
 			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", max), codeBadUserInput)
 			return
 		}
-		if isJSON(r.Header.Get("Content-Type")) && !validRequest(body) {
+		if !validRequest(body) {
 			writeError(w, http.StatusBadRequest, `request body must be a JSON object {"query": string, "variables": object, "operationName": string}`, codeBadUserInput)
 			return
 		}
@@ -113,8 +120,11 @@ func LimitBody(max int64, next http.Handler) http.Handler {
 	})
 }
 
+// isJSON reports whether a Content-Type is application/json, whatever its
+// case and parameters (the test gqlgen's POST transport makes).
 func isJSON(contentType string) bool {
-	return len(contentType) >= 16 && contentType[:16] == "application/json"
+	mediaType, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mediaType == "application/json"
 }
 
 // validRequest checks the shape of a GraphQL-over-HTTP JSON body.
