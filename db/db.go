@@ -27,8 +27,10 @@ import (
 var migrations embed.FS
 
 // Connect opens the pool for url (a libpq URL or key=value string) and
-// registers the decimal codec on every connection. It does not ping.
-func Connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
+// registers the decimal codec on every connection; configure, if any, may
+// change the parsed config before the pool opens (a tracer, sizes). It does
+// not ping.
+func Connect(ctx context.Context, url string, configure ...func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
@@ -36,6 +38,9 @@ func Connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
 		pgxdecimal.Register(conn.TypeMap())
 		return nil
+	}
+	for _, f := range configure {
+		f(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -250,6 +250,20 @@ func SubscriberByID(ctx context.Context, q Querier, id int64) (Subscriber, error
 	return s, nil
 }
 
+// SubscribersByIDs returns the subscribers with the given ids (table
+// subscribers), in id order; ids that do not exist are skipped.
+func SubscribersByIDs(ctx context.Context, q Querier, ids []int64) ([]Subscriber, error) {
+	rows, err := q.Query(ctx, `SELECT `+subscriberColumns+` FROM subscribers s WHERE s.id = ANY($1) ORDER BY s.id`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("get %d subscribers: %w", len(ids), err)
+	}
+	subs, err := pgx.CollectRows(rows, pgx.RowToStructByName[Subscriber])
+	if err != nil {
+		return nil, fmt.Errorf("get %d subscribers: %w", len(ids), err)
+	}
+	return subs, nil
+}
+
 // SubscriberByName returns the subscriber called name, or ErrNotFound.
 func SubscriberByName(ctx context.Context, q Querier, name string) (Subscriber, error) {
 	s, err := getOne[Subscriber](ctx, q, `SELECT `+subscriberColumns+` FROM subscribers s WHERE s.name = $1`, name)

@@ -16,12 +16,12 @@ import (
 )
 
 func (r *deliveryResolver) Event(ctx context.Context, obj *db.Delivery) (*db.Event, error) {
-	ev, err := db.EventByID(ctx, r.Pool, obj.EventID)
+	ev, err := r.eventOf(ctx, obj.EventID)
 	return &ev, err
 }
 
 func (r *deliveryResolver) Subscriber(ctx context.Context, obj *db.Delivery) (*db.Subscriber, error) {
-	s, err := db.SubscriberByID(ctx, r.Pool, obj.SubscriberID)
+	s, err := r.subscriberOf(ctx, obj.SubscriberID)
 	return &s, err
 }
 

@@ -2,6 +2,7 @@ package resolvers
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -12,7 +13,8 @@ import (
 
 // Loaders is a gqlgen extension that gives each operation its own batch
 // loaders, so that a page of 50 events asking for their deliveries costs
-// one query, not 50. They batch only (no cache): a subscription streams
+// one query, not 50, and so does a page of deliveries asking for their
+// events (and another for their subscribers). They batch only (no cache): a subscription streams
 // new events for hours, and each is read once anyway.
 type Loaders struct{ Pool *pgxpool.Pool }
 
@@ -24,7 +26,9 @@ var _ interface {
 type loadersKey struct{}
 
 type loaders struct {
-	deliveries *dataloadgen.Loader[int64, []db.Delivery]
+	deliveries  *dataloadgen.Loader[int64, []db.Delivery]
+	events      *dataloadgen.Loader[int64, db.Event]
+	subscribers *dataloadgen.Loader[int64, db.Subscriber]
 }
 
 // ExtensionName implements graphql.HandlerExtension.
@@ -47,8 +51,55 @@ func (l Loaders) InterceptOperation(ctx context.Context, next graphql.OperationH
 			}
 			return out, nil
 		}, dataloadgen.WithoutCache()),
+		events:      byID(l.Pool, db.EventsByIDs, func(e db.Event) int64 { return e.ID }, "event"),
+		subscribers: byID(l.Pool, db.SubscribersByIDs, func(s db.Subscriber) int64 { return s.ID }, "subscriber"),
 	}
 	return next(context.WithValue(ctx, loadersKey{}, ls))
+}
+
+// byID is a batch loader of rows by id from fetch (one query per batch);
+// an id fetch does not return is db.ErrNotFound, as the single-row getters
+// report it.
+func byID[T any](pool *pgxpool.Pool, fetch func(context.Context, db.Querier, []int64) ([]T, error), idOf func(T) int64, what string) *dataloadgen.Loader[int64, T] {
+	return dataloadgen.NewLoader(func(ctx context.Context, ids []int64) ([]T, []error) {
+		rows, err := fetch(ctx, pool, ids)
+		out := make([]T, len(ids))
+		if err != nil {
+			return out, []error{err}
+		}
+		found := make(map[int64]T, len(rows))
+		for _, r := range rows {
+			found[idOf(r)] = r
+		}
+		errs := make([]error, len(ids))
+		for i, id := range ids {
+			r, ok := found[id]
+			if !ok {
+				errs[i] = fmt.Errorf("get %s %d: %w", what, id, db.ErrNotFound)
+				continue
+			}
+			out[i] = r
+		}
+		return out, errs
+	}, dataloadgen.WithoutCache())
+}
+
+// eventOf returns event id (a delivery's), batched when the operation has
+// loaders.
+func (r *Resolver) eventOf(ctx context.Context, id int64) (db.Event, error) {
+	if ls, ok := ctx.Value(loadersKey{}).(*loaders); ok {
+		return ls.events.Load(ctx, id)
+	}
+	return db.EventByID(ctx, r.Pool, id)
+}
+
+// subscriberOf returns subscriber id (a delivery's), batched when the
+// operation has loaders.
+func (r *Resolver) subscriberOf(ctx context.Context, id int64) (db.Subscriber, error) {
+	if ls, ok := ctx.Value(loadersKey{}).(*loaders); ok {
+		return ls.subscribers.Load(ctx, id)
+	}
+	return db.SubscriberByID(ctx, r.Pool, id)
 }
 
 // deliveriesOf returns an event's deliveries, batched when the operation
