@@ -686,7 +686,7 @@ func newApp(pool *pgxpool.Pool, opts appOptions, logger *slog.Logger) (*app, err
 	}
 	ws := &wsgorilla.Implementation{
 		CheckOrigin: checkOrigin,
-		// ReadBufferSize stays 0 (1 KiB of its own per socket): the
+		// ReadBufferSize stays 0 (256 bytes of its own per socket): the
 		// handshake's net/http goroutine returns at connection_ack and
 		// net/http's buffers for the connection go with it.
 		WriteBufferSize:   wsWriteBuffer,

@@ -73,7 +73,7 @@ const (
 const (
 	// defaultReadBufferSize is the read buffer of a socket when
 	// ReadBufferSize is 0, in bytes.
-	defaultReadBufferSize = 1024
+	defaultReadBufferSize = 256
 	// defaultWriteTimeout bounds one frame write when WriteTimeout is 0.
 	defaultWriteTimeout = 10 * time.Second
 	// closeGrace is how long a socket we sent a close frame on waits for
@@ -98,11 +98,12 @@ type Implementation struct {
 	// AllowOrigins).
 	CheckOrigin func(r *http.Request) bool
 	// ReadBufferSize and WriteBufferSize are the I/O buffer sizes in bytes.
-	// A socket keeps its read buffer for life; 0 means 1 KiB (an idle
-	// socket reads only control frames, and a larger message is read
-	// through it in pieces). Never net/http's reader of the hijacked
-	// connection, which would keep net/http's whole connection state (and
-	// its 4 KiB write buffer) reachable. Write buffers are taken from a
+	// A socket keeps its read buffer for life; 0 means 256 bytes: an idle
+	// socket reads only control frames (at most 131 bytes), and a larger
+	// message is read mostly past it, straight into the message. Never
+	// net/http's reader of the hijacked connection, which would keep
+	// net/http's whole connection state (and its 4 KiB write buffer)
+	// reachable. Write buffers are taken from a
 	// pool shared by every socket for the time of one write; 0 means
 	// gorilla's default (4096). A message larger than the write buffer
 	// goes out as several frames.
@@ -149,14 +150,25 @@ type handleKey struct{}
 // handle lets code holding a request's context reach the socket that
 // request became; Handler puts one in every handshake's context and Accept
 // fills it. released is closed when the handshake's net/http goroutine may
-// return: the connection was acknowledged or closed.
+// return: the connection was acknowledged or closed, or next returned
+// (panicked then holds what it panicked with, if it did).
 type handle struct {
 	conn        atomic.Pointer[Conn]
 	released    chan struct{}
 	releaseOnce sync.Once
+	panicked    any
 }
 
-func (h *handle) release() { h.releaseOnce.Do(func() { close(h.released) }) }
+// release lets the handshake's net/http goroutine return, panicking with p
+// when p is not nil; it reports false when that goroutine was let go
+// already.
+func (h *handle) release(p any) (first bool) {
+	h.releaseOnce.Do(func() {
+		h.panicked, first = p, true
+		close(h.released)
+	})
+	return first
+}
 
 // Handler guards next, the gqlgen handler, for websocket handshakes (any
 // request with an Upgrade header, as gqlgen routes them): a disallowed
@@ -195,40 +207,36 @@ func (i *Implementation) Handler(next http.Handler) http.Handler {
 		// not: net/http cancels r's context as soon as this returns.
 		ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 		ctx = context.WithValue(ctx, handleKey{}, h)
-		hw := &handshakeWriter{w: w}
-		served := make(chan any, 1)
-		go func() {
-			defer cancel()
-			defer func() {
-				p := recover()
-				served <- p
-				if p == nil {
-					return
-				}
-				select {
-				case <-h.released:
-					// The request's goroutine is gone and cannot re-panic
-					// for net/http; report as net/http would, and drop
-					// the socket.
-					if p != http.ErrAbortHandler {
-						log.Printf("wsgorilla: panic serving %s: %v\n%s", r.RemoteAddr, p, debug.Stack())
-					}
-					if c := h.conn.Load(); c != nil {
-						_ = c.Close()
-					}
-				default:
-				}
-			}()
-			next.ServeHTTP(hw, r.WithContext(ctx))
-		}()
-		select {
-		case p := <-served:
-			if p != nil {
-				panic(p) // net/http recovers and logs handler panics
-			}
-		case <-h.released:
+		go serveSocket(next, &handshakeWriter{w: w}, r.WithContext(ctx), h, cancel)
+		<-h.released
+		if h.panicked != nil {
+			panic(h.panicked) // net/http recovers and logs handler panics
 		}
 	})
+}
+
+// serveSocket runs next for a handshake that Handler let through, on the
+// socket's own goroutine. It takes its arguments rather than being a
+// closure over Handler's, which would keep the outer request (and what
+// middleware hung on it) for the life of the socket.
+func serveSocket(next http.Handler, w *handshakeWriter, r *http.Request, h *handle, cancel context.CancelFunc) {
+	remote := r.RemoteAddr
+	defer cancel()
+	defer func() {
+		p := recover()
+		if h.release(p) || p == nil {
+			return
+		}
+		// The request's goroutine is gone and cannot re-panic for
+		// net/http; report as net/http would, and drop the socket.
+		if p != http.ErrAbortHandler {
+			log.Printf("wsgorilla: panic serving %s: %v\n%s", remote, p, debug.Stack())
+		}
+		if c := h.conn.Load(); c != nil {
+			_ = c.Close()
+		}
+	}()
+	next.ServeHTTP(w, r)
 }
 
 // handshakeWriter is the ResponseWriter next gets from Handler. Once the
@@ -693,7 +701,7 @@ func (c *Conn) closeNetwork() {
 // release lets the handshake's net/http goroutine return (see Handler).
 func (c *Conn) release() {
 	if c.handle != nil {
-		c.handle.release()
+		c.handle.release(nil)
 	}
 }
 

@@ -133,3 +133,53 @@ func TestHandlerReturnsWhenNoSocket(t *testing.T) {
 	res.Body.Close()
 	require.Equal(t, http.StatusBadRequest, res.StatusCode)
 }
+
+// TestHandlerPanics: a handler that panics before the socket is
+// acknowledged panics on the request's goroutine, where net/http recovers
+// it; one that panics afterwards has its socket dropped. Neither takes the
+// process down.
+func TestHandlerPanics(t *testing.T) {
+	t.Parallel()
+	for _, afterAck := range []bool{false, true} {
+		impl := &Implementation{}
+		inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !afterAck {
+				panic(http.ErrAbortHandler) // net/http drops the connection quietly
+			}
+			c, err := impl.Accept(w, r, transport.WebsocketAcceptOptions{Subprotocols: []string{"graphql-transport-ws"}})
+			if err != nil {
+				t.Errorf("accept: %v", err)
+				return
+			}
+			if err := c.WriteJSON(testMessage{Type: "connection_ack"}); err != nil {
+				t.Errorf("write connection_ack: %v", err)
+			}
+			panic(http.ErrAbortHandler)
+		})
+		srv := httptest.NewServer(impl.Handler(inner))
+		d := websocket.Dialer{Subprotocols: []string{"graphql-transport-ws"}, HandshakeTimeout: 5 * time.Second}
+		conn, res, err := d.Dial("ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+		if !afterAck {
+			require.Error(t, err, "a handshake whose handler panicked")
+			srv.Close()
+			continue
+		}
+		require.NoError(t, err)
+		res.Body.Close()
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var m testMessage
+		require.NoError(t, conn.ReadJSON(&m))
+		require.Equal(t, "connection_ack", m.Type)
+		_, _, err = conn.ReadMessage()
+		require.Error(t, err, "the socket of a handler that panicked must be dropped")
+		var ne interface{ Timeout() bool }
+		require.False(t, errors.As(err, &ne) && ne.Timeout(), "dropped, not timed out: %v", err)
+		conn.Close()
+		deadline := time.Now().Add(5 * time.Second)
+		for impl.Open() != 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.Zero(t, impl.Open())
+		srv.Close()
+	}
+}
