@@ -547,6 +547,7 @@ func (c *Conn) admit(b []byte) bool {
 		c.initSeen = true
 		if c.initTimer != nil {
 			c.initTimer.Stop()
+			c.initTimer = nil // not needed for the rest of the socket's life
 		}
 		p := bytes.TrimSpace(m.Payload)
 		if len(p) > 0 && !bytes.Equal(p, []byte("null")) && p[0] != '{' {
