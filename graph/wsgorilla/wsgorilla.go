@@ -149,12 +149,13 @@ type handleKey struct{}
 
 // handle lets code holding a request's context reach the socket that
 // request became; Handler puts one in every handshake's context and Accept
-// fills it. released is closed when the handshake's net/http goroutine may
+// fills it. released is done when the handshake's net/http goroutine may
 // return: the connection was acknowledged or closed, or next returned
-// (panicked then holds what it panicked with, if it did).
+// (panicked then holds what it panicked with, if it did). A WaitGroup
+// rather than a channel: the handle lives as long as the socket.
 type handle struct {
 	conn        atomic.Pointer[Conn]
-	released    chan struct{}
+	released    sync.WaitGroup
 	releaseOnce sync.Once
 	panicked    any
 }
@@ -165,7 +166,7 @@ type handle struct {
 func (h *handle) release(p any) (first bool) {
 	h.releaseOnce.Do(func() {
 		h.panicked, first = p, true
-		close(h.released)
+		h.released.Done()
 	})
 	return first
 }
@@ -202,13 +203,14 @@ func (i *Implementation) Handler(next http.Handler) http.Handler {
 			http.Error(w, "server shutting down", http.StatusServiceUnavailable)
 			return
 		}
-		h := &handle{released: make(chan struct{})}
+		h := &handle{}
+		h.released.Add(1)
 		// Values stay (request id, logger attributes); cancellation does
 		// not: net/http cancels r's context as soon as this returns.
 		ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 		ctx = context.WithValue(ctx, handleKey{}, h)
 		go serveSocket(next, &handshakeWriter{w: w}, r.WithContext(ctx), h, cancel)
-		<-h.released
+		h.released.Wait()
 		if h.panicked != nil {
 			panic(h.panicked) // net/http recovers and logs handler panics
 		}
@@ -336,7 +338,6 @@ func (i *Implementation) Accept(w http.ResponseWriter, r *http.Request, opts tra
 		ws:     ws,
 		impl:   i,
 		active: make(map[string]struct{}),
-		done:   make(chan struct{}),
 	}
 	if h, ok := r.Context().Value(handleKey{}).(*handle); ok {
 		h.conn.Store(c)
@@ -469,8 +470,8 @@ type Conn struct {
 	// that frame out before dropping the connection.
 	closeMu sync.Mutex
 
-	done     chan struct{} // closed with the network connection
-	doneOnce sync.Once
+	netClosed    atomic.Bool // set with the network connection's close
+	netCloseOnce sync.Once
 
 	// acked is set once connection_ack was written: keepalive messages
 	// follow from then on.
@@ -686,8 +687,8 @@ func (c *Conn) Close() error {
 // closeNetwork closes the network connection, which fails every read and
 // write in progress; safe to call more than once.
 func (c *Conn) closeNetwork() {
-	c.doneOnce.Do(func() {
-		close(c.done)
+	c.netCloseOnce.Do(func() {
+		c.netClosed.Store(true)
 		c.stopInitTimer()
 		c.mu.Lock()
 		if c.pingTimer != nil {
@@ -724,12 +725,7 @@ func (c *Conn) alive() {
 // Every websocket client answers pings with pongs on its own (browsers,
 // Node's ws), so this detects a vanished peer on both subprotocols.
 func (c *Conn) ping() {
-	select {
-	case <-c.done:
-		return
-	default:
-	}
-	if c.closing.Load() {
+	if c.netClosed.Load() || c.closing.Load() {
 		return
 	}
 	if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.impl.writeTimeout())); err != nil {
@@ -749,9 +745,7 @@ func (c *Conn) ping() {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	select {
-	case <-c.done: // closeNetwork stopped the timer before this Reset
-	default:
+	if !c.netClosed.Load() { // else closeNetwork stopped the timer before this Reset
 		c.pingTimer.Reset(c.impl.PingInterval)
 	}
 }
