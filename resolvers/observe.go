@@ -79,7 +79,10 @@ var probePaths = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": 
 // in the request's context, and logs one line per request when it ends:
 // method, path, status, duration, id, GraphQL operation and user login.
 // Tokens and other headers are never logged. Probes (/healthz, /readyz,
-// /metrics) are logged at debug level.
+// /metrics) are logged at debug level. A websocket's request ends when the
+// socket is acknowledged (wsgorilla.Handler hands the socket to a goroutine
+// of its own then): its line has status 101, the user, and the time to
+// connection_ack, not the operations run over it.
 func RequestLog(logger *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get(RequestIDHeader)
