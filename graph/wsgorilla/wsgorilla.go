@@ -103,10 +103,9 @@ type Implementation struct {
 	// message is read mostly past it, straight into the message. Never
 	// net/http's reader of the hijacked connection, which would keep
 	// net/http's whole connection state (and its 4 KiB write buffer)
-	// reachable. Write buffers are taken from a
-	// pool shared by every socket for the time of one write; 0 means
-	// gorilla's default (4096). A message larger than the write buffer
-	// goes out as several frames.
+	// reachable. Write buffers are taken from a pool shared by every
+	// socket for the time of one write; 0 means gorilla's default (4096).
+	// A message larger than the write buffer goes out as several frames.
 	ReadBufferSize, WriteBufferSize int
 	// SendBuffer caps the kernel's send buffer of each socket (SO_SNDBUF),
 	// in bytes: what a client that stopped reading can pin in the kernel
@@ -223,6 +222,10 @@ func (i *Implementation) Handler(next http.Handler) http.Handler {
 // middleware hung on it) for the life of the socket.
 func serveSocket(next http.Handler, w *handshakeWriter, r *http.Request, h *handle, cancel context.CancelFunc) {
 	remote := r.RemoteAddr
+	logger := log.Default()
+	if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok && srv.ErrorLog != nil {
+		logger = srv.ErrorLog
+	}
 	defer cancel()
 	defer func() {
 		p := recover()
@@ -230,9 +233,10 @@ func serveSocket(next http.Handler, w *handshakeWriter, r *http.Request, h *hand
 			return
 		}
 		// The request's goroutine is gone and cannot re-panic for
-		// net/http; report as net/http would, and drop the socket.
+		// net/http; report as net/http would (to the server's ErrorLog),
+		// and drop the socket.
 		if p != http.ErrAbortHandler {
-			log.Printf("wsgorilla: panic serving %s: %v\n%s", remote, p, debug.Stack())
+			logger.Printf("wsgorilla: panic serving %s: %v\n%s", remote, p, debug.Stack())
 		}
 		if c := h.conn.Load(); c != nil {
 			_ = c.Close()
@@ -254,6 +258,8 @@ type handshakeWriter struct {
 
 var _ http.Hijacker = (*handshakeWriter)(nil)
 
+// Header implements http.ResponseWriter; after the hijack it is a map of
+// its own, read by nobody.
 func (hw *handshakeWriter) Header() http.Header {
 	hw.mu.Lock()
 	defer hw.mu.Unlock()
@@ -266,6 +272,7 @@ func (hw *handshakeWriter) Header() http.Header {
 	return hw.header
 }
 
+// Write implements http.ResponseWriter.
 func (hw *handshakeWriter) Write(b []byte) (int, error) {
 	hw.mu.Lock()
 	w := hw.w
@@ -276,6 +283,7 @@ func (hw *handshakeWriter) Write(b []byte) (int, error) {
 	return w.Write(b)
 }
 
+// WriteHeader implements http.ResponseWriter; a no-op after the hijack.
 func (hw *handshakeWriter) WriteHeader(code int) {
 	hw.mu.Lock()
 	w := hw.w
