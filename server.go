@@ -686,9 +686,9 @@ func newApp(pool *pgxpool.Pool, opts appOptions, logger *slog.Logger) (*app, err
 	}
 	ws := &wsgorilla.Implementation{
 		CheckOrigin: checkOrigin,
-		// ReadBufferSize stays 0: gorilla then reads through the 4 KiB
-		// buffer net/http already holds for the hijacked connection until
-		// the handler returns, instead of a second one.
+		// ReadBufferSize stays 0 (256 bytes of its own per socket): the
+		// handshake's net/http goroutine returns at connection_ack and
+		// net/http's buffers for the connection go with it.
 		WriteBufferSize:   wsWriteBuffer,
 		PingInterval:      opts.KeepAlive,
 		ProtocolKeepAlive: true,

@@ -45,7 +45,10 @@ type FeedSubscription struct {
 	feed   *Feed
 	buffer int
 	done   chan struct{} // closed when the subscription ends
-	// wake (capacity 1) tells a waiting Next that the queue grew.
+	// wake (capacity 1) tells a waiting Next that the queue grew or the
+	// subscription ended. One channel rather than a select on done too:
+	// an idle subscriber waits for as long as it is idle, and each channel
+	// it waits on holds a 112-byte sudog.
 	wake chan struct{}
 
 	mu    sync.Mutex
@@ -136,7 +139,6 @@ func (s *FeedSubscription) Next(ctx context.Context) (ev *Event, ok bool) {
 		s.mu.Unlock()
 		select {
 		case <-s.wake:
-		case <-s.done:
 		case <-ctx.Done():
 			return nil, false
 		}
@@ -179,11 +181,16 @@ func (s *FeedSubscription) push(ev *Event) bool {
 	}
 	s.queue = append(s.queue, ev)
 	s.mu.Unlock()
+	s.signal()
+	return true
+}
+
+// signal wakes a waiting Next, unless a wake is pending already.
+func (s *FeedSubscription) signal() {
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
-	return true
 }
 
 // Close ends the subscription; safe to call more than once.
@@ -226,6 +233,7 @@ func (f *Feed) removeLocked(s *FeedSubscription) {
 		s.ended = true
 		s.mu.Unlock()
 		close(s.done)
+		s.signal()
 	}
 }
 

@@ -31,14 +31,19 @@
 package wsgorilla
 
 import (
+	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"maps"
+	"net"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -66,6 +71,9 @@ const (
 )
 
 const (
+	// defaultReadBufferSize is the read buffer of a socket when
+	// ReadBufferSize is 0, in bytes.
+	defaultReadBufferSize = 256
 	// defaultWriteTimeout bounds one frame write when WriteTimeout is 0.
 	defaultWriteTimeout = 10 * time.Second
 	// closeGrace is how long a socket we sent a close frame on waits for
@@ -89,11 +97,15 @@ type Implementation struct {
 	// nil allows requests without Origin and same-origin ones (see
 	// AllowOrigins).
 	CheckOrigin func(r *http.Request) bool
-	// ReadBufferSize and WriteBufferSize are the I/O buffer sizes in bytes;
-	// 0 means gorilla's default (4096). A socket keeps its read buffer for
-	// life; write buffers are taken from a pool shared by every socket for
-	// the time of one write. A message larger than the write buffer goes
-	// out as several frames.
+	// ReadBufferSize and WriteBufferSize are the I/O buffer sizes in bytes.
+	// A socket keeps its read buffer for life; 0 means 256 bytes: an idle
+	// socket reads only control frames (at most 131 bytes), and a larger
+	// message is read mostly past it, straight into the message. Never
+	// net/http's reader of the hijacked connection, which would keep
+	// net/http's whole connection state (and its 4 KiB write buffer)
+	// reachable. Write buffers are taken from a pool shared by every
+	// socket for the time of one write; 0 means gorilla's default (4096).
+	// A message larger than the write buffer goes out as several frames.
 	ReadBufferSize, WriteBufferSize int
 	// SendBuffer caps the kernel's send buffer of each socket (SO_SNDBUF),
 	// in bytes: what a client that stopped reading can pin in the kernel
@@ -136,14 +148,43 @@ type handleKey struct{}
 
 // handle lets code holding a request's context reach the socket that
 // request became; Handler puts one in every handshake's context and Accept
-// fills it.
-type handle struct{ conn atomic.Pointer[Conn] }
+// fills it. released is done when the handshake's net/http goroutine may
+// return: the connection was acknowledged or closed, or next returned
+// (panicked then holds what it panicked with, if it did). A WaitGroup
+// rather than a channel: the handle lives as long as the socket.
+type handle struct {
+	conn        atomic.Pointer[Conn]
+	released    sync.WaitGroup
+	releaseOnce sync.Once
+	panicked    any
+}
+
+// release lets the handshake's net/http goroutine return, panicking with p
+// when p is not nil; it reports false when that goroutine was let go
+// already.
+func (h *handle) release(p any) (first bool) {
+	h.releaseOnce.Do(func() {
+		h.panicked, first = p, true
+		h.released.Done()
+	})
+	return first
+}
 
 // Handler guards next, the gqlgen handler, for websocket handshakes (any
 // request with an Upgrade header, as gqlgen routes them): a disallowed
 // Origin gets 403 and a handshake during Shutdown 503, both before any
 // upgrade; an allowed one proceeds with a context through which
 // CloseSocket reaches its socket. Other requests pass through untouched.
+//
+// An allowed handshake runs next on a goroutine of its own, with a
+// context that the end of the HTTP request does not cancel. The request's
+// goroutine waits until the socket is acknowledged (connection_ack) or
+// closed, or next returns, and then returns to net/http, which lets go of
+// its per-connection state (two 4 KiB buffers, the request, its goroutine
+// stack) for the life of the socket; middleware around Handler therefore
+// sees a websocket request end at connection_ack. The socket's own
+// goroutine ends when gqlgen closes it (Shutdown still closes every socket
+// with 1001).
 func (i *Implementation) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Upgrade") == "" {
@@ -161,8 +202,109 @@ func (i *Implementation) Handler(next http.Handler) http.Handler {
 			http.Error(w, "server shutting down", http.StatusServiceUnavailable)
 			return
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), handleKey{}, &handle{})))
+		h := &handle{}
+		h.released.Add(1)
+		// Values stay (request id, logger attributes); cancellation does
+		// not: net/http cancels r's context as soon as this returns.
+		ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+		ctx = context.WithValue(ctx, handleKey{}, h)
+		go serveSocket(next, &handshakeWriter{w: w}, r.WithContext(ctx), h, cancel)
+		h.released.Wait()
+		if h.panicked != nil {
+			panic(h.panicked) // net/http recovers and logs handler panics
+		}
 	})
+}
+
+// serveSocket runs next for a handshake that Handler let through, on the
+// socket's own goroutine. It takes its arguments rather than being a
+// closure over Handler's, which would keep the outer request (and what
+// middleware hung on it) for the life of the socket.
+func serveSocket(next http.Handler, w *handshakeWriter, r *http.Request, h *handle, cancel context.CancelFunc) {
+	remote := r.RemoteAddr
+	logger := log.Default()
+	if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok && srv.ErrorLog != nil {
+		logger = srv.ErrorLog
+	}
+	defer cancel()
+	defer func() {
+		p := recover()
+		if h.release(p) || p == nil {
+			return
+		}
+		// The request's goroutine is gone and cannot re-panic for
+		// net/http; report as net/http would (to the server's ErrorLog),
+		// and drop the socket.
+		if p != http.ErrAbortHandler {
+			logger.Printf("wsgorilla: panic serving %s: %v\n%s", remote, p, debug.Stack())
+		}
+		if c := h.conn.Load(); c != nil {
+			_ = c.Close()
+		}
+	}()
+	next.ServeHTTP(w, r)
+}
+
+// handshakeWriter is the ResponseWriter next gets from Handler. Once the
+// connection is hijacked it forgets net/http's ResponseWriter, which holds
+// the connection's buffers and which gqlgen's handler keeps reachable (in a
+// deferred recover) for as long as the socket is open; writes then fail
+// with http.ErrHijacked.
+type handshakeWriter struct {
+	mu     sync.Mutex
+	w      http.ResponseWriter // nil once hijacked
+	header http.Header         // Header after the hijack
+}
+
+var _ http.Hijacker = (*handshakeWriter)(nil)
+
+// Header implements http.ResponseWriter; after the hijack it is a map of
+// its own, read by nobody.
+func (hw *handshakeWriter) Header() http.Header {
+	hw.mu.Lock()
+	defer hw.mu.Unlock()
+	if hw.w != nil {
+		return hw.w.Header()
+	}
+	if hw.header == nil {
+		hw.header = http.Header{}
+	}
+	return hw.header
+}
+
+// Write implements http.ResponseWriter.
+func (hw *handshakeWriter) Write(b []byte) (int, error) {
+	hw.mu.Lock()
+	w := hw.w
+	hw.mu.Unlock()
+	if w == nil {
+		return 0, http.ErrHijacked
+	}
+	return w.Write(b)
+}
+
+// WriteHeader implements http.ResponseWriter; a no-op after the hijack.
+func (hw *handshakeWriter) WriteHeader(code int) {
+	hw.mu.Lock()
+	w := hw.w
+	hw.mu.Unlock()
+	if w != nil {
+		w.WriteHeader(code)
+	}
+}
+
+// Hijack implements http.Hijacker for gorilla's Upgrader.
+func (hw *handshakeWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hw.mu.Lock()
+	defer hw.mu.Unlock()
+	if hw.w == nil {
+		return nil, nil, http.ErrHijacked
+	}
+	conn, brw, err := http.NewResponseController(hw.w).Hijack()
+	if err == nil {
+		hw.w = nil
+	}
+	return conn, brw, err
 }
 
 func (i *Implementation) originAllowed(r *http.Request) bool {
@@ -186,7 +328,7 @@ func (i *Implementation) Accept(w http.ResponseWriter, r *http.Request, opts tra
 	up := websocket.Upgrader{
 		Subprotocols:    slices.Clone(opts.Subprotocols),
 		CheckOrigin:     i.originAllowed,
-		ReadBufferSize:  i.ReadBufferSize,
+		ReadBufferSize:  cmp.Or(i.ReadBufferSize, defaultReadBufferSize),
 		WriteBufferSize: i.WriteBufferSize,
 		WriteBufferPool: &i.writePool,
 	}
@@ -204,10 +346,10 @@ func (i *Implementation) Accept(w http.ResponseWriter, r *http.Request, opts tra
 		ws:     ws,
 		impl:   i,
 		active: make(map[string]struct{}),
-		done:   make(chan struct{}),
 	}
 	if h, ok := r.Context().Value(handleKey{}).(*handle); ok {
 		h.conn.Store(c)
+		c.handle = h
 	}
 	i.mu.Lock()
 	if i.conns == nil {
@@ -323,6 +465,9 @@ func CloseSocket(ctx context.Context, code int, reason string) bool {
 type Conn struct {
 	ws   *websocket.Conn
 	impl *Implementation
+	// handle is the handshake's, when it came through Handler: released
+	// once the socket is acknowledged or closed.
+	handle *handle
 
 	writeMu sync.Mutex // serialises data writes
 
@@ -333,8 +478,8 @@ type Conn struct {
 	// that frame out before dropping the connection.
 	closeMu sync.Mutex
 
-	done     chan struct{} // closed with the network connection
-	doneOnce sync.Once
+	netClosed    atomic.Bool // set with the network connection's close
+	netCloseOnce sync.Once
 
 	// acked is set once connection_ack was written: keepalive messages
 	// follow from then on.
@@ -411,6 +556,7 @@ func (c *Conn) admit(b []byte) bool {
 		c.initSeen = true
 		if c.initTimer != nil {
 			c.initTimer.Stop()
+			c.initTimer = nil // not needed for the rest of the socket's life
 		}
 		p := bytes.TrimSpace(m.Payload)
 		if len(p) > 0 && !bytes.Equal(p, []byte("null")) && p[0] != '{' {
@@ -455,6 +601,7 @@ func (c *Conn) WriteJSON(v any) error {
 	}
 	if typ == "connection_ack" {
 		c.acked.Store(true)
+		c.release()
 	}
 	return nil
 }
@@ -548,8 +695,8 @@ func (c *Conn) Close() error {
 // closeNetwork closes the network connection, which fails every read and
 // write in progress; safe to call more than once.
 func (c *Conn) closeNetwork() {
-	c.doneOnce.Do(func() {
-		close(c.done)
+	c.netCloseOnce.Do(func() {
+		c.netClosed.Store(true)
 		c.stopInitTimer()
 		c.mu.Lock()
 		if c.pingTimer != nil {
@@ -557,7 +704,15 @@ func (c *Conn) closeNetwork() {
 		}
 		c.mu.Unlock()
 		_ = c.ws.Close()
+		c.release()
 	})
+}
+
+// release lets the handshake's net/http goroutine return (see Handler).
+func (c *Conn) release() {
+	if c.handle != nil {
+		c.handle.release(nil)
+	}
 }
 
 // SetReadLimit caps an incoming message at limit bytes; a larger one
@@ -578,12 +733,7 @@ func (c *Conn) alive() {
 // Every websocket client answers pings with pongs on its own (browsers,
 // Node's ws), so this detects a vanished peer on both subprotocols.
 func (c *Conn) ping() {
-	select {
-	case <-c.done:
-		return
-	default:
-	}
-	if c.closing.Load() {
+	if c.netClosed.Load() || c.closing.Load() {
 		return
 	}
 	if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.impl.writeTimeout())); err != nil {
@@ -603,9 +753,7 @@ func (c *Conn) ping() {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	select {
-	case <-c.done: // closeNetwork stopped the timer before this Reset
-	default:
+	if !c.netClosed.Load() { // else closeNetwork stopped the timer before this Reset
 		c.pingTimer.Reset(c.impl.PingInterval)
 	}
 }
