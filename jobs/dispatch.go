@@ -57,6 +57,8 @@ type Dispatcher struct {
 	batch    int
 	// backlogAfter: see DispatcherConfig.BacklogAfter.
 	backlogAfter time.Duration
+	// careful: see DispatcherConfig.Careful.
+	careful bool
 }
 
 // DispatcherConfig configures NewDispatcher; zero fields take defaults.
@@ -75,6 +77,11 @@ type DispatcherConfig struct {
 	// dispatch before the job looks for a backlog to take on (default
 	// DefaultBacklogAfter; negative: always).
 	BacklogAfter time.Duration
+	// Careful makes every dispatch take the careful path (one savepoint
+	// per built-in delivery, records inserted pending and then updated)
+	// instead of trying the batched one first (dispatchBatch); for tests
+	// of the careful path.
+	Careful bool
 }
 
 // DefaultBacklogAfter: an event dispatched within 20 ms of its commit means
@@ -110,7 +117,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig, builtins ...Subscri
 		cfg.BacklogAfter = DefaultBacklogAfter
 	}
 	d := &Dispatcher{pool: pool, logger: cfg.Logger, retry: cfg.Retry, webhooks: cfg.Webhooks,
-		builtins: map[string]Subscriber{}, metrics: cfg.Metrics, batch: cfg.DispatchBatch, backlogAfter: cfg.BacklogAfter}
+		builtins: map[string]Subscriber{}, metrics: cfg.Metrics, batch: cfg.DispatchBatch, backlogAfter: cfg.BacklogAfter, careful: cfg.Careful}
 	for _, s := range builtins {
 		d.builtins[s.Name()] = s
 	}
@@ -167,13 +174,25 @@ func (d *Dispatcher) dispatch(ctx context.Context, id int64) (txWork, error) {
 // the job's event or an earlier event of its document (ErrLocked when
 // another transaction holds one).
 func (d *Dispatcher) dispatchTx(ctx context.Context, id int64, try bool) (txWork, error) {
+	var prior *priorAttempt
+	if !d.careful {
+		w, err := d.dispatchBatch(ctx, id, try)
+		if !errors.Is(err, errCareful) {
+			return w, err
+		}
+		var f *failedAttemptError
+		if errors.As(err, &f) {
+			prior = &f.priorAttempt
+		}
+		d.logger.DebugContext(ctx, "dispatch takes the careful path", slog.Int64("event_id", id), slog.String("reason", err.Error()))
+	}
 	lock := db.LockUndispatchedEvent
 	if try {
 		lock = db.TryLockUndispatchedEvent
 	}
 	var w txWork
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		w = txWork{try: try}
+		w = txWork{try: try, prior: prior}
 		ev, err := lock(ctx, tx, id)
 		if errors.Is(err, db.ErrNotFound) {
 			// Dispatched already, perhaps in another job's batch: that
@@ -390,11 +409,19 @@ func (d *Dispatcher) deliver(ctx context.Context, k db.DeliveryKey) (txWork, err
 // subscriber wrote, the retry of a failure, or the event's check for
 // completion.
 func (d *Dispatcher) deliverOne(ctx context.Context, tx pgx.Tx, w *txWork, sub db.Subscriber, ev db.Event, attemptNo int32) (string, error) {
-	attempt, written, err := d.attempt(ctx, tx, sub, ev, attemptNo)
-	if err != nil {
-		return "", err
-	}
 	k := db.DeliveryKey{EventID: ev.ID, SubscriberID: sub.ID}
+	var attempt db.Attempt
+	var written []db.Event
+	if p := w.prior; p != nil && p.key == k && attemptNo == 1 {
+		// The batched path made this attempt and it failed: record it
+		// rather than calling the subscriber again.
+		attempt, w.prior = p.attempt, nil
+	} else {
+		var err error
+		if attempt, written, err = d.attempt(ctx, tx, sub, ev, attemptNo); err != nil {
+			return "", err
+		}
+	}
 	rec, err := db.RecordAttempt(ctx, tx, k, attempt)
 	if err != nil {
 		return "", err
@@ -424,6 +451,9 @@ type txWork struct {
 	// try: do not wait for an earlier event of a document that another
 	// transaction holds (ErrLocked).
 	try bool
+	// prior: a first attempt the batched path made, which failed and was
+	// rolled back with its batch; the careful path records it.
+	prior *priorAttempt
 }
 
 type retry struct {
@@ -558,6 +588,14 @@ func (d *Dispatcher) attempt(ctx context.Context, tx pgx.Tx, sub db.Subscriber, 
 	default:
 		a.Error, permanent = fmt.Sprintf("unknown subscriber kind %q", sub.Kind), true
 	}
+	d.settle(&a, permanent, retryAfter, attemptNo, sub)
+	return a, newEvents, nil
+}
+
+// settle sets the status of attempt a (number attemptNo) of a delivery to
+// sub from its error: delivered, dead (permanent, or the last attempt) or
+// failed with the retry's delay.
+func (d *Dispatcher) settle(a *db.Attempt, permanent bool, retryAfter time.Duration, attemptNo int32, sub db.Subscriber) {
 	switch {
 	case a.Error == "":
 		a.Status = db.DeliveryDelivered
@@ -567,7 +605,6 @@ func (d *Dispatcher) attempt(ctx context.Context, tx pgx.Tx, sub db.Subscriber, 
 		a.Status = db.DeliveryFailed
 		a.RetryIn = max(d.retry.Delay(int(attemptNo)), retryAfter)
 	}
-	return a, newEvents, nil
 }
 
 // handleInSavepoint runs a built-in subscriber in a savepoint, so that a
