@@ -44,6 +44,45 @@ func LockBatchHead(ctx context.Context, tx pgx.Tx, id int64, nowait bool) (Event
 	return h.Event, time.Duration(h.Waited * float64(time.Second)), nil
 }
 
+// ClaimBacklog is ClaimUndispatchedEvents for the batched dispatch: it
+// also passes over the events whose dispatch job is running (River fetched
+// it: that job is about to lock its event, and taking the event on would
+// only make it wait for this batch and then find nothing to do), and it
+// returns the ids of the claimed events' dispatch jobs that are not
+// running (index river_job_dispatch_event), for the caller to delete
+// before River fetches them.
+func ClaimBacklog(ctx context.Context, tx pgx.Tx, afterID int64, limit int) ([]Event, []int64, error) {
+	rows, err := tx.Query(ctx, `
+		WITH running AS MATERIALIZED (
+			SELECT (args ->> 'event_id')::bigint AS id FROM river_job WHERE kind = 'dispatch_event' AND state = 'running'
+		), e AS (
+			SELECT * FROM events WHERE dispatched_at IS NULL AND processed_at IS NULL AND id > $1
+			  AND id NOT IN (SELECT id FROM running WHERE id IS NOT NULL)
+			ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED
+		)
+		SELECT `+eventColumnsFromJoin+`, ARRAY(SELECT j.id FROM river_job j WHERE j.kind = 'dispatch_event'
+			AND (j.args ->> 'event_id')::bigint = e.id AND j.state <> 'running') AS job_ids
+		FROM e LEFT JOIN users u ON u.id = e.actor_id ORDER BY e.id`, afterID, limit)
+	if err != nil {
+		return nil, nil, fmt.Errorf("claim backlog: %w", err)
+	}
+	type claimed struct {
+		Event
+		JobIDs []int64 `db:"job_ids"`
+	}
+	all, err := pgx.CollectRows(rows, pgx.RowToStructByName[claimed])
+	if err != nil {
+		return nil, nil, fmt.Errorf("claim backlog: %w", err)
+	}
+	events := make([]Event, len(all))
+	var jobIDs []int64
+	for i, c := range all {
+		events[i] = c.Event
+		jobIDs = append(jobIDs, c.JobIDs...)
+	}
+	return events, jobIDs, nil
+}
+
 // BatchPlan is what PlanBatch found for one event of a batch.
 type BatchPlan struct {
 	EventID int64
@@ -66,7 +105,10 @@ type BatchPlan struct {
 // PlanBatch share-locks, skipping those another transaction holds, the
 // unprocessed events outside the batch ids that come before a batch event
 // of the same document, and returns per event of ids (in id order) its
-// matching subscribers and what its document's other events need.
+// matching subscribers and what its document's other events need. It is
+// planned at every call (no cached generic plan): deliveries grows fast
+// while a backlog drains, and a plan cached while it was small scans it
+// whole for the open deliveries.
 func PlanBatch(ctx context.Context, tx pgx.Tx, ids []int64) ([]BatchPlan, error) {
 	rows, err := tx.Query(ctx, `
 		WITH b AS (
@@ -93,7 +135,7 @@ func PlanBatch(ctx context.Context, tx pgx.Tx, ids []int64) ([]BatchPlan, error)
 			s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at
 		FROM b JOIN f ON f.id = b.id
 		LEFT JOIN subscribers s ON cardinality(s.event_types) = 0 OR b.type = ANY (s.event_types)
-		ORDER BY b.id, s.id`, ids)
+		ORDER BY b.id, s.id`, pgx.QueryExecModeExec, ids)
 	if err != nil {
 		return nil, fmt.Errorf("plan dispatch of %d events: %w", len(ids), translate(err))
 	}
@@ -151,7 +193,8 @@ func BlockedOutsideBatch(ctx context.Context, tx pgx.Tx, ids []int64, keys []Del
 			LEFT JOIN deliveries pd ON pd.event_id = p.id AND pd.subscriber_id = k.subscriber_id
 			WHERE p.entity = e.entity AND p.entity_id = e.entity_id AND p.id < e.id AND p.id <> ALL($1)
 			  AND (pd.status IN ('pending', 'failed')
-			       OR (pd.event_id IS NULL AND p.processed_at IS NULL AND p.dispatched_at IS NULL)))`, ids, evIDs, subIDs)
+			       OR (pd.event_id IS NULL AND p.processed_at IS NULL AND p.dispatched_at IS NULL)))`,
+		pgx.QueryExecModeExec, ids, evIDs, subIDs)
 	if err != nil {
 		return nil, fmt.Errorf("check order of %d deliveries: %w", len(keys), err)
 	}
@@ -254,16 +297,4 @@ func CloseBatch(ctx context.Context, tx pgx.Tx, unbound bool, dispatched, done [
 		return nil, fmt.Errorf("close dispatch of %d events: marked %d of %d done", len(dispatched), len(marked), len(done))
 	}
 	return marked, nil
-}
-
-// DispatchJobIDs returns the ids of the dispatch jobs (kind
-// dispatch_event, index river_job_dispatch_event) of the events eventIDs
-// that are not running.
-func DispatchJobIDs(ctx context.Context, q Querier, eventIDs []int64) ([]int64, error) {
-	rows, err := q.Query(ctx, `SELECT id FROM river_job
-		WHERE kind = 'dispatch_event' AND (args ->> 'event_id')::bigint = ANY ($1) AND state <> 'running'`, eventIDs)
-	if err != nil {
-		return nil, fmt.Errorf("dispatch jobs of %d events: %w", len(eventIDs), err)
-	}
-	return collectIDs(rows)
 }

@@ -72,8 +72,14 @@ func (d *Dispatcher) dispatchBatch(ctx context.Context, id int64, try bool) (txW
 				return fmt.Errorf("bound lock waits: %w", err)
 			}
 			bounded = true
-			backlog, err := db.ClaimUndispatchedEvents(ctx, tx, id, d.batch-1)
+			backlog, jobIDs, err := db.ClaimBacklog(ctx, tx, id, d.batch-1)
 			if err != nil {
+				return err
+			}
+			// Their jobs would find nothing to do (or, fetched before we
+			// commit, wait for us first): delete them now, so that River
+			// does not fetch them. An event the batch leaves gets a new one.
+			if err := d.deleteJobs(ctx, tx, jobIDs); err != nil {
 				return err
 			}
 			events = append(events, backlog...)
@@ -133,7 +139,6 @@ func (d *Dispatcher) dispatchEvents(ctx context.Context, tx pgx.Tx, w *txWork, e
 	open := map[docKey]map[int64]bool{} // subscribers with an open delivery of the document in the batch
 	var dispatched, done, later []int64
 	var records []db.BatchDelivery
-	var jobsOf []int64 // backlog events whose own dispatch job is now moot
 	for i, ev := range events {
 		p := plans[i]
 		if p.EventID != ev.ID {
@@ -148,15 +153,14 @@ func (d *Dispatcher) dispatchEvents(ctx context.Context, tx pgx.Tx, w *txWork, e
 				}
 				return errCareful
 			}
-			// Left, locked and untouched, to its own job.
+			// Left, locked and untouched, to a new dispatch job (its own
+			// was deleted with the claim).
 			held[doc] = true
+			w.redispatch = append(w.redispatch, ev.ID)
 			continue
 		}
 		w.dispatched = append(w.dispatched, ev.Type)
 		dispatched = append(dispatched, ev.ID)
-		if i > 0 {
-			jobsOf = append(jobsOf, ev.ID)
-		}
 		if p.Later {
 			later = append(later, ev.ID)
 		}
@@ -205,11 +209,6 @@ func (d *Dispatcher) dispatchEvents(ctx context.Context, tx pgx.Tx, w *txWork, e
 	}
 	if err := d.enqueue(ctx, tx, w); err != nil {
 		return err
-	}
-	if len(jobsOf) > 0 {
-		if err := d.deleteDispatchJobs(ctx, tx, jobsOf); err != nil {
-			return err
-		}
 	}
 	finished, err := db.CloseBatch(ctx, tx, bounded, dispatched, done, records)
 	if errors.Is(err, db.ErrConflict) {
@@ -265,18 +264,16 @@ func (d *Dispatcher) deliverBatched(ctx context.Context, tx pgx.Tx, w *txWork, s
 	return int32(elapsed / time.Millisecond), nil
 }
 
-// deleteDispatchJobs deletes, in tx, the dispatch jobs of events the batch
-// dispatched besides its own: each would only find its event dispatched,
-// at the cost of a fetch, a transaction and a completion. A job already
-// running (fetched) is left to find nothing.
-func (d *Dispatcher) deleteDispatchJobs(ctx context.Context, tx pgx.Tx, eventIDs []int64) error {
-	ids, err := db.DispatchJobIDs(ctx, tx, eventIDs)
-	if err != nil || len(ids) == 0 {
-		return err
+// deleteJobs deletes, in tx, the River jobs ids (dispatch jobs of the
+// events a batch took on: each would only find its event dispatched, at
+// the cost of a fetch, a transaction and a completion).
+func (d *Dispatcher) deleteJobs(ctx context.Context, tx pgx.Tx, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
 	}
 	params := river.NewJobDeleteManyParams().IDs(ids...).First(len(ids))
 	if _, err := d.river.JobDeleteManyTx(ctx, tx, params); err != nil {
-		return fmt.Errorf("delete dispatch jobs of %d events: %w", len(eventIDs), err)
+		return fmt.Errorf("delete %d dispatch jobs: %w", len(ids), err)
 	}
 	return nil
 }

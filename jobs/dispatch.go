@@ -443,6 +443,7 @@ type txWork struct {
 	now        []db.DeliveryKey // deliver jobs to run at once
 	retries    []retry          // deliver jobs of failed attempts
 	written    []db.Event       // events built-in subscribers journaled
+	redispatch []int64          // events a batch claimed (deleting their dispatch jobs) but left
 	check      []int64          // events that may be done
 	dispatched []string         // types of the events dispatched
 	outcomes   []deliveryOutcome
@@ -489,11 +490,15 @@ func (w *txWork) finish(ctx context.Context, tx pgx.Tx) error {
 }
 
 // enqueue inserts, in tx and in one statement, the dispatch jobs of the
-// events written and the deliver jobs of w (retries at their next attempt).
+// events written and of those a batch left, and the deliver jobs of w
+// (retries at their next attempt).
 func (d *Dispatcher) enqueue(ctx context.Context, tx pgx.Tx, w *txWork) error {
-	params := make([]river.InsertManyParams, 0, len(w.written)+len(w.now)+len(w.retries))
+	params := make([]river.InsertManyParams, 0, len(w.written)+len(w.redispatch)+len(w.now)+len(w.retries))
 	for _, ev := range w.written {
 		params = append(params, river.InsertManyParams{Args: DispatchArgs{EventID: ev.ID}})
+	}
+	for _, id := range w.redispatch {
+		params = append(params, river.InsertManyParams{Args: DispatchArgs{EventID: id}})
 	}
 	for _, k := range w.now {
 		params = append(params, river.InsertManyParams{Args: DeliverArgs{EventID: k.EventID, SubscriberID: k.SubscriberID}})
