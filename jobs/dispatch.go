@@ -57,6 +57,8 @@ type Dispatcher struct {
 	batch    int
 	// backlogAfter: see DispatcherConfig.BacklogAfter.
 	backlogAfter time.Duration
+	// careful: see DispatcherConfig.Careful.
+	careful bool
 }
 
 // DispatcherConfig configures NewDispatcher; zero fields take defaults.
@@ -69,26 +71,41 @@ type DispatcherConfig struct {
 	Metrics *metrics.Metrics
 	// DispatchBatch is how many events one dispatch transaction handles
 	// at most: its job's event and, while a backlog waits, the ones after
-	// it (default DefaultDispatchBatch; 1 dispatches only the job's).
+	// it (default DefaultDispatchBatch; 1 dispatches only the job's). The
+	// careful path takes at most 16 (carefulBatch).
 	DispatchBatch int
 	// BacklogAfter is how long a job's event must have waited for its
 	// dispatch before the job looks for a backlog to take on (default
 	// DefaultBacklogAfter; negative: always).
 	BacklogAfter time.Duration
+	// Careful makes every dispatch take the careful path (one savepoint
+	// per built-in delivery, records inserted pending and then updated)
+	// instead of trying the batched one first (dispatchBatch); for tests
+	// of the careful path.
+	Careful bool
 }
 
 // DefaultBacklogAfter: an event dispatched within 20 ms of its commit means
 // the workers keep up, and a query for a backlog would only cost time.
 const DefaultBacklogAfter = 20 * time.Millisecond
 
-// DefaultDispatchBatch bounds a dispatch transaction to 16 events: enough
-// to drain a backlog with few commits (each commit waits for the feed
-// counter and a WAL flush), short enough that the batch's events reach the
-// live feed within tens of milliseconds, and that its savepoints (one per
-// backlog event, one per built-in delivery that writes) stay within the 64
-// subtransactions PostgreSQL tracks per backend before other sessions'
-// visibility checks slow down (subxid overflow).
-const DefaultDispatchBatch = 16
+// DefaultDispatchBatch bounds a batched dispatch transaction
+// (dispatchBatch) to 32 events: enough to drain a backlog with few commits
+// (each commit waits for the feed counter and a WAL flush; in figure E's
+// drain 16 was clearly slower, 64 and 128 faster still), short enough
+// that the live feed's bursts stay small: its catch-up publishes every
+// event committed since the last one at once, and with 64 a client
+// reading as fast as it could (under -race) fell a whole 1,024-event
+// buffer behind and was dropped. It takes no savepoint, so PostgreSQL's 64
+// cached subtransactions do not bound it; the careful path's are
+// (carefulBatch).
+const DefaultDispatchBatch = 32
+
+// carefulBatch bounds a careful dispatch transaction to 16 events, so that
+// its savepoints (one per backlog event, one per built-in delivery that
+// writes) stay within the 64 subtransactions PostgreSQL tracks per backend
+// before other sessions' visibility checks slow down (subxid overflow).
+const carefulBatch = 16
 
 // NewDispatcher returns a dispatcher for the given built-in subscribers.
 // Register them before the first dispatch; NewRiverClient connects it to
@@ -110,7 +127,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig, builtins ...Subscri
 		cfg.BacklogAfter = DefaultBacklogAfter
 	}
 	d := &Dispatcher{pool: pool, logger: cfg.Logger, retry: cfg.Retry, webhooks: cfg.Webhooks,
-		builtins: map[string]Subscriber{}, metrics: cfg.Metrics, batch: cfg.DispatchBatch, backlogAfter: cfg.BacklogAfter}
+		builtins: map[string]Subscriber{}, metrics: cfg.Metrics, batch: cfg.DispatchBatch, backlogAfter: cfg.BacklogAfter, careful: cfg.Careful}
 	for _, s := range builtins {
 		d.builtins[s.Name()] = s
 	}
@@ -167,13 +184,25 @@ func (d *Dispatcher) dispatch(ctx context.Context, id int64) (txWork, error) {
 // the job's event or an earlier event of its document (ErrLocked when
 // another transaction holds one).
 func (d *Dispatcher) dispatchTx(ctx context.Context, id int64, try bool) (txWork, error) {
+	var prior *priorAttempt
+	if !d.careful {
+		w, err := d.dispatchBatch(ctx, id, try)
+		if !errors.Is(err, errCareful) {
+			return w, err
+		}
+		var f *failedAttemptError
+		if errors.As(err, &f) {
+			prior = &f.priorAttempt
+		}
+		d.logger.DebugContext(ctx, "dispatch takes the careful path", slog.Int64("event_id", id), slog.String("reason", err.Error()))
+	}
 	lock := db.LockUndispatchedEvent
 	if try {
 		lock = db.TryLockUndispatchedEvent
 	}
 	var w txWork
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		w = txWork{try: try}
+		w = txWork{try: try, prior: prior}
 		ev, err := lock(ctx, tx, id)
 		if errors.Is(err, db.ErrNotFound) {
 			// Dispatched already, perhaps in another job's batch: that
@@ -188,7 +217,7 @@ func (d *Dispatcher) dispatchTx(ctx context.Context, id int64, try bool) (txWork
 			return err
 		}
 		if waited >= d.backlogAfter {
-			if err := d.dispatchBacklog(ctx, tx, &w, id, d.batch-1); err != nil {
+			if err := d.dispatchBacklog(ctx, tx, &w, id, min(d.batch, carefulBatch)-1); err != nil {
 				return err
 			}
 		}
@@ -390,11 +419,19 @@ func (d *Dispatcher) deliver(ctx context.Context, k db.DeliveryKey) (txWork, err
 // subscriber wrote, the retry of a failure, or the event's check for
 // completion.
 func (d *Dispatcher) deliverOne(ctx context.Context, tx pgx.Tx, w *txWork, sub db.Subscriber, ev db.Event, attemptNo int32) (string, error) {
-	attempt, written, err := d.attempt(ctx, tx, sub, ev, attemptNo)
-	if err != nil {
-		return "", err
-	}
 	k := db.DeliveryKey{EventID: ev.ID, SubscriberID: sub.ID}
+	var attempt db.Attempt
+	var written []db.Event
+	if p := w.prior; p != nil && p.key == k && attemptNo == 1 {
+		// The batched path made this attempt and it failed: record it
+		// rather than calling the subscriber again.
+		attempt, w.prior = p.attempt, nil
+	} else {
+		var err error
+		if attempt, written, err = d.attempt(ctx, tx, sub, ev, attemptNo); err != nil {
+			return "", err
+		}
+	}
 	rec, err := db.RecordAttempt(ctx, tx, k, attempt)
 	if err != nil {
 		return "", err
@@ -416,6 +453,7 @@ type txWork struct {
 	now        []db.DeliveryKey // deliver jobs to run at once
 	retries    []retry          // deliver jobs of failed attempts
 	written    []db.Event       // events built-in subscribers journaled
+	redispatch []int64          // events a batch claimed (deleting their dispatch jobs) but left
 	check      []int64          // events that may be done
 	dispatched []string         // types of the events dispatched
 	outcomes   []deliveryOutcome
@@ -424,6 +462,9 @@ type txWork struct {
 	// try: do not wait for an earlier event of a document that another
 	// transaction holds (ErrLocked).
 	try bool
+	// prior: a first attempt the batched path made, which failed and was
+	// rolled back with its batch; the careful path records it.
+	prior *priorAttempt
 }
 
 type retry struct {
@@ -459,11 +500,15 @@ func (w *txWork) finish(ctx context.Context, tx pgx.Tx) error {
 }
 
 // enqueue inserts, in tx and in one statement, the dispatch jobs of the
-// events written and the deliver jobs of w (retries at their next attempt).
+// events written and of those a batch left, and the deliver jobs of w
+// (retries at their next attempt).
 func (d *Dispatcher) enqueue(ctx context.Context, tx pgx.Tx, w *txWork) error {
-	params := make([]river.InsertManyParams, 0, len(w.written)+len(w.now)+len(w.retries))
+	params := make([]river.InsertManyParams, 0, len(w.written)+len(w.redispatch)+len(w.now)+len(w.retries))
 	for _, ev := range w.written {
 		params = append(params, river.InsertManyParams{Args: DispatchArgs{EventID: ev.ID}})
+	}
+	for _, id := range w.redispatch {
+		params = append(params, river.InsertManyParams{Args: DispatchArgs{EventID: id}})
 	}
 	for _, k := range w.now {
 		params = append(params, river.InsertManyParams{Args: DeliverArgs{EventID: k.EventID, SubscriberID: k.SubscriberID}})
@@ -558,6 +603,14 @@ func (d *Dispatcher) attempt(ctx context.Context, tx pgx.Tx, sub db.Subscriber, 
 	default:
 		a.Error, permanent = fmt.Sprintf("unknown subscriber kind %q", sub.Kind), true
 	}
+	d.settle(&a, permanent, retryAfter, attemptNo, sub)
+	return a, newEvents, nil
+}
+
+// settle sets the status of attempt a (number attemptNo) of a delivery to
+// sub from its error: delivered, dead (permanent, or the last attempt) or
+// failed with the retry's delay.
+func (d *Dispatcher) settle(a *db.Attempt, permanent bool, retryAfter time.Duration, attemptNo int32, sub db.Subscriber) {
 	switch {
 	case a.Error == "":
 		a.Status = db.DeliveryDelivered
@@ -567,7 +620,6 @@ func (d *Dispatcher) attempt(ctx context.Context, tx pgx.Tx, sub db.Subscriber, 
 		a.Status = db.DeliveryFailed
 		a.RetryIn = max(d.retry.Delay(int(attemptNo)), retryAfter)
 	}
-	return a, newEvents, nil
 }
 
 // handleInSavepoint runs a built-in subscriber in a savepoint, so that a

@@ -747,3 +747,62 @@ func TestFreshEventTakesNoBacklogOn(t *testing.T) {
 	require.Equal(t, 1, dispatched)
 	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM events WHERE dispatched_at IS NULL`), "the second order's events are left to their jobs")
 }
+
+// TestBatchDeletesTheJobsOfEventsItTakesOn: the dispatch jobs of the
+// events a batch dispatches besides its own are deleted in its
+// transaction (they would find nothing to do); an event it claimed but
+// had to leave, behind an earlier event another transaction holds, gets a
+// new job. Built-in deliveries are recorded once, with their outcome.
+func TestBatchDeletesTheJobsOfEventsItTakesOn(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, jobs.DispatcherConfig{BacklogAfter: -1}, time.Hour)
+	orders := make([]db.SalesOrder, 3)
+	for i := range orders {
+		so, err := jobs.Write(b.ctx, b.outbox, func(tx pgx.Tx) (db.SalesOrder, []db.Event, error) {
+			return receive(b, tx, fmt.Sprintf("5104%d", i))
+		})
+		require.NoError(t, err)
+		orders[i] = so
+	}
+	rows, err := b.pool.Query(b.ctx, `SELECT id FROM events ORDER BY id`)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Len(t, ids, 6)
+	jobsOf := func(id int64) int {
+		return b.count(t, `SELECT count(*) FROM river_job WHERE kind = $1 AND (args ->> 'event_id')::bigint = $2`,
+			jobs.DispatchArgs{}.Kind(), id)
+	}
+	for _, id := range ids {
+		require.Equal(t, 1, jobsOf(id))
+	}
+	// Another transaction holds the second order's doc.created (ids[2]):
+	// the batch claims its order.received (ids[3]) and must leave it.
+	holder, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer holder.Rollback(b.ctx) //nolint:errcheck
+	_, err = holder.Exec(b.ctx, `SELECT 1 FROM events WHERE id = $1 FOR UPDATE`, ids[2])
+	require.NoError(t, err)
+
+	// River is not started: the first event's job is "running" here.
+	dispatched, err := b.dispatcher.Dispatch(b.ctx, ids[0])
+	require.NoError(t, err)
+	require.Equal(t, 4, dispatched, "the first and third orders' events")
+	for i, want := range []int{1, 0, 1, 1, 0, 0} {
+		require.Equal(t, want, jobsOf(ids[i]), "dispatch jobs of event %d (#%d)", ids[i], i)
+	}
+	require.Zero(t, b.count(t, `SELECT count(*) FROM deliveries WHERE event_id = $1`, ids[3]))
+	for _, id := range []int64{ids[1], ids[5]} {
+		d := b.delivery(t, id, "order_acceptance")
+		require.Equal(t, db.DeliveryDelivered, d.Status)
+		require.EqualValues(t, 1, d.Attempts)
+		require.NotNil(t, d.DeliveredAt)
+		require.Nil(t, d.LastError)
+	}
+
+	require.NoError(t, holder.Rollback(b.ctx))
+	b.startRiver(t)
+	b.waitProcessed(t, ids...)
+	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM sales_orders WHERE status = 'accepted'`))
+	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM deliveries WHERE status = 'delivered' AND attempts = 1`))
+}
