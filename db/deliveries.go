@@ -413,6 +413,14 @@ func TryBlockedSubscribers(ctx context.Context, tx pgx.Tx, ev Event, subIDs []in
 	return blockedSubscribers(ctx, tx, ev, subIDs, "NOWAIT")
 }
 
+// earlierHoldsBack is the document-order rule in SQL: an earlier event p
+// of the same document holds back a later event's delivery to a subscriber
+// while p's delivery pd to that subscriber (LEFT JOINed: pd.event_id NULL
+// when there is none) is open, or while p has not been dispatched yet (its
+// deliveries are not known).
+const earlierHoldsBack = `(pd.status IN ('pending', 'failed')
+	OR (pd.event_id IS NULL AND p.processed_at IS NULL AND p.dispatched_at IS NULL))`
+
 func blockedSubscribers(ctx context.Context, tx pgx.Tx, ev Event, subIDs []int64, nowait string) (map[int64]bool, error) {
 	// Usually nothing came before ev, or all of it is done: the locking
 	// statement finds nothing to lock and no open delivery (it checks
@@ -441,9 +449,7 @@ func blockedSubscribers(ctx context.Context, tx pgx.Tx, ev Event, subIDs []int64
 			WHERE EXISTS (
 				SELECT 1 FROM events p
 				LEFT JOIN deliveries pd ON pd.event_id = p.id AND pd.subscriber_id = sub.id
-				WHERE p.entity = $1 AND p.entity_id = $2 AND p.id < $3
-				  AND (pd.status IN ('pending', 'failed')
-				       OR (pd.event_id IS NULL AND p.processed_at IS NULL AND p.dispatched_at IS NULL))
+				WHERE p.entity = $1 AND p.entity_id = $2 AND p.id < $3 AND `+earlierHoldsBack+`
 			)`, ev.Entity, ev.EntityID, ev.ID, subIDs)
 		if err != nil {
 			return nil, fmt.Errorf("check order of event %d: %w", ev.ID, err)

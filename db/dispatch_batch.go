@@ -192,8 +192,7 @@ func BlockedOutsideBatch(ctx context.Context, tx pgx.Tx, ids []int64, keys []Del
 			SELECT 1 FROM events p
 			LEFT JOIN deliveries pd ON pd.event_id = p.id AND pd.subscriber_id = k.subscriber_id
 			WHERE p.entity = e.entity AND p.entity_id = e.entity_id AND p.id < e.id AND p.id <> ALL($1)
-			  AND (pd.status IN ('pending', 'failed')
-			       OR (pd.event_id IS NULL AND p.processed_at IS NULL AND p.dispatched_at IS NULL)))`,
+			  AND `+earlierHoldsBack+`)`,
 		pgx.QueryExecModeExec, ids, evIDs, subIDs)
 	if err != nil {
 		return nil, fmt.Errorf("check order of %d deliveries: %w", len(keys), err)
@@ -278,19 +277,8 @@ func CloseBatch(ctx context.Context, tx pgx.Tx, unbound bool, dispatched, done [
 	if err != nil {
 		return nil, fmt.Errorf("close dispatch of %d events: %w", len(dispatched), translate(err))
 	}
-	defer rows.Close()
-	var marked []ProcessedEvent
-	for rows.Next() {
-		var p ProcessedEvent
-		var latency float64
-		var notified any
-		if err := rows.Scan(&p.ID, &latency, &notified); err != nil {
-			return nil, fmt.Errorf("close dispatch of %d events: %w", len(dispatched), err)
-		}
-		p.Latency = time.Duration(latency * float64(time.Second))
-		marked = append(marked, p)
-	}
-	if err := rows.Err(); err != nil {
+	marked, err := collectProcessed(rows)
+	if err != nil {
 		return nil, fmt.Errorf("close dispatch of %d events: %w", len(dispatched), translate(err))
 	}
 	if len(marked) != len(done) {

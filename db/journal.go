@@ -380,22 +380,24 @@ func markProcessed(ctx context.Context, tx pgx.Tx, ids []int64, onlyDone bool) (
 	if err != nil {
 		return nil, fmt.Errorf("mark %d events processed: %w", len(ids), err)
 	}
-	defer rows.Close()
-	var marked []ProcessedEvent
-	for rows.Next() {
-		var p ProcessedEvent
-		var latency float64
-		var notified any
-		if err := rows.Scan(&p.ID, &latency, &notified); err != nil {
-			return nil, fmt.Errorf("mark %d events processed: %w", len(ids), err)
-		}
-		p.Latency = time.Duration(latency * float64(time.Second))
-		marked = append(marked, p)
-	}
-	if err := rows.Err(); err != nil {
+	marked, err := collectProcessed(rows)
+	if err != nil {
 		return nil, fmt.Errorf("mark %d events processed: %w", len(ids), err)
 	}
 	return marked, nil
+}
+
+// collectProcessed reads what the marking statements return, one row per
+// event marked: its id, its latency in seconds and the NOTIFY's result.
+func collectProcessed(rows pgx.Rows) ([]ProcessedEvent, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ProcessedEvent, error) {
+		var p ProcessedEvent
+		var latency float64
+		var notified any
+		err := row.Scan(&p.ID, &latency, &notified)
+		p.Latency = time.Duration(latency * float64(time.Second))
+		return p, err
+	})
 }
 
 // UnprocessedEventIDs returns up to limit ids of events not yet processed,
