@@ -533,10 +533,13 @@ func processedCount(t *testing.T, s *testServer) int {
 // catching up, not slow, and gets everything without being closed. The
 // buffer is small but not smaller than a few dispatch batches: one commit
 // publishes up to jobs.DefaultDispatchBatch events at once, and a live
-// client a few events behind must not be dropped for that burst.
+// client a few events behind must not be dropped for that burst. The
+// back-fill (old × 5 ms) outlasts the production of the live events by
+// seconds, so that on a busy machine too they are in the journal before
+// the hand-over, not still arriving, more than a buffer of them, after it.
 func TestFeedLongBackfillOutlivesLiveBuffer(t *testing.T) {
 	t.Parallel()
-	const buffer, old, live = 4 * jobs.DefaultDispatchBatch, 300, 150
+	const buffer, old, live = 8 * jobs.DefaultDispatchBatch, 600, 300
 	s := newTestServer(t, serverOpts{feedBuffer: buffer})
 	require.NoError(t, insertEvents(t.Context(), s, old, 50))
 	waitFor(t, 30*time.Second, "the old events processed", func() bool { return processedCount(t, s) == old })
