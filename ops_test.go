@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"erp/db"
 	"erp/db/pgtest"
 	"erp/jobs"
 )
@@ -216,14 +217,28 @@ func TestParseConfigNamesEachBadSetting(t *testing.T) {
 		})
 	}
 
+	// The user subcommand's own flags, before anything starts: a negative
+	// lifetime must not become a token that never expires.
+	for _, args := range [][]string{
+		{"-login", "x2", "-token-ttl", "-5h"},
+		{"-login", "x2", "-role", "boss"},
+	} {
+		_, err := parseConfig("user", args, func(string) string { return "" }, io.Discard)
+		require.Error(t, err, "%v", args)
+		require.True(t, strings.HasPrefix(err.Error(), args[2]+": "), "got %q", err)
+	}
+	cfg, err := parseConfig("user", []string{"-login", "x2", "-role", db.RoleSales, "-token-ttl", "720h"}, func(string) string { return "" }, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, 720*time.Hour, cfg.TokenTTL)
+
 	// All bad at once: one line each.
 	env := map[string]string{"LOG_LEVEL": "loud", "RETENTION": "1s", "ADDR": "x"}
-	_, err := parseConfig("serve", nil, func(k string) string { return env[k] }, io.Discard)
+	_, err = parseConfig("serve", nil, func(k string) string { return env[k] }, io.Discard)
 	require.Error(t, err)
 	require.Len(t, strings.Split(err.Error(), "\n"), 3, "got %q", err)
 
 	// The defaults are valid.
-	cfg, err := parseConfig("serve", nil, func(string) string { return "" }, io.Discard)
+	cfg, err = parseConfig("serve", nil, func(string) string { return "" }, io.Discard)
 	require.NoError(t, err)
 	require.Equal(t, 15*time.Second, cfg.ShutdownTimeout)
 	require.Equal(t, 7*24*time.Hour, cfg.Retention)

@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -340,6 +341,15 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	}
 	if cfg.Playground, err = strconv.ParseBool(playground); err != nil {
 		bad("PLAYGROUND", "want true or false, got %q", playground)
+	}
+	if cmd == "user" {
+		// Checked here, before a local PostgreSQL is started for nothing.
+		if !slices.Contains(db.Roles, cfg.UserRole) {
+			bad("-role", "want one of %s, got %q", strings.Join(db.Roles, ", "), cfg.UserRole)
+		}
+		if cfg.TokenTTL < 0 {
+			bad("-token-ttl", "want a lifetime like 720h, or 0 for a token that never expires, got %s", cfg.TokenTTL)
+		}
 	}
 	if cfg.PprofAddr != "" && !loopbackAddr(cfg.PprofAddr) {
 		bad("PPROF_ADDR", "want a loopback host:port like 127.0.0.1:6060 or localhost:6060 (profiles must not reach the network), got %q", cfg.PprofAddr)
