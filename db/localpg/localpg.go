@@ -80,6 +80,12 @@ type Cluster struct {
 	cred      *syscall.Credential // nil unless we run as root
 	logger    *slog.Logger
 
+	// owner is the open, flock-ed <dir>.lock: while a Cluster holds it, no
+	// other Start uses dir. The kernel releases it when the process dies,
+	// however it dies, so a server found running without it was left by a
+	// process that crashed.
+	owner *os.File
+
 	mu      sync.Mutex
 	stopped bool
 }
@@ -89,8 +95,10 @@ type Cluster struct {
 // "postgres", UTF8, locale C.UTF-8, trust authentication). As root it runs
 // the server as the OS user "postgres", creating that user if missing. A
 // start failure's error carries the tail of Dir/postgres.log. Start fails if
-// the binaries are missing (see FindBinaries) or a server already runs in
-// Dir. On a 2-CPU machine a cold start (initdb) takes about 2 s, a warm one
+// the binaries are missing (see FindBinaries) or another Cluster (in this
+// or another process) uses Dir: the lock file Dir + ".lock" says so. A
+// server left running in Dir by a process that crashed is stopped first.
+// On a 2-CPU machine a cold start (initdb) takes about 2 s, a warm one
 // about 150 ms (see the benchmarks).
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	begin := time.Now()
@@ -129,6 +137,15 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			return nil, err
 		}
 	}
+	if c.owner, err = lockOwner(dir); err != nil {
+		return nil, err
+	}
+	started := false
+	defer func() {
+		if !started {
+			c.releaseOwner()
+		}
+	}()
 	initialised := false
 	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); errors.Is(err, fs.ErrNotExist) {
 		if err := c.initdb(ctx); err != nil {
@@ -153,6 +170,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		// Leave no orphan server behind a failed Start.
 		return nil, errors.Join(err, c.Stop(context.WithoutCancel(ctx)))
 	}
+	started = true
 	c.logger.InfoContext(ctx, "postgres started",
 		slog.String("dir", dir), slog.String("socket_dir", c.socketDir),
 		slog.String("database", c.dbName), slog.Bool("initdb", initialised),
@@ -197,6 +215,7 @@ func (c *Cluster) Stop(ctx context.Context) error {
 		c.logger.WarnContext(ctx, "postgres was not running", slog.String("dir", c.dir))
 	}
 	c.stopped = true
+	c.releaseOwner()
 	if c.tmpSocket {
 		// Empty once the server has gone; a failure only leaves an empty
 		// directory that the next Start reuses.
@@ -473,10 +492,13 @@ func (c *Cluster) start(ctx context.Context) error {
 	c.clearStaleLocks(ctx)
 	if pid, ok := lockPID(filepath.Join(c.dir, "postmaster.pid")); ok && !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
 		// clearStaleLocks left it, so the pid is a live postmaster (a dead
-		// one is PostgreSQL's to handle). pg_ctl would fail too, with its
-		// reason buried in the server log.
-		return fmt.Errorf("start postgres in %s: a server (pid %d) is already running on this data directory, "+
-			"probably another erp process (make run, erp serve); stop it first, or set DATABASE_URL to use that server", c.dir, pid)
+		// one is PostgreSQL's to handle), and we hold the owner lock: the
+		// process that started it is gone (killed, crashed). pg_ctl start
+		// would fail, its reason buried in the server log.
+		c.logger.WarnContext(ctx, "stopping the server a crashed process left running", slog.String("dir", c.dir), slog.Int("pid", pid))
+		if out, err := c.run(ctx, "pg_ctl", "stop", "-D", c.dir, "-m", "fast", "-w", "-t", "60"); err != nil {
+			return fmt.Errorf("start postgres in %s: stop the server (pid %d) a crashed process left running: %w: %s", c.dir, pid, err, bytes.TrimSpace(out))
+		}
 	}
 	settings := []string{
 		"listen_addresses=", // no TCP at all
@@ -499,6 +521,33 @@ func (c *Cluster) start(ctx context.Context) error {
 			c.dir, err, bytes.TrimSpace(out), logPath, tail(logPath, logTailLines))
 	}
 	return nil
+}
+
+// lockOwner takes the owner lock of data directory dir (see
+// Cluster.owner), creating dir + ".lock" if needed.
+func lockOwner(dir string) (*os.File, error) {
+	path := dir + ".lock"
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("start postgres in %s: open %s: %w", dir, path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("start postgres in %s: another process uses this data directory (it holds %s), "+
+				"probably another erp (make run, erp serve); stop it first, or set DATABASE_URL to use its server", dir, path)
+		}
+		return nil, fmt.Errorf("start postgres in %s: lock %s: %w", dir, path, err)
+	}
+	return f, nil
+}
+
+// releaseOwner lets go of the owner lock; safe to call more than once.
+func (c *Cluster) releaseOwner() {
+	if c.owner != nil {
+		_ = c.owner.Close() // closing the last descriptor releases the flock
+		c.owner = nil
+	}
 }
 
 func shellQuote(s string) string {

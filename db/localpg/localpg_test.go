@@ -135,6 +135,7 @@ func TestStartAfterKill(t *testing.T) {
 	require.Eventually(t, func() bool { return !alive(pid) }, 10*time.Second, 10*time.Millisecond, "postmaster %d survived SIGKILL", pid)
 	_, err = os.Stat(filepath.Join(dir, "postmaster.pid"))
 	require.NoError(t, err, "the killed server left no postmaster.pid to test with")
+	c.releaseOwner() // the process that started it went down with it
 
 	c2 := start(t, dir)
 	var v int
@@ -152,15 +153,35 @@ func alive(pid int) bool {
 	return err == nil && !strings.Contains(string(stat), ") Z ")
 }
 
-func TestStartTwiceNamesTheRunningServer(t *testing.T) {
+func TestStartTwiceSaysTheDirectoryIsInUse(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "pg")
 	c := start(t, dir)
 
 	_, err := Start(t.Context(), Config{Dir: dir, NoSync: true})
-	require.EqualError(t, err, fmt.Sprintf("start postgres in %s: a server (pid %d) is already running on this data directory, "+
-		"probably another erp process (make run, erp serve); stop it first, or set DATABASE_URL to use that server", dir, postmasterPID(t, c)))
+	require.EqualError(t, err, fmt.Sprintf("start postgres in %s: another process uses this data directory (it holds %s.lock), "+
+		"probably another erp (make run, erp serve); stop it first, or set DATABASE_URL to use its server", dir, dir))
 	connect(t, c.URL()) // and the first one still serves
+}
+
+// A process that started the server and died without stopping it (kill -9)
+// leaves the server running and the lock free: the next Start stops that
+// server and starts its own, keeping the data.
+func TestStartStopsTheServerACrashedProcessLeft(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "pg")
+	c := start(t, dir)
+	_, err := connect(t, c.URL()).Exec(t.Context(), "CREATE TABLE kept (v int); INSERT INTO kept VALUES (7)")
+	require.NoError(t, err)
+	orphan := postmasterPID(t, c)
+	c.releaseOwner() // what the kernel does when the owning process dies
+
+	c2 := start(t, dir)
+	require.NotEqual(t, orphan, postmasterPID(t, c2))
+	require.False(t, alive(orphan), "the orphaned server %d still runs", orphan)
+	var v int
+	require.NoError(t, connect(t, c2.URL()).QueryRow(t.Context(), "SELECT v FROM kept").Scan(&v))
+	require.Equal(t, 7, v)
 }
 
 func TestLongDirUsesShortSocketDir(t *testing.T) {
