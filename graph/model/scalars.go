@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/shopspring/decimal"
@@ -21,6 +22,17 @@ func (e *ScalarError) Error() string { return e.Msg }
 
 func scalarErr(format string, args ...any) error {
 	return &ScalarError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// quoteShort quotes s for an error message, cut after 40 characters
+// (marked "…"): a request may carry megabytes in one value.
+func quoteShort(s string) string {
+	const max = 40
+	if utf8.RuneCountInString(s) <= max {
+		return strconv.Quote(s)
+	}
+	r := []rune(s[:min(len(s), 4*max)])
+	return strconv.Quote(string(r[:max])) + "…"
 }
 
 // MarshalID64 writes an int64 database id as a GraphQL ID (a JSON string).
@@ -47,7 +59,7 @@ func UnmarshalID64(v any) (int64, error) {
 	}
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || id < 1 {
-		return 0, scalarErr("an id must be a positive integer, got %.40q", s)
+		return 0, scalarErr("an id must be a positive integer, got %s", quoteShort(s))
 	}
 	return id, nil
 }
@@ -79,7 +91,7 @@ func UnmarshalDecimal(v any) (decimal.Decimal, error) {
 	}
 	d, err := decimal.NewFromString(s)
 	if err != nil {
-		return decimal.Decimal{}, scalarErr("not a decimal number: %.40q", s)
+		return decimal.Decimal{}, scalarErr("not a decimal number: %s", quoteShort(s))
 	}
 	return d, nil
 }
