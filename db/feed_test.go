@@ -128,7 +128,15 @@ func TestFeedReconnectsAndBackfillsAfterConnectionLoss(t *testing.T) {
 	for i := 1; i < len(got); i++ {
 		require.Greater(t, *got[i].FeedSeq, *got[i-1].FeedSeq)
 	}
-	require.NotEqual(t, pid, listenBackend(t, b), "a new LISTEN connection")
+	// pg_terminate_backend does not wait: the old backend may still be in
+	// pg_stat_activity, exiting, beside the new one.
+	require.Eventually(t, func() bool {
+		var others int
+		err := b.pool.QueryRow(b.ctx, `
+			SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND query LIKE 'LISTEN %' AND pid <> $1`, pid).Scan(&others)
+		return err == nil && others == 1
+	}, 10*time.Second, 10*time.Millisecond, "a new LISTEN connection")
 	requireNone(t, sub)
 }
 
