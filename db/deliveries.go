@@ -264,15 +264,6 @@ func SubscribersByIDs(ctx context.Context, q Querier, ids []int64) ([]Subscriber
 	return subs, nil
 }
 
-// SubscriberByName returns the subscriber called name, or ErrNotFound.
-func SubscriberByName(ctx context.Context, q Querier, name string) (Subscriber, error) {
-	s, err := getOne[Subscriber](ctx, q, `SELECT `+subscriberColumns+` FROM subscribers s WHERE s.name = $1`, name)
-	if err != nil {
-		return Subscriber{}, fmt.Errorf("get subscriber %s: %w", name, err)
-	}
-	return s, nil
-}
-
 // Subscribers lists every subscriber by name.
 func Subscribers(ctx context.Context, q Querier) ([]Subscriber, error) {
 	rows, err := q.Query(ctx, `SELECT `+subscriberColumns+` FROM subscribers s ORDER BY s.name`)

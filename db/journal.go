@@ -399,19 +399,3 @@ func collectProcessed(rows pgx.Rows) ([]ProcessedEvent, error) {
 		return p, err
 	})
 }
-
-// UnprocessedEventIDs returns up to limit ids of events not yet processed,
-// oldest first, with id greater than afterID (0 = from the start). It selects
-// by state (processed_at IS NULL, a partial index), so an event whose
-// transaction committed late is found however small its id.
-func UnprocessedEventIDs(ctx context.Context, q Querier, afterID int64, limit int) ([]int64, error) {
-	rows, err := q.Query(ctx, `SELECT id FROM events WHERE processed_at IS NULL AND id > $1 ORDER BY id LIMIT $2`, afterID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list unprocessed events: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("list unprocessed events: %w", err)
-	}
-	return ids, nil
-}
