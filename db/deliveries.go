@@ -449,11 +449,17 @@ func blockedSubscribers(ctx context.Context, tx pgx.Tx, ev Event, subIDs []int64
 			return nil, fmt.Errorf("check order of event %d: %w", ev.ID, err)
 		}
 	}
-	blocked := make(map[int64]bool, len(ids))
-	for _, id := range ids {
-		blocked[id] = true
+	return setOf(ids), nil
+}
+
+// setOf returns the set of xs, as the order checks report blocked
+// subscribers or deliveries.
+func setOf[T comparable](xs []T) map[T]bool {
+	set := make(map[T]bool, len(xs))
+	for _, x := range xs {
+		set[x] = true
 	}
-	return blocked, nil
+	return set
 }
 
 // Attempt is the outcome of one delivery attempt, as RecordAttempt stores it.

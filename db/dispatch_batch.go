@@ -201,11 +201,7 @@ func BlockedOutsideBatch(ctx context.Context, tx pgx.Tx, ids []int64, keys []Del
 	if err != nil {
 		return nil, fmt.Errorf("check order of %d deliveries: %w", len(keys), err)
 	}
-	out := make(map[DeliveryKey]bool, len(blocked))
-	for _, k := range blocked {
-		out[k] = true
-	}
-	return out, nil
+	return setOf(blocked), nil
 }
 
 // BatchDelivery is a delivery record CloseBatch writes: delivered (one
