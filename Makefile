@@ -6,7 +6,7 @@
 GO ?= go
 NPM ?= npm
 
-.PHONY: run test demo build generate vet fmt pg-binaries browser-deps web bench bench-quick
+.PHONY: run test demo build generate check-generate lint vet fmt pg-binaries browser-deps web bench bench-quick
 
 run: pg-binaries
 	$(GO) run . serve
@@ -27,8 +27,22 @@ demo:
 build:
 	$(GO) build -o erp .
 
+# generate rebuilds gqlgen's graph/*.generated.go (from graph/*.graphqls)
+# and sqlc's db/internal/dbsqlc (from db/queries/*.sql and the
+# migrations); the output is committed.
 generate:
 	$(GO) tool gqlgen generate
+	$(GO) tool sqlc generate
+
+# check-generate fails when the committed generated code is stale (CI).
+check-generate: generate
+	@git diff --exit-code --stat -- graph db/internal resolvers || { echo "generated code is stale: run 'make generate' and commit the result" >&2; exit 1; }
+	@untracked=$$(git ls-files --others --exclude-standard -- graph db/internal resolvers); \
+	if [ -n "$$untracked" ]; then echo "generated files not committed: $$untracked" >&2; exit 1; fi
+
+# lint runs golangci-lint v2 with .golangci.yml.
+lint:
+	$(GO) tool golangci-lint run ./...
 
 # web rebuilds the embedded pages (web/dist, committed) from web/src with
 # Vite; commit the result. Needs Node 20.19+ and npm.
