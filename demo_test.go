@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -114,6 +116,20 @@ func TestDemoReplay(t *testing.T) {
 	// wh_moves #N+1 with ВЦ-…-N (the receipt ПР is wh_moves #1).
 	require.Contains(t, rows[0], fmt.Sprintf(`{"id": 19, "no": "ВЦ-%d-000018", "entity": "wh_move"}`, year))
 	require.True(t, strings.HasSuffix(text, sum.Line()+"\n"), "output ends with the summary:\n%s", text)
+
+	// The payloads have the seed screens' shapes, key order included: the
+	// seed shows jsonb's order, and so must the journal. (The seed's CRM
+	// payloads are the old system's, without source and order_id.)
+	seedShapes := seedPayloadShapes(t)
+	require.Len(t, seedShapes, 2, "doc.created and shop order.received shapes in the seed")
+	shapesSeen := map[string]bool{}
+	for _, ev := range journal {
+		if want, ok := seedShapes[payloadShape(t, ev)]; ok {
+			require.Equal(t, want, payloadKeys(t, ev.Payload), "event %s payload %s", ev.ID, ev.Payload)
+			shapesSeen[payloadShape(t, ev)] = true
+		}
+	}
+	require.Len(t, shapesSeen, 2, "the journal has events of both seed shapes")
 
 	numbers := map[string][]int{}  // prefix → sequence numbers in journal order
 	orderNumber := map[int64]int{} // sales order id → its ЗК number
@@ -386,6 +402,67 @@ func checkDemoPlanning(t *testing.T, s *testServer, journal []demo.Event) map[de
 		}
 	}
 	return got
+}
+
+// seedDir holds the seed screens, relative to this test's package directory.
+const seedDir = "demo/testdata"
+
+// seedPayloadShapes returns, for each payload shape of the seed screens
+// (payloadShape) other than the CRM's, the payload keys in the order the
+// seed shows them, checking that every row of a shape has the same.
+func seedPayloadShapes(t *testing.T) map[string][]string {
+	t.Helper()
+	shapes := map[string][]string{}
+	for _, name := range []string{"seed-order-received.txt", "seed-doc-created.txt"} {
+		raw, err := os.ReadFile(filepath.Join(seedDir, name))
+		require.NoError(t, err)
+		for _, l := range strings.Split(string(raw), "\n") {
+			cells := strings.Split(l, " | ")
+			if len(cells) != 7 || !strings.HasPrefix(cells[0], "| ") || cells[1] == "Событие" {
+				continue
+			}
+			ev := demo.Event{Type: cells[1], Payload: json.RawMessage(cells[3])}
+			shape := payloadShape(t, ev)
+			if shape == "order.received/" {
+				continue // the old system's CRM rows
+			}
+			keys := payloadKeys(t, ev.Payload)
+			if want, ok := shapes[shape]; ok {
+				require.Equal(t, want, keys, "%s: row %q", name, l)
+			}
+			shapes[shape] = keys
+		}
+	}
+	return shapes
+}
+
+// payloadShape is an event's type, and for order.received its source:
+// "doc.created", "order.received/shop".
+func payloadShape(t *testing.T, ev demo.Event) string {
+	t.Helper()
+	if ev.Type != "order.received" {
+		return ev.Type
+	}
+	source, _ := decodePayload(t, ev.Payload)["source"].(string)
+	return ev.Type + "/" + source
+}
+
+// payloadKeys returns the keys of a JSON object in the order they appear.
+func payloadKeys(t *testing.T, raw json.RawMessage) []string {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	tok, err := dec.Token()
+	require.NoError(t, err, "payload %s", raw)
+	require.Equal(t, json.Delim('{'), tok, "payload %s", raw)
+	var keys []string
+	for dec.More() {
+		tok, err := dec.Token()
+		require.NoError(t, err, "payload %s", raw)
+		keys = append(keys, tok.(string))
+		var v json.RawMessage
+		require.NoError(t, dec.Decode(&v), "payload %s", raw)
+	}
+	return keys
 }
 
 func seqFrom(start, n int) []int {
