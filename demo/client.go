@@ -88,8 +88,10 @@ func (c *client) post(ctx context.Context, query string, vars map[string]any) (j
 	if err != nil {
 		return nil, err
 	}
-	defer res.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(res.Body, maxResponseBytes))
+	// The body is read (up to the limit) and the answer is in raw; closing
+	// it can only fail for a connection the transport discards anyway.
+	_ = res.Body.Close()
 	if err != nil {
 		return nil, fmt.Errorf("read response: %w", err)
 	}

@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -36,7 +37,7 @@ func TestClientErrors(t *testing.T) {
 
 	err = c("wrong").exec(t.Context(), `{ ok }`, nil)
 	require.Equal(t, "UNAUTHENTICATED", Code(fmt.Errorf("step: %w", err)))
-	e, ok := err.(*Error)
+	e, ok := errors.AsType[*Error](err)
 	require.True(t, ok, "%T", err)
 	require.Equal(t, http.StatusUnauthorized, e.Status)
 

@@ -5,8 +5,10 @@
 //
 // It knows the server only as an HTTP endpoint and a bearer token: what it
 // does, any other client of the API can do. The day itself is data
-// (day.json, embedded); the steps that send it are in replay.go, the GraphQL
-// client in client.go and the table in table.go.
+// (day.json, embedded, read by SeedDay), so that what is replayed can be
+// read and checked against the seed screens without reading code; Replay
+// holds the steps that send it, in the order that gives the seed's numbers.
+// WriteTable prints events as the seed's screen.
 package demo
 
 import (
