@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"erp/demo"
 )
 
 // The browser test drives Debian's Chromium with playwright-core (Node).
@@ -141,7 +143,7 @@ func TestEventsPageInBrowser(t *testing.T) {
 
 	s := newTestServer(t, serverOpts{})
 	var journal bytes.Buffer
-	sum, err := replayDemo(ctx, s.URL+"/graphql", s.Token, &journal)
+	sum, err := demo.Replay(ctx, s.URL+"/graphql", s.Token, &journal)
 	require.NoError(t, err)
 
 	// The browser reaches the server through a switch the script can open

@@ -13,14 +13,16 @@ import (
 
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
+
+	"erp/demo"
 )
 
-func demoJournal(t *testing.T, s *testServer) []demoEvent {
+func demoJournal(t *testing.T, s *testServer) []demo.Event {
 	t.Helper()
 	res := gql[struct {
 		Events struct {
 			Edges []struct {
-				Node demoEvent `json:"node"`
+				Node demo.Event `json:"node"`
 			} `json:"edges"`
 			PageInfo struct {
 				HasNextPage bool `json:"hasNextPage"`
@@ -30,7 +32,7 @@ func demoJournal(t *testing.T, s *testServer) []demoEvent {
 		edges { node { id type entity entityId object payload createdAt processedAt actor { displayName } } }
 		pageInfo { hasNextPage } } }`, nil)
 	require.False(t, res.Events.PageInfo.HasNextPage, "journal longer than one page of 500")
-	out := make([]demoEvent, len(res.Events.Edges))
+	out := make([]demo.Event, len(res.Events.Edges))
 	for i, e := range res.Events.Edges {
 		out[len(out)-1-i] = e.Node
 	}
@@ -68,13 +70,13 @@ func TestDemoReplay(t *testing.T) {
 	endpoint := s.URL + "/graphql"
 
 	// A wrong token is refused with the server's code and writes nothing.
-	_, err := replayDemo(t.Context(), endpoint, "not-a-token", &bytes.Buffer{})
+	_, err := demo.Replay(t.Context(), endpoint, "not-a-token", &bytes.Buffer{})
 	require.Error(t, err)
-	require.Equal(t, "UNAUTHENTICATED", demoCode(err), "error: %v", err)
+	require.Equal(t, "UNAUTHENTICATED", demo.Code(err), "error: %v", err)
 	require.Empty(t, demoJournal(t, s))
 
 	var out bytes.Buffer
-	sum, err := replayDemo(t.Context(), endpoint, s.Token, &out)
+	sum, err := demo.Replay(t.Context(), endpoint, s.Token, &out)
 	require.NoError(t, err, "output:\n%s", out.String())
 	year := sum.Year
 	// 13 CRM orders and 4 shop orders are for furniture, one of them with
@@ -109,11 +111,25 @@ func TestDemoReplay(t *testing.T) {
 			rows = append(rows, l)
 		}
 	}
-	require.Len(t, rows, demoTableRows)
+	require.Len(t, rows, demo.TableRows)
 	// The last shop order's material issue comes last, the seed's
 	// wh_moves #N+1 with ВЦ-…-N (the receipt ПР is wh_moves #1).
 	require.Contains(t, rows[0], fmt.Sprintf(`{"id": 19, "no": "ВЦ-%d-000018", "entity": "wh_move"}`, year))
-	require.True(t, strings.HasSuffix(text, sum.line()+"\n"), "output ends with the summary:\n%s", text)
+	require.True(t, strings.HasSuffix(text, sum.Line()+"\n"), "output ends with the summary:\n%s", text)
+
+	// The payloads have the seed screens' shapes, key order included: the
+	// seed shows jsonb's order, and so must the journal. (The seed's CRM
+	// payloads are the old system's, without source and order_id.)
+	seedShapes := seedPayloadShapes(t)
+	require.Len(t, seedShapes, 2, "doc.created and shop order.received shapes in the seed")
+	shapesSeen := map[string]bool{}
+	for _, ev := range journal {
+		if want, ok := seedShapes[payloadShape(t, ev)]; ok {
+			require.Equal(t, want, payloadKeys(t, ev.Payload), "event %s payload %s", ev.ID, ev.Payload)
+			shapesSeen[payloadShape(t, ev)] = true
+		}
+	}
+	require.Len(t, shapesSeen, 2, "the journal has events of both seed shapes")
 
 	numbers := map[string][]int{}  // prefix → sequence numbers in journal order
 	orderNumber := map[int64]int{} // sales order id → its ЗК number
@@ -229,7 +245,7 @@ func TestDemoReplay(t *testing.T) {
 
 	// A second run succeeds: the CRM orders and shop-demo-0001 are
 	// duplicates and journal nothing; the fresh shop orders are new.
-	sum2, err := replayDemo(t.Context(), endpoint, s.Token, &bytes.Buffer{})
+	sum2, err := demo.Replay(t.Context(), endpoint, s.Token, &bytes.Buffer{})
 	require.NoError(t, err)
 	wantDup := []string{}
 	for i := range 16 {
@@ -272,7 +288,7 @@ func TestDemoReplay(t *testing.T) {
 
 // systemMade reports whether ev is the doc.created of a document the
 // planning chain makes (ПЗ, ВЦ), which the system journals, not a user.
-func systemMade(t *testing.T, ev demoEvent) bool {
+func systemMade(t *testing.T, ev demo.Event) bool {
 	t.Helper()
 	if ev.Type != "doc.created" {
 		return false
@@ -296,11 +312,13 @@ type demoPlanned struct{ ID, Number string }
 // one ВЦ per ПЗ, from the production warehouse, answering the ПЗ's
 // doc.created, with the bill's components for the ordered quantity. It
 // returns the ПЗ by sales order line.
-func checkDemoPlanning(t *testing.T, s *testServer, journal []demoEvent) map[demoLineKey]demoPlanned {
+func checkDemoPlanning(t *testing.T, s *testServer, journal []demo.Event) map[demoLineKey]demoPlanned {
 	t.Helper()
-	boms := map[string][]demoBOMLine{}
-	for _, p := range demoProducts {
-		boms[p.SKU] = p.BOM
+	day, err := demo.SeedDay()
+	require.NoError(t, err)
+	boms := map[string][]demo.Component{}
+	for _, p := range day.Products() {
+		boms[p.SKU] = p.BillOfMaterials
 	}
 	type docLine struct {
 		LineNo   int `json:"lineNo"`
@@ -372,18 +390,79 @@ func checkDemoPlanning(t *testing.T, s *testServer, journal []demoEvent) map[dem
 
 		require.Len(t, issues[po.ID], 1, "%s has %d material issues", po.Number, len(issues[po.ID]))
 		mv := issues[po.ID][0]
-		require.Equal(t, demoMainWarehouse, mv.FromWarehouse, mv.Number)
+		require.Equal(t, day.ProductionWarehouse, mv.FromWarehouse, mv.Number)
 		require.Equal(t, prodEvent[po.ID], mv.SourceEventID, "%s answers the doc.created of %s", mv.Number, po.Number)
 		bom := boms[po.SKU]
 		require.Len(t, mv.Lines, len(bom), mv.Number)
 		for i, m := range bom {
-			qty := decimal.New(m.Milli, -3).Mul(decimal.RequireFromString(po.Quantity))
+			qty := decimal.RequireFromString(m.Quantity).Mul(decimal.RequireFromString(po.Quantity))
 			require.Equal(t, m.SKU, mv.Lines[i].SKU, mv.Number)
 			require.True(t, qty.Equal(decimal.RequireFromString(mv.Lines[i].Quantity)),
 				"%s line %d: %s, want %s", mv.Number, i+1, mv.Lines[i].Quantity, qty)
 		}
 	}
 	return got
+}
+
+// seedDir holds the seed screens, relative to this test's package directory.
+const seedDir = "demo/testdata"
+
+// seedPayloadShapes returns, for each payload shape of the seed screens
+// (payloadShape) other than the CRM's, the payload keys in the order the
+// seed shows them, checking that every row of a shape has the same.
+func seedPayloadShapes(t *testing.T) map[string][]string {
+	t.Helper()
+	shapes := map[string][]string{}
+	for _, name := range []string{"seed-order-received.txt", "seed-doc-created.txt"} {
+		raw, err := os.ReadFile(filepath.Join(seedDir, name))
+		require.NoError(t, err)
+		for _, l := range strings.Split(string(raw), "\n") {
+			cells := strings.Split(l, " | ")
+			if len(cells) != 7 || !strings.HasPrefix(cells[0], "| ") || cells[1] == "Событие" {
+				continue
+			}
+			ev := demo.Event{Type: cells[1], Payload: json.RawMessage(cells[3])}
+			shape := payloadShape(t, ev)
+			if shape == "order.received/" {
+				continue // the old system's CRM rows
+			}
+			keys := payloadKeys(t, ev.Payload)
+			if want, ok := shapes[shape]; ok {
+				require.Equal(t, want, keys, "%s: row %q", name, l)
+			}
+			shapes[shape] = keys
+		}
+	}
+	return shapes
+}
+
+// payloadShape is an event's type, and for order.received its source:
+// "doc.created", "order.received/shop".
+func payloadShape(t *testing.T, ev demo.Event) string {
+	t.Helper()
+	if ev.Type != "order.received" {
+		return ev.Type
+	}
+	source, _ := decodePayload(t, ev.Payload)["source"].(string)
+	return ev.Type + "/" + source
+}
+
+// payloadKeys returns the keys of a JSON object in the order they appear.
+func payloadKeys(t *testing.T, raw json.RawMessage) []string {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	tok, err := dec.Token()
+	require.NoError(t, err, "payload %s", raw)
+	require.Equal(t, json.Delim('{'), tok, "payload %s", raw)
+	var keys []string
+	for dec.More() {
+		tok, err := dec.Token()
+		require.NoError(t, err, "payload %s", raw)
+		keys = append(keys, tok.(string))
+		var v json.RawMessage
+		require.NoError(t, dec.Decode(&v), "payload %s", raw)
+	}
+	return keys
 }
 
 func seqFrom(start, n int) []int {
@@ -400,37 +479,4 @@ func mapKeys(m map[string]any) []string {
 		keys = append(keys, k)
 	}
 	return keys
-}
-
-func TestDemoToken(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-
-	_, err := demoToken(config{DataDir: dir})
-	require.ErrorContains(t, err, "DEMO_TOKEN")
-	require.ErrorContains(t, err, "make run")
-
-	require.NoError(t, os.WriteFile(filepath.Join(dir, adminTokenFile), []byte("  file-token\n"), 0o600))
-	got, err := demoToken(config{DataDir: dir})
-	require.NoError(t, err)
-	require.Equal(t, "file-token", got)
-
-	got, err = demoToken(config{DataDir: dir, DemoToken: "env-token"})
-	require.NoError(t, err)
-	require.Equal(t, "env-token", got)
-}
-
-func TestDemoSeedJSON(t *testing.T) {
-	t.Parallel()
-	tests := []struct{ in, want string }{
-		{`{"id":46,"no":"ВЦ-2026-000045","entity":"wh_move"}`, `{"id": 46, "no": "ВЦ-2026-000045", "entity": "wh_move"}`},
-		{`{"lines": 1, "source": "crm", "crm_order_id": 51015, "order_id": 16}`, `{"lines": 1, "source": "crm", "crm_order_id": 51015, "order_id": 16}`},
-		{`{"a":[1,{"b":null,"c":true}],"d":{}}`, `{"a": [1, {"b": null, "c": true}], "d": {}}`},
-		{`not json`, `not json`},
-	}
-	for _, tt := range tests {
-		if got := seedJSON(json.RawMessage(tt.in)); got != tt.want {
-			t.Errorf("seedJSON(%s) = %s, want %s", tt.in, got, tt.want)
-		}
-	}
 }

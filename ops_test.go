@@ -19,6 +19,7 @@ import (
 
 	"erp/db"
 	"erp/db/pgtest"
+	"erp/demo"
 	"erp/jobs"
 )
 
@@ -62,7 +63,7 @@ func TestMetricsAfterDemoReplay(t *testing.T) {
 	c.subscribe("1", feedSubscription, nil)
 
 	var out bytes.Buffer
-	_, err := replayDemo(t.Context(), s.URL+"/graphql", s.Token, &out)
+	_, err := demo.Replay(t.Context(), s.URL+"/graphql", s.Token, &out)
 	require.NoError(t, err, "output:\n%s", out.String())
 	c.nextEvent("1")
 

@@ -46,6 +46,7 @@ import (
 
 	"erp/db"
 	"erp/db/localpg"
+	"erp/demo"
 	"erp/graph"
 	"erp/graph/model"
 	"erp/graph/wsgorilla"
@@ -163,7 +164,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 			return createUserOffline(ctx, pool, cfg, logger, os.Stdout)
 		})
 	case "demo":
-		err = runDemo(ctx, cfg, logger)
+		err = demo.Run(ctx, demo.Config{URL: cfg.DemoURL, Token: cfg.DemoToken, DataDir: cfg.DataDir}, logger)
 	default:
 		fmt.Fprintf(stderr, "erp: unknown subcommand %q (serve, migrate, demo, user)\n", cmd)
 		return 2
