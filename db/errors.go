@@ -64,10 +64,10 @@ type dbError struct {
 }
 
 func (e *dbError) Error() string {
-	switch e.kind {
-	case ErrConflict:
+	switch {
+	case errors.Is(e.kind, ErrConflict):
 		return ErrConflict.Error() + ": " + e.constraint
-	case ErrLocked:
+	case errors.Is(e.kind, ErrLocked):
 		return ErrLocked.Error() + ": " + e.err.Error()
 	}
 	return e.err.Error()
@@ -81,8 +81,8 @@ func (e *dbError) Unwrap() []error {
 }
 
 // translate maps a driver error to the domain errors above; every database
-// error of this package passes through it, and it is the only place that
-// reads SQLSTATE codes. No rows is ErrNotFound; a unique violation is
+// error of this package passes through it, and it is the package's only
+// reader of SQLSTATE codes. No rows is ErrNotFound; a unique violation is
 // ErrConflict; lock_not_available is ErrLocked. Those and every other
 // PostgreSQL error come back as a *dbError that wraps the driver's error
 // and keeps the violated constraint's name (violatedConstraint). Other
@@ -92,8 +92,9 @@ func translate(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrNotFound
 	}
+	var done *dbError
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
+	if errors.As(err, &done) || !errors.As(err, &pgErr) {
 		return err
 	}
 	e := &dbError{err: err}
@@ -126,7 +127,7 @@ func violatedConstraint(err error) string {
 // isCause reports whether translate classifies err as kind.
 func isCause(err, kind error) bool {
 	var e *dbError
-	return errors.As(translate(err), &e) && e.kind == kind
+	return errors.As(translate(err), &e) && errors.Is(e.kind, kind)
 }
 
 // IsBadData reports a value PostgreSQL refused to store or compare (SQLSTATE
