@@ -21,6 +21,8 @@ import (
 	"github.com/pressly/goose/v3/lock"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+
+	"erp/db/internal/dbsqlc"
 )
 
 //go:embed migrations/*.sql
@@ -124,9 +126,9 @@ func CheckMigrated(ctx context.Context, q Querier) error {
 	if err != nil {
 		return err
 	}
-	var applied int64
-	if err := q.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`).Scan(&applied); err != nil {
-		return fmt.Errorf("read applied migration version: %w", err)
+	applied, err := dbsqlc.New().MigrationGetVersion(ctx, q)
+	if err != nil {
+		return fmt.Errorf("read applied migration version: %w", translate(err))
 	}
 	if applied < head {
 		return fmt.Errorf("%w: applied %d, head %d", ErrNotMigrated, applied, head)

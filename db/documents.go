@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
+
+	"erp/db/internal/dbsqlc"
 )
 
 // Sales order sources and statuses, as stored in sales_orders.
@@ -50,69 +52,69 @@ type LineInput struct {
 
 // DocLine is a stored document line with its item.
 type DocLine struct {
-	LineNo   int32            `db:"line_no"`
-	SKU      string           `db:"sku"`
-	ItemName string           `db:"item_name"`
-	Unit     string           `db:"unit"`
-	Quantity decimal.Decimal  `db:"quantity"`
-	Price    *decimal.Decimal `db:"price"`
+	LineNo   int32
+	SKU      string
+	ItemName string
+	Unit     string
+	Quantity decimal.Decimal
+	Price    *decimal.Decimal
 }
 
 // SalesOrder is a row of sales_orders with its lines.
 type SalesOrder struct {
-	ID       int64  `db:"id"`
-	Number   string `db:"number"`
-	Customer string `db:"customer"`
-	Status   string `db:"status"`
-	Source   string `db:"source"`
+	ID       int64
+	Number   string
+	Customer string
+	Status   string
+	Source   string
 	// ExternalID is the shop's sync_id or the CRM's order number; nil for
 	// manual orders.
-	ExternalID *string   `db:"external_id"`
-	CreatedAt  time.Time `db:"created_at"`
-	Lines      []DocLine `db:"-"`
+	ExternalID *string
+	CreatedAt  time.Time
+	Lines      []DocLine
 }
 
 // ProductionOrder is a row of plan_prod_orders.
 type ProductionOrder struct {
-	ID           int64           `db:"id"`
-	Number       string          `db:"number"`
-	SKU          string          `db:"sku"`
-	ItemName     string          `db:"item_name"`
-	Unit         string          `db:"unit"`
-	Quantity     decimal.Decimal `db:"quantity"`
-	SalesOrderID *int64          `db:"sales_order_id"`
-	Status       string          `db:"status"`
-	CreatedAt    time.Time       `db:"created_at"`
+	ID           int64
+	Number       string
+	SKU          string
+	ItemName     string
+	Unit         string
+	Quantity     decimal.Decimal
+	SalesOrderID *int64
+	Status       string
+	CreatedAt    time.Time
 	// SalesOrderLineNo is the sales order line the order was planned for
 	// (PlanSalesOrder); nil for one created by hand.
-	SalesOrderLineNo *int32 `db:"sales_order_line_no"`
+	SalesOrderLineNo *int32
 }
 
 // PurchaseOrder is a row of wh_purchase_orders with its lines.
 type PurchaseOrder struct {
-	ID        int64     `db:"id"`
-	Number    string    `db:"number"`
-	Supplier  string    `db:"supplier"`
-	Status    string    `db:"status"`
-	CreatedAt time.Time `db:"created_at"`
-	Lines     []DocLine `db:"-"`
+	ID        int64
+	Number    string
+	Supplier  string
+	Status    string
+	CreatedAt time.Time
+	Lines     []DocLine
 }
 
 // WarehouseMove is a row of wh_moves with its lines; warehouses by code.
 type WarehouseMove struct {
-	ID                int64     `db:"id"`
-	Number            string    `db:"number"`
-	Kind              string    `db:"kind"`
-	FromWarehouse     *string   `db:"from_warehouse"`
-	ToWarehouse       *string   `db:"to_warehouse"`
-	PurchaseOrderID   *int64    `db:"purchase_order_id"`
-	ProductionOrderID *int64    `db:"prod_order_id"`
-	Status            string    `db:"status"`
-	CreatedAt         time.Time `db:"created_at"`
-	Lines             []DocLine `db:"-"`
+	ID                int64
+	Number            string
+	Kind              string
+	FromWarehouse     *string
+	ToWarehouse       *string
+	PurchaseOrderID   *int64
+	ProductionOrderID *int64
+	Status            string
+	CreatedAt         time.Time
+	Lines             []DocLine
 	// SourceEventID is the journal event an automatic move answers
 	// (IssueMaterials); nil for one created by hand.
-	SourceEventID *int64 `db:"source_event_id"`
+	SourceEventID *int64
 }
 
 // SalesOrderInput creates a manual sales order.
@@ -182,8 +184,8 @@ func CreateSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in SalesOr
 // PendingSalesOrder is a sales order InsertSalesOrder wrote without its
 // number; NumberSalesOrder, in the same transaction, gives it one.
 type PendingSalesOrder struct {
-	order   SalesOrder
-	eventID int64
+	order SalesOrder
+	event Event
 }
 
 // InsertSalesOrder is the first half of CreateSalesOrder: it writes the
@@ -216,19 +218,18 @@ func InsertSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in SalesOr
 	return pending, events, nil
 }
 
-// insertPendingSalesOrder runs insertSalesOrderSQL for validated input. No
+// insertPendingSalesOrder runs SalesOrderInsert for validated input. No
 // events and no error means the order of (source, externalID) exists
 // already and nothing was written.
 func insertPendingSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, customer, source string, externalID *string, skus []string, lines []LineInput) (PendingSalesOrder, []Event, error) {
 	qty, price := lineValues(lines)
-	rows, err := tx.Query(ctx, insertSalesOrderSQL, customer, actorID, skus, qty, price,
-		EventDocCreated, EntitySalesOrders, payloadSalesOrder, source, externalID)
+	got, err := dbsqlc.New().SalesOrderInsert(ctx, tx, dbsqlc.SalesOrderInsertParams{
+		Customer: customer, ActorID: actorID, Source: source, ExternalID: externalID,
+		Skus: skus, Quantities: qty, Prices: price,
+		EventType: EventDocCreated, EventEntity: EntitySalesOrders, PayloadEntity: payloadSalesOrder,
+	})
 	if err != nil {
-		return PendingSalesOrder{}, nil, fmt.Errorf("insert %s sales order: %w", source, err)
-	}
-	got, err := pgx.CollectRows(rows, pgx.RowToStructByName[createdSalesOrderRow])
-	if err != nil {
-		return PendingSalesOrder{}, nil, fmt.Errorf("insert %s sales order: %w", source, err)
+		return PendingSalesOrder{}, nil, fmt.Errorf("insert %s sales order: %w", source, translate(err))
 	}
 	if len(got) != len(lines) {
 		// A line's SKU matched no item, so it was left out (or, with no
@@ -244,103 +245,34 @@ func insertPendingSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, cus
 	}
 	first := got[0]
 	so := SalesOrder{
-		ID: first.SalesOrderID, Customer: first.Customer, Status: first.Status,
-		Source: first.Source, ExternalID: first.ExternalID, CreatedAt: first.SalesOrderCreatedAt,
+		ID: first.ID, Customer: first.Customer, Status: first.Status,
+		Source: first.Source, ExternalID: first.ExternalID, CreatedAt: first.CreatedAt,
 		Lines: make([]DocLine, len(got)),
 	}
 	for i, r := range got {
-		so.Lines[i] = r.DocLine
+		so.Lines[i] = DocLine{LineNo: r.LineNo, SKU: r.SKU, ItemName: r.ItemName, Unit: r.Unit, Quantity: r.Quantity, Price: r.Price}
 	}
-	return PendingSalesOrder{order: so, eventID: first.Event.ID}, []Event{first.Event}, nil
+	ev := Event{
+		ID: first.EventID, Type: first.EventType, Entity: first.EventEntity, EntityID: first.EventEntityID,
+		Payload: first.EventPayload, CreatedAt: first.EventCreatedAt, DispatchedAt: first.EventDispatchedAt,
+		ProcessedAt: first.EventProcessedAt, FeedSeq: first.EventFeedSeq, ActorID: first.EventActorID,
+		ActorLogin: first.ActorLogin, ActorName: first.ActorName, ActorRole: first.ActorRole,
+	}
+	return PendingSalesOrder{order: so, event: ev}, []Event{ev}, nil
 }
 
 // NumberSalesOrder takes the next ЗК number for an order InsertSalesOrder
 // wrote in tx and puts it in the order and in its event's payload, in one
-// statement; call it last before commit. It returns the order and the event
-// as stored. An exhausted series is ErrConflict.
+// statement (SalesOrderSetNumber); call it last before commit. It returns
+// the order and the event as stored. An exhausted series is ErrConflict.
 func NumberSalesOrder(ctx context.Context, tx pgx.Tx, p PendingSalesOrder) (SalesOrder, Event, error) {
-	rows, err := tx.Query(ctx, numberSalesOrderSQL, PrefixSalesOrder, p.order.ID, p.eventID)
+	got, err := dbsqlc.New().SalesOrderSetNumber(ctx, tx, PrefixSalesOrder, p.order.ID, p.event.ID)
 	if err != nil {
 		return SalesOrder{}, Event{}, insertNumberedErr(PrefixSalesOrder, fmt.Sprintf("number sales order %d", p.order.ID), err)
 	}
-	type numbered struct {
-		Event
-		Number string `db:"number"`
-	}
-	got, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[numbered])
-	if err != nil {
-		return SalesOrder{}, Event{}, insertNumberedErr(PrefixSalesOrder, fmt.Sprintf("number sales order %d", p.order.ID), err)
-	}
-	so := p.order
-	so.Number = got.Number
-	return so, got.Event, nil
-}
-
-// insertSalesOrderSQL writes a sales order numbered provisionally (a
-// unique placeholder that NumberSalesOrder replaces before commit, so no
-// other transaction ever sees it), its lines and its doc.created event
-// (payload as docCreatedPayload but for "no"), returning one row per line
-// (createdSalesOrderRow) in line order; a line whose SKU names no item is
-// left out (the caller compares the count), and an order whose (source,
-// external id) exists already is not written (no rows). $1 customer, $2
-// actor, $3–$5 the lines' SKUs, quantities and prices, $6–$8 event type,
-// entity and payload entity, $9 source, $10 external id (NULL for a manual
-// order, which never conflicts).
-const insertSalesOrderSQL = `
-	WITH so AS (
-		INSERT INTO sales_orders (number, customer, created_by, source, external_id)
-		VALUES ('pending ' || gen_random_uuid(), $1::text, $2::bigint, $9::text, $10::text)
-		ON CONFLICT (source, external_id) DO NOTHING
-		RETURNING id, customer, status, source, external_id, created_at
-	), l AS (
-		INSERT INTO sales_order_lines (sales_order_id, line_no, item_id, quantity, price)
-		SELECT so.id, t.ord, i.id, t.qty, t.price
-		FROM so, unnest($3::text[], $4::numeric[], $5::numeric[]) WITH ORDINALITY AS t(sku, qty, price, ord)
-		JOIN items i ON i.sku = t.sku
-		RETURNING line_no, item_id, quantity, price
-	), e AS (
-		INSERT INTO events (type, entity, entity_id, payload, actor_id)
-		SELECT $6::text, $7::text, so.id, jsonb_build_object('id', so.id, 'entity', $8::text), $2::bigint
-		FROM so
-		RETURNING *
-	)
-	SELECT ` + eventColumnsFromJoin + `,
-		so.id AS so_id, so.customer, so.status, so.source, so.external_id, so.created_at AS so_created_at,
-		l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
-	FROM so CROSS JOIN e LEFT JOIN users u ON u.id = e.actor_id
-	CROSS JOIN l JOIN items i ON i.id = l.item_id
-	ORDER BY l.line_no`
-
-// numberSalesOrderSQL takes the next number of series $1 (formatted as
-// nextNumber does) and puts it in sales order $2 and in the payload of its
-// event $3, returning the event (eventColumnsFromJoin) and the number.
-const numberSalesOrderSQL = `
-	WITH n AS (
-		INSERT INTO number_series (prefix, year, last_value)
-		VALUES ($1, extract(year FROM now())::int, 1)
-		ON CONFLICT (prefix, year) DO UPDATE SET last_value = number_series.last_value + 1
-		RETURNING prefix || '-' || year || '-' || lpad(last_value::text, 6, '0') AS number
-	), so AS (
-		UPDATE sales_orders s SET number = n.number FROM n WHERE s.id = $2 RETURNING s.number
-	), e AS (
-		UPDATE events e SET payload = e.payload || jsonb_build_object('no', so.number)
-		FROM so WHERE e.id = $3
-		RETURNING e.*
-	)
-	SELECT ` + eventColumnsFromJoin + `, so.number
-	FROM so CROSS JOIN e LEFT JOIN users u ON u.id = e.actor_id`
-
-// createdSalesOrderRow is one row of insertSalesOrderSQL: the order and its
-// event, repeated on each of its lines.
-type createdSalesOrderRow struct {
-	Event
-	DocLine
-	SalesOrderID        int64     `db:"so_id"`
-	Customer            string    `db:"customer"`
-	Status              string    `db:"status"`
-	Source              string    `db:"source"`
-	ExternalID          *string   `db:"external_id"`
-	SalesOrderCreatedAt time.Time `db:"so_created_at"`
+	so, ev := p.order, p.event
+	so.Number, ev.Payload = got.Number, got.Payload
+	return so, ev, nil
 }
 
 // ReceiveOrder writes a sales order received from the shop or the CRM with
@@ -437,12 +369,11 @@ func InsertReceivedOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in Rece
 // AcceptSalesOrder moves a sales order from new to accepted; it reports
 // whether the status changed (false when it was accepted already).
 func AcceptSalesOrder(ctx context.Context, tx pgx.Tx, id int64) (bool, error) {
-	tag, err := tx.Exec(ctx, `UPDATE sales_orders SET status = $2 WHERE id = $1 AND status = $3`,
-		id, SalesOrderAccepted, SalesOrderNew)
+	n, err := dbsqlc.New().SalesOrderSetStatus(ctx, tx, SalesOrderAccepted, id, SalesOrderNew)
 	if err != nil {
-		return false, fmt.Errorf("accept sales order %d: %w", id, err)
+		return false, fmt.Errorf("accept sales order %d: %w", id, translate(err))
 	}
-	return tag.RowsAffected() == 1, nil
+	return n == 1, nil
 }
 
 // CreateProductionOrder writes a production order (number ПЗ-…) and its
@@ -453,7 +384,7 @@ func CreateProductionOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in Pr
 		return ProductionOrder{}, nil, err
 	}
 	if in.SalesOrderID != nil {
-		if err := requireRow(ctx, tx, "salesOrderId", "sales_orders", *in.SalesOrderID); err != nil {
+		if err := requireRow(ctx, tx, "salesOrderId", "sales_orders", *in.SalesOrderID, dbsqlc.New().SalesOrderExists); err != nil {
 			return ProductionOrder{}, nil, err
 		}
 	}
@@ -468,12 +399,12 @@ func insertProductionOrder(ctx context.Context, tx pgx.Tx, actorID *int64, itemI
 	if err != nil {
 		return ProductionOrder{}, nil, err
 	}
-	var id int64
-	if err := tx.QueryRow(ctx, `
-		INSERT INTO plan_prod_orders (number, item_id, quantity, sales_order_id, sales_order_line_no, created_by)
-		VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
-		no, itemID, quantity, salesOrderID, lineNo, actorID).Scan(&id); err != nil {
-		return ProductionOrder{}, nil, fmt.Errorf("insert production order %s: %w", no, err)
+	id, err := dbsqlc.New().ProductionOrderInsert(ctx, tx, dbsqlc.ProductionOrderInsertParams{
+		Number: no, ItemID: itemID, Quantity: quantity,
+		SalesOrderID: salesOrderID, SalesOrderLineNo: lineNo, CreatedBy: actorID,
+	})
+	if err != nil {
+		return ProductionOrder{}, nil, fmt.Errorf("insert production order %s: %w", no, translate(err))
 	}
 	ev, err := appendEvent(ctx, tx, actorID, EventDocCreated, EntityProdOrders, id,
 		docCreatedPayload{ID: id, No: no, Entity: payloadProdOrder})
@@ -499,14 +430,13 @@ func CreatePurchaseOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in Purc
 	if err != nil {
 		return PurchaseOrder{}, nil, err
 	}
-	var id int64
-	if err := tx.QueryRow(ctx, `
-		INSERT INTO wh_purchase_orders (number, supplier, created_by) VALUES ($1, $2, $3) RETURNING id`,
-		no, supplier, actorID).Scan(&id); err != nil {
-		return PurchaseOrder{}, nil, fmt.Errorf("insert purchase order %s: %w", no, err)
+	id, err := dbsqlc.New().PurchaseOrderInsert(ctx, tx, no, supplier, actorID)
+	if err != nil {
+		return PurchaseOrder{}, nil, fmt.Errorf("insert purchase order %s: %w", no, translate(err))
 	}
-	if err := insertLines(ctx, tx, purchaseOrderLines, id, itemIDs, in.Lines); err != nil {
-		return PurchaseOrder{}, nil, err
+	qty, price := lineValues(in.Lines)
+	if err := dbsqlc.New().PurchaseOrderLineInsertMany(ctx, tx, id, itemIDs, qty, price); err != nil {
+		return PurchaseOrder{}, nil, fmt.Errorf("insert %d lines of purchase order %s: %w", len(in.Lines), no, translate(err))
 	}
 	ev, err := appendEvent(ctx, tx, actorID, EventDocCreated, EntityPurchaseOrders, id,
 		docCreatedPayload{ID: id, No: no, Entity: payloadPurchaseOrder})
@@ -556,12 +486,12 @@ func CreateWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, in Ware
 		return WarehouseMove{}, nil, err
 	}
 	if in.PurchaseOrderID != nil {
-		if err := requireRow(ctx, tx, "purchaseOrderId", "wh_purchase_orders", *in.PurchaseOrderID); err != nil {
+		if err := requireRow(ctx, tx, "purchaseOrderId", "wh_purchase_orders", *in.PurchaseOrderID, dbsqlc.New().PurchaseOrderExists); err != nil {
 			return WarehouseMove{}, nil, err
 		}
 	}
 	if in.ProductionOrderID != nil {
-		if err := requireRow(ctx, tx, "productionOrderId", "plan_prod_orders", *in.ProductionOrderID); err != nil {
+		if err := requireRow(ctx, tx, "productionOrderId", "plan_prod_orders", *in.ProductionOrderID, dbsqlc.New().ProductionOrderExists); err != nil {
 			return WarehouseMove{}, nil, err
 		}
 	}
@@ -591,15 +521,17 @@ func insertWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, m moveR
 	if err != nil {
 		return WarehouseMove{}, nil, err
 	}
-	var id int64
-	if err := tx.QueryRow(ctx, `
-		INSERT INTO wh_moves (number, kind, from_warehouse_id, to_warehouse_id, purchase_order_id, prod_order_id, source_event_id, created_by)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
-		no, m.kind, m.fromID, m.toID, m.purchaseOrderID, m.prodOrderID, m.sourceEventID, actorID).Scan(&id); err != nil {
-		return WarehouseMove{}, nil, fmt.Errorf("insert warehouse move %s: %w", no, err)
+	id, err := dbsqlc.New().WarehouseMoveInsert(ctx, tx, dbsqlc.WarehouseMoveInsertParams{
+		Number: no, Kind: m.kind, FromWarehouseID: m.fromID, ToWarehouseID: m.toID,
+		PurchaseOrderID: m.purchaseOrderID, ProdOrderID: m.prodOrderID, SourceEventID: m.sourceEventID,
+		CreatedBy: actorID,
+	})
+	if err != nil {
+		return WarehouseMove{}, nil, fmt.Errorf("insert warehouse move %s: %w", no, translate(err))
 	}
-	if err := insertLines(ctx, tx, warehouseMoveLines, id, itemIDs, lines); err != nil {
-		return WarehouseMove{}, nil, err
+	qty, price := lineValues(lines)
+	if err := dbsqlc.New().WarehouseMoveLineInsertMany(ctx, tx, id, itemIDs, qty, price); err != nil {
+		return WarehouseMove{}, nil, fmt.Errorf("insert %d lines of warehouse move %s: %w", len(lines), no, translate(err))
 	}
 	ev, err := appendEvent(ctx, tx, actorID, EventDocCreated, EntityWarehouseMoves, id,
 		docCreatedPayload{ID: id, No: no, Entity: payloadWarehouseMove})
@@ -612,20 +544,23 @@ func insertWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, m moveR
 
 // SalesOrderByID returns a sales order with its lines, or ErrNotFound.
 func SalesOrderByID(ctx context.Context, q Querier, id int64) (SalesOrder, error) {
-	so, err := getOne[SalesOrder](ctx, q, `
-		SELECT id, number, customer, status, source, external_id, created_at
-		FROM sales_orders WHERE id = $1`, id)
+	r, err := dbsqlc.New().SalesOrderGetByID(ctx, q, id)
 	if err != nil {
-		return SalesOrder{}, fmt.Errorf("get sales order %d: %w", id, err)
+		return SalesOrder{}, fmt.Errorf("get sales order %d: %w", id, translate(err))
 	}
-	so.Lines, err = docLines(ctx, q, salesOrderLines, id)
-	return so, err
+	lines, err := dbsqlc.New().SalesOrderLineList(ctx, q, id)
+	if err != nil {
+		return SalesOrder{}, fmt.Errorf("get lines of sales order %d: %w", id, translate(err))
+	}
+	return SalesOrder{
+		ID: r.ID, Number: r.Number, Customer: r.Customer, Status: r.Status, Source: r.Source,
+		ExternalID: r.ExternalID, CreatedAt: r.CreatedAt, Lines: docLines(lines),
+	}, nil
 }
 
 func salesOrderByExternalID(ctx context.Context, q Querier, source, externalID string) (SalesOrder, error) {
-	var id int64
-	if err := q.QueryRow(ctx, `SELECT id FROM sales_orders WHERE source = $1 AND external_id = $2`,
-		source, externalID).Scan(&id); err != nil {
+	id, err := dbsqlc.New().SalesOrderGetIDByExternalID(ctx, q, source, &externalID)
+	if err != nil {
 		return SalesOrder{}, fmt.Errorf("get %s order %s: %w", source, externalID, translate(err))
 	}
 	return SalesOrderByID(ctx, q, id)
@@ -633,51 +568,59 @@ func salesOrderByExternalID(ctx context.Context, q Querier, source, externalID s
 
 // ProductionOrderByID returns a production order, or ErrNotFound.
 func ProductionOrderByID(ctx context.Context, q Querier, id int64) (ProductionOrder, error) {
-	po, err := getOne[ProductionOrder](ctx, q, `
-		SELECT p.id, p.number, i.sku, i.name AS item_name, i.unit, p.quantity, p.sales_order_id, p.sales_order_line_no, p.status, p.created_at
-		FROM plan_prod_orders p JOIN items i ON i.id = p.item_id WHERE p.id = $1`, id)
+	r, err := dbsqlc.New().ProductionOrderGetByID(ctx, q, id)
 	if err != nil {
-		return ProductionOrder{}, fmt.Errorf("get production order %d: %w", id, err)
+		return ProductionOrder{}, fmt.Errorf("get production order %d: %w", id, translate(err))
 	}
-	return po, nil
+	return ProductionOrder(r), nil
 }
 
 // PurchaseOrderByID returns a purchase order with its lines, or ErrNotFound.
 func PurchaseOrderByID(ctx context.Context, q Querier, id int64) (PurchaseOrder, error) {
-	po, err := getOne[PurchaseOrder](ctx, q, `
-		SELECT id, number, supplier, status, created_at FROM wh_purchase_orders WHERE id = $1`, id)
+	r, err := dbsqlc.New().PurchaseOrderGetByID(ctx, q, id)
 	if err != nil {
-		return PurchaseOrder{}, fmt.Errorf("get purchase order %d: %w", id, err)
+		return PurchaseOrder{}, fmt.Errorf("get purchase order %d: %w", id, translate(err))
 	}
-	po.Lines, err = docLines(ctx, q, purchaseOrderLines, id)
-	return po, err
+	lines, err := dbsqlc.New().PurchaseOrderLineList(ctx, q, id)
+	if err != nil {
+		return PurchaseOrder{}, fmt.Errorf("get lines of purchase order %d: %w", id, translate(err))
+	}
+	return PurchaseOrder{
+		ID: r.ID, Number: r.Number, Supplier: r.Supplier, Status: r.Status, CreatedAt: r.CreatedAt,
+		Lines: docLines(lines),
+	}, nil
 }
 
 // WarehouseMoveByID returns a warehouse move with its lines, or ErrNotFound.
 func WarehouseMoveByID(ctx context.Context, q Querier, id int64) (WarehouseMove, error) {
-	mv, err := getOne[WarehouseMove](ctx, q, `
-		SELECT m.id, m.number, m.kind, wf.code AS from_warehouse, wt.code AS to_warehouse,
-		       m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at
-		FROM wh_moves m
-		LEFT JOIN warehouses wf ON wf.id = m.from_warehouse_id
-		LEFT JOIN warehouses wt ON wt.id = m.to_warehouse_id
-		WHERE m.id = $1`, id)
+	r, err := dbsqlc.New().WarehouseMoveGetByID(ctx, q, id)
 	if err != nil {
-		return WarehouseMove{}, fmt.Errorf("get warehouse move %d: %w", id, err)
+		return WarehouseMove{}, fmt.Errorf("get warehouse move %d: %w", id, translate(err))
 	}
-	mv.Lines, err = docLines(ctx, q, warehouseMoveLines, id)
-	return mv, err
+	lines, err := dbsqlc.New().WarehouseMoveLineList(ctx, q, id)
+	if err != nil {
+		return WarehouseMove{}, fmt.Errorf("get lines of warehouse move %d: %w", id, translate(err))
+	}
+	return WarehouseMove{
+		ID: r.ID, Number: r.Number, Kind: r.Kind, FromWarehouse: r.FromWarehouse, ToWarehouse: r.ToWarehouse,
+		PurchaseOrderID: r.PurchaseOrderID, ProductionOrderID: r.ProdOrderID, SourceEventID: r.SourceEventID,
+		Status: r.Status, CreatedAt: r.CreatedAt, Lines: docLines(lines),
+	}, nil
 }
 
-// lineTable names a document's line table and its key column; only the
-// constants below are used, so the names are never caller input.
-type lineTable struct{ table, docColumn string }
+// lineRow is a document line as the line list queries return it, with
+// DocLine's fields.
+type lineRow interface {
+	dbsqlc.SalesOrderLineListRow | dbsqlc.PurchaseOrderLineListRow | dbsqlc.WarehouseMoveLineListRow
+}
 
-var (
-	salesOrderLines    = lineTable{"sales_order_lines", "sales_order_id"}
-	purchaseOrderLines = lineTable{"wh_purchase_order_lines", "purchase_order_id"}
-	warehouseMoveLines = lineTable{"wh_move_lines", "move_id"}
-)
+func docLines[R lineRow](rows []R) []DocLine {
+	lines := make([]DocLine, len(rows))
+	for i, r := range rows {
+		lines[i] = DocLine(r)
+	}
+	return lines
+}
 
 // resolveLines validates lines and returns their item ids in order. field
 // is the input path of the list ("lines"); empty means a single line whose
@@ -754,17 +697,9 @@ func echoDecimal(d decimal.Decimal) string {
 // itemIDsBySKU returns the item ids of skus in order; an unknown SKU is an
 // *InputError on its line's sku field.
 func itemIDsBySKU(ctx context.Context, q Querier, field string, skus []string) ([]int64, error) {
-	rows, err := q.Query(ctx, `SELECT sku, id FROM items WHERE sku = ANY($1)`, skus)
+	found, err := dbsqlc.New().ItemListIDsBySKU(ctx, q, skus)
 	if err != nil {
-		return nil, fmt.Errorf("resolve items: %w", err)
-	}
-	type skuID struct {
-		SKU string `db:"sku"`
-		ID  int64  `db:"id"`
-	}
-	found, err := pgx.CollectRows(rows, pgx.RowToStructByName[skuID])
-	if err != nil {
-		return nil, fmt.Errorf("resolve items: %w", err)
+		return nil, fmt.Errorf("resolve %d items: %w", len(skus), translate(err))
 	}
 	bySKU := make(map[string]int64, len(found))
 	for _, f := range found {
@@ -781,53 +716,27 @@ func itemIDsBySKU(ctx context.Context, q Querier, field string, skus []string) (
 	return ids, nil
 }
 
-// insertLines writes lines (already validated by resolveLines) numbered
-// from 1 in one statement.
-func insertLines(ctx context.Context, tx pgx.Tx, lt lineTable, docID int64, itemIDs []int64, lines []LineInput) error {
-	qty, price := lineValues(lines)
-	_, err := tx.Exec(ctx, `
-		INSERT INTO `+lt.table+` (`+lt.docColumn+`, line_no, item_id, quantity, price)
-		SELECT $1, t.ord, t.item, t.qty, t.price
-		FROM unnest($2::bigint[], $3::numeric[], $4::numeric[]) WITH ORDINALITY AS t(item, qty, price, ord)`,
-		docID, itemIDs, qty, price)
-	if err != nil {
-		return fmt.Errorf("insert %d lines into %s for %d: %w", len(lines), lt.table, docID, err)
-	}
-	return nil
-}
-
 // lineValues splits lines into the quantity and price arrays the line
-// inserts unnest.
-func lineValues(lines []LineInput) ([]decimal.Decimal, []*decimal.Decimal) {
+// inserts unnest; a line without a price has "" (the inserts' NULL).
+func lineValues(lines []LineInput) ([]decimal.Decimal, []string) {
 	qty := make([]decimal.Decimal, len(lines))
-	price := make([]*decimal.Decimal, len(lines))
+	price := make([]string, len(lines))
 	for i, l := range lines {
-		qty[i], price[i] = l.Quantity, l.Price
+		qty[i] = l.Quantity
+		if l.Price != nil {
+			price[i] = l.Price.String()
+		}
 	}
 	return qty, price
 }
 
-func docLines(ctx context.Context, q Querier, lt lineTable, docID int64) ([]DocLine, error) {
-	rows, err := q.Query(ctx, `
-		SELECT l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
-		FROM `+lt.table+` l JOIN items i ON i.id = l.item_id
-		WHERE l.`+lt.docColumn+` = $1 ORDER BY l.line_no`, docID)
+// requireRow returns an *InputError on field unless exists (one of the
+// generated ...Exists queries) finds row id of table.
+func requireRow(ctx context.Context, q Querier, field, table string, id int64,
+	exists func(context.Context, dbsqlc.DBTX, int64) (bool, error)) error {
+	ok, err := exists(ctx, q, id)
 	if err != nil {
-		return nil, fmt.Errorf("get lines of %s %d: %w", lt.table, docID, err)
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowToStructByName[DocLine])
-	if err != nil {
-		return nil, fmt.Errorf("get lines of %s %d: %w", lt.table, docID, err)
-	}
-	return lines, nil
-}
-
-// requireRow returns an *InputError on field unless table has row id.
-// table is always a constant of this package.
-func requireRow(ctx context.Context, q Querier, field, table string, id int64) error {
-	var ok bool
-	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+table+` WHERE id = $1)`, id).Scan(&ok); err != nil {
-		return fmt.Errorf("check %s %d: %w", table, id, err)
+		return fmt.Errorf("check %s %d: %w", table, id, translate(err))
 	}
 	if !ok {
 		return inputErr(field, "no %s row with id %d", table, id)
@@ -839,10 +748,9 @@ func warehouseIDByCode(ctx context.Context, q Querier, field string, code *strin
 	if code == nil {
 		return nil, nil
 	}
-	var id int64
-	err := q.QueryRow(ctx, `SELECT id FROM warehouses WHERE code = $1`, strings.TrimSpace(*code)).Scan(&id)
-	if err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
+	id, err := dbsqlc.New().WarehouseGetIDByCode(ctx, q, strings.TrimSpace(*code))
+	if err = translate(err); err != nil {
+		if errors.Is(err, ErrNotFound) {
 			return nil, inputErr(field, "unknown warehouse %q", *code)
 		}
 		return nil, fmt.Errorf("find warehouse %s: %w", *code, err)
@@ -870,7 +778,7 @@ func getOne[T any](ctx context.Context, q Querier, sql string, args ...any) (T, 
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		var zero T
-		return zero, err
+		return zero, translate(err)
 	}
 	v, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[T])
 	return v, translate(err)

@@ -3,7 +3,6 @@ package db
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
@@ -47,46 +46,97 @@ func inputErr(field, format string, args ...any) *InputError {
 	return &InputError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
-// translate maps driver errors to the domain errors above, in one place:
-// no rows is ErrNotFound, a unique violation is ErrConflict, a lock not
-// available is ErrLocked (wrapping the driver's error). Other errors pass
-// through unchanged.
+// Causes translate gives database errors that have no domain sentinel of
+// their own; IsBadData and IsLockWait ask for them.
+var (
+	errBadData  = errors.New("bad data")
+	errDeadlock = errors.New("deadlock")
+)
+
+// dbError is a driver error as translate classified it: kind is the domain
+// error it means (ErrConflict, ErrLocked, errBadData, errDeadlock) or nil,
+// constraint the constraint or index an integrity violation names. It
+// unwraps to both kind and the driver's error.
+type dbError struct {
+	kind       error
+	constraint string
+	err        error
+}
+
+func (e *dbError) Error() string {
+	switch {
+	case errors.Is(e.kind, ErrConflict):
+		return ErrConflict.Error() + ": " + e.constraint
+	case errors.Is(e.kind, ErrLocked):
+		return ErrLocked.Error() + ": " + e.err.Error()
+	}
+	return e.err.Error()
+}
+
+func (e *dbError) Unwrap() []error {
+	if e.kind == nil {
+		return []error{e.err}
+	}
+	return []error{e.kind, e.err}
+}
+
+// translate maps a driver error to the domain errors above; every database
+// error of this package passes through it, and it is the package's only
+// reader of SQLSTATE codes. No rows is ErrNotFound; a unique violation is
+// ErrConflict; lock_not_available is ErrLocked. Those and every other
+// PostgreSQL error come back as a *dbError that wraps the driver's error
+// and keeps the violated constraint's name (violatedConstraint). Other
+// errors (nil, a cancelled context, a closed pool) pass through unchanged,
+// and translating twice is the same as once.
 func translate(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrNotFound
 	}
+	var done *dbError
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
-		return fmt.Errorf("%w: %s", ErrConflict, pgErr.ConstraintName)
+	if errors.As(err, &done) || !errors.As(err, &pgErr) {
+		return err
 	}
-	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.LockNotAvailable {
-		return fmt.Errorf("%w: %w", ErrLocked, err)
+	e := &dbError{err: err}
+	if pgerrcode.IsIntegrityConstraintViolation(pgErr.Code) {
+		e.constraint = pgErr.ConstraintName
 	}
-	return err
+	switch {
+	case pgErr.Code == pgerrcode.UniqueViolation:
+		e.kind = ErrConflict
+	case pgErr.Code == pgerrcode.LockNotAvailable:
+		e.kind = ErrLocked
+	case pgErr.Code == pgerrcode.DeadlockDetected:
+		e.kind = errDeadlock
+	case pgerrcode.IsDataException(pgErr.Code):
+		e.kind = errBadData
+	}
+	return e
 }
 
-// uniqueViolation returns the name of the unique constraint or index err
-// violates, "" when err is not a unique violation.
-func uniqueViolation(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UniqueViolation {
-		return pgErr.ConstraintName
+// violatedConstraint returns the name of the constraint or unique index a
+// translated err violates, "" when err is no integrity violation.
+func violatedConstraint(err error) string {
+	var e *dbError
+	if errors.As(err, &e) {
+		return e.constraint
 	}
 	return ""
+}
+
+// isCause reports whether translate classifies err as kind.
+func isCause(err, kind error) bool {
+	var e *dbError
+	return errors.As(translate(err), &e) && errors.Is(e.kind, kind)
 }
 
 // IsBadData reports a value PostgreSQL refused to store or compare (SQLSTATE
 // class 22, data exception: a NUL in text, a number out of range), which is
 // the caller's input, not our fault.
-func IsBadData(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22")
-}
+func IsBadData(err error) bool { return isCause(err, errBadData) }
 
 // IsLockWait reports an error that ended a wait for a lock rather than the
 // statement's work: lock_timeout ran out (lock_not_available) or the wait
 // closed a deadlock (deadlock_detected). Trying again later may succeed.
-func IsLockWait(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.LockNotAvailable || pgErr.Code == pgerrcode.DeadlockDetected)
-}
+// An ErrLocked that no database error caused does not count.
+func IsLockWait(err error) bool { return isCause(err, ErrLocked) || isCause(err, errDeadlock) }

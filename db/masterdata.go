@@ -6,16 +6,16 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"erp/db/internal/dbsqlc"
 )
 
 // Item is a row of items: something the plant buys, makes or sells.
 type Item struct {
-	ID        int64     `db:"id"`
-	SKU       string    `db:"sku"`
-	Name      string    `db:"name"`
-	Unit      string    `db:"unit"`
-	CreatedAt time.Time `db:"created_at"`
+	ID        int64
+	SKU       string
+	Name      string
+	Unit      string
+	CreatedAt time.Time
 }
 
 // ItemInput creates an item; Unit is the unit of measure ("шт", "кг").
@@ -27,13 +27,13 @@ type ItemInput struct {
 
 // Warehouse is a row of warehouses, addressed by its code.
 type Warehouse struct {
-	ID        int64     `db:"id"`
-	Code      string    `db:"code"`
-	Name      string    `db:"name"`
-	CreatedAt time.Time `db:"created_at"`
+	ID        int64
+	Code      string
+	Name      string
+	CreatedAt time.Time
 	// SuppliesProduction marks the one warehouse materials are issued from
 	// to production (ВЦ); see SetProductionWarehouse.
-	SuppliesProduction bool `db:"supplies_production"`
+	SuppliesProduction bool
 }
 
 // WarehouseInput creates a warehouse. SuppliesProduction makes it the
@@ -43,9 +43,6 @@ type WarehouseInput struct {
 	Name               string
 	SuppliesProduction bool
 }
-
-// warehouseColumns are the columns of a Warehouse.
-const warehouseColumns = `id, code, name, supplies_production, created_at`
 
 // CreateItem inserts an item. Empty fields are an *InputError; an existing
 // SKU is an *InputError on "sku" wrapping ErrConflict.
@@ -62,27 +59,25 @@ func CreateItem(ctx context.Context, q Querier, in ItemInput) (Item, error) {
 	if err != nil {
 		return Item{}, err
 	}
-	it, err := getOne[Item](ctx, q, `
-		INSERT INTO items (sku, name, unit) VALUES ($1, $2, $3)
-		RETURNING id, sku, name, unit, created_at`, sku, name, unit)
-	if errors.Is(err, ErrConflict) {
+	it, err := dbsqlc.New().ItemInsert(ctx, q, sku, name, unit)
+	switch err = translate(err); {
+	case errors.Is(err, ErrConflict):
 		return Item{}, conflictOn("sku", "item %q already exists", sku)
-	}
-	if err != nil {
+	case err != nil:
 		return Item{}, fmt.Errorf("insert item %s: %w", sku, err)
 	}
-	return it, nil
+	return Item(it), nil
 }
 
 // Items lists all items by SKU.
 func Items(ctx context.Context, q Querier) ([]Item, error) {
-	rows, err := q.Query(ctx, `SELECT id, sku, name, unit, created_at FROM items ORDER BY sku`)
+	rows, err := dbsqlc.New().ItemList(ctx, q)
 	if err != nil {
-		return nil, fmt.Errorf("list items: %w", err)
+		return nil, fmt.Errorf("list items: %w", translate(err))
 	}
-	items, err := pgx.CollectRows(rows, pgx.RowToStructByName[Item])
-	if err != nil {
-		return nil, fmt.Errorf("list items: %w", err)
+	items := make([]Item, len(rows))
+	for i, r := range rows {
+		items[i] = Item(r)
 	}
 	return items, nil
 }
@@ -99,35 +94,27 @@ func CreateWarehouse(ctx context.Context, q Querier, in WarehouseInput) (Warehou
 	if err != nil {
 		return Warehouse{}, err
 	}
-	rows, err := q.Query(ctx, `
-		INSERT INTO warehouses (code, name, supplies_production) VALUES ($1, $2, $3)
-		RETURNING `+warehouseColumns, code, name, in.SuppliesProduction)
-	if err != nil {
-		return Warehouse{}, fmt.Errorf("insert warehouse %s: %w", code, err)
-	}
-	wh, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Warehouse])
-	switch uniqueViolation(err) {
-	case "":
-	case constraintOneProductionWarehouse:
+	wh, err := dbsqlc.New().WarehouseInsert(ctx, q, code, name, in.SuppliesProduction)
+	switch err = translate(err); {
+	case errors.Is(err, ErrConflict) && violatedConstraint(err) == constraintOneProductionWarehouse:
 		return Warehouse{}, conflictOn("suppliesProduction", "another warehouse supplies production already; move the mark with setProductionWarehouse")
-	default:
+	case errors.Is(err, ErrConflict):
 		return Warehouse{}, conflictOn("code", "warehouse %q already exists", code)
-	}
-	if err != nil {
+	case err != nil:
 		return Warehouse{}, fmt.Errorf("insert warehouse %s: %w", code, err)
 	}
-	return wh, nil
+	return Warehouse(wh), nil
 }
 
 // Warehouses lists all warehouses by code.
 func Warehouses(ctx context.Context, q Querier) ([]Warehouse, error) {
-	rows, err := q.Query(ctx, `SELECT `+warehouseColumns+` FROM warehouses ORDER BY code`)
+	rows, err := dbsqlc.New().WarehouseList(ctx, q)
 	if err != nil {
-		return nil, fmt.Errorf("list warehouses: %w", err)
+		return nil, fmt.Errorf("list warehouses: %w", translate(err))
 	}
-	whs, err := pgx.CollectRows(rows, pgx.RowToStructByName[Warehouse])
-	if err != nil {
-		return nil, fmt.Errorf("list warehouses: %w", err)
+	whs := make([]Warehouse, len(rows))
+	for i, r := range rows {
+		whs[i] = Warehouse(r)
 	}
 	return whs, nil
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
+
+	"erp/db/internal/dbsqlc"
 )
 
 // constraintOneProductionWarehouse is the unique index that lets at most one
@@ -35,11 +37,11 @@ type ComponentInput struct {
 // Component is a stored line of a bill of materials (item_components) with
 // the component item's SKU, name and unit.
 type Component struct {
-	LineNo   int32           `db:"line_no"`
-	SKU      string          `db:"sku"`
-	Name     string          `db:"name"`
-	Unit     string          `db:"unit"`
-	Quantity decimal.Decimal `db:"quantity"`
+	LineNo   int32
+	SKU      string
+	Name     string
+	Unit     string
+	Quantity decimal.Decimal
 }
 
 // SetBillOfMaterials replaces the bill of materials of item sku (table
@@ -55,16 +57,17 @@ func SetBillOfMaterials(ctx context.Context, tx pgx.Tx, sku string, components [
 	if err != nil {
 		return Item{}, err
 	}
-	if _, err := tx.Exec(ctx, `LOCK TABLE item_components IN SHARE ROW EXCLUSIVE MODE`); err != nil {
-		return Item{}, fmt.Errorf("lock bills of materials: %w", err)
+	if err := dbsqlc.New().ItemComponentLock(ctx, tx); err != nil {
+		return Item{}, fmt.Errorf("lock bills of materials: %w", translate(err))
 	}
-	item, err := getOne[Item](ctx, tx, `SELECT id, sku, name, unit, created_at FROM items WHERE sku = $1`, sku)
-	if errors.Is(err, ErrNotFound) {
+	row, err := dbsqlc.New().ItemGetBySKU(ctx, tx, sku)
+	switch err = translate(err); {
+	case errors.Is(err, ErrNotFound):
 		return Item{}, inputErr("sku", "unknown item %q", sku)
-	}
-	if err != nil {
+	case err != nil:
 		return Item{}, fmt.Errorf("get item %s: %w", sku, err)
 	}
+	item := Item(row)
 
 	var itemIDs []int64
 	quantities := make([]decimal.Decimal, len(components))
@@ -91,36 +94,23 @@ func SetBillOfMaterials(ctx context.Context, tx pgx.Tx, sku string, components [
 		// A cycle closes when the item is reachable from a new component
 		// through the bills as they stand (the item's own, being replaced,
 		// left out).
-		var via *int64
-		err := tx.QueryRow(ctx, `
-			WITH RECURSIVE reach (id, root) AS (
-				SELECT c, c FROM unnest($2::bigint[]) AS c
-				UNION
-				SELECT ic.component_item_id, r.root
-				FROM item_components ic JOIN reach r ON ic.item_id = r.id
-				WHERE ic.item_id <> $1
-			)
-			SELECT root FROM reach WHERE id = $1 LIMIT 1`, item.ID, itemIDs).Scan(&via)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return Item{}, fmt.Errorf("check bill of materials of %s for cycles: %w", sku, err)
-		}
-		if via != nil {
-			i := first[*via]
+		via, err := dbsqlc.New().ItemComponentFindCycle(ctx, tx, item.ID, itemIDs)
+		switch err = translate(err); {
+		case err == nil:
+			i := first[via]
 			return Item{}, inputErr(fmt.Sprintf("components.%d.sku", i),
 				"%q contains %q through its bill of materials: the item would contain itself", lines[i].SKU, sku)
+		case !errors.Is(err, ErrNotFound):
+			return Item{}, fmt.Errorf("check bill of materials of %s for cycles: %w", sku, err)
 		}
 	}
 
-	if _, err := tx.Exec(ctx, `DELETE FROM item_components WHERE item_id = $1`, item.ID); err != nil {
-		return Item{}, fmt.Errorf("clear bill of materials of %s: %w", sku, err)
+	if err := dbsqlc.New().ItemComponentDeleteByItem(ctx, tx, item.ID); err != nil {
+		return Item{}, fmt.Errorf("clear bill of materials of %s: %w", sku, translate(err))
 	}
 	if len(itemIDs) > 0 {
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO item_components (item_id, component_item_id, line_no, quantity)
-			SELECT $1, t.component, t.ord, t.qty
-			FROM unnest($2::bigint[], $3::numeric[]) WITH ORDINALITY AS t(component, qty, ord)`,
-			item.ID, itemIDs, quantities); err != nil {
-			return Item{}, fmt.Errorf("insert %d components of %s: %w", len(itemIDs), sku, err)
+		if err := dbsqlc.New().ItemComponentInsertMany(ctx, tx, item.ID, itemIDs, quantities); err != nil {
+			return Item{}, fmt.Errorf("insert %d components of %s: %w", len(itemIDs), sku, translate(err))
 		}
 	}
 	return item, nil
@@ -129,16 +119,13 @@ func SetBillOfMaterials(ctx context.Context, tx pgx.Tx, sku string, components [
 // BillOfMaterials returns the bill of materials of item itemID (table
 // item_components) in line order; empty for an item not made in-house.
 func BillOfMaterials(ctx context.Context, q Querier, itemID int64) ([]Component, error) {
-	rows, err := q.Query(ctx, `
-		SELECT c.line_no, i.sku, i.name, i.unit, c.quantity
-		FROM item_components c JOIN items i ON i.id = c.component_item_id
-		WHERE c.item_id = $1 ORDER BY c.line_no`, itemID)
+	rows, err := dbsqlc.New().ItemComponentListByItem(ctx, q, itemID)
 	if err != nil {
-		return nil, fmt.Errorf("get bill of materials of item %d: %w", itemID, err)
+		return nil, fmt.Errorf("get bill of materials of item %d: %w", itemID, translate(err))
 	}
-	comps, err := pgx.CollectRows(rows, pgx.RowToStructByName[Component])
-	if err != nil {
-		return nil, fmt.Errorf("get bill of materials of item %d: %w", itemID, err)
+	comps := make([]Component, len(rows))
+	for i, r := range rows {
+		comps[i] = Component{LineNo: r.LineNo, SKU: r.SKU, Name: r.Name, Unit: r.Unit, Quantity: r.Quantity}
 	}
 	return comps, nil
 }
@@ -154,18 +141,17 @@ func SetProductionWarehouse(ctx context.Context, tx pgx.Tx, code string) (Wareho
 	}
 	// Two statements: a unique index is checked row by row, so moving the
 	// mark in one UPDATE could see both rows marked.
-	if _, err := tx.Exec(ctx, `UPDATE warehouses SET supplies_production = false WHERE supplies_production AND code <> $1`, code); err != nil {
-		return Warehouse{}, fmt.Errorf("clear production warehouse: %w", err)
+	if err := dbsqlc.New().WarehouseClearProduction(ctx, tx, code); err != nil {
+		return Warehouse{}, fmt.Errorf("clear production warehouse: %w", translate(err))
 	}
-	wh, err := getOne[Warehouse](ctx, tx, `
-		UPDATE warehouses SET supplies_production = true WHERE code = $1 RETURNING `+warehouseColumns, code)
-	if errors.Is(err, ErrNotFound) {
+	wh, err := dbsqlc.New().WarehouseSetProduction(ctx, tx, code)
+	switch err = translate(err); {
+	case errors.Is(err, ErrNotFound):
 		return Warehouse{}, inputErr("code", "unknown warehouse %q", code)
-	}
-	if err != nil {
+	case err != nil:
 		return Warehouse{}, fmt.Errorf("set production warehouse %s: %w", code, err)
 	}
-	return wh, nil
+	return Warehouse(wh), nil
 }
 
 // PlanSalesOrder plans production for sales order salesOrderID: one
@@ -178,28 +164,12 @@ func SetProductionWarehouse(ctx context.Context, tx pgx.Tx, code string) (Wareho
 // production orders and their events; ErrNotFound when the order does not
 // exist.
 func PlanSalesOrder(ctx context.Context, tx pgx.Tx, salesOrderID int64) ([]ProductionOrder, []Event, error) {
-	var id int64
-	if err := tx.QueryRow(ctx, `SELECT id FROM sales_orders WHERE id = $1 FOR NO KEY UPDATE`, salesOrderID).Scan(&id); err != nil {
+	if _, err := dbsqlc.New().SalesOrderLockByID(ctx, tx, salesOrderID); err != nil {
 		return nil, nil, fmt.Errorf("plan sales order %d: %w", salesOrderID, translate(err))
 	}
-	rows, err := tx.Query(ctx, `
-		SELECT l.line_no, l.item_id, l.quantity FROM sales_order_lines l
-		WHERE l.sales_order_id = $1
-		  AND EXISTS (SELECT 1 FROM item_components c WHERE c.item_id = l.item_id)
-		  AND NOT EXISTS (SELECT 1 FROM plan_prod_orders p
-		                  WHERE p.sales_order_id = l.sales_order_id AND p.sales_order_line_no = l.line_no)
-		ORDER BY l.line_no`, salesOrderID)
+	lines, err := dbsqlc.New().SalesOrderLineListToPlan(ctx, tx, salesOrderID)
 	if err != nil {
-		return nil, nil, fmt.Errorf("lines to plan of sales order %d: %w", salesOrderID, err)
-	}
-	type toPlan struct {
-		LineNo   int32           `db:"line_no"`
-		ItemID   int64           `db:"item_id"`
-		Quantity decimal.Decimal `db:"quantity"`
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowToStructByName[toPlan])
-	if err != nil {
-		return nil, nil, fmt.Errorf("lines to plan of sales order %d: %w", salesOrderID, err)
+		return nil, nil, fmt.Errorf("lines to plan of sales order %d: %w", salesOrderID, translate(err))
 	}
 	var orders []ProductionOrder
 	var events []Event
@@ -227,46 +197,34 @@ func PlanSalesOrder(ctx context.Context, tx pgx.Tx, salesOrderID int64) ([]Produ
 // Errors: ErrNotFound (no such production order), ErrNoBillOfMaterials (the
 // item has none: nothing to issue), ErrNoProductionWarehouse.
 func IssueMaterials(ctx context.Context, tx pgx.Tx, prodOrderID, sourceEventID int64) (mv WarehouseMove, events []Event, created bool, err error) {
-	var itemID int64
-	var quantity decimal.Decimal
-	var no string
 	// The lock makes the existence check below hold against a concurrent
 	// issue for the same order.
-	if err := tx.QueryRow(ctx, `SELECT item_id, quantity, number FROM plan_prod_orders WHERE id = $1 FOR NO KEY UPDATE`,
-		prodOrderID).Scan(&itemID, &quantity, &no); err != nil {
+	po, err := dbsqlc.New().ProductionOrderLockByID(ctx, tx, prodOrderID)
+	if err != nil {
 		return WarehouseMove{}, nil, false, fmt.Errorf("issue materials for production order %d: %w", prodOrderID, translate(err))
 	}
-	var existing int64
-	err = tx.QueryRow(ctx, `SELECT id FROM wh_moves WHERE source_event_id = $1`, sourceEventID).Scan(&existing)
-	if err == nil {
+	quantity, no := po.Quantity, po.Number
+	existing, err := dbsqlc.New().WarehouseMoveGetIDBySourceEvent(ctx, tx, &sourceEventID)
+	switch err = translate(err); {
+	case err == nil:
 		mv, err := WarehouseMoveByID(ctx, tx, existing)
 		return mv, nil, false, err
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
+	case !errors.Is(err, ErrNotFound):
 		return WarehouseMove{}, nil, false, fmt.Errorf("find move answering event %d: %w", sourceEventID, err)
 	}
 
-	rows, err := tx.Query(ctx, `SELECT component_item_id, quantity FROM item_components WHERE item_id = $1 ORDER BY line_no`, itemID)
+	comps, err := dbsqlc.New().ItemComponentListByItem(ctx, tx, po.ItemID)
 	if err != nil {
-		return WarehouseMove{}, nil, false, fmt.Errorf("components for production order %s: %w", no, err)
-	}
-	type component struct {
-		ItemID   int64           `db:"component_item_id"`
-		Quantity decimal.Decimal `db:"quantity"`
-	}
-	comps, err := pgx.CollectRows(rows, pgx.RowToStructByName[component])
-	if err != nil {
-		return WarehouseMove{}, nil, false, fmt.Errorf("components for production order %s: %w", no, err)
+		return WarehouseMove{}, nil, false, fmt.Errorf("components for production order %s: %w", no, translate(err))
 	}
 	if len(comps) == 0 {
 		return WarehouseMove{}, nil, false, fmt.Errorf("issue materials for production order %s: %w", no, ErrNoBillOfMaterials)
 	}
-	var warehouseID int64
-	err = tx.QueryRow(ctx, `SELECT id FROM warehouses WHERE supplies_production`).Scan(&warehouseID)
-	if errors.Is(err, pgx.ErrNoRows) {
+	warehouseID, err := dbsqlc.New().WarehouseGetProductionID(ctx, tx)
+	switch err = translate(err); {
+	case errors.Is(err, ErrNotFound):
 		return WarehouseMove{}, nil, false, fmt.Errorf("issue materials for production order %s: %w", no, ErrNoProductionWarehouse)
-	}
-	if err != nil {
+	case err != nil:
 		return WarehouseMove{}, nil, false, fmt.Errorf("find production warehouse: %w", err)
 	}
 
@@ -277,7 +235,7 @@ func IssueMaterials(ctx context.Context, tx pgx.Tx, prodOrderID, sourceEventID i
 		if q.GreaterThanOrEqual(decimal.New(1, 15)) {
 			return WarehouseMove{}, nil, false, fmt.Errorf("issue materials for production order %s: quantity %s of component %d is too large", no, q, i+1)
 		}
-		itemIDs[i], lines[i] = c.ItemID, LineInput{Quantity: q}
+		itemIDs[i], lines[i] = c.ComponentItemID, LineInput{Quantity: q}
 	}
 	mv, events, err = insertWarehouseMove(ctx, tx, nil, moveRow{
 		kind: MoveIssueToProduction, prefix: PrefixIssueToProduction, fromID: &warehouseID,

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"erp/db/internal/dbsqlc"
 )
 
 // AdminLogin and AdminDisplayName name the user bootstrapped at start.
@@ -19,6 +21,8 @@ const (
 	AdminLogin       = "admin"
 	AdminDisplayName = "Администратор"
 	tokenPrefix      = "erp_"
+	// bootstrapTokenName names the admin token EnsureAdmin stores.
+	bootstrapTokenName = "bootstrap"
 )
 
 // Roles, as stored in users.role. RoleAdmin may do everything.
@@ -44,24 +48,22 @@ const (
 
 // User is a row of users: a person or an integration account.
 type User struct {
-	ID          int64  `db:"id"`
-	Login       string `db:"login"`
-	DisplayName string `db:"display_name"`
-	Role        string `db:"role"`
+	ID          int64
+	Login       string
+	DisplayName string
+	Role        string
 }
 
 // APIToken is a row of api_tokens, without the hash.
 type APIToken struct {
-	ID         int64      `db:"id"`
-	UserID     int64      `db:"user_id"`
-	Name       string     `db:"name"`
-	CreatedAt  time.Time  `db:"created_at"`
-	ExpiresAt  *time.Time `db:"expires_at"`
-	RevokedAt  *time.Time `db:"revoked_at"`
-	LastUsedAt *time.Time `db:"last_used_at"`
+	ID         int64
+	UserID     int64
+	Name       string
+	CreatedAt  time.Time
+	ExpiresAt  *time.Time
+	RevokedAt  *time.Time
+	LastUsedAt *time.Time
 }
-
-const tokenColumns = `t.id, t.user_id, t.name, t.created_at, t.expires_at, t.revoked_at, t.last_used_at`
 
 // NewToken returns a fresh random API token ("erp_" + 43 base64url chars,
 // 256 bits). Only its SHA-256 is stored.
@@ -83,21 +85,15 @@ func hashToken(token string) []byte {
 // makes token one of its API tokens. It returns the admin's id. Safe to run
 // at every start and from several instances at once.
 func EnsureAdmin(ctx context.Context, tx pgx.Tx, token string) (int64, error) {
-	var id int64
-	err := tx.QueryRow(ctx, `
-		INSERT INTO users (login, display_name, role) VALUES ($1, $2, $3)
-		ON CONFLICT (login) DO UPDATE SET role = EXCLUDED.role
-		RETURNING id`, AdminLogin, AdminDisplayName, RoleAdmin).Scan(&id)
+	id, err := dbsqlc.New().UserUpsertRole(ctx, tx, AdminLogin, AdminDisplayName, RoleAdmin)
 	if err != nil {
-		return 0, fmt.Errorf("ensure admin user: %w", err)
+		return 0, fmt.Errorf("ensure admin user: %w", translate(err))
 	}
 	if token == "" {
 		return id, nil
 	}
-	if _, err := tx.Exec(ctx, `
-		INSERT INTO api_tokens (user_id, token_hash, name) VALUES ($1, $2, 'bootstrap')
-		ON CONFLICT (token_hash) DO NOTHING`, id, hashToken(token)); err != nil {
-		return 0, fmt.Errorf("store admin token: %w", err)
+	if err := dbsqlc.New().APITokenInsertIfAbsent(ctx, tx, id, hashToken(token), bootstrapTokenName); err != nil {
+		return 0, fmt.Errorf("store admin token: %w", translate(err))
 	}
 	return id, nil
 }
@@ -106,23 +102,11 @@ func EnsureAdmin(ctx context.Context, tx pgx.Tx, token string) (int64, error) {
 // expired) and when the token expires (nil: never), or ErrNotFound, and
 // notes the token's use (at most one write a minute per token).
 func UserByToken(ctx context.Context, q Querier, token string) (User, *time.Time, error) {
-	type owner struct {
-		User
-		ExpiresAt *time.Time `db:"expires_at"`
-	}
-	o, err := getOne[owner](ctx, q, `
-		WITH t AS (
-			SELECT id, user_id, expires_at FROM api_tokens
-			WHERE token_hash = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
-		), touch AS (
-			UPDATE api_tokens a SET last_used_at = now() FROM t
-			WHERE a.id = t.id AND (a.last_used_at IS NULL OR a.last_used_at < now() - interval '1 minute')
-		)
-		SELECT u.id, u.login, u.display_name, u.role, t.expires_at FROM t JOIN users u ON u.id = t.user_id`, hashToken(token))
+	o, err := dbsqlc.New().APITokenGetOwner(ctx, q, hashToken(token))
 	if err != nil {
-		return User{}, nil, fmt.Errorf("find token owner: %w", err)
+		return User{}, nil, fmt.Errorf("find token owner: %w", translate(err))
 	}
-	return o.User, o.ExpiresAt, nil
+	return User{ID: o.ID, Login: o.Login, DisplayName: o.DisplayName, Role: o.Role}, o.ExpiresAt, nil
 }
 
 // UserInput creates a user.
@@ -153,15 +137,14 @@ func CreateUser(ctx context.Context, tx pgx.Tx, actorID *int64, in UserInput) (U
 	if err := validRole("role", in.Role); err != nil {
 		return User{}, nil, err
 	}
-	u, err := getOne[User](ctx, tx, `
-		INSERT INTO users (login, display_name, role) VALUES ($1, $2, $3)
-		RETURNING id, login, display_name, role`, in.Login, name, in.Role)
-	if errors.Is(err, ErrConflict) {
+	row, err := dbsqlc.New().UserInsert(ctx, tx, in.Login, name, in.Role)
+	switch err = translate(err); {
+	case errors.Is(err, ErrConflict):
 		return User{}, nil, conflictOn("login", "user %q exists", in.Login)
-	}
-	if err != nil {
+	case err != nil:
 		return User{}, nil, fmt.Errorf("insert user %s: %w", in.Login, err)
 	}
+	u := User(row)
 	ev, err := appendEvent(ctx, tx, actorID, EventUserCreated, EntityUsers, u.ID,
 		map[string]any{"login": u.Login, "role": u.Role})
 	if err != nil {
@@ -172,31 +155,31 @@ func CreateUser(ctx context.Context, tx pgx.Tx, actorID *int64, in UserInput) (U
 
 // UserByLogin returns the user with login, or ErrNotFound.
 func UserByLogin(ctx context.Context, q Querier, login string) (User, error) {
-	u, err := getOne[User](ctx, q, `SELECT id, login, display_name, role FROM users WHERE login = $1`, login)
+	u, err := dbsqlc.New().UserGetByLogin(ctx, q, login)
 	if err != nil {
-		return User{}, fmt.Errorf("get user %s: %w", login, err)
+		return User{}, fmt.Errorf("get user %s: %w", login, translate(err))
 	}
-	return u, nil
+	return User(u), nil
 }
 
 // UserByID returns user id, or ErrNotFound.
 func UserByID(ctx context.Context, q Querier, id int64) (User, error) {
-	u, err := getOne[User](ctx, q, `SELECT id, login, display_name, role FROM users WHERE id = $1`, id)
+	u, err := dbsqlc.New().UserGetByID(ctx, q, id)
 	if err != nil {
-		return User{}, fmt.Errorf("get user %d: %w", id, err)
+		return User{}, fmt.Errorf("get user %d: %w", id, translate(err))
 	}
-	return u, nil
+	return User(u), nil
 }
 
 // Users lists every user by login.
 func Users(ctx context.Context, q Querier) ([]User, error) {
-	rows, err := q.Query(ctx, `SELECT id, login, display_name, role FROM users ORDER BY login`)
+	rows, err := dbsqlc.New().UserList(ctx, q)
 	if err != nil {
-		return nil, fmt.Errorf("list users: %w", err)
+		return nil, fmt.Errorf("list users: %w", translate(err))
 	}
-	us, err := pgx.CollectRows(rows, pgx.RowToStructByName[User])
-	if err != nil {
-		return nil, fmt.Errorf("list users: %w", err)
+	us := make([]User, len(rows))
+	for i, r := range rows {
+		us[i] = User(r)
 	}
 	return us, nil
 }
@@ -212,11 +195,11 @@ func SetUserRole(ctx context.Context, tx pgx.Tx, actorID *int64, login, role str
 		// would make it admin again anyway.
 		return User{}, nil, inputErr("login", "the bootstrap admin keeps the admin role")
 	}
-	u, err := getOne[User](ctx, tx, `
-		UPDATE users SET role = $2 WHERE login = $1 RETURNING id, login, display_name, role`, login, role)
+	row, err := dbsqlc.New().UserSetRole(ctx, tx, role, login)
 	if err != nil {
-		return User{}, nil, fmt.Errorf("set role of %s: %w", login, err)
+		return User{}, nil, fmt.Errorf("set role of %s: %w", login, translate(err))
 	}
+	u := User(row)
 	ev, err := appendEvent(ctx, tx, actorID, EventUserRoleChanged, EntityUsers, u.ID, map[string]any{"role": role})
 	if err != nil {
 		return User{}, nil, err
@@ -242,13 +225,11 @@ func IssueToken(ctx context.Context, tx pgx.Tx, actorID *int64, login, name stri
 	if err != nil {
 		return "", APIToken{}, nil, err
 	}
-	t, err := getOne[APIToken](ctx, tx, `
-		WITH t AS (
-			INSERT INTO api_tokens (user_id, token_hash, name, expires_at) VALUES ($1, $2, $3, $4) RETURNING *
-		) SELECT `+tokenColumns+` FROM t`, u.ID, hashToken(token), name, expiresAt)
+	row, err := dbsqlc.New().APITokenInsert(ctx, tx, u.ID, hashToken(token), name, expiresAt)
 	if err != nil {
-		return "", APIToken{}, nil, fmt.Errorf("insert token for %s: %w", login, err)
+		return "", APIToken{}, nil, fmt.Errorf("insert token for %s: %w", login, translate(err))
 	}
+	t := APIToken(row)
 	ev, err := appendEvent(ctx, tx, actorID, EventTokenIssued, EntityUsers, u.ID,
 		map[string]any{"token_id": t.ID, "name": t.Name, "expires_at": t.ExpiresAt})
 	if err != nil {
@@ -260,20 +241,19 @@ func IssueToken(ctx context.Context, tx pgx.Tx, actorID *int64, login, name stri
 // RevokeToken revokes token id at once and journals token.revoked; a
 // repeat is a no-op that journals nothing. ErrNotFound for an unknown id.
 func RevokeToken(ctx context.Context, tx pgx.Tx, actorID *int64, id int64) (APIToken, []Event, error) {
-	t, err := getOne[APIToken](ctx, tx, `
-		WITH t AS (
-			UPDATE api_tokens SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL RETURNING *
-		) SELECT `+tokenColumns+` FROM t`, id)
-	if errors.Is(err, ErrNotFound) {
-		t, err = getOne[APIToken](ctx, tx, `SELECT `+tokenColumns+` FROM api_tokens t WHERE t.id = $1`, id)
+	row, err := dbsqlc.New().APITokenRevoke(ctx, tx, id)
+	switch err = translate(err); {
+	case errors.Is(err, ErrNotFound):
+		// Revoked already (a no-op), or no such token.
+		row, err := dbsqlc.New().APITokenGetByID(ctx, tx, id)
 		if err != nil {
-			return APIToken{}, nil, fmt.Errorf("revoke token %d: %w", id, err)
+			return APIToken{}, nil, fmt.Errorf("revoke token %d: %w", id, translate(err))
 		}
-		return t, nil, nil
-	}
-	if err != nil {
+		return APIToken(row), nil, nil
+	case err != nil:
 		return APIToken{}, nil, fmt.Errorf("revoke token %d: %w", id, err)
 	}
+	t := APIToken(row)
 	ev, err := appendEvent(ctx, tx, actorID, EventTokenRevoked, EntityUsers, t.UserID, map[string]any{"token_id": t.ID})
 	if err != nil {
 		return APIToken{}, nil, err
@@ -292,14 +272,13 @@ func Tokens(ctx context.Context, q Querier, login *string) ([]APIToken, error) {
 		}
 		userID = &u.ID
 	}
-	rows, err := q.Query(ctx, `SELECT `+tokenColumns+` FROM api_tokens t
-		WHERE ($1::bigint IS NULL OR t.user_id = $1) ORDER BY t.id DESC`, userID)
+	rows, err := dbsqlc.New().APITokenList(ctx, q, userID)
 	if err != nil {
-		return nil, fmt.Errorf("list tokens: %w", err)
+		return nil, fmt.Errorf("list tokens: %w", translate(err))
 	}
-	ts, err := pgx.CollectRows(rows, pgx.RowToStructByName[APIToken])
-	if err != nil {
-		return nil, fmt.Errorf("list tokens: %w", err)
+	ts := make([]APIToken, len(rows))
+	for i, r := range rows {
+		ts[i] = APIToken(r)
 	}
 	return ts, nil
 }
@@ -311,18 +290,9 @@ func TokenKey(token string) string { return hex.EncodeToString(hashToken(token))
 // TokensEndedSince returns the keys (TokenKey) of tokens revoked or
 // expired after since, and the database's now, to pass as since next time.
 func TokensEndedSince(ctx context.Context, q Querier, since time.Time) ([]string, time.Time, error) {
-	var now time.Time
-	if err := q.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		return nil, time.Time{}, fmt.Errorf("read clock: %w", err)
-	}
-	rows, err := q.Query(ctx, `SELECT encode(token_hash, 'hex') FROM api_tokens
-		WHERE revoked_at > $1 OR (expires_at > $1 AND expires_at <= $2)`, since, now)
+	r, err := dbsqlc.New().APITokenListEndedSince(ctx, q, since)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("list ended tokens: %w", err)
+		return nil, time.Time{}, fmt.Errorf("list tokens ended since %s: %w", since.Format(time.RFC3339Nano), translate(err))
 	}
-	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("list ended tokens: %w", err)
-	}
-	return keys, now, nil
+	return r.Keys, r.Now, nil
 }

@@ -13,6 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 )
 
 // Namespace prefixes every metric name of this server.
@@ -162,11 +165,11 @@ func (m *Metrics) RegisterGauge(name, help string, fn func() float64) {
 }
 
 // RegisterDatabase registers the collectors that read pool at scrape time:
-// pgxpool's statistics and River's job counts by state (one query with a
-// 2 s timeout per scrape).
+// pgxpool's statistics and River's job counts by state (one query through
+// River's driver, with a 2 s timeout, per scrape).
 func (m *Metrics) RegisterDatabase(pool *pgxpool.Pool) {
 	if m != nil {
-		m.reg.MustRegister(poolCollector{pool: pool}, queueCollector{pool: pool})
+		m.reg.MustRegister(poolCollector{pool: pool}, queueCollector{exec: riverpgxv5.New(pool).GetExecutor()})
 	}
 }
 
@@ -202,11 +205,10 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 
 var queueDepth = prometheus.NewDesc(Namespace+"_river_jobs", "River jobs by state, counted at scrape time.", []string{"state"}, nil)
 
-// riverStates are River's job states, reported even when zero.
-var riverStates = []string{"available", "cancelled", "completed", "discarded", "pending", "retryable", "running", "scheduled"}
-
-// queueCollector counts river_job rows by state at scrape time.
-type queueCollector struct{ pool *pgxpool.Pool }
+// queueCollector counts River's jobs by state at scrape time through
+// River's driver (JobCountByAllStates), which reports every state, zero
+// included.
+type queueCollector struct{ exec riverdriver.Executor }
 
 func (queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- queueDepth }
 
@@ -215,27 +217,12 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 	// against a database that hangs.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	counts := map[string]float64{}
-	rows, err := c.pool.Query(ctx, `SELECT state::text, count(*) FROM river_job GROUP BY state`)
-	if err == nil {
-		for rows.Next() {
-			var state string
-			var n int64
-			if err = rows.Scan(&state, &n); err != nil {
-				break
-			}
-			counts[state] = float64(n)
-		}
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
-		}
-	}
+	counts, err := c.exec.JobCountByAllStates(ctx, &riverdriver.JobCountByAllStatesParams{})
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(queueDepth, fmt.Errorf("count river jobs: %w", err))
 		return
 	}
-	for _, s := range riverStates {
-		ch <- prometheus.MustNewConstMetric(queueDepth, prometheus.GaugeValue, counts[s], s)
+	for _, s := range rivertype.JobStates() {
+		ch <- prometheus.MustNewConstMetric(queueDepth, prometheus.GaugeValue, float64(counts[s]), string(s))
 	}
 }

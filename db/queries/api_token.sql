@@ -1,0 +1,50 @@
+-- name: APITokenInsertIfAbsent :exec
+-- APITokenInsertIfAbsent stores a token of user_id by its hash unless that
+-- hash is stored already.
+INSERT INTO api_tokens (user_id, token_hash, name) VALUES (@user_id, @token_hash, @name)
+ON CONFLICT (token_hash) DO NOTHING;
+
+-- name: APITokenInsert :one
+INSERT INTO api_tokens (user_id, token_hash, name, expires_at)
+VALUES (@user_id, @token_hash, @name, sqlc.narg(expires_at))
+RETURNING id, user_id, name, created_at, expires_at, revoked_at, last_used_at;
+
+-- name: APITokenGetByID :one
+SELECT id, user_id, name, created_at, expires_at, revoked_at, last_used_at
+FROM api_tokens WHERE id = @id;
+
+-- name: APITokenList :many
+-- APITokenList lists tokens newest first, of user_id's user only when
+-- user_id is not null.
+SELECT id, user_id, name, created_at, expires_at, revoked_at, last_used_at
+FROM api_tokens
+WHERE sqlc.narg(user_id)::bigint IS NULL OR user_id = sqlc.narg(user_id)
+ORDER BY id DESC;
+
+-- name: APITokenRevoke :one
+-- APITokenRevoke revokes token id now; no row when it does not exist or is
+-- revoked already.
+UPDATE api_tokens SET revoked_at = now() WHERE id = @id AND revoked_at IS NULL
+RETURNING id, user_id, name, created_at, expires_at, revoked_at, last_used_at;
+
+-- name: APITokenGetOwner :one
+-- APITokenGetOwner returns the user owning the valid (not revoked, not
+-- expired) token of token_hash and when it expires, and notes its use: at
+-- most one write a minute per token.
+WITH t AS (
+    SELECT k.id, k.user_id, k.expires_at FROM api_tokens k
+    WHERE k.token_hash = @token_hash AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())
+), touch AS (
+    UPDATE api_tokens a SET last_used_at = now() FROM t
+    WHERE a.id = t.id AND (a.last_used_at IS NULL OR a.last_used_at < now() - interval '1 minute')
+)
+SELECT u.id, u.login, u.display_name, u.role, t.expires_at FROM t JOIN users u ON u.id = t.user_id;
+
+-- name: APITokenListEndedSince :one
+-- APITokenListEndedSince returns the database's now and the hashes, hex, of
+-- the tokens revoked or expired after since and by now.
+SELECT now()::timestamptz AS now,
+    ARRAY(
+        SELECT encode(token_hash, 'hex') FROM api_tokens
+        WHERE revoked_at > @since::timestamptz OR (expires_at > @since::timestamptz AND expires_at <= now())
+    )::text[] AS keys;

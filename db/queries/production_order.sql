@@ -1,0 +1,18 @@
+-- name: ProductionOrderInsert :one
+INSERT INTO plan_prod_orders (number, item_id, quantity, sales_order_id, sales_order_line_no, created_by)
+VALUES (@number, @item_id, @quantity, sqlc.narg(sales_order_id), sqlc.narg(sales_order_line_no), sqlc.narg(created_by))
+RETURNING id;
+
+-- name: ProductionOrderGetByID :one
+SELECT p.id, p.number, i.sku, i.name AS item_name, i.unit, p.quantity, p.sales_order_id,
+    p.status, p.created_at, p.sales_order_line_no
+FROM plan_prod_orders p JOIN items i ON i.id = p.item_id
+WHERE p.id = @id;
+
+-- name: ProductionOrderExists :one
+SELECT EXISTS (SELECT 1 FROM plan_prod_orders WHERE id = @id);
+
+-- name: ProductionOrderLockByID :one
+-- ProductionOrderLockByID returns production order id locked against a
+-- concurrent issue of its materials until the transaction ends.
+SELECT item_id, quantity, number FROM plan_prod_orders WHERE id = @id FOR NO KEY UPDATE;

@@ -1,0 +1,25 @@
+-- name: PurchaseOrderInsert :one
+INSERT INTO wh_purchase_orders (number, supplier, created_by)
+VALUES (@number, @supplier, sqlc.narg(created_by))
+RETURNING id;
+
+-- name: PurchaseOrderGetByID :one
+SELECT id, number, supplier, status, created_at FROM wh_purchase_orders WHERE id = @id;
+
+-- name: PurchaseOrderExists :one
+SELECT EXISTS (SELECT 1 FROM wh_purchase_orders WHERE id = @id);
+
+-- name: PurchaseOrderLineInsertMany :exec
+-- PurchaseOrderLineInsertMany writes the lines of purchase order
+-- purchase_order_id, one per element of the arrays (same length), numbered
+-- from 1 in their order; a price of '' is none.
+INSERT INTO wh_purchase_order_lines (purchase_order_id, line_no, item_id, quantity, price)
+SELECT @purchase_order_id, t.ord, t.item, t.qty, NULLIF(t.price, '')::numeric
+FROM ROWS FROM (unnest(@item_ids::bigint[]), unnest(@quantities::numeric[]), unnest(@prices::text[]))
+    WITH ORDINALITY AS t(item, qty, price, ord);
+
+-- name: PurchaseOrderLineList :many
+SELECT l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
+FROM wh_purchase_order_lines l JOIN items i ON i.id = l.item_id
+WHERE l.purchase_order_id = @purchase_order_id
+ORDER BY l.line_no;

@@ -1,0 +1,93 @@
+-- name: SalesOrderInsert :many
+-- SalesOrderInsert writes a sales order numbered provisionally (a unique
+-- placeholder that SalesOrderSetNumber replaces before commit, so no other
+-- transaction ever sees it), its lines and its doc.created event (payload
+-- {"id", "entity": payload_entity}, "no" follows with the number), and
+-- returns one row per line, in line order, each with the order and the
+-- event. A line whose SKU names no item is left out (the caller compares
+-- the count); an order whose (source, external_id) exists already is not
+-- written (no rows). A manual order has external_id NULL, which never
+-- conflicts. The arrays hold one element per line; a price of '' is none.
+WITH so AS (
+    INSERT INTO sales_orders (number, customer, created_by, source, external_id)
+    VALUES ('pending ' || gen_random_uuid(), @customer::text, sqlc.narg(actor_id)::bigint, @source::text, sqlc.narg(external_id)::text)
+    ON CONFLICT (source, external_id) DO NOTHING
+    RETURNING id, customer, status, source, external_id, created_at
+), l AS (
+    INSERT INTO sales_order_lines (sales_order_id, line_no, item_id, quantity, price)
+    SELECT so.id, t.ord, i.id, t.qty, NULLIF(t.price, '')::numeric
+    FROM so, ROWS FROM (unnest(@skus::text[]), unnest(@quantities::numeric[]), unnest(@prices::text[]))
+        WITH ORDINALITY AS t(sku, qty, price, ord)
+    JOIN items i ON i.sku = t.sku
+    RETURNING line_no, item_id, quantity, price
+), e AS (
+    INSERT INTO events (type, entity, entity_id, payload, actor_id)
+    SELECT @event_type::text, @event_entity::text, so.id,
+        jsonb_build_object('id', so.id, 'entity', @payload_entity::text), sqlc.narg(actor_id)::bigint
+    FROM so
+    RETURNING *
+)
+SELECT e.id AS event_id, e.type AS event_type, e.entity AS event_entity, e.entity_id AS event_entity_id,
+    e.payload AS event_payload, e.created_at AS event_created_at, e.dispatched_at AS event_dispatched_at,
+    e.processed_at AS event_processed_at, e.feed_seq AS event_feed_seq, e.actor_id AS event_actor_id,
+    u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role,
+    so.id, so.customer, so.status, so.source, so.external_id, so.created_at,
+    l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
+FROM so CROSS JOIN e LEFT JOIN users u ON u.id = e.actor_id
+CROSS JOIN l JOIN items i ON i.id = l.item_id
+ORDER BY l.line_no;
+
+-- name: SalesOrderSetNumber :one
+-- SalesOrderSetNumber takes the next number of series prefix (as
+-- NumberSeriesNext does) and puts it in sales order id and in the payload
+-- of its event event_id ("no"), returning the number and the payload.
+WITH n AS (
+    INSERT INTO number_series (prefix, year, last_value)
+    VALUES (@prefix::text, extract(year FROM now())::int, 1)
+    ON CONFLICT (prefix, year) DO UPDATE SET last_value = number_series.last_value + 1
+    RETURNING prefix || '-' || year || '-' || lpad(last_value::text, 6, '0') AS number
+), so AS (
+    UPDATE sales_orders s SET number = n.number FROM n WHERE s.id = @id::bigint RETURNING s.number
+), e AS (
+    UPDATE events e SET payload = e.payload || jsonb_build_object('no', so.number)
+    FROM so WHERE e.id = @event_id::bigint
+    RETURNING e.payload
+)
+SELECT so.number, e.payload FROM so CROSS JOIN e;
+
+-- name: SalesOrderGetByID :one
+SELECT id, number, customer, status, source, external_id, created_at
+FROM sales_orders WHERE id = @id;
+
+-- name: SalesOrderGetIDByExternalID :one
+SELECT id FROM sales_orders WHERE source = @source AND external_id = @external_id;
+
+-- name: SalesOrderExists :one
+SELECT EXISTS (SELECT 1 FROM sales_orders WHERE id = @id);
+
+-- name: SalesOrderSetStatus :execrows
+-- SalesOrderSetStatus moves sales order id from status from to status to;
+-- no row affected when it is not in status from.
+UPDATE sales_orders SET status = @to_status WHERE id = @id AND status = @from_status;
+
+-- name: SalesOrderLockByID :one
+-- SalesOrderLockByID locks sales order id against concurrent planning
+-- until the transaction ends.
+SELECT id FROM sales_orders WHERE id = @id FOR NO KEY UPDATE;
+
+-- name: SalesOrderLineList :many
+SELECT l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
+FROM sales_order_lines l JOIN items i ON i.id = l.item_id
+WHERE l.sales_order_id = @sales_order_id
+ORDER BY l.line_no;
+
+-- name: SalesOrderLineListToPlan :many
+-- SalesOrderLineListToPlan returns the lines of sales order
+-- sales_order_id whose item has a bill of materials and that no production
+-- order was planned for yet, in line order.
+SELECT l.line_no, l.item_id, l.quantity FROM sales_order_lines l
+WHERE l.sales_order_id = @sales_order_id
+  AND EXISTS (SELECT 1 FROM item_components c WHERE c.item_id = l.item_id)
+  AND NOT EXISTS (SELECT 1 FROM plan_prod_orders p
+                  WHERE p.sales_order_id = l.sales_order_id AND p.sales_order_line_no = l.line_no)
+ORDER BY l.line_no;

@@ -1,0 +1,23 @@
+-- name: UserUpsertRole :one
+-- UserUpsertRole creates user login, or gives an existing one role,
+-- returning its id.
+INSERT INTO users (login, display_name, role) VALUES (@login, @display_name, @role)
+ON CONFLICT (login) DO UPDATE SET role = EXCLUDED.role
+RETURNING id;
+
+-- name: UserInsert :one
+INSERT INTO users (login, display_name, role) VALUES (@login, @display_name, @role)
+RETURNING id, login, display_name, role;
+
+-- name: UserGetByID :one
+SELECT id, login, display_name, role FROM users WHERE id = @id;
+
+-- name: UserGetByLogin :one
+SELECT id, login, display_name, role FROM users WHERE login = @login;
+
+-- name: UserList :many
+SELECT id, login, display_name, role FROM users ORDER BY login;
+
+-- name: UserSetRole :one
+UPDATE users SET role = @role WHERE login = @login
+RETURNING id, login, display_name, role;

@@ -1,0 +1,34 @@
+-- name: WarehouseMoveInsert :one
+INSERT INTO wh_moves (number, kind, from_warehouse_id, to_warehouse_id, purchase_order_id, prod_order_id, source_event_id, created_by)
+VALUES (@number, @kind, sqlc.narg(from_warehouse_id), sqlc.narg(to_warehouse_id), sqlc.narg(purchase_order_id),
+    sqlc.narg(prod_order_id), sqlc.narg(source_event_id), sqlc.narg(created_by))
+RETURNING id;
+
+-- name: WarehouseMoveGetByID :one
+-- WarehouseMoveGetByID returns move id with its warehouses by code.
+SELECT m.id, m.number, m.kind, wf.code AS from_warehouse, wt.code AS to_warehouse,
+    m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at
+FROM wh_moves m
+LEFT JOIN warehouses wf ON wf.id = m.from_warehouse_id
+LEFT JOIN warehouses wt ON wt.id = m.to_warehouse_id
+WHERE m.id = @id;
+
+-- name: WarehouseMoveGetIDBySourceEvent :one
+-- WarehouseMoveGetIDBySourceEvent returns the move that answers journal
+-- event source_event_id (no row when none does).
+SELECT id FROM wh_moves WHERE source_event_id = @source_event_id;
+
+-- name: WarehouseMoveLineInsertMany :exec
+-- WarehouseMoveLineInsertMany writes the lines of move move_id, one per
+-- element of the arrays (same length), numbered from 1 in their order; a
+-- price of '' is none.
+INSERT INTO wh_move_lines (move_id, line_no, item_id, quantity, price)
+SELECT @move_id, t.ord, t.item, t.qty, NULLIF(t.price, '')::numeric
+FROM ROWS FROM (unnest(@item_ids::bigint[]), unnest(@quantities::numeric[]), unnest(@prices::text[]))
+    WITH ORDINALITY AS t(item, qty, price, ord);
+
+-- name: WarehouseMoveLineList :many
+SELECT l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
+FROM wh_move_lines l JOIN items i ON i.id = l.item_id
+WHERE l.move_id = @move_id
+ORDER BY l.line_no;
