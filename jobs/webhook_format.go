@@ -101,8 +101,9 @@ func ValidateWebhookSecret(s string) error {
 	if !ok {
 		return errors.New("webhook secret must start with whsec_: expected " + shape)
 	}
+	// Go's decoder skips line breaks; other languages' libraries may not.
 	key, err := base64.StdEncoding.Strict().DecodeString(b64)
-	if err != nil {
+	if err != nil || strings.ContainsAny(b64, "\r\n") {
 		return errors.New("webhook secret is not valid base64 after whsec_: expected " + shape)
 	}
 	if len(key) < minWebhookKey || len(key) > maxWebhookKey {
