@@ -141,16 +141,16 @@ type webhookSenderOptions struct {
 	source       string
 }
 
-// WithAllowPrivate(false) turns the address guard on: the sender connects
-// only to addresses CheckWebhookURL accepts, checked on the address it
-// connects to at every connection (so DNS rebinding gains nothing), and it
-// uses no proxy (the proxy, not the sender, would pick the address). A
-// refused address is a Permanent WebhookResult whose Err matches
-// ErrWebhookAddressRefused, and no packet is sent. WithAllowPrivate(true),
-// for on-premise receivers and tests, and a sender given no
-// WithAllowPrivate at all connect anywhere, through the environment's
-// proxy (HTTP_PROXY, HTTPS_PROXY, NO_PROXY). The server passes
-// WithAllowPrivate(WEBHOOK_ALLOW_PRIVATE).
+// WithAllowPrivate sets whether the sender may connect to any address; it
+// is meant to carry the WEBHOOK_ALLOW_PRIVATE setting. With false the
+// address guard is on: the sender connects only to addresses
+// CheckWebhookURL accepts, checked on the address it connects to at every
+// connection (so DNS rebinding gains nothing), and it uses no proxy (the
+// proxy, not the sender, would pick the address). A refused address is a
+// Permanent WebhookResult whose Err matches ErrWebhookAddressRefused, and no
+// packet is sent. With true, for on-premise receivers and tests, and for a
+// sender given no WithAllowPrivate at all, it connects anywhere, through the
+// environment's proxy (HTTP_PROXY, HTTPS_PROXY, NO_PROXY).
 func WithAllowPrivate(allow bool) WebhookSenderOption {
 	return func(o *webhookSenderOptions) { o.allowPrivate = allow }
 }
