@@ -23,16 +23,23 @@ import (
 // reads and keeps; the rest is never read: the connection is closed instead.
 const MaxWebhookBody = 4096
 
-// Headers of every webhook request. A receiver de-duplicates deliveries by
-// HeaderEventID (a retry carries the same id) and authenticates them with
-// HeaderTimestamp and HeaderSignature through VerifyWebhook.
+// Headers of every webhook request besides the Standard Webhooks ones
+// (HeaderWebhookID, HeaderWebhookTimestamp, HeaderWebhookSignature), which
+// are how a receiver de-duplicates and authenticates a request.
 const (
-	// HeaderEventID is the journal event id, in decimal.
+	// HeaderEventID is the journal event id, in decimal; a retry carries the
+	// same one.
 	HeaderEventID = "X-Erp-Event-Id"
 	// HeaderTimestamp is the time of signing in unix seconds, in decimal.
+	//
+	// Deprecated: receivers verify HeaderWebhookSignature, which covers
+	// HeaderWebhookTimestamp; this header goes with HeaderSignature.
 	HeaderTimestamp = "X-Erp-Timestamp"
 	// HeaderSignature is "sha256=" + hex(HMAC-SHA256(secret, timestamp + "." +
 	// body)) as made by SignWebhook; absent when the subscriber has no secret.
+	//
+	// Deprecated: receivers verify HeaderWebhookSignature with a Standard
+	// Webhooks library instead.
 	HeaderSignature = "X-Erp-Signature"
 )
 
@@ -65,9 +72,20 @@ type WebhookConfig struct {
 	// URL is an absolute http or https URL with a host and no user:password@
 	// (see ValidateWebhookURL).
 	URL string
-	// Secret is the HMAC key of HeaderSignature; when empty the request is
-	// not signed (no HeaderSignature).
+	// Secret signs the request (HeaderWebhookSignature, and the deprecated
+	// HeaderSignature); when empty the request is not signed. It should be
+	// of the whsec_<base64> form (ValidateWebhookSecret); any other secret
+	// signs with its raw bytes.
 	Secret string
+	// MessageID is HeaderWebhookID and the CloudEvents id: the delivery's
+	// stable id, the same at every attempt (WebhookMessageID). Empty means
+	// "evt_<event id>".
+	MessageID string
+	// Format is the body's shape; empty means WebhookFormatStandard.
+	Format WebhookFormat
+	// Event names the event for envelopes that carry it (CloudEvents:
+	// type, subject, time); the standard format does not use it.
+	Event WebhookEvent
 	// Timeout bounds the whole request: connecting, sending, waiting for the
 	// answer and reading the capped body. Zero or negative means 10 s; more
 	// than 2 min is cut to 2 min.
@@ -103,20 +121,93 @@ type WebhookResult struct {
 // connections to a subscriber are kept alive between events.
 type WebhookSender struct {
 	client *http.Client
-	// now is the clock for HeaderTimestamp and Retry-After dates; tests
-	// replace it. Durations are measured with the monotonic clock.
+	// guard checks URLs and, unless it allows private addresses, every
+	// address the client connects to.
+	guard *webhookGuard
+	// source is the CloudEvents source.
+	source string
+	// now is the clock for the timestamp headers and Retry-After dates;
+	// tests replace it. Durations are measured with the monotonic clock.
 	now func() time.Time
 }
 
+// WebhookSenderOption configures NewWebhookSender.
+type WebhookSenderOption func(*webhookSenderOptions)
+
+type webhookSenderOptions struct {
+	allowPrivate bool
+	resolver     WebhookResolver
+	dialer       WebhookDialer
+	source       string
+}
+
+// WithAllowPrivate sets whether the sender may connect to any address; it
+// is meant to carry the WEBHOOK_ALLOW_PRIVATE setting. With false the
+// address guard is on: the sender connects only to addresses
+// CheckWebhookURL accepts, checked on the address it connects to at every
+// connection (so DNS rebinding gains nothing), and it uses no proxy (the
+// proxy, not the sender, would pick the address). A refused address is a
+// Permanent WebhookResult whose Err matches ErrWebhookAddressRefused, and no
+// packet is sent. With true, for on-premise receivers and tests, and for a
+// sender given no WithAllowPrivate at all, it connects anywhere, through the
+// environment's proxy (HTTP_PROXY, HTTPS_PROXY, NO_PROXY).
+func WithAllowPrivate(allow bool) WebhookSenderOption {
+	return func(o *webhookSenderOptions) { o.allowPrivate = allow }
+}
+
+// WithWebhookResolver makes the guard resolve names with r instead of the
+// system resolver (tests stub it). Without the guard it is not used.
+func WithWebhookResolver(r WebhookResolver) WebhookSenderOption {
+	return func(o *webhookSenderOptions) { o.resolver = r }
+}
+
+// WithWebhookDialer makes the sender connect with d instead of a
+// net.Dialer (10 s connect timeout, 30 s keep-alive); behind the guard d
+// only gets "ip:port" addresses that the guard allowed. Tests stub it.
+func WithWebhookDialer(d WebhookDialer) WebhookSenderOption {
+	return func(o *webhookSenderOptions) { o.dialer = d }
+}
+
+// WithCloudEventsSource sets the source attribute of CloudEvents requests,
+// a URI-reference; "/erp" when not given or empty.
+func WithCloudEventsSource(source string) WebhookSenderOption {
+	return func(o *webhookSenderOptions) { o.source = source }
+}
+
 // NewWebhookSender returns a sender whose HTTP client never follows
-// redirects and whose transport bounds every phase of a request.
-func NewWebhookSender() *WebhookSender {
+// redirects and whose transport bounds every phase of a request; see the
+// options for the address guard, the resolver, the dialer and the
+// CloudEvents source.
+func NewWebhookSender(opts ...WebhookSenderOption) *WebhookSender {
+	// Unguarded unless asked: the dispatcher's own default sender and the
+	// tests that build one deliver to receivers on loopback.
+	o := webhookSenderOptions{allowPrivate: true, source: defaultCloudEventsSource}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if o.source == "" {
+		o.source = defaultCloudEventsSource
+	}
+	guard := &webhookGuard{allowPrivate: o.allowPrivate, resolver: o.resolver}
+	netDialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	proxy := http.ProxyFromEnvironment
+	if !o.allowPrivate {
+		netDialer.Control = guard.control
+		proxy = nil
+	}
+	guard.dialer = netDialer
+	if o.dialer != nil {
+		guard.dialer = o.dialer
+	}
+	dial := guard.dialer.DialContext
+	if !o.allowPrivate {
+		dial = guard.dialContext
+	}
 	transport := &http.Transport{
-		Proxy: http.ProxyFromEnvironment,
-		DialContext: (&net.Dialer{
-			Timeout:   10 * time.Second,
-			KeepAlive: 30 * time.Second,
-		}).DialContext,
+		Proxy:                  proxy,
+		DialContext:            dial,
 		ForceAttemptHTTP2:      true,
 		TLSClientConfig:        &tls.Config{MinVersion: tls.VersionTLS12},
 		TLSHandshakeTimeout:    10 * time.Second,
@@ -134,20 +225,35 @@ func NewWebhookSender() *WebhookSender {
 			// internal address (SSRF) or loop.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		now: time.Now,
+		guard:  guard,
+		source: o.source,
+		now:    time.Now,
 	}
 }
 
-// Send POSTs body (the event as JSON) to cfg.URL with the event id, the
-// timestamp and, when cfg.Secret is set, the signature headers, and reports
-// the outcome; it never panics and never follows a redirect. Errors are in
-// the result, see WebhookResult: an invalid URL is Permanent and sends
-// nothing; a timeout ("webhook example.com timed out after 10s"), an
+// CheckURL is CheckWebhookURL with the sender's resolver, and only
+// ValidateWebhookURL when the sender allows private addresses: the check to
+// run when a webhook's URL is created or changed, so that a URL the sender
+// would refuse is refused then already.
+func (s *WebhookSender) CheckURL(ctx context.Context, rawURL string) error {
+	if s == nil || s.guard == nil {
+		return errors.New("webhook sender not created by NewWebhookSender")
+	}
+	return s.guard.checkURL(ctx, rawURL)
+}
+
+// Send POSTs body (the event as JSON, in cfg.Format's envelope) to cfg.URL
+// with the Standard Webhooks headers (id, timestamp and, when cfg.Secret is
+// set, signature), HeaderEventID and the deprecated HeaderTimestamp and
+// HeaderSignature, and reports the outcome; it never panics and never
+// follows a redirect. Errors are in the result, see WebhookResult: an
+// invalid URL, an unknown format or an event the format cannot encode, and
+// an address the guard refuses are Permanent and send nothing; a timeout ("webhook example.com timed out after 10s"), an
 // unreachable host, a 408, 429, 5xx or the end of ctx are transient. A 2xx
 // is a success even if reading its body then failed: the receiver has
 // answered, and Body holds what was read.
 func (s *WebhookSender) Send(ctx context.Context, cfg WebhookConfig, eventID int64, body []byte) WebhookResult {
-	if s == nil || s.client == nil || s.now == nil {
+	if s == nil || s.client == nil || s.now == nil || s.guard == nil {
 		return WebhookResult{Err: errors.New("webhook sender not created by NewWebhookSender")}
 	}
 	if ctx == nil {
@@ -167,26 +273,50 @@ func (s *WebhookSender) Send(ctx context.Context, cfg WebhookConfig, eventID int
 		timeout = defaultWebhookTimeout
 	}
 	timeout = min(timeout, maxWebhookTimeout)
+	msgID := cfg.MessageID
+	if msgID == "" {
+		msgID = "evt_" + strconv.FormatInt(eventID, 10)
+	}
+	payload, contentType, err := webhookPayload(cfg.Format, s.source, msgID, cfg.Event, body)
+	if err != nil {
+		return WebhookResult{Err: err, Permanent: true}
+	}
+	timestamp := s.now().Unix()
+	var signature string
+	if cfg.Secret != "" {
+		signer, err := webhookSigner(cfg.Secret)
+		if err == nil {
+			signature, err = signer.Sign(msgID, time.Unix(timestamp, 0), payload)
+		}
+		if err != nil { // unreachable: a raw key always signs
+			return WebhookResult{Err: fmt.Errorf("webhook %s: sign: %w", host, err), Permanent: true}
+		}
+	}
+
 	start := time.Now() // before the deadline's clock starts: Duration ≥ timeout on a timeout
 	reqCtx, cancel := context.WithTimeoutCause(ctx, timeout, errWebhookTimeout)
 	defer cancel()
 
-	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, cfg.URL, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, cfg.URL, bytes.NewReader(payload))
 	if err != nil {
 		return WebhookResult{Err: fmt.Errorf("webhook %s: build request: %w", host, err), Permanent: true}
 	}
-	timestamp := s.now().Unix()
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", contentType)
 	req.Header.Set("User-Agent", webhookUserAgent)
+	req.Header.Set(HeaderWebhookID, msgID)
+	req.Header.Set(HeaderWebhookTimestamp, strconv.FormatInt(timestamp, 10))
 	req.Header.Set(HeaderEventID, strconv.FormatInt(eventID, 10))
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(timestamp, 10))
 	if cfg.Secret != "" {
-		req.Header.Set(HeaderSignature, SignWebhook(cfg.Secret, timestamp, body))
+		req.Header.Set(HeaderWebhookSignature, signature)
+		req.Header.Set(HeaderSignature, SignWebhook(cfg.Secret, timestamp, payload))
 	}
 
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return WebhookResult{Duration: time.Since(start), Err: webhookRequestError(reqCtx, host, timeout, err)}
+		// A refused address stays refused: retrying cannot help.
+		refused := errors.Is(err, ErrWebhookAddressRefused) && reqCtx.Err() == nil
+		return WebhookResult{Duration: time.Since(start), Err: webhookRequestError(reqCtx, host, timeout, err), Permanent: refused}
 	}
 	// The read error is deliberately dropped: a 2xx stays a success and any
 	// other status is an error anyway; Body holds what arrived.
@@ -257,6 +387,9 @@ func ValidateWebhookURL(raw string) error {
 
 // SignWebhook returns the HeaderSignature value for body sent at timestamp
 // (unix seconds): "sha256=" + hex(HMAC-SHA256(secret, timestamp + "." + body)).
+//
+// Deprecated: requests are signed as the Standard Webhooks spec says
+// (HeaderWebhookSignature); receivers verify with its libraries.
 func SignWebhook(secret string, timestamp int64, body []byte) string {
 	return webhookSignaturePrefix + hex.EncodeToString(webhookMAC(secret, strconv.FormatInt(timestamp, 10), body))
 }
@@ -267,6 +400,9 @@ func SignWebhook(secret string, timestamp int64, body []byte) string {
 // either side, which bounds replays. A tolerance of zero or less means 5 min.
 // It returns an error for an empty secret, a malformed or missing header, a
 // signature that does not match and a stale or future timestamp.
+//
+// Deprecated: verify HeaderWebhookSignature with a Standard Webhooks
+// library, e.g. standardwebhooks.NewWebhook(secret).Verify(body, header).
 func VerifyWebhook(secret, timestampHeader, signatureHeader string, body []byte, now time.Time, tolerance time.Duration) error {
 	if secret == "" {
 		return errors.New("verify webhook: secret is empty")
@@ -320,6 +456,10 @@ func webhookRequestError(reqCtx context.Context, host string, timeout time.Durat
 	}
 	if reqCtx.Err() != nil { // the caller's context ended first
 		return fmt.Errorf("webhook %s interrupted: %w", host, context.Cause(reqCtx))
+	}
+	var refused *WebhookAddressError
+	if errors.As(err, &refused) {
+		return &webhookError{msg: fmt.Sprintf("webhook %s: %s", host, refused), err: err}
 	}
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) {
