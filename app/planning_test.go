@@ -1,6 +1,7 @@
-package main
+package app_test
 
 import (
+	"erp/app/apptest"
 	"testing"
 	"time"
 
@@ -9,9 +10,9 @@ import (
 
 func TestPlanningThroughTheAPI(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{})
+	s := apptest.New(t)
 	for _, it := range [][2]string{{"P1", "шт"}, {"M1", "м"}, {"M2", "кг"}} {
-		gql[map[string]any](t, s, `mutation($sku: String!, $unit: String!) { createItem(input: {sku: $sku, name: $sku, unit: $unit}) { id } }`,
+		apptest.GQL[map[string]any](t, s, `mutation($sku: String!, $unit: String!) { createItem(input: {sku: $sku, name: $sku, unit: $unit}) { id } }`,
 			map[string]any{"sku": it[0], "unit": it[1]})
 	}
 
@@ -23,7 +24,7 @@ func TestPlanningThroughTheAPI(t *testing.T) {
 		Unit     string
 		Quantity string
 	}
-	set := gql[struct {
+	set := apptest.GQL[struct {
 		SetBillOfMaterials struct {
 			SKU        string
 			Components []component
@@ -43,7 +44,7 @@ func TestPlanningThroughTheAPI(t *testing.T) {
 		{"unknown warehouse", `mutation { setProductionWarehouse(code: "NOPE") { id } }`, "BAD_USER_INPUT", "code"},
 	}
 	for _, tt := range tests {
-		e := gqlErr(t, s, tt.query, nil)
+		e := apptest.GQLErr(t, s, tt.query, nil)
 		require.Equal(t, tt.code, e.Extensions["code"], "%s: %s", tt.name, e.Message)
 		require.Equal(t, tt.field, e.Extensions["field"], tt.name)
 	}
@@ -55,20 +56,20 @@ func TestPlanningThroughTheAPI(t *testing.T) {
 	}
 	const createWarehouse = `mutation($code: String!, $supplies: Boolean!) {
 		createWarehouse(input: {code: $code, name: $code, suppliesProduction: $supplies}) { code suppliesProduction } }`
-	gql[map[string]any](t, s, createWarehouse, map[string]any{"code": "W1", "supplies": true})
-	e := gqlErr(t, s, createWarehouse, map[string]any{"code": "W2", "supplies": true})
+	apptest.GQL[map[string]any](t, s, createWarehouse, map[string]any{"code": "W1", "supplies": true})
+	e := apptest.GQLErr(t, s, createWarehouse, map[string]any{"code": "W2", "supplies": true})
 	require.Equal(t, "CONFLICT", e.Extensions["code"], e.Message)
 	require.Equal(t, "input.suppliesProduction", e.Extensions["field"])
-	gql[map[string]any](t, s, `mutation { createWarehouse(input: {code: "W2", name: "W2"}) { id } }`, nil)
-	moved := gql[struct {
+	apptest.GQL[map[string]any](t, s, `mutation { createWarehouse(input: {code: "W2", name: "W2"}) { id } }`, nil)
+	moved := apptest.GQL[struct {
 		SetProductionWarehouse warehouse `json:"setProductionWarehouse"`
 	}](t, s, `mutation { setProductionWarehouse(code: "W2") { code suppliesProduction } }`, nil)
 	require.Equal(t, warehouse{"W2", true}, moved.SetProductionWarehouse)
-	whs := gql[struct{ Warehouses []warehouse }](t, s, `{ warehouses { code suppliesProduction } }`, nil)
+	whs := apptest.GQL[struct{ Warehouses []warehouse }](t, s, `{ warehouses { code suppliesProduction } }`, nil)
 	require.Equal(t, []warehouse{{"W1", false}, {"W2", true}}, whs.Warehouses)
 
 	// A received order is planned and its materials issued by the server.
-	order := gql[struct {
+	order := apptest.GQL[struct {
 		ReceiveOrder struct{ Order struct{ ID string } } `json:"receiveOrder"`
 	}](t, s, `mutation { receiveOrder(input: {source: SHOP, externalId: "shop-7826d8468b3d", customer: "Иванов",
 		lines: [{sku: "M1", quantity: "3"}, {sku: "P1", quantity: "2"}]}) { order { id } } }`, nil).ReceiveOrder.Order
@@ -81,8 +82,8 @@ func TestPlanningThroughTheAPI(t *testing.T) {
 		Lines             []struct{ SKU, Quantity string }
 	}
 	var issue move
-	waitFor(t, 10*time.Second, "the material issue", func() bool {
-		res := gql[struct {
+	apptest.WaitFor(t, 10*time.Second, "the material issue", func() bool {
+		res := apptest.GQL[struct {
 			WarehouseMove *move `json:"warehouseMove"`
 		}](t, s, `{ warehouseMove(id: 1) { number kind fromWarehouse productionOrderId sourceEventId lines { sku quantity } } }`, nil)
 		if res.WarehouseMove != nil {
@@ -95,7 +96,7 @@ func TestPlanningThroughTheAPI(t *testing.T) {
 	require.Equal(t, []struct{ SKU, Quantity string }{{"M2", "1.000"}, {"M1", "4.000"}}, issue.Lines)
 	require.NotEmpty(t, issue.SourceEventID)
 
-	po := gql[struct {
+	po := apptest.GQL[struct {
 		ProductionOrder struct {
 			SKU              string
 			SalesOrderID     string `json:"salesOrderId"`

@@ -1,4 +1,4 @@
-package main
+package app_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"erp/app/apptest"
 	"erp/db"
 	"erp/db/pgtest"
 	"erp/jobs"
@@ -71,9 +72,9 @@ type deliveryView struct {
 	Event          struct{ ID string }
 }
 
-func createWebhook(t *testing.T, s *testServer, name, url, secret string, types []string) string {
+func createWebhook(t *testing.T, s *apptest.Server, name, url, secret string, types []string) string {
 	t.Helper()
-	res := gql[struct {
+	res := apptest.GQL[struct {
 		CreateWebhookSubscriber struct {
 			ID        string
 			HasSecret bool
@@ -86,24 +87,24 @@ func createWebhook(t *testing.T, s *testServer, name, url, secret string, types 
 	return res.CreateWebhookSubscriber.ID
 }
 
-func waitAllProcessed(t *testing.T, s *testServer) {
+func waitAllProcessed(t *testing.T, s *apptest.Server) {
 	t.Helper()
 	type page struct {
 		Events struct{ Edges []struct{ Cursor string } } `json:"events"`
 	}
-	waitFor(t, 20*time.Second, "every event processed", func() bool {
-		return len(gql[page](t, s, `{ events(filter: {processed: false}, first: 1) { edges { cursor } } }`, nil).Events.Edges) == 0
+	apptest.WaitFor(t, 20*time.Second, "every event processed", func() bool {
+		return len(apptest.GQL[page](t, s, `{ events(filter: {processed: false}, first: 1) { edges { cursor } } }`, nil).Events.Edges) == 0
 	})
 }
 
 func TestWebhookSignedAndDeduplicatedByReceiver(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{})
-	seedItem(t, s)
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
 	rcv, url := newReceiver(t, "s3cret")
 	createWebhook(t, s, "shop-sync", url, "s3cret", []string{"doc.created"})
 	for _, c := range []string{"А", "Б", "В"} {
-		gql[map[string]any](t, s, createSalesOrder, map[string]any{"customer": c})
+		apptest.GQL[map[string]any](t, s, apptest.CreateSalesOrder, map[string]any{"customer": c})
 	}
 	waitAllProcessed(t, s)
 	requests, distinct, bad := rcv.counts()
@@ -116,13 +117,13 @@ func TestWebhookSignedAndDeduplicatedByReceiver(t *testing.T) {
 	type redelivered struct {
 		Redeliver deliveryView `json:"redeliver"`
 	}
-	first := gql[struct {
+	first := apptest.GQL[struct {
 		Deliveries struct{ Edges []struct{ Node deliveryView } } `json:"deliveries"`
 	}](t, s, `{ deliveries(filter: {subscriber: "shop-sync"}, first: 1) { edges { node { status attempts event { id } } } } }`, nil)
 	require.Equal(t, "DELIVERED", first.Deliveries.Edges[0].Node.Status)
 	evID := first.Deliveries.Edges[0].Node.Event.ID
-	gql[redelivered](t, s, `mutation($id: ID!) { redeliver(eventId: $id, subscriber: "shop-sync") { status } }`, map[string]any{"id": evID})
-	waitFor(t, 10*time.Second, "the redelivery", func() bool { r, _, _ := rcv.counts(); return r == 4 })
+	apptest.GQL[redelivered](t, s, `mutation($id: ID!) { redeliver(eventId: $id, subscriber: "shop-sync") { status } }`, map[string]any{"id": evID})
+	apptest.WaitFor(t, 10*time.Second, "the redelivery", func() bool { r, _, _ := rcv.counts(); return r == 4 })
 	requests, distinct, _ = rcv.counts()
 	require.Equal(t, 4, requests)
 	require.Equal(t, 3, distinct)
@@ -130,18 +131,18 @@ func TestWebhookSignedAndDeduplicatedByReceiver(t *testing.T) {
 
 func TestWebhook4xxIsDeadThenRedelivered(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{})
-	seedItem(t, s)
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
 	rcv, url := newReceiver(t, "k")
 	rcv.status.Store(http.StatusUnprocessableEntity)
 	createWebhook(t, s, "crm", url, "k", []string{"doc.created"})
-	gql[map[string]any](t, s, createSalesOrder, map[string]any{"customer": "Г"})
+	apptest.GQL[map[string]any](t, s, apptest.CreateSalesOrder, map[string]any{"customer": "Г"})
 	waitAllProcessed(t, s)
 
 	type dead struct {
 		DeadDeliveries struct{ Edges []struct{ Node deliveryView } } `json:"deadDeliveries"`
 	}
-	got := gql[dead](t, s, `{ deadDeliveries(subscriber: "crm") { edges { node { status attempts lastError responseStatus responseBody event { id } } } } }`, nil)
+	got := apptest.GQL[dead](t, s, `{ deadDeliveries(subscriber: "crm") { edges { node { status attempts lastError responseStatus responseBody event { id } } } } }`, nil)
 	require.Len(t, got.DeadDeliveries.Edges, 1)
 	d := got.DeadDeliveries.Edges[0].Node
 	require.Equal(t, 1, d.Attempts, "a 4xx is permanent: no retry")
@@ -153,7 +154,7 @@ func TestWebhook4xxIsDeadThenRedelivered(t *testing.T) {
 	type count struct {
 		RedeliverAll int `json:"redeliverAll"`
 	}
-	n := gql[count](t, s, `mutation { redeliverAll(filter: {status: DEAD, subscriber: "crm"}) }`, nil)
+	n := apptest.GQL[count](t, s, `mutation { redeliverAll(filter: {status: DEAD, subscriber: "crm"}) }`, nil)
 	require.Equal(t, 1, n.RedeliverAll)
 	type one struct {
 		Event struct {
@@ -163,8 +164,8 @@ func TestWebhook4xxIsDeadThenRedelivered(t *testing.T) {
 			}
 		} `json:"event"`
 	}
-	waitFor(t, 10*time.Second, "the redelivered webhook", func() bool {
-		ev := gql[one](t, s, `query($id: ID!) { event(id: $id) { deliveries { status subscriber { name } } } }`, map[string]any{"id": d.Event.ID})
+	apptest.WaitFor(t, 10*time.Second, "the redelivered webhook", func() bool {
+		ev := apptest.GQL[one](t, s, `query($id: ID!) { event(id: $id) { deliveries { status subscriber { name } } } }`, map[string]any{"id": d.Event.ID})
 		for _, d := range ev.Event.Deliveries {
 			if d.Subscriber.Name == "crm" {
 				return d.Status == "DELIVERED"
@@ -173,36 +174,38 @@ func TestWebhook4xxIsDeadThenRedelivered(t *testing.T) {
 		return false
 	})
 	type journal struct {
-		Events struct{ Edges []struct{ Node feedEvent } } `json:"events"`
+		Events struct {
+			Edges []struct{ Node apptest.FeedEvent }
+		} `json:"events"`
 	}
-	j := gql[journal](t, s, `{ events(filter: {types: ["delivery.redelivered"]}) { edges { node { payload actor { displayName } } } } }`, nil)
+	j := apptest.GQL[journal](t, s, `{ events(filter: {types: ["delivery.redelivered"]}) { edges { node { payload actor { displayName } } } } }`, nil)
 	require.Len(t, j.Events.Edges, 1, "the redelivery is journaled")
 	require.JSONEq(t, `{"event_id": `+d.Event.ID+`, "subscriber": "crm"}`, string(j.Events.Edges[0].Node.Payload))
 }
 
 func TestWebhookSubscriberValidation(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{})
+	s := apptest.New(t)
 	for _, tt := range []struct{ url, field string }{
 		{"ftp://example.com/hook", "input.url"},
 		{"javascript:alert(1)", "input.url"},
 		{"not a url", "input.url"},
 	} {
-		e := gqlErr(t, s, `mutation($u: String!) { createWebhookSubscriber(input: {name: "x", url: $u}) { id } }`, map[string]any{"u": tt.url})
+		e := apptest.GQLErr(t, s, `mutation($u: String!) { createWebhookSubscriber(input: {name: "x", url: $u}) { id } }`, map[string]any{"u": tt.url})
 		require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], tt.url)
 		require.Equal(t, tt.field, e.Extensions["field"], tt.url)
 	}
 	createWebhook(t, s, "dup", "http://127.0.0.1:1/", "k", nil)
-	e := gqlErr(t, s, `mutation { createWebhookSubscriber(input: {name: "dup", url: "http://127.0.0.1:1/"}) { id } }`, nil)
+	e := apptest.GQLErr(t, s, `mutation { createWebhookSubscriber(input: {name: "dup", url: "http://127.0.0.1:1/"}) { id } }`, nil)
 	require.Equal(t, "CONFLICT", e.Extensions["code"])
 }
 
 func TestEventPageDeliveriesMatchEachEvent(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{})
-	seedItem(t, s)
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
 	for i := range 3 {
-		gql[map[string]any](t, s, `mutation($id: String!) { receiveOrder(input: {source: CRM, externalId: $id, customer: "X", lines: [{sku: "A1", quantity: "1"}]}) { duplicate } }`,
+		apptest.GQL[map[string]any](t, s, `mutation($id: String!) { receiveOrder(input: {source: CRM, externalId: $id, customer: "X", lines: [{sku: "A1", quantity: "1"}]}) { duplicate } }`,
 			map[string]any{"id": fmt.Sprint(60000 + i)})
 	}
 	waitAllProcessed(t, s)
@@ -210,7 +213,7 @@ func TestEventPageDeliveriesMatchEachEvent(t *testing.T) {
 		Status     string
 		Subscriber struct{ Name string }
 	}
-	page := gql[struct {
+	page := apptest.GQL[struct {
 		Events struct {
 			Edges []struct {
 				Node struct {
@@ -223,7 +226,7 @@ func TestEventPageDeliveriesMatchEachEvent(t *testing.T) {
 	}](t, s, `{ events(first: 50) { edges { node { id type deliveries { status subscriber { name } } } } } }`, nil)
 	require.Len(t, page.Events.Edges, 6)
 	for _, e := range page.Events.Edges {
-		one := gql[struct {
+		one := apptest.GQL[struct {
 			Event struct{ Deliveries []dl } `json:"event"`
 		}](t, s, `query($id: ID!) { event(id: $id) { deliveries { status subscriber { name } } } }`, map[string]any{"id": e.Node.ID})
 		require.Equal(t, one.Event.Deliveries, e.Node.Deliveries, "event %s: the batched page and the single event disagree", e.Node.ID)
@@ -277,10 +280,10 @@ func TestDeliveryPageBatchesEventsAndSubscribers(t *testing.T) {
 	pool, err := db.Connect(t.Context(), pgtest.NewDB(t), func(c *pgxpool.Config) { c.ConnConfig.Tracer = statements })
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	s := newTestServer(t, serverOpts{pool: pool})
-	seedItem(t, s)
+	s := apptest.NewOn(t, pool)
+	apptest.SeedItem(t, s)
 	for i := range 4 {
-		gql[map[string]any](t, s, `mutation($id: String!) { receiveOrder(input: {source: CRM, externalId: $id, customer: "X", lines: [{sku: "A1", quantity: "1"}]}) { duplicate } }`,
+		apptest.GQL[map[string]any](t, s, `mutation($id: String!) { receiveOrder(input: {source: CRM, externalId: $id, customer: "X", lines: [{sku: "A1", quantity: "1"}]}) { duplicate } }`,
 			map[string]any{"id": fmt.Sprint(61000 + i)})
 	}
 	waitAllProcessed(t, s)
@@ -290,7 +293,7 @@ func TestDeliveryPageBatchesEventsAndSubscribers(t *testing.T) {
 		Subscriber struct{ Name string }
 	}
 	mark := statements.mark()
-	page := gql[struct {
+	page := apptest.GQL[struct {
 		Deliveries struct{ Edges []struct{ Node row } } `json:"deliveries"`
 	}](t, s, `{ deliveries(first: 50) { edges { node { event { id type } subscriber { name } } } } }`, nil)
 	require.Equal(t, 1, statements.count(mark, "FROM subscribers s WHERE s.id"), "subscribers of the page")
@@ -301,7 +304,7 @@ func TestDeliveryPageBatchesEventsAndSubscribers(t *testing.T) {
 	require.Len(t, page.Deliveries.Edges, 12)
 	type delivery struct{ Subscriber struct{ Name string } }
 	for _, e := range page.Deliveries.Edges {
-		single := gql[struct {
+		single := apptest.GQL[struct {
 			Event struct {
 				Type       string
 				Deliveries []delivery

@@ -1,4 +1,4 @@
-package main
+package app_test
 
 import (
 	"bytes"
@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"runtime"
@@ -21,9 +20,10 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"erp/app/apptest"
+	"erp/app/config"
 	"erp/db"
 	"erp/db/pgtest"
 	"erp/jobs"
@@ -34,8 +34,8 @@ var salesOrdersCreated = map[string]any{"types": []string{"doc.created"}, "entit
 
 // createOrder is createSalesOrder for goroutines: it reports instead of
 // failing the test.
-func createOrder(s *testServer, customer string) error {
-	body, err := json.Marshal(map[string]any{"query": createSalesOrder, "variables": map[string]any{"customer": customer}})
+func createOrder(s *apptest.Server, customer string) error {
+	body, err := json.Marshal(map[string]any{"query": apptest.CreateSalesOrder, "variables": map[string]any{"customer": customer}})
 	if err != nil {
 		return err
 	}
@@ -50,7 +50,7 @@ func createOrder(s *testServer, customer string) error {
 		return err
 	}
 	defer res.Body.Close()
-	var out gqlResponse
+	var out apptest.Response
 	if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
 		return fmt.Errorf("decode response (HTTP %d): %w", res.StatusCode, err)
 	}
@@ -60,34 +60,6 @@ func createOrder(s *testServer, customer string) error {
 	return nil
 }
 
-// feedSeq decodes the feed sequence of an eventProcessed cursor.
-func feedSeq(t *testing.T, cursor string) int64 {
-	t.Helper()
-	c, err := db.ParseCursor("cursor", cursor)
-	require.NoError(t, err)
-	require.NotNil(t, c.FeedSeq, "a processed event's cursor carries its feed sequence")
-	return *c.FeedSeq
-}
-
-// journalIDs lists the ids of the processed events of type typ in feed
-// order.
-func journalIDs(t *testing.T, pool *pgxpool.Pool, typ string) []string {
-	t.Helper()
-	rows, err := pool.Query(t.Context(), `SELECT id::text FROM events WHERE type = $1 AND feed_seq IS NOT NULL ORDER BY feed_seq`, typ)
-	require.NoError(t, err)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	return ids
-}
-
-// requireNoMoreEvents fails if c receives a result within a short while.
-func (c *wsClient) requireNoMoreEvents() {
-	c.t.Helper()
-	m, err := c.read(300 * time.Millisecond)
-	var ne net.Error
-	require.True(c.t, errors.As(err, &ne) && ne.Timeout(), "unexpected message %s %s (err %v)", m.Type, m.Payload, err)
-}
-
 // Four writers create 200 orders; the client's socket dies after the 50th
 // event, while the writers go on; the client resumes with its last cursor.
 // Together the two sockets carry each of the 200 events once, in feed
@@ -95,15 +67,15 @@ func (c *wsClient) requireNoMoreEvents() {
 func TestFeedResumeAfterKilledSocketUnderConcurrentWriters(t *testing.T) {
 	t.Parallel()
 	const writers, perWriter, killAfter = 4, 50, 50
-	for _, proto := range []string{protoTransportWS, protoLegacyWS} {
+	for _, proto := range []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS} {
 		t.Run(proto, func(t *testing.T) {
 			t.Parallel()
-			s := newTestServer(t, serverOpts{})
-			seedItem(t, s)
-			c := dialWS(t, s, proto)
-			c.init(s.Token)
-			c.subscribe("live", feedSubscription, map[string]any{"filter": salesOrdersCreated})
-			waitFor(t, 5*time.Second, "the subscription", func() bool { return s.app.feed.Subscribers() == 1 })
+			s := apptest.New(t)
+			apptest.SeedItem(t, s)
+			c := apptest.DialWS(t, s, proto)
+			c.Init(s.Token)
+			c.Subscribe("live", apptest.FeedSubscription, map[string]any{"filter": salesOrdersCreated})
+			apptest.WaitFor(t, 5*time.Second, "the subscription", func() bool { return s.App.Feed().Subscribers() == 1 })
 
 			// Each writer makes 15 orders, then waits until the socket is
 			// dead, so that the other 140 commit during the resume.
@@ -123,34 +95,34 @@ func TestFeedResumeAfterKilledSocketUnderConcurrentWriters(t *testing.T) {
 					}
 				})
 			}
-			var got []feedEvent
+			var got []apptest.FeedEvent
 			for range killAfter {
-				got = append(got, c.nextEvent("live"))
+				got = append(got, c.NextEvent("live"))
 			}
-			require.NoError(t, c.conn.Close()) // no close frame: the socket just dies
+			require.NoError(t, c.Conn.Close()) // no close frame: the socket just dies
 			close(killed)
 
-			r := dialWS(t, s, proto)
-			r.init(s.Token)
-			r.subscribe("resumed", feedSubscription, map[string]any{"filter": salesOrdersCreated, "after": got[len(got)-1].Cursor})
+			r := apptest.DialWS(t, s, proto)
+			r.Init(s.Token)
+			r.Subscribe("resumed", apptest.FeedSubscription, map[string]any{"filter": salesOrdersCreated, "after": got[len(got)-1].Cursor})
 			for len(got) < writers*perWriter {
-				got = append(got, r.nextEvent("resumed"))
+				got = append(got, r.NextEvent("resumed"))
 			}
 			wg.Wait()
 			close(errs)
 			for err := range errs {
 				require.NoError(t, err)
 			}
-			r.requireNoMoreEvents()
+			r.RequireNoMoreEvents()
 
 			ids := make([]string, len(got))
 			for i, ev := range got {
 				ids[i] = ev.ID
 				if i > 0 {
-					require.Greater(t, feedSeq(t, ev.Cursor), feedSeq(t, got[i-1].Cursor), "event %d (%s) out of cursor order", i, ev.ID)
+					require.Greater(t, apptest.FeedSeq(t, ev.Cursor), apptest.FeedSeq(t, got[i-1].Cursor), "event %d (%s) out of cursor order", i, ev.ID)
 				}
 			}
-			require.Equal(t, journalIDs(t, s.Pool, "doc.created"), ids, "exactly the 200 events, none twice, in feed order")
+			require.Equal(t, apptest.JournalIDs(t, s.Pool, "doc.created"), ids, "exactly the 200 events, none twice, in feed order")
 		})
 	}
 }
@@ -182,18 +154,18 @@ func TestFeedAcrossInstances(t *testing.T) {
 	poolB, err := db.Connect(t.Context(), instanceURL(t, dbURL, "erp-b"))
 	require.NoError(t, err)
 	t.Cleanup(poolB.Close)
-	a := newTestServer(t, serverOpts{pool: poolA})
-	b := newTestServer(t, serverOpts{pool: poolB, apiOnly: true})
-	seedItem(t, b)
+	a := apptest.NewOn(t, poolA)
+	b := apptest.NewOn(t, poolB, func(c *config.Config) { c.APIOnly = true })
+	apptest.SeedItem(t, b)
 
-	c := dialWS(t, b, protoTransportWS)
-	c.init(b.Token)
-	c.subscribe("1", feedSubscription, map[string]any{"filter": salesOrdersCreated})
-	waitFor(t, 5*time.Second, "the subscription on B", func() bool { return b.app.feed.Subscribers() == 1 })
+	c := apptest.DialWS(t, b, apptest.ProtoTransportWS)
+	c.Init(b.Token)
+	c.Subscribe("1", apptest.FeedSubscription, map[string]any{"filter": salesOrdersCreated})
+	apptest.WaitFor(t, 5*time.Second, "the subscription on B", func() bool { return b.App.Feed().Subscribers() == 1 })
 
 	// Written through B, which only enqueues: A's River dispatches.
 	require.NoError(t, createOrder(b, "через B"))
-	first := c.nextEvent("1")
+	first := c.NextEvent("1")
 	var attempts int
 	require.NoError(t, poolA.QueryRow(t.Context(), `SELECT count(*) FROM river_job WHERE kind = 'dispatch_event' AND attempt > 0`).Scan(&attempts))
 	require.Equal(t, 1, attempts, "A worked the job")
@@ -211,20 +183,20 @@ func TestFeedAcrossInstances(t *testing.T) {
 	}
 	got := []string{first.ID}
 	for range 5 {
-		got = append(got, c.nextEvent("1").ID)
+		got = append(got, c.NextEvent("1").ID)
 	}
-	require.Equal(t, journalIDs(t, poolA, "doc.created"), got)
-	c.requireNoMoreEvents()
+	require.Equal(t, apptest.JournalIDs(t, poolA, "doc.created"), got)
+	c.RequireNoMoreEvents()
 }
 
 // newUser makes a second user with an API token.
 // newUser creates a sales clerk through the API and returns its id and token.
-func newUser(t *testing.T, s *testServer, login string) (id int64, token string) {
+func newUser(t *testing.T, s *apptest.Server, login string) (id int64, token string) {
 	t.Helper()
 	token = roleToken(t, s, login, "SALES")
-	me := gql[struct {
+	me := apptest.GQL[struct {
 		Me struct{ ID string } `json:"me"`
-	}](t, &testServer{URL: s.URL, Token: token}, `{ me { id } }`, nil)
+	}](t, apptest.Client(s.URL, token), `{ me { id } }`, nil)
 	id, err := strconv.ParseInt(me.Me.ID, 10, 64)
 	require.NoError(t, err)
 	return id, token
@@ -232,17 +204,17 @@ func newUser(t *testing.T, s *testServer, login string) (id int64, token string)
 
 func TestFeedFilters(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{})
-	seedItem(t, s)
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
 	clerkID, clerkToken := newUser(t, s, "clerk")
-	clerk := &testServer{URL: s.URL, Token: clerkToken, Pool: s.Pool, app: s.app}
+	clerk := s.As(clerkToken)
 
 	// An order from before the subscriptions, processed, so that its
 	// event is not live.
-	so := gql[struct {
+	so := apptest.GQL[struct {
 		CreateSalesOrder struct{ ID string } `json:"createSalesOrder"`
-	}](t, s, createSalesOrder, map[string]any{"customer": "Первый"})
-	waitFor(t, 10*time.Second, "the first event processed", func() bool {
+	}](t, s, apptest.CreateSalesOrder, map[string]any{"customer": "Первый"})
+	apptest.WaitFor(t, 10*time.Second, "the first event processed", func() bool {
 		var n int
 		require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM events WHERE processed_at IS NULL`).Scan(&n))
 		return n == 0
@@ -252,8 +224,8 @@ func TestFeedFilters(t *testing.T) {
 	require.NoError(t, err)
 	clerkOrder := strconv.FormatInt(first+2, 10)
 
-	c := dialWS(t, s, protoTransportWS)
-	c.init(s.Token)
+	c := apptest.DialWS(t, s, apptest.ProtoTransportWS)
+	c.Init(s.Token)
 	subs := map[string]map[string]any{
 		"types":    {"types": []string{"order.received"}},
 		"entity":   {"entity": "plan_prod_orders"},
@@ -261,16 +233,16 @@ func TestFeedFilters(t *testing.T) {
 		"actorId":  {"actorId": strconv.FormatInt(clerkID, 10)},
 	}
 	for id, f := range subs {
-		c.subscribe(id, feedSubscription, map[string]any{"filter": f})
+		c.Subscribe(id, apptest.FeedSubscription, map[string]any{"filter": f})
 	}
-	waitFor(t, 5*time.Second, "4 subscriptions", func() bool { return s.app.feed.Subscribers() == len(subs) })
+	apptest.WaitFor(t, 5*time.Second, "4 subscriptions", func() bool { return s.App.Feed().Subscribers() == len(subs) })
 
 	// Each subscription matches one of these events.
-	gql[map[string]any](t, s, `mutation { receiveOrder(input: {source: SHOP, externalId: "shop-1", customer: "Web", lines: [{sku: "A1", quantity: "1"}]}) { duplicate } }`, nil)
-	gql[map[string]any](t, s, `mutation($so: ID) { createProductionOrder(input: {sku: "A1", quantity: "1", salesOrderId: $so}) { id } }`, map[string]any{"so": so.CreateSalesOrder.ID})
-	got := gql[struct {
+	apptest.GQL[map[string]any](t, s, `mutation { receiveOrder(input: {source: SHOP, externalId: "shop-1", customer: "Web", lines: [{sku: "A1", quantity: "1"}]}) { duplicate } }`, nil)
+	apptest.GQL[map[string]any](t, s, `mutation($so: ID) { createProductionOrder(input: {sku: "A1", quantity: "1", salesOrderId: $so}) { id } }`, map[string]any{"so": so.CreateSalesOrder.ID})
+	got := apptest.GQL[struct {
 		CreateSalesOrder struct{ ID string } `json:"createSalesOrder"`
-	}](t, clerk, createSalesOrder, map[string]any{"customer": "От кладовщика"})
+	}](t, clerk, apptest.CreateSalesOrder, map[string]any{"customer": "От кладовщика"})
 	require.Equal(t, clerkOrder, got.CreateSalesOrder.ID)
 	want := map[string][]string{
 		"types":    {"order.received sales_orders #" + strconv.FormatInt(first+1, 10)},
@@ -280,7 +252,7 @@ func TestFeedFilters(t *testing.T) {
 	}
 	received := map[string][]string{}
 	for range 4 {
-		m, err := c.read(10 * time.Second)
+		m, err := c.Read(10 * time.Second)
 		require.NoError(t, err)
 		require.Equal(t, "next", m.Type, "payload %s", m.Payload)
 		var p struct {
@@ -298,7 +270,7 @@ func TestFeedFilters(t *testing.T) {
 			require.Equal(t, "clerk", ev.Actor.DisplayName)
 		}
 	}
-	c.requireNoMoreEvents()
+	c.RequireNoMoreEvents()
 	for id, w := range want {
 		require.Equal(t, w, received[id], "subscription %s", id)
 	}
@@ -315,8 +287,8 @@ func heapBytes() uint64 {
 // insertEvents journals n doc.created events through the outbox (events
 // and their dispatch jobs in one transaction per batch), as mutations do
 // but without the documents, so that River and the feed see real traffic.
-func insertEvents(ctx context.Context, s *testServer, n, batch int) error {
-	outbox := jobs.NewOutbox(s.Pool, s.app.river)
+func insertEvents(ctx context.Context, s *apptest.Server, n, batch int) error {
+	outbox := jobs.NewOutbox(s.Pool, s.App.River())
 	for from := 1; from <= n; from += batch {
 		to := min(from+batch-1, n)
 		_, err := jobs.Write(ctx, outbox, func(tx pgx.Tx) (struct{}, []db.Event, error) {
@@ -347,11 +319,11 @@ func insertEvents(ctx context.Context, s *testServer, n, batch int) error {
 // or the socket closes, and returns their feed sequences, the last cursor
 // and the close code (0 when it got want). For goroutines: it reports
 // instead of failing the test.
-func readFeed(c *wsClient, want int) (seqs []int64, last string, code int, err error) {
+func readFeed(c *apptest.WS, want int) (seqs []int64, last string, code int, err error) {
 	for len(seqs) < want {
-		_ = c.conn.SetReadDeadline(time.Now().Add(60 * time.Second))
-		var m wsMessage
-		if err := c.conn.ReadJSON(&m); err != nil {
+		_ = c.Conn.SetReadDeadline(time.Now().Add(60 * time.Second))
+		var m apptest.Message
+		if err := c.Conn.ReadJSON(&m); err != nil {
 			var ce *websocket.CloseError
 			if errors.As(err, &ce) {
 				return seqs, last, ce.Code, nil
@@ -394,14 +366,14 @@ func TestFeedSlowConsumerDroppedFastOneServed(t *testing.T) {
 	// It also lets the fast client ride out the feed's bursts: a catch-up
 	// publishes every event processed since the last one at once, and a
 	// buffer of 256 dropped even the fast client under -race.
-	s := newTestServer(t, serverOpts{keepAlive: 5 * time.Minute, feedBuffer: 1024})
-	fast := dialWS(t, s, protoTransportWS)
-	fast.init(s.Token)
-	fast.subscribe("f", feedSubscription, nil)
-	slow := dialWS(t, s, protoTransportWS)
-	slow.init(s.Token)
-	slow.subscribe("s", feedSubscription, nil)
-	waitFor(t, 5*time.Second, "both subscriptions", func() bool { return s.app.feed.Subscribers() == 2 })
+	s := apptest.New(t, func(c *config.Config) { c.KeepAlive, c.FeedBuffer = 5*time.Minute, 1024 })
+	fast := apptest.DialWS(t, s, apptest.ProtoTransportWS)
+	fast.Init(s.Token)
+	fast.Subscribe("f", apptest.FeedSubscription, nil)
+	slow := apptest.DialWS(t, s, apptest.ProtoTransportWS)
+	slow.Init(s.Token)
+	slow.Subscribe("s", apptest.FeedSubscription, nil)
+	apptest.WaitFor(t, 5*time.Second, "both subscriptions", func() bool { return s.App.Feed().Subscribers() == 2 })
 	heapBefore := heapBytes()
 
 	type result struct {
@@ -435,10 +407,10 @@ func TestFeedSlowConsumerDroppedFastOneServed(t *testing.T) {
 	// subscription (the feed counts one subscriber left), then reads.
 	var droppedAt atomic.Int64
 	go func() {
-		for s.app.feed.Subscribers() > 1 {
+		for s.App.Feed().Subscribers() > 1 {
 			time.Sleep(10 * time.Millisecond)
 		}
-		droppedAt.Store(int64(s.app.feed.LastSeq()))
+		droppedAt.Store(int64(s.App.Feed().LastSeq()))
 		var r result
 		r.seqs, r.last, r.code, r.err = readFeed(slow, events)
 		slowDone <- r
@@ -470,7 +442,7 @@ func TestFeedSlowConsumerDroppedFastOneServed(t *testing.T) {
 	require.Equal(t, resolvers.CloseSlowConsumer, sr.code, "after %d events", len(sr.seqs))
 	require.NotEmpty(t, sr.seqs)
 	require.Equal(t, fr.seqs[:len(sr.seqs)], sr.seqs, "the slow client's events are a prefix of the feed")
-	waitFor(t, 5*time.Second, "the slow socket closed and its operation cancelled", func() bool { return s.app.ws.Open() == 1 })
+	apptest.WaitFor(t, 5*time.Second, "the slow socket closed and its operation cancelled", func() bool { return s.App.Websockets().Open() == 1 })
 	heapAfter := heapBytes()
 	t.Logf("%d events dispatched and delivered to the fast client in %s (%.0f/s); the slow client was dropped at feed sequence %d with %d events delivered",
 		events, took.Round(time.Millisecond), float64(events)/took.Seconds(), droppedAt.Load(), len(sr.seqs))
@@ -479,14 +451,14 @@ func TestFeedSlowConsumerDroppedFastOneServed(t *testing.T) {
 	require.Less(t, int64(heapAfter)-int64(heapBefore), int64(8<<20), "and nothing once it is dropped")
 
 	// It resumes with its last cursor and gets the rest, from the journal.
-	again := dialWS(t, s, protoTransportWS)
-	again.init(s.Token)
-	again.subscribe("s2", feedSubscription, map[string]any{"after": sr.last})
+	again := apptest.DialWS(t, s, apptest.ProtoTransportWS)
+	again.Init(s.Token)
+	again.Subscribe("s2", apptest.FeedSubscription, map[string]any{"after": sr.last})
 	rest, _, code, err := readFeed(again, events-len(sr.seqs))
 	require.NoError(t, err)
 	require.Zero(t, code)
 	require.Equal(t, fr.seqs[len(sr.seqs):], rest)
-	again.requireNoMoreEvents()
+	again.RequireNoMoreEvents()
 }
 
 // A cursor the journal cannot place is refused rather than streaming
@@ -494,34 +466,34 @@ func TestFeedSlowConsumerDroppedFastOneServed(t *testing.T) {
 // that does not exist (another database, a restored backup).
 func TestFeedRefusesForeignCursor(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{})
-	c := dialWS(t, s, protoTransportWS)
-	c.init(s.Token)
+	s := apptest.New(t)
+	c := apptest.DialWS(t, s, apptest.ProtoTransportWS)
+	c.Init(s.Token)
 	for i, after := range []string{
 		"garbage",
 		base64.RawURLEncoding.EncodeToString([]byte("e1:7:-")),
 		base64.RawURLEncoding.EncodeToString([]byte("e1:999999:5")),
 	} {
 		id := fmt.Sprint("c", i)
-		c.subscribe(id, feedSubscription, map[string]any{"after": after})
+		c.Subscribe(id, apptest.FeedSubscription, map[string]any{"after": after})
 		// gqlgen sends a resolver's error as a result, then completes.
-		m, err := c.read(5 * time.Second)
+		m, err := c.Read(5 * time.Second)
 		require.NoError(t, err)
 		require.Equal(t, "next", m.Type, "cursor %q: %s", after, m.Payload)
 		require.Equal(t, id, m.ID)
-		var res gqlResponse
+		var res apptest.Response
 		require.NoError(t, json.Unmarshal(m.Payload, &res))
 		require.Len(t, res.Errors, 1)
 		require.Equal(t, "BAD_USER_INPUT", res.Errors[0].Extensions["code"], "cursor %q: %s", after, res.Errors[0].Message)
 		require.Equal(t, "after", res.Errors[0].Extensions["field"])
-		m, err = c.read(5 * time.Second)
+		m, err = c.Read(5 * time.Second)
 		require.NoError(t, err)
 		require.Equal(t, "complete", m.Type)
 	}
 }
 
 // processedCount is the number of processed events in s's journal.
-func processedCount(t *testing.T, s *testServer) int {
+func processedCount(t *testing.T, s *apptest.Server) int {
 	t.Helper()
 	var n int
 	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM events WHERE feed_seq IS NOT NULL`).Scan(&n))
@@ -540,15 +512,15 @@ func processedCount(t *testing.T, s *testServer) int {
 func TestFeedLongBackfillOutlivesLiveBuffer(t *testing.T) {
 	t.Parallel()
 	const buffer, old, live = 8 * jobs.DefaultDispatchBatch, 600, 300
-	s := newTestServer(t, serverOpts{feedBuffer: buffer})
+	s := apptest.New(t, func(c *config.Config) { c.FeedBuffer = buffer })
 	require.NoError(t, insertEvents(t.Context(), s, old, 50))
-	waitFor(t, 30*time.Second, "the old events processed", func() bool { return processedCount(t, s) == old })
+	apptest.WaitFor(t, 30*time.Second, "the old events processed", func() bool { return processedCount(t, s) == old })
 	firstEvents, err := db.EventsProcessedAfter(t.Context(), s.Pool, db.EventFilter{}, 0, 1)
 	require.NoError(t, err)
 
-	c := dialWS(t, s, protoLegacyWS)
-	c.init(s.Token)
-	c.subscribe("1", feedSubscription, map[string]any{"after": firstEvents[0].Cursor()})
+	c := apptest.DialWS(t, s, apptest.ProtoLegacyWS)
+	c.Init(s.Token)
+	c.Subscribe("1", apptest.FeedSubscription, map[string]any{"after": firstEvents[0].Cursor()})
 	produced := make(chan error, 1)
 	go func() { produced <- insertEvents(context.WithoutCancel(t.Context()), s, live, 10) }()
 	var seqs []int64
@@ -556,10 +528,10 @@ func TestFeedLongBackfillOutlivesLiveBuffer(t *testing.T) {
 		if len(seqs) < old {
 			time.Sleep(5 * time.Millisecond) // slower than the live events come
 		}
-		seqs = append(seqs, feedSeq(t, c.nextEvent("1").Cursor))
+		seqs = append(seqs, apptest.FeedSeq(t, c.NextEvent("1").Cursor))
 	}
 	require.NoError(t, <-produced)
-	c.requireNoMoreEvents()
+	c.RequireNoMoreEvents()
 	rows, err := s.Pool.Query(t.Context(), `SELECT feed_seq FROM events WHERE feed_seq > $1 ORDER BY feed_seq`, *firstEvents[0].FeedSeq)
 	require.NoError(t, err)
 	journal, err := pgx.CollectRows(rows, pgx.RowTo[int64])
@@ -572,25 +544,25 @@ func TestFeedLongBackfillOutlivesLiveBuffer(t *testing.T) {
 // another selection gets its own shape, on either subprotocol.
 func TestFeedSharedPayloadsPerOperation(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{})
+	s := apptest.New(t)
 	const narrow = `subscription { eventProcessed { id type } }`
 	type sock struct {
-		c     *wsClient
+		c     *apptest.WS
 		query string
 	}
 	var socks []sock
 	for _, tt := range []struct{ proto, query string }{
-		{protoTransportWS, feedSubscription},
-		{protoTransportWS, feedSubscription},
-		{protoLegacyWS, feedSubscription},
-		{protoTransportWS, narrow},
+		{apptest.ProtoTransportWS, apptest.FeedSubscription},
+		{apptest.ProtoTransportWS, apptest.FeedSubscription},
+		{apptest.ProtoLegacyWS, apptest.FeedSubscription},
+		{apptest.ProtoTransportWS, narrow},
 	} {
-		c := dialWS(t, s, tt.proto)
-		c.init(s.Token)
-		c.subscribe("1", tt.query, nil)
+		c := apptest.DialWS(t, s, tt.proto)
+		c.Init(s.Token)
+		c.Subscribe("1", tt.query, nil)
 		socks = append(socks, sock{c, tt.query})
 	}
-	waitFor(t, 5*time.Second, "every subscription", func() bool { return s.app.feed.Subscribers() == len(socks) })
+	apptest.WaitFor(t, 5*time.Second, "every subscription", func() bool { return s.App.Feed().Subscribers() == len(socks) })
 	const events = 5
 	require.NoError(t, insertEvents(t.Context(), s, events, events))
 
@@ -603,7 +575,7 @@ func TestFeedSharedPayloadsPerOperation(t *testing.T) {
 	got := make([][]next, len(socks))
 	for i, so := range socks {
 		for range events {
-			m, err := so.c.read(10 * time.Second)
+			m, err := so.c.Read(10 * time.Second)
 			require.NoError(t, err)
 			require.Contains(t, []string{"next", "data"}, m.Type, "payload: %s", m.Payload)
 			var n next

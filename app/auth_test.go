@@ -1,8 +1,10 @@
-package main
+package app_test
 
 import (
 	"context"
 	"encoding/json"
+	"erp/app"
+	"erp/app/config"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,25 +14,25 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"erp/app/apptest"
 	"erp/graph"
 )
 
 // roleToken creates a user with role (GraphQL enum) and returns a token.
-func roleToken(t *testing.T, s *testServer, login, role string) string {
+func roleToken(t *testing.T, s *apptest.Server, login, role string) string {
 	t.Helper()
-	gql[map[string]any](t, s, `mutation($in: UserInput!) { createUser(input: $in) { id } }`,
+	apptest.GQL[map[string]any](t, s, `mutation($in: UserInput!) { createUser(input: $in) { id } }`,
 		map[string]any{"in": map[string]any{"login": login, "displayName": login, "role": role}})
-	res := gql[struct {
+	res := apptest.GQL[struct {
 		IssueToken struct{ Token string } `json:"issueToken"`
 	}](t, s, `mutation($l: String!) { issueToken(login: $l, name: "test") { token } }`, map[string]any{"l": login})
 	return res.IssueToken.Token
 }
 
 // footprint counts every row a mutation could write.
-func footprint(t *testing.T, s *testServer) string {
+func footprint(t *testing.T, s *apptest.Server) string {
 	t.Helper()
 	var out string
 	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT concat_ws(',',
@@ -57,12 +59,12 @@ func TestEveryRootFieldDeclaresRoles(t *testing.T) {
 
 func TestEveryMutationByEveryRole(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{})
-	seedItem(t, s)
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
 	hook := createWebhook(t, s, "probe", "http://127.0.0.1:1/", "k", []string{"nothing.matches"})
-	so := gql[struct {
+	so := apptest.GQL[struct {
 		CreateSalesOrder struct{ ID string } `json:"createSalesOrder"`
-	}](t, s, createSalesOrder, map[string]any{"customer": "seed"}).CreateSalesOrder.ID
+	}](t, s, apptest.CreateSalesOrder, map[string]any{"customer": "seed"}).CreateSalesOrder.ID
 	waitAllProcessed(t, s)
 
 	// Allowed roles besides ADMIN, who may do everything (API.md, @allow).
@@ -76,7 +78,7 @@ func TestEveryMutationByEveryRole(t *testing.T) {
 		{"setBillOfMaterials", `mutation { setBillOfMaterials(sku: "A1", components: []) { id } }`, nil, []string{"PLANNER"}},
 		{"setProductionWarehouse", `mutation { setProductionWarehouse(code: "MAIN") { id } }`, nil, []string{"WAREHOUSE"}},
 		{"setNumberSeriesStart", `mutation { setNumberSeriesStart(prefix: "ЗП", year: 2030, start: 5) }`, nil, nil},
-		{"createSalesOrder", createSalesOrder, map[string]any{"customer": "r"}, []string{"SALES"}},
+		{"createSalesOrder", apptest.CreateSalesOrder, map[string]any{"customer": "r"}, []string{"SALES"}},
 		{"receiveOrder", `mutation { receiveOrder(input: {source: SHOP, externalId: "shop-role", customer: "r", lines: [{sku: "A1", quantity: "1"}]}) { duplicate } }`, nil, []string{"INTEGRATION", "SALES"}},
 		{"createProductionOrder", `mutation { createProductionOrder(input: {sku: "A1", quantity: "1"}) { id } }`, nil, []string{"PLANNER"}},
 		{"createWarehouseMove", `mutation { createWarehouseMove(input: {kind: RECEIPT, toWarehouse: "MAIN", lines: [{sku: "A1", quantity: "1"}]}) { id } }`, nil, []string{"WAREHOUSE"}},
@@ -110,7 +112,7 @@ func TestEveryMutationByEveryRole(t *testing.T) {
 	for _, m := range mutations {
 		for _, role := range roles {
 			before := footprint(t, s)
-			_, res := s.do(t, tokens[role], m.query, m.vars)
+			_, res := s.Do(t, tokens[role], m.query, m.vars)
 			forbidden := len(res.Errors) > 0 && res.Errors[0].Extensions["code"] == "FORBIDDEN"
 			want := false
 			for _, a := range m.allowed {
@@ -127,7 +129,7 @@ func TestEveryMutationByEveryRole(t *testing.T) {
 	}
 	// Reads: everyone but the integration account.
 	for _, role := range roles {
-		_, res := s.do(t, tokens[role], `{ events(first: 1) { edges { cursor } } }`, nil)
+		_, res := s.Do(t, tokens[role], `{ events(first: 1) { edges { cursor } } }`, nil)
 		if role == "INTEGRATION" {
 			require.Equal(t, "FORBIDDEN", res.Errors[0].Extensions["code"])
 		} else {
@@ -138,14 +140,14 @@ func TestEveryMutationByEveryRole(t *testing.T) {
 
 func TestExpiredAndRevokedTokensRefused(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{})
-	gql[map[string]any](t, s, `mutation { createUser(input: {login: "clerk", displayName: "Клерк", role: SALES}) { id } }`, nil)
+	s := apptest.New(t)
+	apptest.GQL[map[string]any](t, s, `mutation { createUser(input: {login: "clerk", displayName: "Клерк", role: SALES}) { id } }`, nil)
 	issue := func(expires *time.Time) (string, string) {
 		vars := map[string]any{}
 		if expires != nil {
 			vars["exp"] = expires.Format(time.RFC3339Nano)
 		}
-		res := gql[struct {
+		res := apptest.GQL[struct {
 			IssueToken struct {
 				Token string
 				Info  struct{ ID string }
@@ -159,31 +161,33 @@ func TestExpiredAndRevokedTokensRefused(t *testing.T) {
 
 	wsRefused := func(token string) {
 		t.Helper()
-		c := dialWS(t, s, protoTransportWS)
-		c.send(wsMessage{Type: "connection_init", Payload: json.RawMessage(fmt.Sprintf(`{"Authorization": "Bearer %s"}`, token))})
-		_, err := c.read(5 * time.Second)
+		c := apptest.DialWS(t, s, apptest.ProtoTransportWS)
+		c.Send(apptest.Message{Type: "connection_init", Payload: json.RawMessage(fmt.Sprintf(`{"Authorization": "Bearer %s"}`, token))})
+		_, err := c.Read(5 * time.Second)
 		var ce *websocket.CloseError
 		require.True(t, errors.As(err, &ce), "want close 4403, got %v", err)
 		require.Equal(t, 4403, ce.Code)
 	}
 	// Both work at first.
 	for _, tok := range []string{expiring, revoked} {
-		status, res := s.do(t, tok, `{ me { login role } }`, nil)
+		status, res := s.Do(t, tok, `{ me { login role } }`, nil)
 		require.Equal(t, http.StatusOK, status)
 		require.Empty(t, res.Errors)
 	}
-	gql[map[string]any](t, s, `mutation($id: ID!) { revokeToken(id: $id) { revokedAt } }`, map[string]any{"id": revokedID})
+	apptest.GQL[map[string]any](t, s, `mutation($id: ID!) { revokeToken(id: $id) { revokedAt } }`, map[string]any{"id": revokedID})
 	time.Sleep(time.Until(exp) + 100*time.Millisecond)
 	for _, tok := range []string{expiring, revoked} {
-		status, res := s.do(t, tok, `{ me { login } }`, nil)
+		status, res := s.Do(t, tok, `{ me { login } }`, nil)
 		require.Equal(t, http.StatusUnauthorized, status)
 		require.Equal(t, "UNAUTHENTICATED", res.Errors[0].Extensions["code"])
 		wsRefused(tok)
 	}
 	type journal struct {
-		Events struct{ Edges []struct{ Node feedEvent } } `json:"events"`
+		Events struct {
+			Edges []struct{ Node apptest.FeedEvent }
+		} `json:"events"`
 	}
-	j := gql[journal](t, s, `{ events(filter: {entity: "users"}, first: 10) { edges { node { type payload } } } }`, nil)
+	j := apptest.GQL[journal](t, s, `{ events(filter: {entity: "users"}, first: 10) { edges { node { type payload } } } }`, nil)
 	var types []string
 	for _, e := range j.Events.Edges {
 		types = append(types, e.Node.Type)
@@ -194,7 +198,7 @@ func TestExpiredAndRevokedTokensRefused(t *testing.T) {
 
 func TestQueryLimitsOnHTTPAndWebsocket(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{})
+	s := apptest.New(t)
 	aliases := func(n int, field string) string {
 		var b strings.Builder
 		for i := range n {
@@ -216,14 +220,14 @@ func TestQueryLimitsOnHTTPAndWebsocket(t *testing.T) {
 		"50 levels":           `{ event(id: "1") { ` + nested(50) + ` } }`,
 	}
 	for name, q := range queries {
-		_, res := s.do(t, s.Token, q, nil)
+		_, res := s.Do(t, s.Token, q, nil)
 		require.NotEmpty(t, res.Errors, name)
 		require.Contains(t, []string{"", "null"}, string(res.Data), "%s must be refused before running", name)
 		require.Contains(t, []any{"GRAPHQL_PARSE_FAILED", "COMPLEXITY_LIMIT_EXCEEDED", "BAD_USER_INPUT"}, res.Errors[0].Extensions["code"], "%s: %s", name, res.Errors[0].Message)
 	}
 	// 10 MB of variables: refused at the door.
 	big := map[string]any{"v": strings.Repeat("x", 10<<20)}
-	status, res := s.do(t, s.Token, `query($v: String) { items { id } }`, big)
+	status, res := s.Do(t, s.Token, `query($v: String) { items { id } }`, big)
 	require.Equal(t, http.StatusRequestEntityTooLarge, status)
 	require.Equal(t, "BAD_USER_INPUT", res.Errors[0].Extensions["code"])
 
@@ -234,20 +238,20 @@ func TestQueryLimitsOnHTTPAndWebsocket(t *testing.T) {
 		"aliases in fragment": `subscription { eventProcessed { ...F } } fragment F on Event { ` + aliases(1000, "id") + ` }`,
 		"50 levels":           `subscription { eventProcessed { ` + nested(50) + ` } }`,
 	}
-	c := dialWS(t, s, protoTransportWS)
-	c.init(s.Token)
+	c := apptest.DialWS(t, s, apptest.ProtoTransportWS)
+	c.Init(s.Token)
 	i := 0
 	for name, q := range subs {
 		i++
 		id := fmt.Sprint("q", i)
 		payload, _ := json.Marshal(map[string]any{"query": q})
-		err := c.conn.WriteJSON(wsMessage{ID: id, Type: "subscribe", Payload: payload})
-		var m wsMessage
+		err := c.Conn.WriteJSON(apptest.Message{ID: id, Type: "subscribe", Payload: payload})
+		var m apptest.Message
 		if err == nil {
-			m, err = c.read(10 * time.Second)
+			m, err = c.Read(10 * time.Second)
 		}
 		for err == nil && m.Type == "complete" && m.ID != id {
-			m, err = c.read(10 * time.Second) // the previous subscription's end
+			m, err = c.Read(10 * time.Second) // the previous subscription's end
 		}
 		if err != nil {
 			// The 100,000-directive query is larger than a websocket message
@@ -258,8 +262,8 @@ func TestQueryLimitsOnHTTPAndWebsocket(t *testing.T) {
 			if errors.As(err, &ce) {
 				require.Equal(t, websocket.CloseMessageTooBig, ce.Code, name)
 			}
-			c = dialWS(t, s, protoTransportWS)
-			c.init(s.Token)
+			c = apptest.DialWS(t, s, apptest.ProtoTransportWS)
+			c.Init(s.Token)
 			continue
 		}
 		// graphql-transport-ws: an "error" message, or (gqlgen, for limits
@@ -270,18 +274,18 @@ func TestQueryLimitsOnHTTPAndWebsocket(t *testing.T) {
 		require.NotContains(t, string(m.Payload), `"eventProcessed"`, "%s must not run", name)
 	}
 	// And the server still answers.
-	status, res = s.do(t, s.Token, `{ items { id } }`, nil)
+	status, res = s.Do(t, s.Token, `{ items { id } }`, nil)
 	require.Equal(t, http.StatusOK, status)
 	require.Empty(t, res.Errors)
 }
 
 func TestInternalErrorsLeakNothing(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{})
+	s := apptest.New(t)
 	ctx := context.Background()
 	_, err := s.Pool.Exec(ctx, `ALTER TABLE items RENAME TO items_gone`)
 	require.NoError(t, err)
-	_, res := s.do(t, s.Token, `{ items { id } }`, nil)
+	_, res := s.Do(t, s.Token, `{ items { id } }`, nil)
 	require.Len(t, res.Errors, 1)
 	e := res.Errors[0]
 	require.Equal(t, "INTERNAL", e.Extensions["code"])
@@ -295,7 +299,7 @@ func TestInternalErrorsLeakNothing(t *testing.T) {
 	// The database stops answering altogether. A token not used yet, so
 	// that authentication itself needs the database (a used one answers
 	// from the cache for a second).
-	fresh := gql[struct {
+	fresh := apptest.GQL[struct {
 		IssueToken struct{ Token string } `json:"issueToken"`
 	}](t, s, `mutation { issueToken(login: "admin") { token } }`, nil).IssueToken.Token
 	var dbName string
@@ -309,7 +313,7 @@ func TestInternalErrorsLeakNothing(t *testing.T) {
 	_, err = admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, dbName)
 	require.NoError(t, err)
 	s.Pool.Reset()
-	status, res := s.do(t, fresh, `{ items { id } }`, nil)
+	status, res := s.Do(t, fresh, `{ items { id } }`, nil)
 	require.Equal(t, http.StatusServiceUnavailable, status)
 	require.Equal(t, "INTERNAL", res.Errors[0].Extensions["code"])
 	require.NotEmpty(t, res.Errors[0].Extensions["requestId"])
@@ -320,7 +324,7 @@ func TestInternalErrorsLeakNothing(t *testing.T) {
 
 // pgxConnectAdmin connects to the "postgres" database of the test server's
 // cluster, to undo what a test did to its own database.
-func pgxConnectAdmin(s *testServer) (*pgx.Conn, error) {
+func pgxConnectAdmin(s *apptest.Server) (*pgx.Conn, error) {
 	cfg := s.Pool.Config().ConnConfig.Copy()
 	cfg.Database = "postgres"
 	return pgx.ConnectConfig(context.Background(), cfg)
@@ -328,65 +332,67 @@ func pgxConnectAdmin(s *testServer) (*pgx.Conn, error) {
 
 func TestUserSubcommandBootstrapsAnIntegration(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{})
-	seedItem(t, s)
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
 	url := s.Pool.Config().ConnString()
 	var out strings.Builder
-	cfg := config{DatabaseURL: url, UserLogin: "shop", UserName: "Интернет-магазин", UserRole: "integration", TokenName: "prod"}
-	require.NoError(t, withDatabase(t.Context(), cfg, testLogger(t), func(ctx context.Context, pool *pgxpool.Pool) error {
-		return createUserOffline(ctx, pool, cfg, testLogger(t), &out)
-	}))
+	cfg := config.Default()
+	cfg.DatabaseURL = url
+	cfg.User = config.User{Login: "shop", Name: "Интернет-магазин", Role: "integration", TokenName: "prod"}
+	require.NoError(t, app.CreateUser(t.Context(), cfg, apptest.Logger(t), &out))
 	fields := strings.Fields(out.String())
 	token := fields[len(fields)-1]
 	require.True(t, strings.HasPrefix(token, "erp_"), out.String())
 
 	// The integration account is the actor of the orders it sends.
-	_, res := s.do(t, token, `mutation { receiveOrder(input: {source: SHOP, externalId: "shop-cli", customer: "X", lines: [{sku: "A1", quantity: "1"}]}) { duplicate } }`, nil)
+	_, res := s.Do(t, token, `mutation { receiveOrder(input: {source: SHOP, externalId: "shop-cli", customer: "X", lines: [{sku: "A1", quantity: "1"}]}) { duplicate } }`, nil)
 	require.Empty(t, res.Errors)
 	type journal struct {
-		Events struct{ Edges []struct{ Node feedEvent } } `json:"events"`
+		Events struct {
+			Edges []struct{ Node apptest.FeedEvent }
+		} `json:"events"`
 	}
-	j := gql[journal](t, s, `{ events(filter: {types: ["order.received"]}) { edges { node { actor { displayName } } } } }`, nil)
+	j := apptest.GQL[journal](t, s, `{ events(filter: {types: ["order.received"]}) { edges { node { actor { displayName } } } } }`, nil)
 	require.Equal(t, "Интернет-магазин", j.Events.Edges[0].Node.Actor.DisplayName)
 	// It can do nothing else.
-	_, res = s.do(t, token, `{ items { id } }`, nil)
+	_, res = s.Do(t, token, `{ items { id } }`, nil)
 	require.Equal(t, "FORBIDDEN", res.Errors[0].Extensions["code"])
 }
 
 func TestRevokingATokenClosesItsOpenWebsocket(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{})
+	s := apptest.New(t)
 	token := roleToken(t, s, "watcher", "VIEWER")
-	c := dialWS(t, s, protoTransportWS)
-	c.init(token)
-	c.subscribe("live", feedSubscription, nil)
-	waitFor(t, 5*time.Second, "the subscription", func() bool { return s.app.feed.Subscribers() == 1 })
+	c := apptest.DialWS(t, s, apptest.ProtoTransportWS)
+	c.Init(token)
+	c.Subscribe("live", apptest.FeedSubscription, nil)
+	apptest.WaitFor(t, 5*time.Second, "the subscription", func() bool { return s.App.Feed().Subscribers() == 1 })
 
-	toks := gql[struct {
+	toks := apptest.GQL[struct {
 		Tokens []struct{ ID, Name string } `json:"tokens"`
 	}](t, s, `{ tokens(login: "watcher") { id name } }`, nil)
 	require.Len(t, toks.Tokens, 1)
-	gql[map[string]any](t, s, `mutation($id: ID!) { revokeToken(id: $id) { revokedAt } }`, map[string]any{"id": toks.Tokens[0].ID})
+	apptest.GQL[map[string]any](t, s, `mutation($id: ID!) { revokeToken(id: $id) { revokedAt } }`, map[string]any{"id": toks.Tokens[0].ID})
 
 	// The socket is closed within a couple of seconds, its subscription ended.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, err := c.read(time.Until(deadline))
+		_, err := c.Read(time.Until(deadline))
 		if err != nil {
 			require.False(t, time.Now().After(deadline), "socket still open 10 s after its token was revoked")
 			break
 		}
 	}
-	waitFor(t, 5*time.Second, "no live subscription", func() bool { return s.app.feed.Subscribers() == 0 })
+	apptest.WaitFor(t, 5*time.Second, "no live subscription", func() bool { return s.App.Feed().Subscribers() == 0 })
 }
 
 func TestARefusedFieldStopsTheWholeMutation(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{})
-	seedItem(t, s)
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
 	clerk := roleToken(t, s, "clerk", "SALES")
 	before := footprint(t, s)
-	_, res := s.do(t, clerk, `mutation {
+	_, res := s.Do(t, clerk, `mutation {
 		a: createSalesOrder(input: {customer: "ok", lines: [{sku: "A1", quantity: "1"}]}) { id }
 		b: createItem(input: {sku: "NO", name: "n", unit: "шт"}) { id }
 	}`, nil)
@@ -401,19 +407,19 @@ func TestARefusedFieldStopsTheWholeMutation(t *testing.T) {
 // and within the TTL on another instance sharing the database.
 func TestTokenChangesTakeEffectDespiteTheCache(t *testing.T) {
 	t.Parallel()
-	a := newTestServer(t, serverOpts{})
-	b := newTestServer(t, serverOpts{pool: a.Pool})
-	gql[map[string]any](t, a, `mutation { createUser(input: {login: "clerk", displayName: "Клерк", role: SALES}) { id } }`, nil)
-	res := gql[struct {
+	a := apptest.New(t)
+	b := apptest.NewOn(t, a.Pool)
+	apptest.GQL[map[string]any](t, a, `mutation { createUser(input: {login: "clerk", displayName: "Клерк", role: SALES}) { id } }`, nil)
+	res := apptest.GQL[struct {
 		IssueToken struct {
 			Token string
 			Info  struct{ ID string }
 		} `json:"issueToken"`
 	}](t, a, `mutation { issueToken(login: "clerk") { token info { id } } }`, nil)
 	token, id := res.IssueToken.Token, res.IssueToken.Info.ID
-	role := func(s *testServer) (int, string) {
+	role := func(s *apptest.Server) (int, string) {
 		t.Helper()
-		status, res := s.do(t, token, `{ me { role } }`, nil)
+		status, res := s.Do(t, token, `{ me { role } }`, nil)
 		if status != http.StatusOK {
 			return status, ""
 		}
@@ -421,18 +427,18 @@ func TestTokenChangesTakeEffectDespiteTheCache(t *testing.T) {
 		require.NoError(t, json.Unmarshal(res.Data, &me))
 		return status, me.Me.Role
 	}
-	for _, s := range []*testServer{a, b} { // both instances have it cached
+	for _, s := range []*apptest.Server{a, b} { // both instances have it cached
 		_, r := role(s)
 		require.Equal(t, "SALES", r)
 	}
 
-	gql[map[string]any](t, a, `mutation { setUserRole(login: "clerk", role: VIEWER) { id } }`, nil)
+	apptest.GQL[map[string]any](t, a, `mutation { setUserRole(login: "clerk", role: VIEWER) { id } }`, nil)
 	_, r := role(a)
 	require.Equal(t, "VIEWER", r, "a role change takes effect at once where it was made")
-	waitFor(t, 3*time.Second, "the role change on the other instance", func() bool { _, r := role(b); return r == "VIEWER" })
+	apptest.WaitFor(t, 3*time.Second, "the role change on the other instance", func() bool { _, r := role(b); return r == "VIEWER" })
 
-	gql[map[string]any](t, a, `mutation($id: ID!) { revokeToken(id: $id) { revokedAt } }`, map[string]any{"id": id})
+	apptest.GQL[map[string]any](t, a, `mutation($id: ID!) { revokeToken(id: $id) { revokedAt } }`, map[string]any{"id": id})
 	status, _ := role(a)
 	require.Equal(t, http.StatusUnauthorized, status, "a revocation takes effect at once where it was made")
-	waitFor(t, 3*time.Second, "the revocation on the other instance", func() bool { s, _ := role(b); return s == http.StatusUnauthorized })
+	apptest.WaitFor(t, 3*time.Second, "the revocation on the other instance", func() bool { s, _ := role(b); return s == http.StatusUnauthorized })
 }

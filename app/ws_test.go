@@ -1,7 +1,8 @@
-package main
+package app_test
 
 import (
 	"encoding/json"
+	"erp/app"
 	"errors"
 	"fmt"
 	"io"
@@ -17,77 +18,52 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
+	"erp/app/apptest"
+	"erp/app/config"
 	"erp/graph/wsgorilla"
 )
 
-// wsURL is the websocket endpoint of s.
-func wsURL(s *testServer) string { return "ws" + strings.TrimPrefix(s.URL, "http") + "/graphql" }
-
-// closeCode reads from c until the socket ends and returns the close code
-// the server sent (websocket.CloseAbnormalClosure, 1006, when the
-// connection ended without a close frame). Messages on the way are
-// ignored, except that a connection_ack fails the test when noAck is set.
-func (c *wsClient) closeCode(timeout time.Duration, noAck bool) int {
-	c.t.Helper()
-	require.NoError(c.t, c.conn.SetReadDeadline(time.Now().Add(timeout)))
-	for {
-		_, b, err := c.conn.ReadMessage()
-		if err != nil {
-			var ce *websocket.CloseError
-			if errors.As(err, &ce) {
-				return ce.Code
-			}
-			var ne net.Error
-			require.False(c.t, errors.As(err, &ne) && ne.Timeout(), "socket still open after %s", timeout)
-			return websocket.CloseAbnormalClosure
-		}
-		if noAck {
-			require.NotContains(c.t, string(b), `"connection_ack"`)
-		}
-	}
-}
-
 func TestWebsocketCloseCodes(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{initTimeout: 300 * time.Millisecond})
-	initMsg := func(token string) wsMessage {
-		return wsMessage{Type: "connection_init", Payload: json.RawMessage(fmt.Sprintf(`{"Authorization": "Bearer %s"}`, token))}
+	s := apptest.New(t, func(c *config.Config) { c.InitTimeout = 300 * time.Millisecond })
+	initMsg := func(token string) apptest.Message {
+		return apptest.Message{Type: "connection_init", Payload: json.RawMessage(fmt.Sprintf(`{"Authorization": "Bearer %s"}`, token))}
 	}
 	tests := []struct {
 		name   string
 		protos []string
 		// run drives the client until the server should close the socket.
-		run  func(c *wsClient)
+		run  func(c *apptest.WS)
 		want int
 	}{
-		{"silent after upgrade: init timeout", []string{protoTransportWS, protoLegacyWS}, func(*wsClient) {}, wsgorilla.CloseInitTimeout},
-		{"bad token: refused without ack", []string{protoTransportWS, protoLegacyWS}, func(c *wsClient) {
-			c.send(initMsg("erp_wrong"))
+		{"silent after upgrade: init timeout", []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS}, func(*apptest.WS) {}, wsgorilla.CloseInitTimeout},
+		{"bad token: refused without ack", []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS}, func(c *apptest.WS) {
+			c.Send(initMsg("erp_wrong"))
 		}, 4403},
-		{"duplicate subscription id", []string{protoTransportWS, protoLegacyWS}, func(c *wsClient) {
-			c.init(s.Token)
-			c.subscribe("dup", feedSubscription, nil)
-			c.subscribe("dup", feedSubscription, nil)
+		{"duplicate subscription id", []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS}, func(c *apptest.WS) {
+			c.Init(s.Token)
+			c.Subscribe("dup", apptest.FeedSubscription, nil)
+			c.Subscribe("dup", apptest.FeedSubscription, nil)
 		}, wsgorilla.CloseSubscriberExists},
-		{"second connection_init", []string{protoTransportWS}, func(c *wsClient) {
-			c.init(s.Token)
-			c.send(initMsg(s.Token))
+		{"second connection_init", []string{apptest.ProtoTransportWS}, func(c *apptest.WS) {
+			c.Init(s.Token)
+			c.Send(initMsg(s.Token))
 		}, wsgorilla.CloseTooManyInit},
-		{"connection_init payload not an object", []string{protoTransportWS, protoLegacyWS}, func(c *wsClient) {
-			c.send(wsMessage{Type: "connection_init", Payload: json.RawMessage(`"Bearer x"`)})
+		{"connection_init payload not an object", []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS}, func(c *apptest.WS) {
+			c.Send(apptest.Message{Type: "connection_init", Payload: json.RawMessage(`"Bearer x"`)})
 		}, wsgorilla.CloseBadRequest},
-		{"message over 64 KiB", []string{protoTransportWS, protoLegacyWS}, func(c *wsClient) {
-			c.init(s.Token)
-			c.subscribe("big", "subscription { eventProcessed { id } } #"+strings.Repeat("x", wsReadLimit), nil)
+		{"message over 64 KiB", []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS}, func(c *apptest.WS) {
+			c.Init(s.Token)
+			c.Subscribe("big", "subscription { eventProcessed { id } } #"+strings.Repeat("x", app.WSReadLimit), nil)
 		}, websocket.CloseMessageTooBig},
 	}
 	for _, tt := range tests {
 		for _, proto := range tt.protos {
 			t.Run(tt.name+"/"+proto, func(t *testing.T) {
 				t.Parallel()
-				c := dialWS(t, s, proto)
+				c := apptest.DialWS(t, s, proto)
 				tt.run(c)
-				require.Equal(t, tt.want, c.closeCode(5*time.Second, tt.want == 4403))
+				require.Equal(t, tt.want, c.CloseCode(5*time.Second, tt.want == 4403))
 			})
 		}
 	}
@@ -97,33 +73,33 @@ func TestWebsocketCloseCodes(t *testing.T) {
 // running one is a duplicate.
 func TestWebsocketIDReusableAfterComplete(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{})
-	seedItem(t, s)
-	for _, proto := range []string{protoTransportWS, protoLegacyWS} {
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	for _, proto := range []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS} {
 		t.Run(proto, func(t *testing.T) {
-			c := dialWS(t, s, proto)
-			c.init(s.Token)
-			stop := map[string]string{protoTransportWS: "complete", protoLegacyWS: "stop"}[proto]
+			c := apptest.DialWS(t, s, proto)
+			c.Init(s.Token)
+			stop := map[string]string{apptest.ProtoTransportWS: "complete", apptest.ProtoLegacyWS: "stop"}[proto]
 			filter := map[string]any{"filter": map[string]any{"entity": "sales_orders", "types": []string{"doc.created"}}}
-			c.subscribe("1", feedSubscription, filter)
-			c.send(wsMessage{ID: "1", Type: stop})
-			m, err := c.read(5 * time.Second)
+			c.Subscribe("1", apptest.FeedSubscription, filter)
+			c.Send(apptest.Message{ID: "1", Type: stop})
+			m, err := c.Read(5 * time.Second)
 			require.NoError(t, err)
 			require.Equal(t, "complete", m.Type)
-			waitFor(t, 5*time.Second, "no subscription", func() bool { return s.app.feed.Subscribers() == 0 })
-			c.subscribe("1", feedSubscription, filter)
-			waitFor(t, 5*time.Second, "the subscription", func() bool { return s.app.feed.Subscribers() == 1 })
-			gql[map[string]any](t, s, createSalesOrder, map[string]any{"customer": proto})
-			require.Equal(t, "doc.created", c.nextEvent("1").Type)
-			require.NoError(t, c.conn.Close())
-			waitFor(t, 5*time.Second, "no subscription", func() bool { return s.app.feed.Subscribers() == 0 })
+			apptest.WaitFor(t, 5*time.Second, "no subscription", func() bool { return s.App.Feed().Subscribers() == 0 })
+			c.Subscribe("1", apptest.FeedSubscription, filter)
+			apptest.WaitFor(t, 5*time.Second, "the subscription", func() bool { return s.App.Feed().Subscribers() == 1 })
+			apptest.GQL[map[string]any](t, s, apptest.CreateSalesOrder, map[string]any{"customer": proto})
+			require.Equal(t, "doc.created", c.NextEvent("1").Type)
+			require.NoError(t, c.Conn.Close())
+			apptest.WaitFor(t, 5*time.Second, "no subscription", func() bool { return s.App.Feed().Subscribers() == 0 })
 		})
 	}
 }
 
 func TestWebsocketOriginCheck(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{allowedOrigins: []string{"https://erp.example.com"}})
+	s := apptest.New(t, func(c *config.Config) { c.AllowedOrigins = []string{"https://erp.example.com"} })
 	host := strings.TrimPrefix(s.URL, "http://")
 	tests := []struct {
 		origin string
@@ -142,8 +118,8 @@ func TestWebsocketOriginCheck(t *testing.T) {
 		if tt.origin != "" {
 			h.Set("Origin", tt.origin)
 		}
-		d := websocket.Dialer{Subprotocols: []string{protoTransportWS}, HandshakeTimeout: 5 * time.Second}
-		conn, res, err := d.Dial(wsURL(s), h)
+		d := websocket.Dialer{Subprotocols: []string{apptest.ProtoTransportWS}, HandshakeTimeout: 5 * time.Second}
+		conn, res, err := d.Dial(apptest.WSURL(s), h)
 		if tt.ok {
 			require.NoError(t, err, "origin %q", tt.origin)
 			res.Body.Close()
@@ -154,7 +130,7 @@ func TestWebsocketOriginCheck(t *testing.T) {
 		require.Equal(t, http.StatusForbidden, res.StatusCode, "origin %q", tt.origin)
 		res.Body.Close()
 	}
-	waitFor(t, 5*time.Second, "no open socket", func() bool { return s.app.ws.Open() == 0 })
+	apptest.WaitFor(t, 5*time.Second, "no open socket", func() bool { return s.App.Websockets().Open() == 0 })
 }
 
 // socketGoroutines counts the goroutines serving websockets: the adapter's,
@@ -245,10 +221,10 @@ func TestWebsocketHalfOpenSocketCleanedUp(t *testing.T) {
 	// Long enough that the scheduling margin below (CI runs other
 	// packages' tests beside this one) stays under one more interval.
 	const interval = 400 * time.Millisecond
-	s := newTestServer(t, serverOpts{keepAlive: interval})
-	for _, proto := range []string{protoTransportWS, protoLegacyWS} {
+	s := apptest.New(t, func(c *config.Config) { c.KeepAlive = interval })
+	for _, proto := range []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS} {
 		t.Run(proto, func(t *testing.T) {
-			waitFor(t, 5*time.Second, "no websocket goroutines", func() bool { return socketGoroutines() == 0 })
+			apptest.WaitFor(t, 5*time.Second, "no websocket goroutines", func() bool { return socketGoroutines() == 0 })
 			baseline := socketGoroutines()
 			p := newFreezeProxy(t, strings.TrimPrefix(s.URL, "http://"))
 			d := websocket.Dialer{Subprotocols: []string{proto}, HandshakeTimeout: 5 * time.Second}
@@ -256,10 +232,10 @@ func TestWebsocketHalfOpenSocketCleanedUp(t *testing.T) {
 			require.NoError(t, err)
 			res.Body.Close()
 			t.Cleanup(func() { conn.Close() })
-			c := &wsClient{t: t, conn: conn, proto: proto}
-			c.init(s.Token)
-			c.subscribe("1", feedSubscription, nil)
-			waitFor(t, 5*time.Second, "the subscription", func() bool { return s.app.feed.Subscribers() == 1 })
+			c := apptest.NewWS(t, conn, proto)
+			c.Init(s.Token)
+			c.Subscribe("1", apptest.FeedSubscription, nil)
+			apptest.WaitFor(t, 5*time.Second, "the subscription", func() bool { return s.App.Feed().Subscribers() == 1 })
 			// Keep reading, which answers the server's pings, until the
 			// proxy freezes; then this goroutine blocks until cleanup.
 			go func() {
@@ -270,17 +246,17 @@ func TestWebsocketHalfOpenSocketCleanedUp(t *testing.T) {
 				}
 			}()
 			time.Sleep(3 * interval) // the keepalive runs across the proxy
-			require.Equal(t, 1, s.app.ws.Open(), "a live peer must not be dropped")
+			require.Equal(t, 1, s.App.Websockets().Open(), "a live peer must not be dropped")
 
 			p.frozen.Store(true)
 			frozenAt := time.Now()
-			waitFor(t, 5*time.Second, "the resolver to end", func() bool { return s.app.feed.Subscribers() == 0 })
+			apptest.WaitFor(t, 5*time.Second, "the resolver to end", func() bool { return s.App.Feed().Subscribers() == 0 })
 			cancelled := time.Since(frozenAt)
-			waitFor(t, 5*time.Second, "websocket goroutines back to the baseline", func() bool { return socketGoroutines() <= baseline })
+			apptest.WaitFor(t, 5*time.Second, "websocket goroutines back to the baseline", func() bool { return socketGoroutines() <= baseline })
 			cleaned := time.Since(frozenAt)
 			t.Logf("%s: resolver ended %s and goroutines back to %d %s after the peer vanished (ping interval %s)",
 				proto, cancelled.Round(time.Millisecond), baseline, cleaned.Round(time.Millisecond), interval)
-			require.Zero(t, s.app.ws.Open())
+			require.Zero(t, s.App.Websockets().Open())
 			// Two intervals without a frame from the peer, plus scheduling:
 			// less than the third interval a missed check would take.
 			require.Less(t, cleaned, 2*interval+300*time.Millisecond)
@@ -291,23 +267,23 @@ func TestWebsocketHalfOpenSocketCleanedUp(t *testing.T) {
 func TestWebsocketShutdownClosesEverySocketWith1001(t *testing.T) {
 	t.Parallel()
 	const sockets = 50
-	s := newTestServer(t, serverOpts{shutdownTimeout: 5 * time.Second})
-	clients := make([]*wsClient, sockets)
+	s := apptest.New(t, func(c *config.Config) { c.ShutdownTimeout = 5 * time.Second })
+	clients := make([]*apptest.WS, sockets)
 	for i := range clients {
-		proto := []string{protoTransportWS, protoLegacyWS}[i%2]
-		clients[i] = dialWS(t, s, proto)
-		clients[i].init(s.Token)
-		clients[i].subscribe(fmt.Sprint("s", i), feedSubscription, nil)
+		proto := []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS}[i%2]
+		clients[i] = apptest.DialWS(t, s, proto)
+		clients[i].Init(s.Token)
+		clients[i].Subscribe(fmt.Sprint("s", i), apptest.FeedSubscription, nil)
 	}
-	waitFor(t, 10*time.Second, "every subscription", func() bool { return s.app.feed.Subscribers() == sockets })
+	apptest.WaitFor(t, 10*time.Second, "every subscription", func() bool { return s.App.Feed().Subscribers() == sockets })
 
 	codes := make([]int, sockets)
 	var wg sync.WaitGroup
 	for i, c := range clients {
 		wg.Go(func() {
-			_ = c.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_ = c.Conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 			for {
-				if _, _, err := c.conn.ReadMessage(); err != nil {
+				if _, _, err := c.Conn.ReadMessage(); err != nil {
 					var ce *websocket.CloseError
 					if errors.As(err, &ce) {
 						codes[i] = ce.Code
@@ -318,7 +294,7 @@ func TestWebsocketShutdownClosesEverySocketWith1001(t *testing.T) {
 		})
 	}
 	start := time.Now()
-	require.NoError(t, s.shutdown())
+	require.NoError(t, s.Shutdown())
 	took := time.Since(start)
 	wg.Wait()
 	t.Logf("shutdown with %d live subscriptions took %s", sockets, took.Round(time.Millisecond))
@@ -326,48 +302,17 @@ func TestWebsocketShutdownClosesEverySocketWith1001(t *testing.T) {
 	for i, code := range codes {
 		require.Equal(t, websocket.CloseGoingAway, code, "socket %d", i)
 	}
-	require.Zero(t, s.app.ws.Open())
+	require.Zero(t, s.App.Websockets().Open())
 	// The resolvers ended with their sockets, before the feed stops.
-	waitFor(t, 2*time.Second, "every resolver to end", func() bool { return s.app.feed.Subscribers() == 0 })
+	apptest.WaitFor(t, 2*time.Second, "every resolver to end", func() bool { return s.App.Feed().Subscribers() == 0 })
 
 	// No new socket after shutdown.
-	d := websocket.Dialer{Subprotocols: []string{protoTransportWS}, HandshakeTimeout: time.Second}
-	_, res, err := d.Dial(wsURL(s), nil)
+	d := websocket.Dialer{Subprotocols: []string{apptest.ProtoTransportWS}, HandshakeTimeout: time.Second}
+	_, res, err := d.Dial(apptest.WSURL(s), nil)
 	require.Error(t, err)
 	if res != nil {
 		_, _ = io.Copy(io.Discard, res.Body)
 		res.Body.Close()
-	}
-}
-
-func TestConfigAllowedOrigins(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		env  string
-		args []string
-		want []string
-		ok   bool
-	}{
-		{"", nil, nil, true},
-		{"https://erp.example.com, http://localhost:5173", nil, []string{"https://erp.example.com", "http://localhost:5173"}, true},
-		{"https://erp.example.com", []string{"-allowed-origins", "*"}, []string{"*"}, true},
-		{"erp.example.com", nil, nil, false},
-	}
-	for _, tt := range tests {
-		getenv := func(k string) string {
-			if k == "ALLOWED_ORIGINS" {
-				return tt.env
-			}
-			return ""
-		}
-		cfg, err := parseConfig("serve", tt.args, getenv, io.Discard)
-		if !tt.ok {
-			require.Error(t, err, "ALLOWED_ORIGINS=%q", tt.env)
-			require.Contains(t, err.Error(), "ALLOWED_ORIGINS")
-			continue
-		}
-		require.NoError(t, err)
-		require.Equal(t, tt.want, cfg.AllowedOrigins)
 	}
 }
 
@@ -376,23 +321,23 @@ func TestConfigAllowedOrigins(t *testing.T) {
 func TestWebsocketKeepalivePerSubprotocol(t *testing.T) {
 	t.Parallel()
 	const interval = 100 * time.Millisecond
-	s := newTestServer(t, serverOpts{keepAlive: interval})
-	for proto, want := range map[string]string{protoTransportWS: "ping", protoLegacyWS: "ka"} {
+	s := apptest.New(t, func(c *config.Config) { c.KeepAlive = interval })
+	for proto, want := range map[string]string{apptest.ProtoTransportWS: "ping", apptest.ProtoLegacyWS: "ka"} {
 		t.Run(proto, func(t *testing.T) {
-			c := dialWS(t, s, proto)
+			c := apptest.DialWS(t, s, proto)
 			var pings atomic.Int32
-			c.conn.SetPingHandler(func(data string) error {
+			c.Conn.SetPingHandler(func(data string) error {
 				pings.Add(1)
-				return c.conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
+				return c.Conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
 			})
-			c.init(s.Token)
+			c.Init(s.Token)
 			seen := 0
 			// Two of each arrive within about three intervals; the generous
 			// deadline only keeps a busy machine from failing the test.
 			for deadline := time.Now().Add(50 * interval); time.Now().Before(deadline) && (seen < 2 || pings.Load() < 2); {
-				require.NoError(t, c.conn.SetReadDeadline(deadline))
-				var m wsMessage
-				if err := c.conn.ReadJSON(&m); err != nil {
+				require.NoError(t, c.Conn.SetReadDeadline(deadline))
+				var m apptest.Message
+				if err := c.Conn.ReadJSON(&m); err != nil {
 					var ne net.Error
 					require.True(t, errors.As(err, &ne) && ne.Timeout(), "read: %v", err)
 					break
@@ -401,7 +346,7 @@ func TestWebsocketKeepalivePerSubprotocol(t *testing.T) {
 					seen++
 				}
 				if m.Type == "ping" {
-					c.send(wsMessage{Type: "pong"})
+					c.Send(apptest.Message{Type: "pong"})
 				}
 			}
 			require.GreaterOrEqual(t, seen, 2, "%q messages", want)

@@ -1,6 +1,7 @@
-package main
+package app_test
 
 import (
+	"erp/app/apptest"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -13,7 +14,7 @@ import (
 
 func TestRiverUIForSignedInAdminsOnly(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{})
+	s := apptest.New(t)
 	viewer := roleToken(t, s, "watcher", "VIEWER")
 	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)

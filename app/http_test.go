@@ -1,6 +1,8 @@
-package main
+package app_test
 
 import (
+	"erp/app/apptest"
+	"erp/app/config"
 	"fmt"
 	"io"
 	"net/http"
@@ -26,7 +28,7 @@ func request(t *testing.T, method, target string, header map[string]string, body
 
 func TestGraphQLOverHTTP(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{allowedOrigins: []string{"https://shop.example"}})
+	s := apptest.New(t, func(c *config.Config) { c.AllowedOrigins = []string{"https://shop.example"} })
 	auth := "Bearer " + s.Token
 	q := `{"query":"{ items { id } }"}`
 
@@ -66,7 +68,7 @@ func TestGraphQLOverHTTP(t *testing.T) {
 
 func TestNoCORSWithoutAllowList(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{})
+	s := apptest.New(t)
 	res := request(t, http.MethodOptions, s.URL+"/graphql", map[string]string{
 		"Origin": "https://evil.example", "Access-Control-Request-Method": "POST",
 	}, "")
@@ -76,8 +78,8 @@ func TestNoCORSWithoutAllowList(t *testing.T) {
 func TestProductionSwitchesOffIntrospectionAndPlayground(t *testing.T) {
 	t.Parallel()
 	for _, off := range []bool{false, true} {
-		s := newTestServer(t, serverOpts{noIntrospection: off, noPlayground: off})
-		_, res := s.do(t, s.Token, `{ __schema { queryType { name } } }`, nil)
+		s := apptest.New(t, func(c *config.Config) { c.Introspection, c.Playground = !off, !off })
+		_, res := s.Do(t, s.Token, `{ __schema { queryType { name } } }`, nil)
 		if off {
 			require.NotEmpty(t, res.Errors, "introspection must be refused")
 		} else {
@@ -107,11 +109,11 @@ fragment TypeRef on __Type { kind name ofType { kind name ofType { kind name ofT
 
 func TestLimitsLetToolsInAndKeepAbuseOut(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{})
-	seedItem(t, s)
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
 
 	// GraphiQL and code generators read the schema: allowed.
-	_, res := s.do(t, s.Token, introspectionQuery, nil)
+	_, res := s.Do(t, s.Token, introspectionQuery, nil)
 	require.Empty(t, res.Errors, "the playground's schema query must pass the limits")
 
 	// Big pages add up: 50 aliases of a 500-row page are refused.
@@ -119,18 +121,18 @@ func TestLimitsLetToolsInAndKeepAbuseOut(t *testing.T) {
 	for i := range 50 {
 		fmt.Fprintf(&b, "p%d: events(first: 500) { edges { node { id type payload deliveries { status } } } } ", i)
 	}
-	_, res = s.do(t, s.Token, "{ "+b.String()+" }", nil)
+	_, res = s.Do(t, s.Token, "{ "+b.String()+" }", nil)
 	require.NotEmpty(t, res.Errors)
 	require.Equal(t, "COMPLEXITY_LIMIT_EXCEEDED", res.Errors[0].Extensions["code"])
 	// One such page alone is fine.
-	_, res = s.do(t, s.Token, `{ events(first: 500) { edges { node { id type payload deliveries { status } } } } }`, nil)
+	_, res = s.Do(t, s.Token, `{ events(first: 500) { edges { node { id type payload deliveries { status } } } } }`, nil)
 	require.Empty(t, res.Errors)
 }
 
 func TestReviewFindingsAreRefusedCleanly(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, serverOpts{})
-	seedItem(t, s)
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
 	tests := []struct {
 		name, query string
 		vars        map[string]any
@@ -142,17 +144,17 @@ func TestReviewFindingsAreRefusedCleanly(t *testing.T) {
 		{"huge webhook URL", `mutation($u: String!) { createWebhookSubscriber(input: {name: "big", url: $u}) { id } }`, map[string]any{"u": "http://x/" + strings.Repeat("a", 5000)}, "BAD_USER_INPUT"},
 	}
 	for _, tt := range tests {
-		e := gqlErr(t, s, tt.query, tt.vars)
+		e := apptest.GQLErr(t, s, tt.query, tt.vars)
 		require.Equal(t, tt.code, e.Extensions["code"], "%s: %s", tt.name, e.Message)
 	}
 
 	// An exhausted number series is a conflict, not an internal error.
 	var year int
 	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT extract(year FROM now())::int`).Scan(&year))
-	gql[map[string]any](t, s, `mutation($y: Int!) { setNumberSeriesStart(prefix: "ЗП", year: $y, start: 999999) }`, map[string]any{"y": year})
+	apptest.GQL[map[string]any](t, s, `mutation($y: Int!) { setNumberSeriesStart(prefix: "ЗП", year: $y, start: 999999) }`, map[string]any{"y": year})
 	po := `mutation { createPurchaseOrder(input: {supplier: "s", lines: [{sku: "A1", quantity: "1"}]}) { number } }`
-	gql[map[string]any](t, s, po, nil)
-	e := gqlErr(t, s, po, nil)
+	apptest.GQL[map[string]any](t, s, po, nil)
+	e := apptest.GQLErr(t, s, po, nil)
 	require.Equal(t, "CONFLICT", e.Extensions["code"], e.Message)
 	require.Contains(t, e.Message, "exhausted")
 }

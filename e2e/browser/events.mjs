@@ -3,7 +3,7 @@
 // (progress goes to stderr). browser_test.go runs it against an in-process
 // server after the demo replay; by hand:
 //
-//	node e2e-browser/events.mjs http://localhost:8080 "$(cat .data/admin-token)" /tmp/events.png
+//	node e2e/browser/events.mjs http://localhost:8080 "$(cat .data/admin-token)" /tmp/events.png
 //
 // Environment (both optional):
 //

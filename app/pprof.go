@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 )
 
 // startPprof serves net/http/pprof at /debug/pprof/ on addr (PPROF_ADDR,
-// a loopback address checked by parseConfig), on a server of its own so
+// a loopback address checked by config.Parse), on a server of its own so
 // that nothing of it reaches the API's mux or DefaultServeMux. The
 // returned stop shuts it down, waiting at most until ctx ends; a profile
 // being taken is cut off then.

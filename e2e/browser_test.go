@@ -1,9 +1,10 @@
-package main
+package e2e
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"erp/app/apptest"
 	"errors"
 	"fmt"
 	"io"
@@ -27,13 +28,13 @@ import (
 // The browser test drives Debian's Chromium with playwright-core (Node).
 const (
 	chromiumPath  = "/usr/bin/chromium"
-	browserDir    = "e2e-browser"
-	browserScript = "e2e-browser/events.mjs"
+	browserDir    = "browser"
+	browserScript = "browser/events.mjs"
 	// browserTimeout bounds the whole node run (Chromium start, both pages).
 	browserTimeout = 3 * time.Minute
 )
 
-// browserRun is the JSON e2e-browser/events.mjs prints.
+// browserRun is the JSON browser/events.mjs prints.
 type browserRun struct {
 	OK          bool     `json:"ok"`
 	Error       string   `json:"error"`
@@ -101,7 +102,7 @@ type browserRow struct {
 	WaitsFor                                             string // pending deliveries of an unprocessed event
 }
 
-// requireBrowserTools fails (not skips: CI must have them) when Chromium,
+// requireBrowserTools fails (CI=true) or skips (otherwise) when Chromium,
 // node or the script's npm packages are missing, saying how to get them.
 func requireBrowserTools(t *testing.T) string {
 	t.Helper()
@@ -121,28 +122,30 @@ func requireBrowserTools(t *testing.T) string {
 		missing = append(missing, "Node.js 20+ with npm (Debian 13: apt-get install nodejs npm; older: nodesource.com)")
 	}
 	if _, err := os.Stat(filepath.Join(browserDir, "node_modules", "playwright-core", "package.json")); err != nil {
-		missing = append(missing, browserDir+"/node_modules (npm ci --prefix "+browserDir+"; make test does it)")
+		missing = append(missing, "e2e/"+browserDir+"/node_modules (npm ci --prefix e2e/"+browserDir+"; make test does it)")
 	}
 	if len(missing) > 0 {
-		t.Fatalf("the browser test needs: %s", strings.Join(missing, "; "))
+		requireTool(t, "what the browser test needs", strings.Join(missing, "; "))
 	}
 	return node
 }
 
-// TestEventsPageInBrowser replays the demo day on a real server and
+// TestBrowserEventsPage replays the demo day on a real server and
 // database, then drives headless Chromium through the events page (sign
 // in, seed columns, a live order, a network drop, filter, object details,
 // more rows) and the playground with every non-localhost request blocked.
-func TestEventsPageInBrowser(t *testing.T) {
+func TestBrowserEventsPage(t *testing.T) {
 	t.Parallel()
 	node := requireBrowserTools(t)
 	ctx, cancel := context.WithTimeout(context.Background(), browserTimeout+time.Minute)
 	defer cancel()
 
-	s := newTestServer(t, serverOpts{})
-	var journal bytes.Buffer
-	sum, err := replayDemo(ctx, s.URL+"/graphql", s.Token, &journal)
-	require.NoError(t, err)
+	s := apptest.New(t)
+	runDemo(t, ctx, s.URL+"/graphql", s.Token)
+	// What the demo wrote: its journal, and one order.received per order
+	// it sent that was not a duplicate.
+	var demoEvents, demoOrders int
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE type = 'order.received') FROM events`).Scan(&demoEvents, &demoOrders))
 
 	// The browser reaches the server through a switch the script can open
 	// and close; the script's own API calls go straight to the server.
@@ -185,7 +188,7 @@ func TestEventsPageInBrowser(t *testing.T) {
 
 	rows := run.Steps[steps["rows"]]
 	require.Equal(t, []string{"№", "Событие", "Объект", "Данные", "Создано", "Обработано", "Кто"}, rows.Header)
-	require.Equal(t, sum.Events, rows.JournalCount, "the demo's events are the journal")
+	require.Equal(t, demoEvents, rows.JournalCount, "the demo's events are the journal")
 	require.Equal(t, 50, rows.RowCount, "the first page")
 	require.True(t, rows.TopIDsMatch, "newest first, as the API lists them")
 	require.Equal(t, "Europe/Moscow", rows.TimeZone)
@@ -193,7 +196,7 @@ func TestEventsPageInBrowser(t *testing.T) {
 	moscow, err := time.LoadLocation("Europe/Moscow")
 	require.NoError(t, err)
 	for _, r := range rows.FirstRows {
-		ev := gql[struct {
+		ev := apptest.GQL[struct {
 			Event struct {
 				CreatedAt   time.Time `json:"createdAt"`
 				ProcessedAt time.Time `json:"processedAt"`
@@ -246,7 +249,7 @@ func TestEventsPageInBrowser(t *testing.T) {
 	require.True(t, filter.IDsMatch, "exactly the API's order.received events")
 	require.True(t, filter.AfterReload, "the filter lives in the URL")
 	require.Equal(t, "order.received", filter.Selected)
-	require.Equal(t, sum.Received-sum.Duplicates+3, filter.RowCount, "the demo's orders and the three the browser test made")
+	require.Equal(t, demoOrders+3, filter.RowCount, "the demo's orders and the three the browser test made")
 
 	open := run.Steps[steps["open object"]]
 	require.Equal(t, open.Want, open.Shown, "details show the document's number")

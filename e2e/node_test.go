@@ -1,12 +1,12 @@
-package main
+package e2e
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"erp/app/apptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -42,27 +42,30 @@ func entityIDs(events []e2eEvent) []string {
 	return out
 }
 
-// TestE2ERealClients drives the server with the npm clients graphql-ws
+// TestNodeRealClients drives the server with the npm clients graphql-ws
 // (graphql-transport-ws) and subscriptions-transport-ws (legacy graphql-ws)
 // through e2e/*.mjs: subscribing from a cursor, receiving what mutations
 // produce, resuming after the connection is gone, a bad token refused.
 // It needs Node.js and e2e/node_modules (npm ci --prefix e2e; make test
-// runs it), and fails without them rather than skipping.
-func TestE2ERealClients(t *testing.T) {
+// runs it): without them it fails when CI=true, else skips.
+func TestNodeRealClients(t *testing.T) {
 	t.Parallel()
 	node, err := exec.LookPath("node")
-	require.NoError(t, err, "the end-to-end tests need Node.js (20 or later) on PATH")
-	_, err = os.Stat(filepath.Join("e2e", "node_modules"))
-	require.NoError(t, err, "e2e/node_modules is missing: run `npm ci --prefix e2e` (make test does it for you)")
+	if err != nil {
+		requireTool(t, "Node.js 20+ (node on PATH)", "Debian: apt-get install nodejs npm")
+	}
+	if _, err := os.Stat("node_modules"); err != nil {
+		requireTool(t, "e2e/node_modules", "npm ci --prefix e2e (make test does it)")
+	}
 
 	for _, client := range []string{"graphql-ws", "subscriptions-transport-ws"} {
 		t.Run(client, func(t *testing.T) {
 			t.Parallel()
-			s := newTestServer(t, serverOpts{})
+			s := apptest.New(t)
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()
 			var stdout, stderr bytes.Buffer
-			cmd := exec.CommandContext(ctx, node, filepath.Join("e2e", client+".mjs"), s.URL+"/graphql", s.Token)
+			cmd := exec.CommandContext(ctx, node, client+".mjs", s.URL+"/graphql", s.Token)
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			runErr := cmd.Run()
 			var out e2eResult
@@ -83,14 +86,14 @@ func TestE2ERealClients(t *testing.T) {
 			// order.
 			all := slices.Concat(out.Live, out.Resumed, out.AfterResume)
 			ids := make([]string, len(all))
-			prev := feedSeq(t, out.StartCursor)
+			prev := apptest.FeedSeq(t, out.StartCursor)
 			for i, ev := range all {
 				require.Equal(t, "doc.created", ev.Type)
-				seq := feedSeq(t, ev.Cursor)
+				seq := apptest.FeedSeq(t, ev.Cursor)
 				require.Greater(t, seq, prev, "event %s out of order", ev.ID)
 				prev, ids[i] = seq, ev.ID
 			}
-			journal := journalIDs(t, s.Pool, "doc.created")
+			journal := apptest.JournalIDs(t, s.Pool, "doc.created")
 			require.Equal(t, journal[1:], ids)
 		})
 	}

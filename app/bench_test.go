@@ -1,8 +1,9 @@
-package main
+package app_test
 
 import (
 	"bytes"
 	"encoding/json"
+	"erp/app/apptest"
 	"io"
 	"net/http"
 	"testing"
@@ -14,8 +15,8 @@ import (
 // where the server's CPU goes per mutation (the profile includes this
 // client and River working the resulting jobs).
 func BenchmarkCreateSalesOrder(b *testing.B) {
-	s := newTestServer(b, serverOpts{})
-	gql[map[string]any](b, s, `mutation { createItem(input: {sku: "BENCH-1", name: "Стол", unit: "шт"}) { id } }`, nil)
+	s := apptest.New(b)
+	apptest.GQL[map[string]any](b, s, `mutation { createItem(input: {sku: "BENCH-1", name: "Стол", unit: "шт"}) { id } }`, nil)
 	body, err := json.Marshal(map[string]any{
 		"query":     `mutation($c: String!) { createSalesOrder(input: {customer: $c, lines: [{sku: "BENCH-1", quantity: "1", price: "10"}]}) { id number } }`,
 		"variables": map[string]any{"c": "ООО Бенч"},
