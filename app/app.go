@@ -341,4 +341,3 @@ func (a *App) Serve(ctx context.Context, ln net.Listener, after func(context.Con
 	}
 	return err
 }
-

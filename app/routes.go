@@ -116,4 +116,3 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	mux.Handle("GET /{$}", http.RedirectHandler("/events", http.StatusFound))
 	return mux
 }
-

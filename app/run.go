@@ -244,4 +244,3 @@ func NotifyShutdown(parent context.Context, logger *slog.Logger) (context.Contex
 		cancel()
 	}
 }
-
