@@ -27,6 +27,7 @@ import (
 	"riverqueue.com/riverui"
 
 	"erp/app/config"
+	"erp/app/httpapi"
 	"erp/db"
 	"erp/graph/wsgorilla"
 	"erp/jobs"
@@ -82,6 +83,7 @@ const (
 type App struct {
 	pool            *pgxpool.Pool
 	res             *resolvers.Resolver
+	auth            *httpapi.Auth
 	dispatcher      *jobs.Dispatcher
 	river           *river.Client[pgx.Tx]
 	feed            *db.Feed
@@ -141,7 +143,9 @@ func New(pool *pgxpool.Pool, cfg config.Config, logger *slog.Logger) (*App, erro
 		func() float64 { return float64(feed.Subscribers()) })
 	outbox := jobs.NewOutbox(pool, riverClient)
 	outbox.Metrics = m
+	auth := &httpapi.Auth{Pool: pool, Logger: logger}
 	res := &resolvers.Resolver{
+		Tokens:     auth,
 		Pool:       pool,
 		Outbox:     outbox,
 		Dispatcher: dispatcher,
@@ -173,6 +177,7 @@ func New(pool *pgxpool.Pool, cfg config.Config, logger *slog.Logger) (*App, erro
 		riverUI:         riverUI,
 		pool:            pool,
 		res:             res,
+		auth:            auth,
 		dispatcher:      dispatcher,
 		river:           riverClient,
 		feed:            feed,
@@ -183,7 +188,7 @@ func New(pool *pgxpool.Pool, cfg config.Config, logger *slog.Logger) (*App, erro
 		metrics:         m,
 		registry:        registry,
 	}
-	a.handler = resolvers.RequestLog(logger, a.routes(cfg, page))
+	a.handler = httpapi.RequestLog(logger, a.routes(cfg, page))
 	return a, nil
 }
 
@@ -267,7 +272,7 @@ func (a *App) Start(ctx context.Context) error {
 	go func() {
 		defer close(a.feedDone)
 		var wg sync.WaitGroup
-		wg.Go(func() { a.res.WatchTokens(feedCtx) })
+		wg.Go(func() { a.auth.WatchTokens(feedCtx) })
 		_ = a.feed.Run(feedCtx)
 		wg.Wait()
 	}()

@@ -193,7 +193,7 @@ func TestFeedAcrossInstances(t *testing.T) {
 // newUser creates a sales clerk through the API and returns its id and token.
 func newUser(t *testing.T, s *apptest.Server, login string) (id int64, token string) {
 	t.Helper()
-	token = roleToken(t, s, login, "SALES")
+	token = apptest.RoleToken(t, s, login, "SALES")
 	me := apptest.GQL[struct {
 		Me struct{ ID string } `json:"me"`
 	}](t, apptest.Client(s.URL, token), `{ me { id } }`, nil)

@@ -40,7 +40,7 @@ func TestReadyzFollowsTheDatabase(t *testing.T) {
 
 	var dbName string
 	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT current_database()`).Scan(&dbName))
-	admin, err := pgxConnectAdmin(s)
+	admin, err := apptest.ConnectAdmin(s)
 	require.NoError(t, err)
 	defer admin.Close(ctx)
 	_, err = admin.Exec(ctx, `ALTER DATABASE "`+dbName+`" ALLOW_CONNECTIONS false`)
@@ -62,7 +62,7 @@ func TestRetentionPrunesDeliveredAndPurgesDead(t *testing.T) {
 	apptest.SeedItem(t, s)
 	apptest.GQL[map[string]any](t, s, `mutation { createWebhookSubscriber(input: {name: "gone", url: "http://127.0.0.1:1/", eventTypes: ["doc.created"], maxAttempts: 1, timeoutMs: 1000}) { id } }`, nil)
 	apptest.GQL[map[string]any](t, s, apptest.CreateSalesOrder, map[string]any{"customer": "r"})
-	waitAllProcessed(t, s)
+	apptest.WaitAllProcessed(t, s)
 	count := func(status string) int {
 		var n int
 		require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM deliveries WHERE status = $1`, status).Scan(&n))

@@ -15,6 +15,7 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 
 	"erp/app/config"
+	"erp/app/httpapi"
 	"erp/db"
 	"erp/graph"
 	"erp/graph/model"
@@ -51,7 +52,7 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	readLimit := int64(wsReadLimit)
 	gql.AddTransport(transport.Websocket{
 		Implementation: ws,
-		InitFunc:       res.WebsocketInit,
+		InitFunc:       a.auth.WebsocketInit,
 		// InitTimeout stays 0: ws closes a silent socket with 4408 where
 		// gqlgen would use 1002. KeepAlivePingInterval and
 		// PingPongInterval stay 0: ws sends both subprotocols' keepalive
@@ -65,21 +66,21 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	gql.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	gql.SetParserTokenLimit(maxQueryTokens)
 	gql.Use(extension.FixedComplexityLimit(maxComplexity))
-	gql.Use(resolvers.ShapeLimit{MaxDepth: maxDepth, MaxFields: maxFields})
-	gql.Use(resolvers.RolesUpfront{})
+	gql.Use(httpapi.ShapeLimit{MaxDepth: maxDepth, MaxFields: maxFields})
+	gql.Use(httpapi.RolesUpfront{})
 	gql.Use(resolvers.Loaders{Pool: res.Pool})
 	if opts.Introspection {
 		gql.Use(extension.Introspection{})
 	}
 	gql.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](100)})
-	gql.Use(resolvers.Observer{Metrics: a.metrics})
+	gql.Use(httpapi.Observer{Metrics: a.metrics})
 	// Inside Observer, so that shared payloads still get their request id.
 	gql.Use(resolvers.NewSharedFeedPayloads())
 	gql.SetErrorPresenter(resolvers.ErrorPresenter(res.Logger))
 	gql.SetRecoverFunc(resolvers.Recover)
 
 	mux := http.NewServeMux()
-	var api http.Handler = ws.Handler(resolvers.LimitBody(maxRequestBody, res.Authenticate(gql)))
+	var api http.Handler = ws.Handler(httpapi.LimitBody(maxRequestBody, a.auth.Authenticate(gql)))
 	if len(opts.AllowedOrigins) > 0 {
 		// Browsers on the allowed origins may call the API cross-origin
 		// (with a bearer token, never cookies). With no list, no CORS
@@ -107,7 +108,7 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	sessions := &resolvers.AdminSessions{Resolver: res, Path: riverUIPath}
+	sessions := &httpapi.AdminSessions{Auth: a.auth, Path: riverUIPath}
 	mux.Handle(riverUIPath+"/login", sessions.Login())
 	mux.Handle("POST "+riverUIPath+"/logout", sessions.Logout())
 	mux.Handle(riverUIPath+"/", sessions.Require(a.riverUI))

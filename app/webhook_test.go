@@ -72,41 +72,16 @@ type deliveryView struct {
 	Event          struct{ ID string }
 }
 
-func createWebhook(t *testing.T, s *apptest.Server, name, url, secret string, types []string) string {
-	t.Helper()
-	res := apptest.GQL[struct {
-		CreateWebhookSubscriber struct {
-			ID        string
-			HasSecret bool
-			Kind      string
-		} `json:"createWebhookSubscriber"`
-	}](t, s, `mutation($in: WebhookSubscriberInput!) { createWebhookSubscriber(input: $in) { id hasSecret kind } }`,
-		map[string]any{"in": map[string]any{"name": name, "url": url, "secret": secret, "eventTypes": types, "maxAttempts": 3, "timeoutMs": 2000}})
-	require.True(t, res.CreateWebhookSubscriber.HasSecret)
-	require.Equal(t, "WEBHOOK", res.CreateWebhookSubscriber.Kind)
-	return res.CreateWebhookSubscriber.ID
-}
-
-func waitAllProcessed(t *testing.T, s *apptest.Server) {
-	t.Helper()
-	type page struct {
-		Events struct{ Edges []struct{ Cursor string } } `json:"events"`
-	}
-	apptest.WaitFor(t, 20*time.Second, "every event processed", func() bool {
-		return len(apptest.GQL[page](t, s, `{ events(filter: {processed: false}, first: 1) { edges { cursor } } }`, nil).Events.Edges) == 0
-	})
-}
-
 func TestWebhookSignedAndDeduplicatedByReceiver(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t)
 	apptest.SeedItem(t, s)
 	rcv, url := newReceiver(t, "s3cret")
-	createWebhook(t, s, "shop-sync", url, "s3cret", []string{"doc.created"})
+	apptest.CreateWebhook(t, s, "shop-sync", url, "s3cret", []string{"doc.created"})
 	for _, c := range []string{"А", "Б", "В"} {
 		apptest.GQL[map[string]any](t, s, apptest.CreateSalesOrder, map[string]any{"customer": c})
 	}
-	waitAllProcessed(t, s)
+	apptest.WaitAllProcessed(t, s)
 	requests, distinct, bad := rcv.counts()
 	require.Equal(t, 3, requests)
 	require.Equal(t, 3, distinct)
@@ -135,9 +110,9 @@ func TestWebhook4xxIsDeadThenRedelivered(t *testing.T) {
 	apptest.SeedItem(t, s)
 	rcv, url := newReceiver(t, "k")
 	rcv.status.Store(http.StatusUnprocessableEntity)
-	createWebhook(t, s, "crm", url, "k", []string{"doc.created"})
+	apptest.CreateWebhook(t, s, "crm", url, "k", []string{"doc.created"})
 	apptest.GQL[map[string]any](t, s, apptest.CreateSalesOrder, map[string]any{"customer": "Г"})
-	waitAllProcessed(t, s)
+	apptest.WaitAllProcessed(t, s)
 
 	type dead struct {
 		DeadDeliveries struct{ Edges []struct{ Node deliveryView } } `json:"deadDeliveries"`
@@ -195,7 +170,7 @@ func TestWebhookSubscriberValidation(t *testing.T) {
 		require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], tt.url)
 		require.Equal(t, tt.field, e.Extensions["field"], tt.url)
 	}
-	createWebhook(t, s, "dup", "http://127.0.0.1:1/", "k", nil)
+	apptest.CreateWebhook(t, s, "dup", "http://127.0.0.1:1/", "k", nil)
 	e := apptest.GQLErr(t, s, `mutation { createWebhookSubscriber(input: {name: "dup", url: "http://127.0.0.1:1/"}) { id } }`, nil)
 	require.Equal(t, "CONFLICT", e.Extensions["code"])
 }
@@ -208,7 +183,7 @@ func TestEventPageDeliveriesMatchEachEvent(t *testing.T) {
 		apptest.GQL[map[string]any](t, s, `mutation($id: String!) { receiveOrder(input: {source: CRM, externalId: $id, customer: "X", lines: [{sku: "A1", quantity: "1"}]}) { duplicate } }`,
 			map[string]any{"id": fmt.Sprint(60000 + i)})
 	}
-	waitAllProcessed(t, s)
+	apptest.WaitAllProcessed(t, s)
 	type dl struct {
 		Status     string
 		Subscriber struct{ Name string }
@@ -286,7 +261,7 @@ func TestDeliveryPageBatchesEventsAndSubscribers(t *testing.T) {
 		apptest.GQL[map[string]any](t, s, `mutation($id: String!) { receiveOrder(input: {source: CRM, externalId: $id, customer: "X", lines: [{sku: "A1", quantity: "1"}]}) { duplicate } }`,
 			map[string]any{"id": fmt.Sprint(61000 + i)})
 	}
-	waitAllProcessed(t, s)
+	apptest.WaitAllProcessed(t, s)
 
 	type row struct {
 		Event      struct{ ID, Type string }

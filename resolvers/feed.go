@@ -243,7 +243,7 @@ func (s *feedStream) backfillNext(ctx context.Context) (ev *db.Event, ok, done b
 		if err != nil {
 			if ctx.Err() == nil {
 				s.r.Logger.ErrorContext(ctx, "event feed back-fill", slog.String("error", err.Error()))
-				transport.AddSubscriptionError(ctx, gqlErrorWithCode("internal error", codeInternal))
+				transport.AddSubscriptionError(ctx, CodedError("internal error", CodeInternal))
 			}
 			return nil, false, false
 		}
@@ -262,7 +262,7 @@ func (s *feedStream) dropped() {
 		code, reason = CloseSlowConsumer, closeReasonSlowConsumer
 	}
 	if !wsgorilla.CloseSocket(s.ctx, code, reason) {
-		transport.AddSubscriptionError(s.ctx, gqlErrorWithCode(reason, codeInternal))
+		transport.AddSubscriptionError(s.ctx, CodedError(reason, CodeInternal))
 		return
 	}
 	if code == CloseSlowConsumer {

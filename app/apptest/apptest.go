@@ -263,3 +263,52 @@ func JournalIDs(t testing.TB, pool *pgxpool.Pool, typ string) []string {
 	require.NoError(t, err)
 	return ids
 }
+
+// RoleToken creates user login with role (the GraphQL enum, e.g. SALES)
+// and returns a token of it.
+func RoleToken(t testing.TB, s *Server, login, role string) string {
+	t.Helper()
+	GQL[map[string]any](t, s, `mutation($in: UserInput!) { createUser(input: $in) { id } }`,
+		map[string]any{"in": map[string]any{"login": login, "displayName": login, "role": role}})
+	res := GQL[struct {
+		IssueToken struct{ Token string } `json:"issueToken"`
+	}](t, s, `mutation($l: String!) { issueToken(login: $l, name: "test") { token } }`, map[string]any{"l": login})
+	return res.IssueToken.Token
+}
+
+// CreateWebhook creates a webhook subscriber (3 attempts, 2 s timeout)
+// for the event types, requiring a secret, and returns its id.
+func CreateWebhook(t testing.TB, s *Server, name, url, secret string, types []string) string {
+	t.Helper()
+	res := GQL[struct {
+		CreateWebhookSubscriber struct {
+			ID        string
+			HasSecret bool
+			Kind      string
+		} `json:"createWebhookSubscriber"`
+	}](t, s, `mutation($in: WebhookSubscriberInput!) { createWebhookSubscriber(input: $in) { id hasSecret kind } }`,
+		map[string]any{"in": map[string]any{"name": name, "url": url, "secret": secret, "eventTypes": types, "maxAttempts": 3, "timeoutMs": 2000}})
+	require.True(t, res.CreateWebhookSubscriber.HasSecret)
+	require.Equal(t, "WEBHOOK", res.CreateWebhookSubscriber.Kind)
+	return res.CreateWebhookSubscriber.ID
+}
+
+// WaitAllProcessed waits up to 20 s until no event of s's journal is
+// unprocessed.
+func WaitAllProcessed(t testing.TB, s *Server) {
+	t.Helper()
+	type page struct {
+		Events struct{ Edges []struct{ Cursor string } } `json:"events"`
+	}
+	WaitFor(t, 20*time.Second, "every event processed", func() bool {
+		return len(GQL[page](t, s, `{ events(filter: {processed: false}, first: 1) { edges { cursor } } }`, nil).Events.Edges) == 0
+	})
+}
+
+// ConnectAdmin connects to the "postgres" database of s's cluster, to undo
+// what a test did to its own database.
+func ConnectAdmin(s *Server) (*pgx.Conn, error) {
+	cfg := s.Pool.Config().ConnConfig.Copy()
+	cfg.Database = "postgres"
+	return pgx.ConnectConfig(context.Background(), cfg)
+}

@@ -1,4 +1,4 @@
-package app_test
+package httpapi_test
 
 import (
 	"erp/app/apptest"
@@ -15,7 +15,7 @@ import (
 func TestRiverUIForSignedInAdminsOnly(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t)
-	viewer := roleToken(t, s, "watcher", "VIEWER")
+	viewer := apptest.RoleToken(t, s, "watcher", "VIEWER")
 	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)
 	client := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}

@@ -1,10 +1,8 @@
-package app_test
+package httpapi_test
 
 import (
 	"context"
 	"encoding/json"
-	"erp/app"
-	"erp/app/config"
 	"errors"
 	"fmt"
 	"net/http"
@@ -13,23 +11,11 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"erp/app/apptest"
 	"erp/graph"
 )
-
-// roleToken creates a user with role (GraphQL enum) and returns a token.
-func roleToken(t *testing.T, s *apptest.Server, login, role string) string {
-	t.Helper()
-	apptest.GQL[map[string]any](t, s, `mutation($in: UserInput!) { createUser(input: $in) { id } }`,
-		map[string]any{"in": map[string]any{"login": login, "displayName": login, "role": role}})
-	res := apptest.GQL[struct {
-		IssueToken struct{ Token string } `json:"issueToken"`
-	}](t, s, `mutation($l: String!) { issueToken(login: $l, name: "test") { token } }`, map[string]any{"l": login})
-	return res.IssueToken.Token
-}
 
 // footprint counts every row a mutation could write.
 func footprint(t *testing.T, s *apptest.Server) string {
@@ -61,11 +47,11 @@ func TestEveryMutationByEveryRole(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t)
 	apptest.SeedItem(t, s)
-	hook := createWebhook(t, s, "probe", "http://127.0.0.1:1/", "k", []string{"nothing.matches"})
+	hook := apptest.CreateWebhook(t, s, "probe", "http://127.0.0.1:1/", "k", []string{"nothing.matches"})
 	so := apptest.GQL[struct {
 		CreateSalesOrder struct{ ID string } `json:"createSalesOrder"`
 	}](t, s, apptest.CreateSalesOrder, map[string]any{"customer": "seed"}).CreateSalesOrder.ID
-	waitAllProcessed(t, s)
+	apptest.WaitAllProcessed(t, s)
 
 	// Allowed roles besides ADMIN, who may do everything (API.md, @allow).
 	mutations := []struct {
@@ -107,7 +93,7 @@ func TestEveryMutationByEveryRole(t *testing.T) {
 	roles := []string{"SALES", "WAREHOUSE", "PLANNER", "INTEGRATION", "VIEWER"}
 	tokens := map[string]string{}
 	for _, role := range roles {
-		tokens[role] = roleToken(t, s, strings.ToLower(role), role)
+		tokens[role] = apptest.RoleToken(t, s, strings.ToLower(role), role)
 	}
 	for _, m := range mutations {
 		for _, role := range roles {
@@ -120,7 +106,7 @@ func TestEveryMutationByEveryRole(t *testing.T) {
 			}
 			if want {
 				require.False(t, forbidden, "%s must be allowed for %s: %v", m.name, role, res.Errors)
-				waitAllProcessed(t, s) // its deliveries settle before the next footprint
+				apptest.WaitAllProcessed(t, s) // its deliveries settle before the next footprint
 				continue
 			}
 			require.True(t, forbidden, "%s must be FORBIDDEN for %s, got %+v", m.name, role, res.Errors)
@@ -304,7 +290,7 @@ func TestInternalErrorsLeakNothing(t *testing.T) {
 	}](t, s, `mutation { issueToken(login: "admin") { token } }`, nil).IssueToken.Token
 	var dbName string
 	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT current_database()`).Scan(&dbName))
-	admin, err := pgxConnectAdmin(s)
+	admin, err := apptest.ConnectAdmin(s)
 	require.NoError(t, err)
 	defer admin.Close(ctx)
 	_, err = admin.Exec(ctx, `ALTER DATABASE "`+dbName+`" ALLOW_CONNECTIONS false`)
@@ -322,47 +308,10 @@ func TestInternalErrorsLeakNothing(t *testing.T) {
 	require.NotContains(t, string(body), dbName)
 }
 
-// pgxConnectAdmin connects to the "postgres" database of the test server's
-// cluster, to undo what a test did to its own database.
-func pgxConnectAdmin(s *apptest.Server) (*pgx.Conn, error) {
-	cfg := s.Pool.Config().ConnConfig.Copy()
-	cfg.Database = "postgres"
-	return pgx.ConnectConfig(context.Background(), cfg)
-}
-
-func TestUserSubcommandBootstrapsAnIntegration(t *testing.T) {
-	t.Parallel()
-	s := apptest.New(t)
-	apptest.SeedItem(t, s)
-	url := s.Pool.Config().ConnString()
-	var out strings.Builder
-	cfg := config.Default()
-	cfg.DatabaseURL = url
-	cfg.User = config.User{Login: "shop", Name: "Интернет-магазин", Role: "integration", TokenName: "prod"}
-	require.NoError(t, app.CreateUser(t.Context(), cfg, apptest.Logger(t), &out))
-	fields := strings.Fields(out.String())
-	token := fields[len(fields)-1]
-	require.True(t, strings.HasPrefix(token, "erp_"), out.String())
-
-	// The integration account is the actor of the orders it sends.
-	_, res := s.Do(t, token, `mutation { receiveOrder(input: {source: SHOP, externalId: "shop-cli", customer: "X", lines: [{sku: "A1", quantity: "1"}]}) { duplicate } }`, nil)
-	require.Empty(t, res.Errors)
-	type journal struct {
-		Events struct {
-			Edges []struct{ Node apptest.FeedEvent }
-		} `json:"events"`
-	}
-	j := apptest.GQL[journal](t, s, `{ events(filter: {types: ["order.received"]}) { edges { node { actor { displayName } } } } }`, nil)
-	require.Equal(t, "Интернет-магазин", j.Events.Edges[0].Node.Actor.DisplayName)
-	// It can do nothing else.
-	_, res = s.Do(t, token, `{ items { id } }`, nil)
-	require.Equal(t, "FORBIDDEN", res.Errors[0].Extensions["code"])
-}
-
 func TestRevokingATokenClosesItsOpenWebsocket(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t)
-	token := roleToken(t, s, "watcher", "VIEWER")
+	token := apptest.RoleToken(t, s, "watcher", "VIEWER")
 	c := apptest.DialWS(t, s, apptest.ProtoTransportWS)
 	c.Init(token)
 	c.Subscribe("live", apptest.FeedSubscription, nil)
@@ -390,7 +339,7 @@ func TestARefusedFieldStopsTheWholeMutation(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t)
 	apptest.SeedItem(t, s)
-	clerk := roleToken(t, s, "clerk", "SALES")
+	clerk := apptest.RoleToken(t, s, "clerk", "SALES")
 	before := footprint(t, s)
 	_, res := s.Do(t, clerk, `mutation {
 		a: createSalesOrder(input: {customer: "ok", lines: [{sku: "A1", quantity: "1"}]}) { id }
@@ -401,7 +350,7 @@ func TestARefusedFieldStopsTheWholeMutation(t *testing.T) {
 	require.Equal(t, before, footprint(t, s), "the allowed first field must not have run")
 }
 
-// Token owners are cached for a moment (resolvers.tokenCacheTTL), so a
+// Token owners are cached for a moment (httpapi's tokenCacheTTL), so a
 // busy client does not pay a token lookup per request; a role change or a
 // revocation must still take effect at once on the instance that made it,
 // and within the TTL on another instance sharing the database.

@@ -1,9 +1,10 @@
-package resolvers
+package httpapi
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"erp/resolvers"
 	"fmt"
 	"io"
 	"mime"
@@ -43,10 +44,10 @@ func (l ShapeLimit) MutateOperationContext(_ context.Context, opCtx *graphql.Ope
 	}
 	st := selectionShape(opCtx.Operation.SelectionSet, map[*ast.FragmentDefinition]shape{})
 	if st.depth > l.MaxDepth {
-		return gqlErrorWithCode(fmt.Sprintf("operation nests %d levels deep, more than the limit of %d", st.depth, l.MaxDepth), codeBadUserInput)
+		return resolvers.CodedError(fmt.Sprintf("operation nests %d levels deep, more than the limit of %d", st.depth, l.MaxDepth), resolvers.CodeBadUserInput)
 	}
 	if st.fields > l.MaxFields {
-		return gqlErrorWithCode(fmt.Sprintf("operation selects %d fields, more than the limit of %d", st.fields, l.MaxFields), codeBadUserInput)
+		return resolvers.CodedError(fmt.Sprintf("operation selects %d fields, more than the limit of %d", st.fields, l.MaxFields), resolvers.CodeBadUserInput)
 	}
 	return nil
 }
@@ -99,20 +100,20 @@ func LimitBody(max int64, next http.Handler) http.Handler {
 			return
 		}
 		if !isJSON(r.Header.Get("Content-Type")) {
-			writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("a POST body must be JSON (Content-Type: application/json), got Content-Type %.60q", r.Header.Get("Content-Type")), codeBadUserInput)
+			writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("a POST body must be JSON (Content-Type: application/json), got Content-Type %.60q", r.Header.Get("Content-Type")), resolvers.CodeBadUserInput)
 			return
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "could not read the request body", codeBadUserInput)
+			writeError(w, http.StatusBadRequest, "could not read the request body", resolvers.CodeBadUserInput)
 			return
 		}
 		if int64(len(body)) > max {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", max), codeBadUserInput)
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", max), resolvers.CodeBadUserInput)
 			return
 		}
 		if !validRequest(body) {
-			writeError(w, http.StatusBadRequest, `request body must be a JSON object {"query": string, "variables": object, "operationName": string}`, codeBadUserInput)
+			writeError(w, http.StatusBadRequest, `request body must be a JSON object {"query": string, "variables": object, "operationName": string}`, resolvers.CodeBadUserInput)
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -140,5 +141,5 @@ func validRequest(body []byte) bool {
 
 func writeError(w http.ResponseWriter, status int, msg, code string) {
 	w.Header().Set("Content-Type", "application/json")
-	transport.SendError(w, status, gqlErrorWithCode(msg, code))
+	transport.SendError(w, status, resolvers.CodedError(msg, code))
 }

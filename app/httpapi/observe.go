@@ -1,8 +1,9 @@
-package resolvers
+package httpapi
 
 import (
 	"bufio"
 	"context"
+	"erp/resolvers"
 	"errors"
 	"log/slog"
 	"net"
@@ -28,9 +29,8 @@ var validRequestID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
 // requestInfo is what the request log line tells about a request, filled
 // in by the layers that learn it (authentication, the GraphQL operation).
+// The request's id travels beside it (resolvers.WithRequestID).
 type requestInfo struct {
-	id string
-
 	mu        sync.Mutex
 	user      string
 	operation string
@@ -41,16 +41,6 @@ type requestInfoKey struct{}
 func infoFrom(ctx context.Context) *requestInfo {
 	info, _ := ctx.Value(requestInfoKey{}).(*requestInfo)
 	return info
-}
-
-// RequestID returns the id of ctx's request ("" outside a request): it is
-// in the X-Request-Id response header, the request's log line, GraphQL
-// responses' extensions.requestId and the log of an internal error.
-func RequestID(ctx context.Context) string {
-	if info := infoFrom(ctx); info != nil {
-		return info.id
-	}
-	return ""
 }
 
 func noteUser(ctx context.Context, login string) {
@@ -89,11 +79,11 @@ func RequestLog(logger *slog.Logger, next http.Handler) http.Handler {
 		if !validRequestID.MatchString(id) {
 			id = uuid.NewString()
 		}
-		info := &requestInfo{id: id}
+		info := &requestInfo{}
 		w.Header().Set(RequestIDHeader, id)
 		rec := &statusRecorder{ResponseWriter: w}
 		start := time.Now()
-		next.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info)))
+		next.ServeHTTP(rec, r.WithContext(resolvers.WithRequestID(context.WithValue(r.Context(), requestInfoKey{}, info), id)))
 		info.mu.Lock()
 		user, op := info.user, info.operation
 		info.mu.Unlock()
@@ -194,7 +184,7 @@ func (o Observer) InterceptOperation(ctx context.Context, next graphql.Operation
 		metrics: o.Metrics, handler: next(ctx), start: start, opType: opType, field: field,
 		// Once per operation: a subscription answers thousands of times,
 		// and the lookup walks the whole context chain.
-		id:    RequestID(ctx),
+		id:    resolvers.RequestID(ctx),
 		first: true,
 	}
 	return op.respond

@@ -1,8 +1,9 @@
-package resolvers
+package httpapi
 
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"erp/resolvers"
 	"errors"
 	"html/template"
 	"log/slog"
@@ -29,7 +30,7 @@ const DefaultSessionTTL = 12 * time.Hour
 // signing in again. Every request re-checks the token behind the session,
 // so a revoked token or a changed role ends it at once.
 type AdminSessions struct {
-	Resolver *Resolver
+	Auth *Auth
 	// Path is where the cookie is sent and the pages live, e.g. "/riverui".
 	Path string
 	// TTL is a session's lifetime; 0 means DefaultSessionTTL.
@@ -81,12 +82,12 @@ func (s *AdminSessions) Login() http.Handler {
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 		token := r.PostFormValue("token")
-		u, err := s.Resolver.authenticate(r.Context(), "Bearer "+token)
+		u, err := s.Auth.authenticate(r.Context(), "Bearer "+token)
 		if err != nil || u.Role != db.RoleAdmin {
-			if err != nil && !errors.Is(err, errUnauthenticated) {
-				s.Resolver.Logger.ErrorContext(r.Context(), "browser sign-in", slog.String("error", err.Error()), slog.String("request_id", RequestID(r.Context())))
+			if err != nil && !errors.Is(err, resolvers.ErrUnauthenticated) {
+				s.Auth.Logger.ErrorContext(r.Context(), "browser sign-in", slog.String("error", err.Error()), slog.String("request_id", resolvers.RequestID(r.Context())))
 			}
-			s.Resolver.Logger.WarnContext(r.Context(), "browser sign-in refused", slog.String("remote", r.RemoteAddr))
+			s.Auth.Logger.WarnContext(r.Context(), "browser sign-in refused", slog.String("remote", r.RemoteAddr))
 			w.WriteHeader(http.StatusUnauthorized)
 			_ = loginPage.Execute(w, "Wrong token, or not an admin's.")
 			return
@@ -152,13 +153,13 @@ func (s *AdminSessions) Require(next http.Handler) http.Handler {
 			}
 		}
 		if token != "" {
-			u, err := s.Resolver.authenticate(r.Context(), "Bearer "+token)
+			u, err := s.Auth.authenticate(r.Context(), "Bearer "+token)
 			if err == nil && u.Role == db.RoleAdmin {
 				noteUser(r.Context(), u.Login)
-				next.ServeHTTP(w, r.WithContext(WithUser(r.Context(), u)))
+				next.ServeHTTP(w, r.WithContext(resolvers.WithUser(r.Context(), u)))
 				return
 			}
-			if err != nil && !errors.Is(err, errUnauthenticated) {
+			if err != nil && !errors.Is(err, resolvers.ErrUnauthenticated) {
 				http.Error(w, "service unavailable", http.StatusServiceUnavailable)
 				return
 			}
