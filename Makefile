@@ -92,7 +92,7 @@ browser-deps:
 		exit 1; \
 	fi
 
-# bench runs the load tool of issue 7 (bench/): a private PostgreSQL with
+# bench runs the load tool (bench/): a private PostgreSQL with
 # fsync on, the real server binary, and a reference for every figure in the
 # same run; it prints one table row per figure and writes
 # bench/results/latest.json. Takes about 15 minutes; bench-quick is a

@@ -75,7 +75,8 @@ func New(t testing.TB, opts ...func(*config.Config)) *Server {
 // database.
 func NewOn(t testing.TB, pool *pgxpool.Pool, opts ...func(*config.Config)) *Server {
 	t.Helper()
-	ctx := context.Background()
+	// Not cancelled with the test: cleanup stops everything in order.
+	ctx := context.WithoutCancel(t.Context())
 	cfg := config.Default()
 	for _, o := range opts {
 		o(&cfg)
