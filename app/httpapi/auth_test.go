@@ -391,3 +391,43 @@ func TestTokenChangesTakeEffectDespiteTheCache(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, status, "a revocation takes effect at once where it was made")
 	apptest.WaitFor(t, 3*time.Second, "the revocation on the other instance", func() bool { s, _ := role(b); return s == http.StatusUnauthorized })
 }
+
+func TestWebsocketBadTokenClosed4403(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	for _, proto := range []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS} {
+		t.Run(proto, func(t *testing.T) {
+			c := apptest.DialWS(t, s, proto)
+			c.Send(apptest.Message{Type: "connection_init", Payload: json.RawMessage(`{"Authorization": "Bearer erp_wrong"}`)})
+			for {
+				m, err := c.Read(5 * time.Second)
+				if err != nil {
+					var ce *websocket.CloseError
+					require.True(t, errors.As(err, &ce), "want a close frame, got %v", err)
+					require.Equal(t, 4403, ce.Code)
+					return
+				}
+				require.NotEqual(t, "connection_ack", m.Type, "a bad token must never be acknowledged")
+			}
+		})
+	}
+}
+
+func TestHTTPAuthentication(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	for _, token := range []string{"", "erp_wrong"} {
+		status, res := s.Do(t, token, `{ items { id } }`, nil)
+		require.Equal(t, http.StatusUnauthorized, status)
+		require.Len(t, res.Errors, 1)
+		require.Equal(t, "UNAUTHENTICATED", res.Errors[0].Extensions["code"])
+		require.NotEmpty(t, res.Errors[0].Extensions["requestId"], "a refusal carries the request id too")
+	}
+	status, _ := s.Do(t, s.Token, `{ items { id } }`, nil)
+	require.Equal(t, http.StatusOK, status)
+
+	res, err := http.Get(s.URL + "/healthz")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+}

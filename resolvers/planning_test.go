@@ -1,4 +1,4 @@
-package app_test
+package resolvers_test
 
 import (
 	"erp/app/apptest"

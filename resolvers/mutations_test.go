@@ -1,125 +1,13 @@
-package app_test
+package resolvers_test
 
 import (
-	"cmp"
-	"encoding/json"
 	"erp/app/apptest"
-	"errors"
-	"fmt"
-	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 )
-
-func TestLiveFeedDeliversProcessedEvents(t *testing.T) {
-	t.Parallel()
-	s := apptest.New(t)
-	apptest.SeedItem(t, s)
-	for _, proto := range []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS} {
-		t.Run(proto, func(t *testing.T) {
-			c := apptest.DialWS(t, s, proto)
-			c.Init(s.Token)
-			// The previous subtest's socket is closed; its subscription ends.
-			apptest.WaitFor(t, 5*time.Second, "no live subscription", func() bool { return s.App.Feed().Subscribers() == 0 })
-			c.Subscribe("1", apptest.FeedSubscription, map[string]any{"filter": map[string]any{"types": []string{"doc.created"}, "entity": "sales_orders"}})
-			apptest.WaitFor(t, 5*time.Second, "the subscription to register", func() bool { return s.App.Feed().Subscribers() == 1 })
-			so := apptest.GQL[struct {
-				CreateSalesOrder struct{ ID, Number string } `json:"createSalesOrder"`
-			}](t, s, apptest.CreateSalesOrder, map[string]any{"customer": "Иванов " + proto})
-			ev := c.NextEvent("1")
-			require.Equal(t, "doc.created", ev.Type)
-			require.Equal(t, "sales_orders #"+so.CreateSalesOrder.ID, ev.Object)
-			require.JSONEq(t, fmt.Sprintf(`{"id": %s, "no": %q, "entity": "sales_order"}`, so.CreateSalesOrder.ID, so.CreateSalesOrder.Number), string(ev.Payload))
-			require.NotNil(t, ev.ProcessedAt)
-			require.False(t, ev.ProcessedAt.Before(ev.CreatedAt))
-			require.Equal(t, "Администратор", ev.Actor.DisplayName)
-			require.NoError(t, c.Conn.Close())
-		})
-	}
-}
-
-func TestLiveFeedResumesFromCursor(t *testing.T) {
-	t.Parallel()
-	s := apptest.New(t)
-	apptest.SeedItem(t, s)
-	type page struct {
-		Events struct {
-			Edges []struct{ Node apptest.FeedEvent } `json:"edges"`
-		} `json:"events"`
-	}
-	for i := range 3 {
-		apptest.GQL[map[string]any](t, s, apptest.CreateSalesOrder, map[string]any{"customer": fmt.Sprint("К", i)})
-	}
-	var first page
-	apptest.WaitFor(t, 10*time.Second, "3 processed events", func() bool {
-		first = apptest.GQL[page](t, s, `{ events(filter: {processed: true}) { edges { node { id cursor processedAt } } } }`, nil)
-		return len(first.Events.Edges) == 3
-	})
-	// Resume after the first processed event: the two processed after it
-	// come first, then live ones. Processing order is the feed's, which
-	// concurrent dispatch workers need not keep in id order.
-	byFeed := []apptest.FeedEvent{first.Events.Edges[0].Node, first.Events.Edges[1].Node, first.Events.Edges[2].Node}
-	slices.SortFunc(byFeed, func(a, b apptest.FeedEvent) int {
-		return cmp.Compare(apptest.FeedSeq(t, a.Cursor), apptest.FeedSeq(t, b.Cursor))
-	})
-	c := apptest.DialWS(t, s, apptest.ProtoTransportWS)
-	c.Init(s.Token)
-	c.Subscribe("r", apptest.FeedSubscription, map[string]any{"after": byFeed[0].Cursor})
-	e1, e2 := c.NextEvent("r"), c.NextEvent("r")
-	require.Equal(t, byFeed[1].ID, e1.ID)
-	require.Equal(t, byFeed[2].ID, e2.ID)
-	apptest.WaitFor(t, 5*time.Second, "the subscription to go live", func() bool { return s.App.Feed().Subscribers() == 1 })
-	apptest.GQL[map[string]any](t, s, apptest.CreateSalesOrder, map[string]any{"customer": "живой"})
-	e3 := c.NextEvent("r")
-	require.Equal(t, "doc.created", e3.Type)
-	require.NotEqual(t, e2.ID, e3.ID)
-}
-
-func TestWebsocketBadTokenClosed4403(t *testing.T) {
-	t.Parallel()
-	s := apptest.New(t)
-	for _, proto := range []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS} {
-		t.Run(proto, func(t *testing.T) {
-			c := apptest.DialWS(t, s, proto)
-			c.Send(apptest.Message{Type: "connection_init", Payload: json.RawMessage(`{"Authorization": "Bearer erp_wrong"}`)})
-			for {
-				m, err := c.Read(5 * time.Second)
-				if err != nil {
-					var ce *websocket.CloseError
-					require.True(t, errors.As(err, &ce), "want a close frame, got %v", err)
-					require.Equal(t, 4403, ce.Code)
-					return
-				}
-				require.NotEqual(t, "connection_ack", m.Type, "a bad token must never be acknowledged")
-			}
-		})
-	}
-}
-
-func TestHTTPAuthentication(t *testing.T) {
-	t.Parallel()
-	s := apptest.New(t)
-	for _, token := range []string{"", "erp_wrong"} {
-		status, res := s.Do(t, token, `{ items { id } }`, nil)
-		require.Equal(t, http.StatusUnauthorized, status)
-		require.Len(t, res.Errors, 1)
-		require.Equal(t, "UNAUTHENTICATED", res.Errors[0].Extensions["code"])
-		require.NotEmpty(t, res.Errors[0].Extensions["requestId"], "a refusal carries the request id too")
-	}
-	status, _ := s.Do(t, s.Token, `{ items { id } }`, nil)
-	require.Equal(t, http.StatusOK, status)
-
-	res, err := http.Get(s.URL + "/healthz")
-	require.NoError(t, err)
-	res.Body.Close()
-	require.Equal(t, http.StatusOK, res.StatusCode)
-}
 
 func TestMutationErrorsAreCodedAndWriteNothing(t *testing.T) {
 	t.Parallel()
