@@ -3,10 +3,11 @@ package app_test
 import (
 	"bytes"
 	"encoding/json"
-	"erp/app/apptest"
 	"io"
 	"net/http"
 	"testing"
+
+	"erp/app/apptest"
 )
 
 // BenchmarkCreateSalesOrder drives createSalesOrder (one line) over HTTP
@@ -43,7 +44,7 @@ func BenchmarkCreateSalesOrder(b *testing.B) {
 				return
 			}
 			raw, err := io.ReadAll(res.Body)
-			res.Body.Close()
+			_ = res.Body.Close()
 			if err != nil || res.StatusCode != http.StatusOK || bytes.Contains(raw, []byte(`"errors"`)) {
 				b.Errorf("HTTP %d: %s (%v)", res.StatusCode, raw, err)
 				return

@@ -51,7 +51,7 @@ func createOrder(s *apptest.Server, customer string) error {
 	if err != nil {
 		return err
 	}
-	defer res.Body.Close()
+	defer func() { _ = res.Body.Close() }()
 	var out apptest.Response
 	if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
 		return fmt.Errorf("decode response (HTTP %d): %w", res.StatusCode, err)
@@ -345,7 +345,7 @@ func readFeed(c *apptest.WS, want int) (seqs []int64, last string, code int, err
 		}
 		cur, err := db.ParseCursor("cursor", p.Data.EventProcessed.Cursor)
 		if err != nil || cur.FeedSeq == nil {
-			return seqs, last, 0, fmt.Errorf("bad cursor %q: %v", p.Data.EventProcessed.Cursor, err)
+			return seqs, last, 0, fmt.Errorf("bad cursor %q: %w", p.Data.EventProcessed.Cursor, err)
 		}
 		seqs = append(seqs, *cur.FeedSeq)
 		last = p.Data.EventProcessed.Cursor
@@ -412,7 +412,7 @@ func TestFeedSlowConsumerDroppedFastOneServed(t *testing.T) {
 		for s.App.Feed().Subscribers() > 1 {
 			time.Sleep(10 * time.Millisecond)
 		}
-		droppedAt.Store(int64(s.App.Feed().LastSeq()))
+		droppedAt.Store(s.App.Feed().LastSeq())
 		var r result
 		r.seqs, r.last, r.code, r.err = readFeed(slow, events)
 		slowDone <- r

@@ -2,9 +2,7 @@ package app_test
 
 import (
 	"context"
-	"io"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,23 +11,6 @@ import (
 	"erp/app/apptest"
 	"erp/jobs"
 )
-
-func TestRequestIDInHeaderAndExtensions(t *testing.T) {
-	t.Parallel()
-	s := apptest.New(t)
-	req, err := http.NewRequest(http.MethodPost, s.URL+"/graphql", strings.NewReader(`{"query":"{ items { id } }"}`))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+s.Token)
-	res, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	require.NoError(t, err)
-	id := res.Header.Get("X-Request-Id")
-	require.NotEmpty(t, id)
-	require.Contains(t, string(body), `"requestId":"`+id+`"`)
-}
 
 func TestReadyzFollowsTheDatabase(t *testing.T) {
 	t.Parallel()
@@ -42,7 +23,7 @@ func TestReadyzFollowsTheDatabase(t *testing.T) {
 	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT current_database()`).Scan(&dbName))
 	admin, err := apptest.ConnectAdmin(s)
 	require.NoError(t, err)
-	defer admin.Close(ctx)
+	defer func() { _ = admin.Close(ctx) }()
 	_, err = admin.Exec(ctx, `ALTER DATABASE "`+dbName+`" ALLOW_CONNECTIONS false`)
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = admin.Exec(ctx, `ALTER DATABASE "`+dbName+`" ALLOW_CONNECTIONS true`) })

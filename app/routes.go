@@ -80,7 +80,7 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	gql.SetRecoverFunc(resolvers.Recover)
 
 	mux := http.NewServeMux()
-	var api http.Handler = ws.Handler(httpapi.LimitBody(maxRequestBody, a.auth.Authenticate(gql)))
+	api := ws.Handler(httpapi.LimitBody(maxRequestBody, a.auth.Authenticate(gql)))
 	if len(opts.AllowedOrigins) > 0 {
 		// Browsers on the allowed origins may call the API cross-origin
 		// (with a bearer token, never cookies). With no list, no CORS

@@ -54,7 +54,7 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 		if cfg.PprofAddr != "" {
 			stopPprof, err := startPprof(cfg.PprofAddr, logger)
 			if err != nil {
-				ln.Close()
+				_ = ln.Close()
 				a.Stop(ctx)
 				return err
 			}

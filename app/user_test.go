@@ -1,13 +1,14 @@
 package app_test
 
 import (
-	"erp/app"
-	"erp/app/apptest"
-	"erp/app/config"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"erp/app"
+	"erp/app/apptest"
+	"erp/app/config"
 )
 
 func TestUserSubcommandBootstrapsAnIntegration(t *testing.T) {

@@ -2,7 +2,6 @@ package app_test
 
 import (
 	"encoding/json"
-	"erp/app"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
+	"erp/app"
 	"erp/app/apptest"
 	"erp/app/config"
 	"erp/graph/wsgorilla"
@@ -122,13 +122,13 @@ func TestWebsocketOriginCheck(t *testing.T) {
 		conn, res, err := d.Dial(apptest.WSURL(s), h)
 		if tt.ok {
 			require.NoError(t, err, "origin %q", tt.origin)
-			res.Body.Close()
-			conn.Close()
+			_ = res.Body.Close()
+			_ = conn.Close()
 			continue
 		}
 		require.ErrorIs(t, err, websocket.ErrBadHandshake, "origin %q", tt.origin)
 		require.Equal(t, http.StatusForbidden, res.StatusCode, "origin %q", tt.origin)
-		res.Body.Close()
+		_ = res.Body.Close()
 	}
 	apptest.WaitFor(t, 5*time.Second, "no open socket", func() bool { return s.App.Websockets().Open() == 0 })
 }
@@ -182,7 +182,7 @@ func newFreezeProxy(t *testing.T, target string) *freezeProxy {
 			}
 			server, err := net.Dial("tcp", target)
 			if err != nil {
-				client.Close()
+				_ = client.Close()
 				continue
 			}
 			p.mu.Lock()
@@ -193,11 +193,11 @@ func newFreezeProxy(t *testing.T, target string) *freezeProxy {
 		}
 	}()
 	t.Cleanup(func() {
-		ln.Close()
+		_ = ln.Close()
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		for _, c := range p.conns {
-			c.Close()
+			_ = c.Close()
 		}
 	})
 	return p
@@ -230,8 +230,8 @@ func TestWebsocketHalfOpenSocketCleanedUp(t *testing.T) {
 			d := websocket.Dialer{Subprotocols: []string{proto}, HandshakeTimeout: 5 * time.Second}
 			conn, res, err := d.Dial("ws://"+p.ln.Addr().String()+"/graphql", nil)
 			require.NoError(t, err)
-			res.Body.Close()
-			t.Cleanup(func() { conn.Close() })
+			_ = res.Body.Close()
+			t.Cleanup(func() { _ = conn.Close() })
 			c := apptest.NewWS(t, conn, proto)
 			c.Init(s.Token)
 			c.Subscribe("1", apptest.FeedSubscription, nil)
@@ -312,7 +312,7 @@ func TestWebsocketShutdownClosesEverySocketWith1001(t *testing.T) {
 	require.Error(t, err)
 	if res != nil {
 		_, _ = io.Copy(io.Discard, res.Body)
-		res.Body.Close()
+		_ = res.Body.Close()
 	}
 }
 

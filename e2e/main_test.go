@@ -51,7 +51,7 @@ func buildBinary(dir string) error {
 	cmd := exec.Command("go", append(args, "-o", tmp, "..")...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
-		os.Remove(tmp)
+		_ = os.Remove(tmp)
 		return fmt.Errorf("go build the erp binary: %w", err)
 	}
 	erpBinary = filepath.Join(dir, name)

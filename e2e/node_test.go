@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"erp/app/apptest"
 	"os"
 	"os/exec"
 	"slices"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"erp/app/apptest"
 )
 
 // e2eEvent is an event as the node scripts print it.

@@ -62,7 +62,7 @@ func startChild(t *testing.T, databaseURL, token string, env ...string) *child {
 	for {
 		res, err := http.Get(c.URL + "/healthz")
 		if err == nil {
-			res.Body.Close()
+			_ = res.Body.Close()
 			if res.StatusCode == http.StatusOK {
 				return c
 			}
@@ -358,14 +358,14 @@ func TestProcessPprofListenerIsOptInLoopbackAndStopsWithTheServer(t *testing.T) 
 	res, err := http.Get("http://" + pprofAddr + "/debug/pprof/heap?debug=1")
 	require.NoError(t, err)
 	body, err := io.ReadAll(res.Body)
-	res.Body.Close()
+	_ = res.Body.Close()
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.Contains(t, string(body), "# HeapAlloc = ", "MemStats follow the heap profile")
 
 	res, err = http.Get(a.URL + "/debug/pprof/heap")
 	require.NoError(t, err)
-	res.Body.Close()
+	_ = res.Body.Close()
 	require.Equal(t, http.StatusNotFound, res.StatusCode, "profiles are not on the API's address")
 
 	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
@@ -420,7 +420,7 @@ func scrape(t *testing.T, s *apptest.Server) map[string]float64 {
 	t.Helper()
 	res, err := http.Get(s.URL + "/metrics")
 	require.NoError(t, err)
-	defer res.Body.Close()
+	defer func() { _ = res.Body.Close() }()
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	sums := map[string]float64{}
 	sc := bufio.NewScanner(res.Body)

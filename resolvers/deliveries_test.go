@@ -2,9 +2,6 @@ package resolvers_test
 
 import (
 	"context"
-	"erp/app/apptest"
-	"erp/db"
-	"erp/db/pgtest"
 	"fmt"
 	"strings"
 	"sync"
@@ -13,6 +10,10 @@ import (
 	pgx "github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"erp/app/apptest"
+	"erp/db"
+	"erp/db/pgtest"
 )
 
 func TestEventPageDeliveriesMatchEachEvent(t *testing.T) {

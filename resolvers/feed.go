@@ -178,12 +178,10 @@ func (r *Resolver) feedPosition(ctx context.Context, cursor string) (int64, erro
 // failed, or the feed dropped the subscription, whose socket is then
 // closed with the code that says why).
 func (s *feedStream) next(ctx context.Context) (*db.Event, bool) {
-	for s.backfilling {
-		ev, ok, done := s.backfillNext(ctx)
-		if done {
-			break
+	if s.backfilling {
+		if ev, ok, done := s.backfillNext(ctx); !done {
+			return ev, ok
 		}
-		return ev, ok
 	}
 	sub := s.current()
 	for {

@@ -1,12 +1,13 @@
 package resolvers_test
 
 import (
-	"erp/app/apptest"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"erp/app/apptest"
 )
 
 func TestMutationErrorsAreCodedAndWriteNothing(t *testing.T) {

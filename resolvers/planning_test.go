@@ -1,11 +1,12 @@
 package resolvers_test
 
 import (
-	"erp/app/apptest"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"erp/app/apptest"
 )
 
 func TestPlanningThroughTheAPI(t *testing.T) {

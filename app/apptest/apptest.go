@@ -175,7 +175,7 @@ func (s *Server) Post(token, query string, vars map[string]any) (int, Response, 
 	if err != nil {
 		return 0, Response{}, err
 	}
-	defer res.Body.Close()
+	defer func() { _ = res.Body.Close() }()
 	raw, err := io.ReadAll(res.Body)
 	if err != nil {
 		return 0, Response{}, err
@@ -192,7 +192,7 @@ func (s *Server) Get(t testing.TB, path string) int {
 	t.Helper()
 	res, err := http.Get(s.URL + path)
 	require.NoError(t, err)
-	res.Body.Close()
+	_ = res.Body.Close()
 	return res.StatusCode
 }
 

@@ -66,9 +66,9 @@ func DialWS(t testing.TB, s *Server, proto string) *WS {
 	d := websocket.Dialer{Subprotocols: []string{proto}, HandshakeTimeout: 5 * time.Second}
 	conn, res, err := d.Dial(WSURL(s), nil)
 	require.NoError(t, err)
-	res.Body.Close()
+	_ = res.Body.Close()
 	require.Equal(t, proto, conn.Subprotocol())
-	t.Cleanup(func() { conn.Close() })
+	t.Cleanup(func() { _ = conn.Close() })
 	return NewWS(t, conn, proto)
 }
 

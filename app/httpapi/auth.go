@@ -8,7 +8,6 @@ package httpapi
 
 import (
 	"context"
-	"erp/resolvers"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,14 +17,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"erp/db"
+	"erp/resolvers"
 )
 
 // Auth authenticates every transport by bearer token: HTTP requests
@@ -245,7 +244,7 @@ func (RolesUpfront) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 		return nil
 	}
 	for _, f := range graphql.CollectFields(opCtx, opCtx.Operation.SelectionSet, nil) {
-		def := f.Field.Definition
+		def := f.Definition
 		if def == nil || strings.HasPrefix(def.Name, "__") {
 			continue
 		}

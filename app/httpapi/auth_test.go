@@ -292,7 +292,7 @@ func TestInternalErrorsLeakNothing(t *testing.T) {
 	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT current_database()`).Scan(&dbName))
 	admin, err := apptest.ConnectAdmin(s)
 	require.NoError(t, err)
-	defer admin.Close(ctx)
+	defer func() { _ = admin.Close(ctx) }()
 	_, err = admin.Exec(ctx, `ALTER DATABASE "`+dbName+`" ALLOW_CONNECTIONS false`)
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = admin.Exec(ctx, `ALTER DATABASE "`+dbName+`" ALLOW_CONNECTIONS true`) })
@@ -428,6 +428,6 @@ func TestHTTPAuthentication(t *testing.T) {
 
 	res, err := http.Get(s.URL + "/healthz")
 	require.NoError(t, err)
-	res.Body.Close()
+	_ = res.Body.Close()
 	require.Equal(t, http.StatusOK, res.StatusCode)
 }

@@ -1,8 +1,7 @@
 package httpapi_test
 
 import (
-	"erp/app/apptest"
-	"erp/app/config"
+	"bytes"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,9 +10,20 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"erp/app/apptest"
+	"erp/app/config"
 )
 
-func request(t *testing.T, method, target string, header map[string]string, body string) *http.Response {
+// response is an HTTP response read to its end.
+type response struct {
+	StatusCode int
+	Header     http.Header
+	Body       io.Reader
+}
+
+// request sends one request and reads its response.
+func request(t *testing.T, method, target string, header map[string]string, body string) response {
 	t.Helper()
 	req, err := http.NewRequest(method, target, strings.NewReader(body))
 	require.NoError(t, err)
@@ -22,8 +32,10 @@ func request(t *testing.T, method, target string, header map[string]string, body
 	}
 	res, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
-	t.Cleanup(func() { res.Body.Close() })
-	return res
+	defer func() { _ = res.Body.Close() }()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return response{StatusCode: res.StatusCode, Header: res.Header, Body: bytes.NewReader(b)}
 }
 
 func TestGraphQLOverHTTP(t *testing.T) {
@@ -57,7 +69,7 @@ func TestGraphQLOverHTTP(t *testing.T) {
 	require.Zero(t, n)
 
 	// CORS: the allowed origin gets its preflight answered, others nothing.
-	pre := func(origin string) *http.Response {
+	pre := func(origin string) response {
 		return request(t, http.MethodOptions, s.URL+"/graphql", map[string]string{
 			"Origin": origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type",
 		}, "")

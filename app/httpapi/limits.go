@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"erp/resolvers"
 	"fmt"
 	"io"
 	"mime"
@@ -15,6 +14,8 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"erp/resolvers"
 )
 
 // ShapeLimit is a gqlgen extension refusing operations whose fields nest

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"bufio"
 	"context"
-	"erp/resolvers"
 	"errors"
 	"log/slog"
 	"net"
@@ -17,6 +16,7 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 
 	"erp/metrics"
+	"erp/resolvers"
 )
 
 // RequestIDHeader carries the request id in both directions: a proxy may

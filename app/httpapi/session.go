@@ -3,7 +3,6 @@ package httpapi
 import (
 	"crypto/rand"
 	"encoding/base64"
-	"erp/resolvers"
 	"errors"
 	"html/template"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"erp/db"
+	"erp/resolvers"
 )
 
 // SessionCookie names the cookie of an admin's browser session.
