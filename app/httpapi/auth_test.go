@@ -53,7 +53,7 @@ func TestEveryMutationByEveryRole(t *testing.T) {
 	}](t, s, apptest.CreateSalesOrder, map[string]any{"customer": "seed"}).CreateSalesOrder.ID
 	apptest.WaitAllProcessed(t, s)
 
-	// Allowed roles besides ADMIN, who may do everything (API.md, @allow).
+	// Allowed roles besides ADMIN, who may do everything (the schema's @allow).
 	mutations := []struct {
 		name, query string
 		vars        map[string]any
