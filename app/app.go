@@ -247,7 +247,8 @@ func (a *App) ready(ctx context.Context) error {
 }
 
 // Start runs River (dispatch workers and, on the leader, the sweep; not
-// on an API-only instance) and the live feed.
+// on an API-only instance), River UI's services, the live feed and the
+// watch that closes websockets of revoked or expired tokens.
 func (a *App) Start(ctx context.Context) error {
 	if err := a.dispatcher.Register(ctx); err != nil {
 		return err
@@ -304,7 +305,8 @@ func (a *App) Stop(ctx context.Context) {
 // the app's shutdown timeout: every websocket is closed with 1001 (going
 // away) and its operations cancelled, in-flight HTTP requests are drained,
 // and then, when after is not nil, after runs with what is left of the
-// timeout (the serve subcommand stops River and the feed there: Stop; tests keep them).
+// timeout (Serve, the subcommand, passes Stop; tests keep River and the
+// feed running until their cleanup).
 func (a *App) Serve(ctx context.Context, ln net.Listener, after func(context.Context)) error {
 	// Requests (websockets included) live in baseCtx, cancelled at
 	// shutdown so that nothing outlives it.
