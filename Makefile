@@ -1,7 +1,8 @@
 # Developer and CI entry points. `make test` needs Go, the PostgreSQL server
 # binaries, Node (20+) and Debian's Chromium: the tests start their own
 # private PostgreSQL (db/pgtest), unless TEST_DATABASE_URL names an existing
-# server, and drive Chromium with playwright-core from e2e-browser/.
+# server; the process-level tests in e2e/ build the erp binary, run the npm
+# clients of e2e/ and drive Chromium with playwright-core from e2e/browser/.
 
 GO ?= go
 NPM ?= npm
@@ -14,7 +15,7 @@ run: pg-binaries
 test: pg-binaries e2e/node_modules browser-deps
 	$(GO) test -race -count=1 ./...
 
-# The npm clients the end-to-end test drives (graphql-ws,
+# The npm clients e2e/node_test.go drives (graphql-ws,
 # subscriptions-transport-ws), installed from the lock file when missing
 # or older than it.
 e2e/node_modules: e2e/package.json e2e/package-lock.json
@@ -74,13 +75,13 @@ pg-binaries:
 		exit 1; \
 	fi
 
-# browser-deps gets what the browser test (browser_test.go) needs:
-# playwright-core in e2e-browser/node_modules (npm ci, from its lock) and
+# browser-deps gets what the browser test (e2e/browser_test.go) needs:
+# playwright-core in e2e/browser/node_modules (npm ci, from its lock) and
 # /usr/bin/chromium (Debian's package, installed when we are root on apt).
 browser-deps:
-	@if [ ! -f e2e-browser/node_modules/playwright-core/package.json ]; then \
+	@if [ ! -f e2e/browser/node_modules/playwright-core/package.json ]; then \
 		command -v $(NPM) >/dev/null || { echo "npm is missing: install Node.js 20+ with npm (Debian: apt-get install nodejs npm)" >&2; exit 1; }; \
-		$(NPM) ci --prefix e2e-browser --no-audit --no-fund; \
+		$(NPM) ci --prefix e2e/browser --no-audit --no-fund; \
 	fi
 	@if [ -x /usr/bin/chromium ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -91,7 +92,7 @@ browser-deps:
 		exit 1; \
 	fi
 
-# bench runs the load tool of issue 7 (bench/): a private PostgreSQL with
+# bench runs the load tool (bench/): a private PostgreSQL with
 # fsync on, the real server binary, and a reference for every figure in the
 # same run; it prints one table row per figure and writes
 # bench/results/latest.json. Takes about 15 minutes; bench-quick is a

@@ -1,13 +1,15 @@
-// Command bench is the load tool of issue 7: it starts a private PostgreSQL
+// Command bench is the load tool: it starts a private PostgreSQL
 // (db/localpg, fsync on), builds and runs the real server binary (`serve`),
 // drives it over HTTP and websockets, measures a reference (pgbench, a bare
 // River client, a bare gorilla server) in the same run on the same
 // PostgreSQL, and prints each figure as a table row with its settings; the
 // rows are also written to bench/results/ as JSON.
 //
-// The server is package main, so it cannot be imported; driving the built
-// binary measures exactly what runs in production (HTTP, gqlgen, River,
-// feed), at the price of not reading its runtime/metrics.
+// The application is importable (package app), yet the tool drives the
+// built binary on purpose: a process of its own measures exactly what runs
+// in production (HTTP, gqlgen, River, feed), with its own heap and
+// scheduler apart from the load generator's, at the price of not reading
+// its runtime/metrics.
 //
 //	go run ./bench -figures A,B,E          # full sizes
 //	go run ./bench -figures A,B,E -quick   # a few seconds each

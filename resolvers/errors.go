@@ -16,17 +16,18 @@ import (
 	"erp/graph/model"
 )
 
-// GraphQL error codes (extensions.code), as API.md lists them.
+// GraphQL error codes (extensions.code), as the API documents them.
 const (
-	codeUnauthenticated = "UNAUTHENTICATED"
-	codeForbidden       = "FORBIDDEN"
-	codeBadUserInput    = "BAD_USER_INPUT"
-	codeNotFound        = "NOT_FOUND"
-	codeConflict        = "CONFLICT"
-	codeInternal        = "INTERNAL"
+	CodeUnauthenticated = "UNAUTHENTICATED"
+	CodeForbidden       = "FORBIDDEN"
+	CodeBadUserInput    = "BAD_USER_INPUT"
+	CodeNotFound        = "NOT_FOUND"
+	CodeConflict        = "CONFLICT"
+	CodeInternal        = "INTERNAL"
 )
 
-func gqlErrorWithCode(msg, code string) *gqlerror.Error {
+// CodedError is a GraphQL error with message msg and extensions.code code.
+func CodedError(msg, code string) *gqlerror.Error {
 	return &gqlerror.Error{Message: msg, Extensions: map[string]any{"code": code}}
 }
 
@@ -49,13 +50,13 @@ func ErrorPresenter(logger *slog.Logger) graphql.ErrorPresenterFunc {
 		switch {
 		case errors.As(err, &inputErr):
 			gqlErr.Message = inputErr.Error()
-			setCode(codeBadUserInput)
+			setCode(CodeBadUserInput)
 			if inputErr.Conflict {
-				setCode(codeConflict)
+				setCode(CodeConflict)
 			}
 			gqlErr.Extensions["field"] = inputErr.Field
 		case errors.As(err, &scalarErr):
-			setCode(codeBadUserInput)
+			setCode(CodeBadUserInput)
 			// The path is the field's, then its argument's; report the
 			// argument path, as db.InputError fields are.
 			if len(gqlErr.Path) > 1 {
@@ -65,23 +66,23 @@ func ErrorPresenter(logger *slog.Logger) graphql.ErrorPresenterFunc {
 			}
 		case db.IsBadData(err):
 			gqlErr.Message = "a value cannot be stored: text must be valid UTF-8 without NUL characters and numbers within range"
-			setCode(codeBadUserInput)
-		case errors.Is(err, errUnauthenticated):
-			setCode(codeUnauthenticated)
-		case errors.Is(err, errForbidden):
-			setCode(codeForbidden)
+			setCode(CodeBadUserInput)
+		case errors.Is(err, ErrUnauthenticated):
+			setCode(CodeUnauthenticated)
+		case errors.Is(err, ErrForbidden):
+			setCode(CodeForbidden)
 		case errors.Is(err, db.ErrNotFound):
-			setCode(codeNotFound)
+			setCode(CodeNotFound)
 		case errors.Is(err, db.ErrConflict):
-			setCode(codeConflict)
+			setCode(CodeConflict)
 		case errors.Is(err, context.Canceled):
-			setCode(codeInternal)
+			setCode(CodeInternal)
 			gqlErr.Message = "request cancelled"
 		case isOwnError(err):
 			// gqlgen's own messages (validation, parsing) say nothing of
 			// our internals; they carry their own code.
 		default:
-			e := internalError(ctx, logger, pathString(gqlErr.Path), err)
+			e := InternalError(ctx, logger, pathString(gqlErr.Path), err)
 			e.Path, e.Locations = gqlErr.Path, gqlErr.Locations
 			gqlErr = e
 		}
@@ -89,17 +90,17 @@ func ErrorPresenter(logger *slog.Logger) graphql.ErrorPresenterFunc {
 	}
 }
 
-// internalError logs err with the request's id (a fresh one outside a
+// InternalError logs err with the request's id (a fresh one outside a
 // request) and returns the error the client sees: INTERNAL and that id,
 // nothing of err itself.
-func internalError(ctx context.Context, logger *slog.Logger, where string, err error) *gqlerror.Error {
+func InternalError(ctx context.Context, logger *slog.Logger, where string, err error) *gqlerror.Error {
 	id := RequestID(ctx)
 	if id == "" {
 		id = uuid.NewString()
 	}
 	logger.ErrorContext(ctx, "request failed", slog.String("request_id", id),
 		slog.String("where", where), slog.String("error", err.Error()))
-	return &gqlerror.Error{Message: "internal error", Extensions: map[string]any{"code": codeInternal, "requestId": id}}
+	return &gqlerror.Error{Message: "internal error", Extensions: map[string]any{"code": CodeInternal, "requestId": id}}
 }
 
 // isOwnError reports an error made by gqlgen itself rather than returned

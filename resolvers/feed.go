@@ -178,12 +178,10 @@ func (r *Resolver) feedPosition(ctx context.Context, cursor string) (int64, erro
 // failed, or the feed dropped the subscription, whose socket is then
 // closed with the code that says why).
 func (s *feedStream) next(ctx context.Context) (*db.Event, bool) {
-	for s.backfilling {
-		ev, ok, done := s.backfillNext(ctx)
-		if done {
-			break
+	if s.backfilling {
+		if ev, ok, done := s.backfillNext(ctx); !done {
+			return ev, ok
 		}
-		return ev, ok
 	}
 	sub := s.current()
 	for {
@@ -243,7 +241,7 @@ func (s *feedStream) backfillNext(ctx context.Context) (ev *db.Event, ok, done b
 		if err != nil {
 			if ctx.Err() == nil {
 				s.r.Logger.ErrorContext(ctx, "event feed back-fill", slog.String("error", err.Error()))
-				transport.AddSubscriptionError(ctx, gqlErrorWithCode("internal error", codeInternal))
+				transport.AddSubscriptionError(ctx, CodedError("internal error", CodeInternal))
 			}
 			return nil, false, false
 		}
@@ -262,7 +260,7 @@ func (s *feedStream) dropped() {
 		code, reason = CloseSlowConsumer, closeReasonSlowConsumer
 	}
 	if !wsgorilla.CloseSocket(s.ctx, code, reason) {
-		transport.AddSubscriptionError(s.ctx, gqlErrorWithCode(reason, codeInternal))
+		transport.AddSubscriptionError(s.ctx, CodedError(reason, CodeInternal))
 		return
 	}
 	if code == CloseSlowConsumer {

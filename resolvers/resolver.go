@@ -1,6 +1,8 @@
-// Package resolvers implements the GraphQL schema: it authenticates, maps
-// GraphQL arguments to package db's inputs and errors to GraphQL error codes,
-// and leaves every rule about documents to db and jobs.
+// Package resolvers implements the GraphQL schema: it authorizes (@allow),
+// maps GraphQL arguments to package db's inputs and errors to GraphQL error
+// codes, and leaves every rule about documents to db and jobs. Who is
+// calling comes in the context (WithUser), set by the HTTP layer
+// (package app/httpapi).
 package resolvers
 
 import (
@@ -27,14 +29,12 @@ type Resolver struct {
 	Dispatcher *jobs.Dispatcher
 	Feed       *db.Feed
 	Logger     *slog.Logger
+	// Tokens re-checks a websocket's token for every operation and is
+	// told to forget cached owners by revokeToken and setUserRole.
+	Tokens Tokens
 	// FeedBuffer is the live feed's buffer per subscription, in events,
 	// and the back-fill's page size; 0 means DefaultFeedBuffer.
 	FeedBuffer int
-
-	sockets sockets
-	// tokens caches token owners for authenticate; cleared by
-	// revokeToken and setUserRole.
-	tokens tokenCache
 }
 
 func (r *Resolver) feedBuffer() int {

@@ -38,7 +38,7 @@ func (r *mutationResolver) SetUserRole(ctx context.Context, login string, role m
 	u, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) (db.User, []db.Event, error) {
 		return db.SetUserRole(ctx, tx, actorID(ctx), login, strings.ToLower(string(role)))
 	})
-	r.tokens.clear()
+	r.Tokens.Forget()
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (r *mutationResolver) RevokeToken(ctx context.Context, id int64) (*db.APITo
 	t, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) (db.APIToken, []db.Event, error) {
 		return db.RevokeToken(ctx, tx, actorID(ctx), id)
 	})
-	r.tokens.clear()
+	r.Tokens.Forget()
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +74,7 @@ func (r *mutationResolver) RevokeToken(ctx context.Context, id int64) (*db.APITo
 func (r *queryResolver) Me(ctx context.Context) (*db.User, error) {
 	u, ok := UserFrom(ctx)
 	if !ok {
-		return nil, errUnauthenticated
+		return nil, ErrUnauthenticated
 	}
 	return &u, nil
 }

@@ -1,0 +1,350 @@
+// Package app is the ERP event backbone wired together: one pool, the
+// dispatcher and River, the live feed, the websocket adapter and the HTTP
+// routes, with their lifecycle and shutdown order. The erp binary's
+// subcommands (Serve, Migrate, CreateUser) are here too, so that server.go
+// only parses the configuration and calls them; package apptest runs the
+// same App in tests.
+package app
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+	"riverqueue.com/riverui"
+
+	"erp/app/config"
+	"erp/app/httpapi"
+	"erp/db"
+	"erp/graph/wsgorilla"
+	"erp/jobs"
+	"erp/metrics"
+	"erp/resolvers"
+	"erp/web"
+)
+
+const (
+	// riverUIPath is where River's web UI is mounted, for admins signed in
+	// at riverUIPath/login.
+	riverUIPath = "/riverui"
+	// readyTimeout bounds /readyz's one database query.
+	readyTimeout    = 2 * time.Second
+	dispatchWorkers = 20
+	// wsKeepAlive is the websocket keepalive period unless
+	// config.KeepAlive says otherwise: "ka" messages for graphql-ws, ping
+	// messages for graphql-transport-ws, and websocket ping frames for
+	// both (all sent by wsgorilla); a peer from which nothing arrived for
+	// two periods is dropped.
+	wsKeepAlive = 10 * time.Second
+	// wsInitTimeout is how long a socket may wait to send connection_init
+	// (then close 4408) unless config.InitTimeout says otherwise.
+	wsInitTimeout = 10 * time.Second
+	// wsReadLimit caps one incoming websocket message, in bytes (then close
+	// 1009); a subscription request is far smaller.
+	wsReadLimit = 64 << 10
+	// wsWriteBuffer is the write buffer, in bytes, taken from a pool shared
+	// by all sockets for the time of one write (a feed event fits).
+	wsWriteBuffer = 4 << 10
+	// wsSendBuffer caps each websocket's kernel send buffer, in bytes, so
+	// that a client that stopped reading pins at most that much (twice, as
+	// Linux counts) beside its feed buffer; at 100 ms round trip it still
+	// carries ~2.5 MB/s, thousands of events a second.
+	wsSendBuffer = 256 << 10
+	// Request limits, on every transport: body bytes (HTTP), query tokens,
+	// complexity (fields selected, list pages weighed by their size),
+	// nesting depth and fields selected (aliases and fragments expanded).
+	maxRequestBody = 2 << 20
+	maxQueryTokens = 5000
+	maxComplexity  = 20000
+	maxDepth       = 12
+	maxFields      = 500
+	// defaultShutdownTimeout applies when the configuration leaves
+	// ShutdownTimeout zero.
+	defaultShutdownTimeout = 15 * time.Second
+)
+
+// App is the wired product on one pool: dispatcher, River, feed, the
+// websocket adapter and the HTTP handler. New builds it, Start runs its
+// background parts, Serve serves HTTP until its context ends, Stop ends
+// the background parts.
+type App struct {
+	pool            *pgxpool.Pool
+	res             *resolvers.Resolver
+	auth            *httpapi.Auth
+	dispatcher      *jobs.Dispatcher
+	river           *river.Client[pgx.Tx]
+	feed            *db.Feed
+	ws              *wsgorilla.Implementation
+	handler         http.Handler
+	logger          *slog.Logger
+	apiOnly         bool
+	shutdownTimeout time.Duration
+	// metrics records into registry, which /metrics serves.
+	metrics  *metrics.Metrics
+	registry *prometheus.Registry
+	// riverUI is River's web UI, served at /riverui to signed-in admins;
+	// stopRiverUI ends its background services.
+	riverUI     *riverui.Handler
+	stopRiverUI context.CancelFunc
+
+	stopFeed context.CancelFunc
+	feedDone chan struct{}
+	// riverStarted and migrated are what /readyz checks besides the
+	// database; migrated is cached once it first passes.
+	riverStarted atomic.Bool
+	migrated     atomic.Bool
+}
+
+// New wires the application on pool (already migrated) from cfg: of it,
+// New reads DispatchInterval, AllowedOrigins, Introspection, Playground,
+// TimeZone, ShutdownTimeout, Retention and the tuning fields (KeepAlive,
+// InitTimeout, APIOnly, FeedBuffer; zero takes the default). It starts
+// nothing; the error names a bad setting (ALLOWED_ORIGINS, TIME_ZONE) or
+// what failed to build.
+func New(pool *pgxpool.Pool, cfg config.Config, logger *slog.Logger) (*App, error) {
+	checkOrigin, err := wsgorilla.AllowOrigins(cfg.AllowedOrigins)
+	if err != nil {
+		return nil, fmt.Errorf("ALLOWED_ORIGINS: %w", err)
+	}
+	page := web.Config{NoPlayground: !cfg.Playground}
+	if page.TimeZone, err = config.LoadTimeZone(cfg.TimeZone); err != nil {
+		return nil, err
+	}
+	registry := prometheus.NewRegistry()
+	m := metrics.New(registry)
+	m.RegisterDatabase(pool)
+	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger, Metrics: m},
+		jobs.OrderAcceptance{}, jobs.ProductionPlanning{}, jobs.MaterialIssue{})
+	riverClient, err := jobs.NewRiverClient(pool, dispatcher, jobs.RiverConfig{
+		ID:               instanceID(),
+		DispatchInterval: cfg.DispatchInterval,
+		MaxWorkers:       dispatchWorkers,
+		Retention:        cfg.Retention,
+		Logger:           logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	feed := db.NewFeed(pool, logger)
+	m.RegisterGauge("feed_subscriptions", "Live event-feed subscriptions open in this process.",
+		func() float64 { return float64(feed.Subscribers()) })
+	outbox := jobs.NewOutbox(pool, riverClient)
+	outbox.Metrics = m
+	auth := &httpapi.Auth{Pool: pool, Logger: logger}
+	res := &resolvers.Resolver{
+		Tokens:     auth,
+		Pool:       pool,
+		Outbox:     outbox,
+		Dispatcher: dispatcher,
+		Feed:       feed,
+		Logger:     logger,
+		FeedBuffer: cfg.FeedBuffer,
+	}
+	ws := &wsgorilla.Implementation{
+		CheckOrigin: checkOrigin,
+		// ReadBufferSize stays 0 (256 bytes of its own per socket): the
+		// handshake's net/http goroutine returns at connection_ack and
+		// net/http's buffers for the connection go with it.
+		WriteBufferSize:   wsWriteBuffer,
+		PingInterval:      cmp.Or(cfg.KeepAlive, wsKeepAlive),
+		ProtocolKeepAlive: true,
+		InitTimeout:       cmp.Or(cfg.InitTimeout, wsInitTimeout),
+		SendBuffer:        wsSendBuffer,
+		OnMessage:         m.WebsocketMessage,
+	}
+	riverUI, err := riverui.NewHandler(&riverui.HandlerOpts{
+		Endpoints: riverui.NewEndpoints(riverClient, nil),
+		Logger:    logger,
+		Prefix:    riverUIPath,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("river ui: %w", err)
+	}
+	a := &App{
+		riverUI:         riverUI,
+		pool:            pool,
+		res:             res,
+		auth:            auth,
+		dispatcher:      dispatcher,
+		river:           riverClient,
+		feed:            feed,
+		ws:              ws,
+		logger:          logger,
+		apiOnly:         cfg.APIOnly,
+		shutdownTimeout: cmp.Or(cfg.ShutdownTimeout, defaultShutdownTimeout),
+		metrics:         m,
+		registry:        registry,
+	}
+	a.handler = httpapi.RequestLog(logger, a.routes(cfg, page))
+	return a, nil
+}
+
+// Handler is every route of the application, request log included.
+func (a *App) Handler() http.Handler { return a.handler }
+
+// Feed is the application's live feed (LISTEN/NOTIFY and its
+// subscriptions).
+func (a *App) Feed() *db.Feed { return a.feed }
+
+// Websockets is the websocket adapter: Open counts the sockets.
+func (a *App) Websockets() *wsgorilla.Implementation { return a.ws }
+
+// River is the application's River client, for enqueueing with
+// jobs.NewOutbox.
+func (a *App) River() *river.Client[pgx.Tx] { return a.river }
+
+// instanceID names this process in River's tables ("which instance leads
+// the sweep?"): host, pid and start time.
+func instanceID() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	host = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '-'
+	}, host)
+	return fmt.Sprintf("%s_pid%d_%d", host, os.Getpid(), time.Now().Unix())
+}
+
+// ready reports whether this instance can serve: River started (unless
+// API-only), the database answering, and its schema at the embedded
+// migrations' head. That is one query: the migrations check until it first
+// passes (then cached), an empty ping after.
+func (a *App) ready(ctx context.Context) error {
+	if !a.apiOnly && !a.riverStarted.Load() {
+		return errors.New("river not started")
+	}
+	if a.migrated.Load() {
+		if err := a.pool.Ping(ctx); err != nil {
+			return errors.New("database unreachable")
+		}
+		return nil
+	}
+	if err := db.CheckMigrated(ctx, a.pool); err != nil {
+		if errors.Is(err, db.ErrNotMigrated) {
+			return err
+		}
+		return errors.New("database unreachable")
+	}
+	a.migrated.Store(true)
+	return nil
+}
+
+// Start runs River (dispatch workers and, on the leader, the sweep; not
+// on an API-only instance), River UI's services, the live feed and the
+// watch that closes websockets of revoked or expired tokens.
+func (a *App) Start(ctx context.Context) error {
+	if err := a.dispatcher.Register(ctx); err != nil {
+		return err
+	}
+	if !a.apiOnly {
+		// Not ctx itself: River hard-stops (cancels running jobs) when its
+		// start context ends, and the signal ends ctx; stop lets jobs
+		// finish within the shutdown budget first.
+		if err := a.river.Start(context.WithoutCancel(ctx)); err != nil {
+			return fmt.Errorf("start river: %w", err)
+		}
+		a.riverStarted.Store(true)
+	}
+	uiCtx, stopUI := context.WithCancel(context.WithoutCancel(ctx))
+	if err := a.riverUI.Start(uiCtx); err != nil {
+		stopUI()
+		return fmt.Errorf("start river ui: %w", err)
+	}
+	a.stopRiverUI = stopUI
+	feedCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a.stopFeed, a.feedDone = cancel, make(chan struct{})
+	go func() {
+		defer close(a.feedDone)
+		var wg sync.WaitGroup
+		wg.Go(func() { a.auth.WatchTokens(feedCtx) })
+		_ = a.feed.Run(feedCtx)
+		wg.Wait()
+	}()
+	return nil
+}
+
+// Stop lets running jobs finish until ctx ends, then cancels them, and
+// stops the feed.
+func (a *App) Stop(ctx context.Context) {
+	a.riverStarted.Store(false)
+	if !a.apiOnly {
+		if err := a.river.Stop(ctx); err != nil {
+			a.logger.Warn("river did not stop in time, cancelling jobs", slog.String("error", err.Error()))
+			hardCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = a.river.StopAndCancel(hardCtx)
+		}
+	}
+	if a.stopFeed != nil {
+		a.stopFeed()
+		<-a.feedDone
+	}
+	if a.stopRiverUI != nil {
+		a.stopRiverUI() // ends River UI's background services
+	}
+}
+
+// Serve serves the handler on ln until ctx ends, then shuts down within
+// the app's shutdown timeout: every websocket is closed with 1001 (going
+// away) and its operations cancelled, in-flight HTTP requests are drained,
+// and then, when after is not nil, after runs with what is left of the
+// timeout (Serve, the subcommand, passes Stop; tests keep River and the
+// feed running until their cleanup).
+func (a *App) Serve(ctx context.Context, ln net.Listener, after func(context.Context)) error {
+	// Requests (websockets included) live in baseCtx, cancelled at
+	// shutdown so that nothing outlives it.
+	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
+	srv := &http.Server{
+		Handler:           a.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return baseCtx },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+
+	var err error
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		a.logger.Info("shutting down", slog.Int("websockets", a.ws.Open()))
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.shutdownTimeout)
+	defer cancel()
+	// Websockets first: http.Server.Shutdown does not see hijacked
+	// connections.
+	if wsErr := a.ws.Shutdown(shutdownCtx); wsErr != nil {
+		a.logger.Warn("websocket shutdown", slog.String("error", wsErr.Error()))
+	}
+	// Then drain in-flight HTTP requests with their contexts alive, so a
+	// mutation that already started commits and is answered; only what is
+	// still running at the deadline is cancelled.
+	if shutErr := srv.Shutdown(shutdownCtx); shutErr != nil {
+		a.logger.Warn("http shutdown", slog.String("error", shutErr.Error()))
+	}
+	cancelBase()
+	if after != nil {
+		after(shutdownCtx)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}

@@ -1,0 +1,315 @@
+// Package apptest gives a test the whole application, running, on its own
+// database, with clients for GraphQL over HTTP and websockets:
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m) }
+//
+//	func TestX(t *testing.T) {
+//		s := apptest.New(t, func(c *config.Config) { c.APIOnly = true })
+//		got := apptest.GQL[struct{ Items []struct{ ID string } }](t, s, `{ items { id } }`, nil)
+//		ws := apptest.DialWS(t, s, apptest.ProtoTransportWS)
+//		…
+//	}
+//
+// Options are fields of config.Config, starting from config.Default. The
+// package's tests must call pgtest.Main from TestMain.
+package apptest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"erp/app"
+	"erp/app/config"
+	"erp/db"
+	"erp/db/pgtest"
+)
+
+// Server is the whole product in-process on its own database: River
+// started, the feed listening, the handler served by App.Serve on a
+// loopback port. A Server made by Client has only URL and Token: a client
+// of a server running elsewhere (a child process).
+type Server struct {
+	URL   string // base URL, e.g. http://127.0.0.1:41234
+	Token string // the admin's bearer token
+	Pool  *pgxpool.Pool
+	App   *app.App
+
+	stopServing context.CancelFunc
+	served      chan error // Serve's result, once it returned
+	stopOnce    sync.Once
+	stopErr     error
+}
+
+// Logger is the application's logger in tests: warnings and errors to
+// stderr with -v, nothing otherwise.
+func Logger(t testing.TB) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// New starts the application on a fresh database (pgtest.NewPool) with
+// config.Default changed by each option in turn; everything stops at test
+// cleanup, through the same graceful shutdown as the binary's.
+func New(t testing.TB, opts ...func(*config.Config)) *Server {
+	t.Helper()
+	return NewOn(t, pgtest.NewPool(t), opts...)
+}
+
+// NewOn is New on an existing pool: a second instance on the same
+// database.
+func NewOn(t testing.TB, pool *pgxpool.Pool, opts ...func(*config.Config)) *Server {
+	t.Helper()
+	// Not cancelled with the test: cleanup stops everything in order.
+	ctx := context.WithoutCancel(t.Context())
+	cfg := config.Default()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	token, err := db.NewToken()
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := db.EnsureAdmin(ctx, tx, token)
+		return err
+	}))
+	a, err := app.New(pool, cfg, Logger(t))
+	require.NoError(t, err)
+	require.NoError(t, a.Start(ctx))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	serveCtx, stopServing := context.WithCancel(ctx)
+	s := &Server{
+		URL: "http://" + ln.Addr().String(), Token: token, Pool: pool, App: a,
+		stopServing: stopServing, served: make(chan error, 1),
+	}
+	go func() { s.served <- a.Serve(serveCtx, ln, nil) }()
+	t.Cleanup(func() {
+		if err := s.Shutdown(); err != nil {
+			t.Errorf("server shutdown: %v", err)
+		}
+		stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		a.Stop(stopCtx)
+	})
+	select {
+	case <-a.Feed().Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("feed did not start listening")
+	}
+	return s
+}
+
+// Client addresses a server running elsewhere (a child process at url)
+// with the same helpers.
+func Client(url, token string) *Server {
+	return &Server{URL: url, Token: token}
+}
+
+// As is s seen with another token (same URL, pool and application).
+func (s *Server) As(token string) *Server {
+	return &Server{URL: s.URL, Token: token, Pool: s.Pool, App: s.App}
+}
+
+// Shutdown stops serving as SIGTERM would and returns Serve's result;
+// River and the feed keep running until cleanup. Safe to call again.
+func (s *Server) Shutdown() error {
+	s.stopOnce.Do(func() {
+		s.stopServing()
+		s.stopErr = <-s.served
+	})
+	return s.stopErr
+}
+
+// Response is a GraphQL response body.
+type Response struct {
+	Data   json.RawMessage `json:"data"`
+	Errors []Error         `json:"errors"`
+}
+
+// Error is one GraphQL error of a Response.
+type Error struct {
+	Message    string         `json:"message"`
+	Path       []any          `json:"path"`
+	Extensions map[string]any `json:"extensions"`
+}
+
+// Do posts one GraphQL request with the given token ("" for none) and
+// returns the HTTP status and the decoded body.
+func (s *Server) Do(t testing.TB, token, query string, vars map[string]any) (int, Response) {
+	t.Helper()
+	status, res, err := s.Post(token, query, vars)
+	require.NoError(t, err)
+	return status, res
+}
+
+// Post is Do for callers that expect the server may be gone.
+func (s *Server) Post(token, query string, vars map[string]any) (int, Response, error) {
+	body, err := json.Marshal(map[string]any{"query": query, "variables": vars})
+	if err != nil {
+		return 0, Response{}, err
+	}
+	req, err := http.NewRequest(http.MethodPost, s.URL+"/graphql", bytes.NewReader(body))
+	if err != nil {
+		return 0, Response{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, Response{}, err
+	}
+	defer func() { _ = res.Body.Close() }()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		return 0, Response{}, err
+	}
+	var out Response
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return 0, Response{}, fmt.Errorf("decode %q: %w", raw, err)
+	}
+	return res.StatusCode, out, nil
+}
+
+// Get returns the status of GET path.
+func (s *Server) Get(t testing.TB, path string) int {
+	t.Helper()
+	res, err := http.Get(s.URL + path)
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	return res.StatusCode
+}
+
+// GQL runs a request as the admin, requires no errors and decodes data
+// into a value of type T.
+func GQL[T any](t testing.TB, s *Server, query string, vars map[string]any) T {
+	t.Helper()
+	status, res := s.Do(t, s.Token, query, vars)
+	require.Equal(t, http.StatusOK, status)
+	require.Empty(t, res.Errors, "query: %s", query)
+	var v T
+	require.NoError(t, json.Unmarshal(res.Data, &v))
+	return v
+}
+
+// GQLErr runs a request as the admin that must fail, and returns its
+// first error.
+func GQLErr(t testing.TB, s *Server, query string, vars map[string]any) Error {
+	t.Helper()
+	_, res := s.Do(t, s.Token, query, vars)
+	require.NotEmpty(t, res.Errors, "query should have failed: %s", query)
+	return res.Errors[0]
+}
+
+// WaitFor polls cond every 20 ms until it holds or timeout passes.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// SeedItem creates item A1 and warehouse MAIN, which CreateSalesOrder and
+// most documents of the tests refer to.
+func SeedItem(t testing.TB, s *Server) {
+	t.Helper()
+	GQL[map[string]any](t, s, `mutation { createItem(input: {sku: "A1", name: "Стол", unit: "шт"}) { id } }`, nil)
+	GQL[map[string]any](t, s, `mutation { createWarehouse(input: {code: "MAIN", name: "Основной склад"}) { id } }`, nil)
+}
+
+// CreateSalesOrder is a mutation of one sales order for $customer, of 2.5
+// A1 at 10 (SeedItem first).
+const CreateSalesOrder = `mutation($customer: String!) {
+	createSalesOrder(input: {customer: $customer, lines: [{sku: "A1", quantity: "2.500", price: "10"}]}) {
+		id number status lines { lineNo sku quantity price }
+	}
+}`
+
+// FeedSeq decodes the feed sequence of an eventProcessed cursor.
+func FeedSeq(t testing.TB, cursor string) int64 {
+	t.Helper()
+	c, err := db.ParseCursor("cursor", cursor)
+	require.NoError(t, err)
+	require.NotNil(t, c.FeedSeq, "a processed event's cursor carries its feed sequence")
+	return *c.FeedSeq
+}
+
+// JournalIDs lists the ids of the processed events of type typ in feed
+// order.
+func JournalIDs(t testing.TB, pool *pgxpool.Pool, typ string) []string {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), `SELECT id::text FROM events WHERE type = $1 AND feed_seq IS NOT NULL ORDER BY feed_seq`, typ)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return ids
+}
+
+// RoleToken creates user login with role (the GraphQL enum, e.g. SALES)
+// and returns a token of it.
+func RoleToken(t testing.TB, s *Server, login, role string) string {
+	t.Helper()
+	GQL[map[string]any](t, s, `mutation($in: UserInput!) { createUser(input: $in) { id } }`,
+		map[string]any{"in": map[string]any{"login": login, "displayName": login, "role": role}})
+	res := GQL[struct {
+		IssueToken struct{ Token string } `json:"issueToken"`
+	}](t, s, `mutation($l: String!) { issueToken(login: $l, name: "test") { token } }`, map[string]any{"l": login})
+	return res.IssueToken.Token
+}
+
+// CreateWebhook creates a webhook subscriber (3 attempts, 2 s timeout)
+// for the event types, requiring a secret, and returns its id.
+func CreateWebhook(t testing.TB, s *Server, name, url, secret string, types []string) string {
+	t.Helper()
+	res := GQL[struct {
+		CreateWebhookSubscriber struct {
+			ID        string
+			HasSecret bool
+			Kind      string
+		} `json:"createWebhookSubscriber"`
+	}](t, s, `mutation($in: WebhookSubscriberInput!) { createWebhookSubscriber(input: $in) { id hasSecret kind } }`,
+		map[string]any{"in": map[string]any{"name": name, "url": url, "secret": secret, "eventTypes": types, "maxAttempts": 3, "timeoutMs": 2000}})
+	require.True(t, res.CreateWebhookSubscriber.HasSecret)
+	require.Equal(t, "WEBHOOK", res.CreateWebhookSubscriber.Kind)
+	return res.CreateWebhookSubscriber.ID
+}
+
+// WaitAllProcessed waits up to 20 s until no event of s's journal is
+// unprocessed.
+func WaitAllProcessed(t testing.TB, s *Server) {
+	t.Helper()
+	type page struct {
+		Events struct{ Edges []struct{ Cursor string } } `json:"events"`
+	}
+	WaitFor(t, 20*time.Second, "every event processed", func() bool {
+		return len(GQL[page](t, s, `{ events(filter: {processed: false}, first: 1) { edges { cursor } } }`, nil).Events.Edges) == 0
+	})
+}
+
+// ConnectAdmin connects to the "postgres" database of s's cluster, to undo
+// what a test did to its own database.
+func ConnectAdmin(s *Server) (*pgx.Conn, error) {
+	cfg := s.Pool.Config().ConnConfig.Copy()
+	cfg.Database = "postgres"
+	return pgx.ConnectConfig(context.Background(), cfg)
+}

@@ -1,0 +1,60 @@
+package app_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+
+	"erp/app/apptest"
+)
+
+// BenchmarkCreateSalesOrder drives createSalesOrder (one line) over HTTP
+// against the whole in-process server, as bench's figure A does, so that
+// `go test -run '^$' -bench CreateSalesOrder -cpuprofile cpu.prof .` shows
+// where the server's CPU goes per mutation (the profile includes this
+// client and River working the resulting jobs).
+func BenchmarkCreateSalesOrder(b *testing.B) {
+	s := apptest.New(b)
+	apptest.GQL[map[string]any](b, s, `mutation { createItem(input: {sku: "BENCH-1", name: "Стол", unit: "шт"}) { id } }`, nil)
+	body, err := json.Marshal(map[string]any{
+		"query":     `mutation($c: String!) { createSalesOrder(input: {customer: $c, lines: [{sku: "BENCH-1", quantity: "1", price: "10"}]}) { id number } }`,
+		"variables": map[string]any{"c": "ООО Бенч"},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	b.SetParallelism(4) // 4 × GOMAXPROCS clients, like figure A's 8 on 2 cores
+	before := s.Pool.Stat()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req, err := http.NewRequest(http.MethodPost, s.URL+"/graphql", bytes.NewReader(body))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+s.Token)
+			res, err := client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			raw, err := io.ReadAll(res.Body)
+			_ = res.Body.Close()
+			if err != nil || res.StatusCode != http.StatusOK || bytes.Contains(raw, []byte(`"errors"`)) {
+				b.Errorf("HTTP %d: %s (%v)", res.StatusCode, raw, err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	// How long connections were waited for, over every acquire (HTTP and
+	// River's workers share the pool), per mutation.
+	after := s.Pool.Stat()
+	b.ReportMetric(float64((after.AcquireDuration()-before.AcquireDuration()).Microseconds())/float64(b.N), "pool-wait-µs/op")
+	b.ReportMetric(float64(after.AcquireCount()-before.AcquireCount())/float64(b.N), "acquires/op")
+}

@@ -1,0 +1,356 @@
+// Package config is every setting of the erp binary in one struct: each
+// field names its environment variable, default and help text in tags, and
+// Parse mirrors every variable with a flag (DISPATCH_INTERVAL and
+// -dispatch-interval; a flag wins over the variable), validates the result
+// and prints the table for -help. Tests build the same struct from Default
+// and override fields.
+package config
+
+import (
+	"cmp"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	_ "time/tzdata" // TIME_ZONE resolves on machines without a zoneinfo database
+	"unicode"
+
+	"github.com/caarlos0/env/v11"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"erp/db"
+	"erp/graph/wsgorilla"
+)
+
+// Config is every setting. Fields tagged env come from that environment
+// variable (default envDefault) or its flag; fields tagged flag only are
+// flags of one subcommand (cmd); untagged fields are not settable from
+// outside: they tune a test's application and zero means the default.
+//
+// Tags: env and envDefault are caarlos0/env's; help is the flag's text;
+// want completes "<VAR>: want …, got <value>" when the value does not
+// parse; secret keeps the value out of -help.
+type Config struct {
+	DatabaseURL      string        `env:"DATABASE_URL" secret:"true" help:"PostgreSQL URL; empty starts a private PostgreSQL in DATA_DIR/pg"`
+	DataDir          string        `env:"DATA_DIR" envDefault:".data" help:"directory for the private PostgreSQL and admin-token"`
+	Addr             string        `env:"ADDR" envDefault:":8080" help:"listen address"`
+	DispatchInterval time.Duration `env:"DISPATCH_INTERVAL" envDefault:"1m" help:"period of the sweep of unprocessed events" want:"a duration of at least 1s like 1m or 30s"`
+	AdminToken       string        `env:"ADMIN_TOKEN" secret:"true" help:"token of the admin user; empty generates one into DATA_DIR/admin-token on first start"`
+	// AllowedOrigins are browser origins (https://host[:port], or *)
+	// allowed to call /graphql (CORS) and open websockets besides the
+	// server's own, as wsgorilla.AllowOrigins takes them.
+	AllowedOrigins []string `env:"ALLOWED_ORIGINS" help:"comma-separated browser origins (https://host[:port], or *) allowed to call /graphql (CORS) and open websockets besides the server's own; clients without Origin are always allowed"`
+	// Introspection and Playground are on for local runs; production
+	// switches them off.
+	Introspection bool   `env:"INTROSPECTION" envDefault:"true" help:"answer GraphQL introspection queries (true|false)" want:"true or false"`
+	Playground    bool   `env:"PLAYGROUND" envDefault:"true" help:"serve the GraphiQL playground at /playground (true|false)" want:"true or false"`
+	DemoURL       string `env:"DEMO_URL" envDefault:"http://localhost:8080/graphql" help:"GraphQL endpoint the demo drives"`
+	DemoToken     string `env:"DEMO_TOKEN" secret:"true" help:"token the demo uses; empty reads DATA_DIR/admin-token"`
+	// TimeZone is the IANA zone the events page shows times in; see
+	// LoadTimeZone.
+	TimeZone string `env:"TIME_ZONE" envDefault:"Europe/Moscow" help:"IANA time zone the events page shows times in"`
+	// ShutdownTimeout bounds the graceful shutdown: websockets, requests
+	// and running jobs.
+	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"15s" help:"how long a shutdown waits for websockets, requests and running jobs" want:"a duration of at least 1s like 15s or 1m"`
+	// Retention is how long delivered delivery records and River's
+	// finished jobs are kept; the journal is kept forever.
+	Retention time.Duration `env:"RETENTION" envDefault:"168h" help:"how long delivered delivery records and River's finished jobs are kept, at least 1h; the journal is kept forever" want:"a duration of at least 1h like 168h (7 days)"`
+	// LogFormat is "json" or "text"; empty: text when stderr is a
+	// terminal, else json.
+	LogFormat string `env:"LOG_FORMAT" help:"log format, json or text; empty: text when stderr is a terminal, else json"`
+	// LogLevel is the least level logged.
+	LogLevel slog.Level `env:"LOG_LEVEL" envDefault:"info" help:"least level logged: debug, info, warn or error" want:"debug, info, warn or error"`
+	// PprofAddr is the loopback address of the profiling listener; empty:
+	// none.
+	PprofAddr string `env:"PPROF_ADDR" help:"loopback host:port serving net/http/pprof at /debug/pprof/, e.g. 127.0.0.1:6060; empty: off"`
+
+	// User is the user subcommand's flags.
+	User User
+
+	// KeepAlive is the websocket keepalive period; 0: 10s.
+	KeepAlive time.Duration
+	// InitTimeout is how long a socket may wait to send connection_init
+	// (then close 4408); 0: 10s.
+	InitTimeout time.Duration
+	// APIOnly makes an instance that serves the API and the live feed but
+	// works no River jobs: it only enqueues them for the other instances.
+	APIOnly bool
+	// FeedBuffer is how far, in events, a live subscriber may fall behind
+	// before its socket is closed; 0: resolvers.DefaultFeedBuffer.
+	FeedBuffer int
+}
+
+// User is what the user subcommand creates: a user (unless the login
+// exists) and a token for it.
+type User struct {
+	Login     string        `flag:"login" help:"user: login of the user to create (or reuse)"`
+	Name      string        `flag:"name" help:"user: display name (default: the login)"`
+	Role      string        `flag:"role" default:"viewer" help:"user: role, one of {roles}"`
+	TokenName string        `flag:"token-name" default:"cli" help:"user: a label for the token"`
+	TokenTTL  time.Duration `flag:"token-ttl" help:"user: token lifetime, e.g. 720h; 0 never expires"`
+}
+
+// Default is the configuration of an empty environment and no flags.
+func Default() Config {
+	cfg, err := Parse("serve", nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		panic("config: the defaults do not validate: " + err.Error())
+	}
+	return cfg
+}
+
+// Parse reads the settings of subcommand cmd from args and getenv (a flag
+// wins over its variable; an empty variable counts as unset) and validates
+// every one. The error names each bad setting, one line each; -help prints
+// the table to stderr and returns flag.ErrHelp.
+func Parse(cmd string, args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	fields := settings()
+	fs := flag.NewFlagSet("erp "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: erp %s [flags]\n\nEvery flag mirrors the environment variable named in its text; a flag wins over the variable.\nDefaults shown are what applies now (the variable's value when set).\n\n", cmd)
+		fs.PrintDefaults()
+	}
+	raw := map[string]string{} // the value of each set variable, flags applied
+	flags := map[string]*string{}
+	for _, f := range fields {
+		if v := getenv(f.env); v != "" {
+			raw[f.env] = v
+		}
+		shown := cmp.Or(raw[f.env], f.def)
+		if f.secret {
+			// A secret may be in the environment: -help must not print it.
+			shown = ""
+		}
+		flags[f.env] = fs.String(f.flag, shown, fmt.Sprintf("%s (%s)", f.help, f.env))
+	}
+	var cfg Config
+	if cmd == "user" {
+		registerFlagsOnly(fs, &cfg.User)
+	}
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	fs.Visit(func(fl *flag.Flag) {
+		for _, f := range fields {
+			if f.flag == fl.Name {
+				raw[f.env] = *flags[f.env]
+			}
+		}
+	})
+	if cmd == "user" && cfg.User.Login == "" {
+		return Config{}, errors.New("user: -login is required")
+	}
+	var errs []error
+	failed := map[string]bool{} // variables whose value did not parse
+	if err := env.ParseWithOptions(&cfg, env.Options{Environment: raw}); err != nil {
+		var agg env.AggregateError
+		if !errors.As(err, &agg) {
+			return Config{}, err
+		}
+		for _, e := range agg.Errors {
+			var pe env.ParseError
+			f, ok := setting{}, false
+			if errors.As(e, &pe) {
+				f, ok = fieldNamed(fields, pe.Name)
+			}
+			if !ok {
+				errs = append(errs, e)
+				continue
+			}
+			failed[f.env] = true
+			errs = append(errs, fmt.Errorf("%s: want %s, got %q", f.env, f.want, raw[f.env]))
+		}
+	}
+	cfg.AllowedOrigins = trimmed(cfg.AllowedOrigins)
+	errs = append(errs, validate(cmd, cfg, raw, failed)...)
+	if len(errs) > 0 {
+		return Config{}, errors.Join(errs...)
+	}
+	return cfg, nil
+}
+
+// validate checks what parsing alone does not: ranges, formats and the
+// user subcommand's flags. raw holds the text of each set variable, for
+// the "got" of a message; failed are the variables already reported as
+// not parsing.
+func validate(cmd string, cfg Config, raw map[string]string, failed map[string]bool) []error {
+	var errs []error
+	bad := func(setting, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{setting}, args...)...))
+	}
+	got := func(key string, v any) string {
+		if s, ok := raw[key]; ok {
+			return s
+		}
+		return fmt.Sprint(v)
+	}
+	if cfg.DatabaseURL != "" {
+		if _, err := pgxpool.ParseConfig(cfg.DatabaseURL); err != nil {
+			// The parse error may quote the URL, password included.
+			bad("DATABASE_URL", "want a PostgreSQL URL like postgres://user:password@host:5432/erp or key=value pairs")
+		}
+	}
+	if strings.TrimSpace(cfg.DataDir) == "" {
+		bad("DATA_DIR", "want a directory, got an empty value")
+	}
+	if _, port, err := net.SplitHostPort(cfg.Addr); err != nil || !validPort(port) {
+		bad("ADDR", "want host:port or :port like :8080, got %q", cfg.Addr)
+	}
+	if !failed["DISPATCH_INTERVAL"] && cfg.DispatchInterval < time.Second {
+		bad("DISPATCH_INTERVAL", "want a duration of at least 1s like 1m or 30s, got %q", got("DISPATCH_INTERVAL", cfg.DispatchInterval))
+	}
+	if strings.ContainsFunc(cfg.AdminToken, unicode.IsSpace) {
+		bad("ADMIN_TOKEN", "want a token without spaces")
+	}
+	if _, err := wsgorilla.AllowOrigins(cfg.AllowedOrigins); err != nil {
+		bad("ALLOWED_ORIGINS", "%v", err)
+	}
+	if u, err := url.Parse(cfg.DemoURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("DEMO_URL", "want an http(s) URL like http://localhost:8080/graphql, got %q", cfg.DemoURL)
+	}
+	if strings.ContainsFunc(cfg.DemoToken, unicode.IsSpace) {
+		bad("DEMO_TOKEN", "want a token without spaces")
+	}
+	if _, err := LoadTimeZone(cfg.TimeZone); err != nil && !failed["TIME_ZONE"] {
+		errs = append(errs, err)
+	}
+	if !failed["SHUTDOWN_TIMEOUT"] && cfg.ShutdownTimeout < time.Second {
+		bad("SHUTDOWN_TIMEOUT", "want a duration of at least 1s like 15s or 1m, got %q", got("SHUTDOWN_TIMEOUT", cfg.ShutdownTimeout))
+	}
+	if !failed["RETENTION"] && cfg.Retention < time.Hour {
+		bad("RETENTION", "want a duration of at least 1h like 168h (7 days), got %q", got("RETENTION", cfg.Retention))
+	}
+	switch cfg.LogFormat {
+	case "", "json", "text":
+	default:
+		bad("LOG_FORMAT", "want json or text, got %q", cfg.LogFormat)
+	}
+	if cmd == "user" {
+		// Checked here, before a local PostgreSQL is started for nothing.
+		if !slices.Contains(db.Roles, cfg.User.Role) {
+			bad("-role", "want one of %s, got %q", strings.Join(db.Roles, ", "), cfg.User.Role)
+		}
+		if cfg.User.TokenTTL < 0 {
+			bad("-token-ttl", "want a lifetime like 720h, or 0 for a token that never expires, got %s", cfg.User.TokenTTL)
+		}
+	}
+	if cfg.PprofAddr != "" && !loopbackAddr(cfg.PprofAddr) {
+		bad("PPROF_ADDR", "want a loopback host:port like 127.0.0.1:6060 or localhost:6060 (profiles must not reach the network), got %q", cfg.PprofAddr)
+	}
+	return errs
+}
+
+// setting is one environment-backed field of Config.
+type setting struct {
+	name, env, flag, def, help, want string
+	secret                           bool
+}
+
+// settings lists Config's env-tagged fields in order; each one's flag is
+// its variable in lower case with dashes (DISPATCH_INTERVAL:
+// -dispatch-interval).
+func settings() []setting {
+	t := reflect.TypeFor[Config]()
+	var out []setting
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		key := sf.Tag.Get("env")
+		if key == "" {
+			continue
+		}
+		out = append(out, setting{
+			name:   sf.Name,
+			env:    key,
+			flag:   strings.ToLower(strings.ReplaceAll(key, "_", "-")),
+			def:    sf.Tag.Get("envDefault"),
+			help:   sf.Tag.Get("help"),
+			want:   sf.Tag.Get("want"),
+			secret: sf.Tag.Get("secret") == "true",
+		})
+	}
+	return out
+}
+
+func fieldNamed(fields []setting, name string) (setting, bool) {
+	for _, f := range fields {
+		if f.name == name {
+			return f, true
+		}
+	}
+	return setting{}, false
+}
+
+// registerFlagsOnly registers a flag for every flag-tagged field of the
+// struct v points to (string and time.Duration fields).
+func registerFlagsOnly(fs *flag.FlagSet, v any) {
+	rv := reflect.ValueOf(v).Elem()
+	for i := range rv.NumField() {
+		sf := rv.Type().Field(i)
+		name := sf.Tag.Get("flag")
+		if name == "" {
+			continue
+		}
+		help := strings.ReplaceAll(sf.Tag.Get("help"), "{roles}", strings.Join(db.Roles, ", "))
+		def := sf.Tag.Get("default")
+		switch p := rv.Field(i).Addr().Interface().(type) {
+		case *string:
+			fs.StringVar(p, name, def, help)
+		case *time.Duration:
+			d, _ := time.ParseDuration(cmp.Or(def, "0s"))
+			fs.DurationVar(p, name, d, help)
+		default:
+			panic(fmt.Sprintf("config: flag -%s: unsupported type %T", name, p))
+		}
+	}
+}
+
+// trimmed drops the spaces around each item and the empty ones.
+func trimmed(items []string) []string {
+	var out []string
+	for _, s := range items {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// validPort reports a TCP port number, 0 (any free port) included.
+func validPort(s string) bool {
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= 0 && n <= 65535
+}
+
+// loopbackAddr reports a host:port whose host is localhost or a loopback
+// IP: an empty host would listen on every interface.
+func loopbackAddr(addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || !validPort(port) {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// LoadTimeZone resolves an IANA zone name for TIME_ZONE. "Local" is
+// refused: the browser formats the times and knows no server-local zone.
+// The error starts with TIME_ZONE.
+func LoadTimeZone(name string) (*time.Location, error) {
+	loc, err := time.LoadLocation(name)
+	if err != nil || name == "" || name == "Local" {
+		return nil, fmt.Errorf("TIME_ZONE: want an IANA time zone like Europe/Moscow or UTC, got %q", name)
+	}
+	return loc, nil
+}

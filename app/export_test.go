@@ -1,0 +1,4 @@
+package app
+
+// WSReadLimit is wsReadLimit for the tests of package app_test.
+const WSReadLimit = wsReadLimit

@@ -1,0 +1,276 @@
+// Package httpapi is what stands between an HTTP client and the
+// resolvers: bearer-token authentication for requests and websockets
+// (Auth), browser sessions for River UI (AdminSessions), the request log
+// and request ids (RequestLog), body limits (LimitBody), and the gqlgen
+// extensions that guard and observe every operation (ShapeLimit,
+// RolesUpfront, Observer). Package app mounts them on its routes.
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"erp/db"
+	"erp/resolvers"
+)
+
+// Auth authenticates every transport by bearer token: HTTP requests
+// (Authenticate), websockets at connection_init (WebsocketInit, then
+// WatchTokens) and, through AdminSessions, browser sessions. It caches
+// token owners for a second and implements resolvers.Tokens.
+type Auth struct {
+	Pool   *pgxpool.Pool
+	Logger *slog.Logger
+
+	sockets sockets
+	tokens  tokenCache
+}
+
+var _ resolvers.Tokens = (*Auth)(nil)
+
+// User implements resolvers.Tokens.
+func (a *Auth) User(ctx context.Context, token string) (db.User, error) {
+	return a.authenticate(ctx, "Bearer "+token)
+}
+
+// Forget implements resolvers.Tokens.
+func (a *Auth) Forget() { a.tokens.clear() }
+
+// CloseUnauthorized is the websocket close code for a missing or bad token
+// in connection_init, sent before any connection_ack.
+const CloseUnauthorized = 4403
+
+func bearer(header string) string {
+	const prefix = "bearer "
+	if len(header) > len(prefix) && strings.EqualFold(header[:len(prefix)], prefix) {
+		return strings.TrimSpace(header[len(prefix):])
+	}
+	return ""
+}
+
+func (a *Auth) authenticate(ctx context.Context, header string) (db.User, error) {
+	token := bearer(header)
+	if token == "" {
+		return db.User{}, resolvers.ErrUnauthenticated
+	}
+	key := db.TokenKey(token)
+	if u, ok := a.tokens.get(key, time.Now()); ok {
+		return u, nil
+	}
+	gen := a.tokens.generation()
+	u, expires, err := db.UserByToken(ctx, a.Pool, token)
+	if errors.Is(err, db.ErrNotFound) {
+		return db.User{}, resolvers.ErrUnauthenticated
+	}
+	if err != nil {
+		return db.User{}, err
+	}
+	a.tokens.put(gen, key, u, expires, time.Now())
+	return u, nil
+}
+
+// Authenticate is the HTTP middleware in front of /graphql: it resolves
+// "Authorization: Bearer <token>" to a user, or answers 401 with a GraphQL
+// error body (extensions.code UNAUTHENTICATED). Websocket upgrades pass
+// through: their token comes in connection_init (WebsocketInit).
+func (a *Auth) Authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if strings.EqualFold(req.Header.Get("Upgrade"), "websocket") {
+			next.ServeHTTP(w, req)
+			return
+		}
+		u, err := a.authenticate(req.Context(), req.Header.Get("Authorization"))
+		if errors.Is(err, resolvers.ErrUnauthenticated) {
+			a.Logger.WarnContext(req.Context(), "authentication failed", slog.String("remote", req.RemoteAddr), slog.Bool("token_sent", req.Header.Get("Authorization") != ""))
+		}
+		if err != nil {
+			w.Header().Set("Content-Type", "application/json")
+			if !errors.Is(err, resolvers.ErrUnauthenticated) {
+				transport.SendError(w, http.StatusServiceUnavailable, resolvers.InternalError(req.Context(), a.Logger, "authenticate", err))
+				return
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="erp"`)
+			e := resolvers.CodedError(err.Error(), resolvers.CodeUnauthenticated)
+			if id := resolvers.RequestID(req.Context()); id != "" {
+				e.Extensions["requestId"] = id
+			}
+			transport.SendError(w, http.StatusUnauthorized, e)
+			return
+		}
+		noteUser(req.Context(), u.Login)
+		next.ServeHTTP(w, req.WithContext(resolvers.WithUser(req.Context(), u)))
+	})
+}
+
+// WebsocketInit authenticates a websocket from its connection_init payload
+// {"Authorization": "Bearer <token>"}; a bad token closes the socket with
+// 4403 before any connection_ack.
+func (a *Auth) WebsocketInit(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
+	u, err := a.authenticate(ctx, payload.Authorization())
+	if err != nil {
+		if errors.Is(err, resolvers.ErrUnauthenticated) {
+			a.Logger.WarnContext(ctx, "websocket authentication failed", slog.Bool("token_sent", payload.Authorization() != ""))
+		} else {
+			a.Logger.ErrorContext(ctx, "authenticate websocket", "error", err)
+		}
+		ctx = transport.WithWebsocketCloseCode(ctx, CloseUnauthorized)
+		ctx = transport.AppendCloseReason(ctx, "unauthorized")
+		return ctx, nil, resolvers.ErrUnauthenticated
+	}
+	// The socket lives on the token: every operation re-checks it
+	// (resolvers' Allow, through User),
+	// and revoking or expiring it closes the socket (WatchTokens).
+	noteUser(ctx, u.Login)
+	token := bearer(payload.Authorization())
+	ctx = resolvers.WithSocketToken(resolvers.WithUser(ctx, u), token)
+	ctx, cancel := context.WithCancel(ctx)
+	so := a.sockets.add(db.TokenKey(token), cancel)
+	context.AfterFunc(ctx, func() { a.sockets.remove(db.TokenKey(token), so) })
+	return ctx, nil, nil
+}
+
+// sockets maps token keys to the websockets opened with them (each by
+// the cancel of its connection context).
+type sockets struct {
+	mu sync.Mutex
+	m  map[string]map[*socket]struct{}
+}
+
+type socket struct{ cancel context.CancelFunc }
+
+func (s *sockets) add(key string, cancel context.CancelFunc) *socket {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]map[*socket]struct{}{}
+	}
+	if s.m[key] == nil {
+		s.m[key] = map[*socket]struct{}{}
+	}
+	so := &socket{cancel: cancel}
+	s.m[key][so] = struct{}{}
+	return so
+}
+
+func (s *sockets) remove(key string, so *socket) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m[key], so)
+	if len(s.m[key]) == 0 {
+		delete(s.m, key)
+	}
+}
+
+// closeAll cancels every socket opened with the token key.
+func (s *sockets) closeAll(key string) int {
+	s.mu.Lock()
+	set := s.m[key]
+	delete(s.m, key)
+	s.mu.Unlock()
+	for so := range set {
+		so.cancel()
+	}
+	return len(set)
+}
+
+// tokenPoll is how often WatchTokens looks for revoked or expired tokens.
+const tokenPoll = 2 * time.Second
+
+// WatchTokens closes, within about two seconds, every websocket whose
+// token was revoked or has expired, until ctx ends: one cheap query per
+// poll for the whole process, not one per socket.
+func (a *Auth) WatchTokens(ctx context.Context) {
+	since := time.Now()
+	ticker := time.NewTicker(tokenPoll)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		keys, now, err := db.TokensEndedSince(ctx, a.Pool, since)
+		if err != nil {
+			if ctx.Err() == nil {
+				a.Logger.WarnContext(ctx, "token watch", slog.String("error", err.Error()))
+			}
+			continue
+		}
+		since = now
+		for _, k := range keys {
+			if n := a.sockets.closeAll(k); n > 0 {
+				a.Logger.InfoContext(ctx, "websockets closed: token revoked or expired", slog.Int("sockets", n))
+			}
+		}
+	}
+}
+
+// RolesUpfront is a gqlgen extension that checks @allow on every root
+// field of an operation before the first one runs. Root mutation fields
+// run one after another, each in its own transaction; without this, a
+// mutation whose second field is refused would already have committed its
+// first, behind a reply of errors and data: null. The Allow directive
+// still guards each field as it runs.
+type RolesUpfront struct{}
+
+var _ interface {
+	graphql.HandlerExtension
+	graphql.OperationContextMutator
+} = RolesUpfront{}
+
+// ExtensionName implements graphql.HandlerExtension.
+func (RolesUpfront) ExtensionName() string { return "RolesUpfront" }
+
+// Validate implements graphql.HandlerExtension.
+func (RolesUpfront) Validate(graphql.ExecutableSchema) error { return nil }
+
+// MutateOperationContext implements graphql.OperationContextMutator.
+func (RolesUpfront) MutateOperationContext(ctx context.Context, opCtx *graphql.OperationContext) *gqlerror.Error {
+	u, ok := resolvers.UserFrom(ctx)
+	if !ok || opCtx.Operation == nil || u.Role == db.RoleAdmin {
+		return nil
+	}
+	for _, f := range graphql.CollectFields(opCtx, opCtx.Operation.SelectionSet, nil) {
+		def := f.Definition
+		if def == nil || strings.HasPrefix(def.Name, "__") {
+			continue
+		}
+		allow := def.Directives.ForName("allow")
+		if allow == nil || !allowedRoles(allow).contains(u.Role) {
+			e := resolvers.CodedError(fmt.Sprintf("%s: %s", def.Name, resolvers.ErrForbidden), resolvers.CodeForbidden)
+			e.Path = ast.Path{ast.PathName(f.Alias)}
+			return e
+		}
+	}
+	return nil
+}
+
+type roleSet []string
+
+func (s roleSet) contains(role string) bool { return slices.Contains(s, strings.ToUpper(role)) }
+
+// allowedRoles reads the roles argument of an @allow directive.
+func allowedRoles(d *ast.Directive) roleSet {
+	arg := d.Arguments.ForName("roles")
+	if arg == nil || arg.Value == nil {
+		return nil
+	}
+	var out roleSet
+	for _, c := range arg.Value.Children {
+		out = append(out, c.Value.Raw)
+	}
+	return out
+}

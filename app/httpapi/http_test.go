@@ -1,0 +1,172 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"erp/app/apptest"
+	"erp/app/config"
+)
+
+// response is an HTTP response read to its end.
+type response struct {
+	StatusCode int
+	Header     http.Header
+	Body       io.Reader
+}
+
+// request sends one request and reads its response.
+func request(t *testing.T, method, target string, header map[string]string, body string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, target, strings.NewReader(body))
+	require.NoError(t, err)
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer func() { _ = res.Body.Close() }()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return response{StatusCode: res.StatusCode, Header: res.Header, Body: bytes.NewReader(b)}
+}
+
+func TestGraphQLOverHTTP(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, func(c *config.Config) { c.AllowedOrigins = []string{"https://shop.example"} })
+	auth := "Bearer " + s.Token
+	q := `{"query":"{ items { id } }"}`
+
+	// The GraphQL-over-HTTP media type when the client asks for it.
+	res := request(t, http.MethodPost, s.URL+"/graphql", map[string]string{"Authorization": auth, "Content-Type": "application/json", "Accept": "application/graphql-response+json"}, q)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Contains(t, res.Header.Get("Content-Type"), "application/graphql-response+json")
+
+	// A JSON body is the only POST there is: without its Content-Type the
+	// client is told so; the media type's case and parameters do not matter.
+	res = request(t, http.MethodPost, s.URL+"/graphql", map[string]string{"Authorization": auth}, q)
+	require.Equal(t, http.StatusUnsupportedMediaType, res.StatusCode)
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"errors":[{"message":"a POST body must be JSON (Content-Type: application/json), got Content-Type \"\"","extensions":{"code":"BAD_USER_INPUT"}}],"data":null}`, string(body))
+	res = request(t, http.MethodPost, s.URL+"/graphql", map[string]string{"Authorization": auth, "Content-Type": "Application/JSON; charset=utf-8"}, q)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+
+	// GET runs queries; a mutation over GET is refused and writes nothing.
+	res = request(t, http.MethodGet, s.URL+"/graphql?query="+url.QueryEscape("{ items { id } }"), map[string]string{"Authorization": auth}, "")
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	res = request(t, http.MethodGet, s.URL+"/graphql?query="+url.QueryEscape(`mutation { createItem(input: {sku: "G", name: "g", unit: "шт"}) { id } }`), map[string]string{"Authorization": auth}, "")
+	require.NotEqual(t, http.StatusOK, res.StatusCode)
+	var n int
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM items`).Scan(&n))
+	require.Zero(t, n)
+
+	// CORS: the allowed origin gets its preflight answered, others nothing.
+	pre := func(origin string) response {
+		return request(t, http.MethodOptions, s.URL+"/graphql", map[string]string{
+			"Origin": origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type",
+		}, "")
+	}
+	require.Equal(t, "https://shop.example", pre("https://shop.example").Header.Get("Access-Control-Allow-Origin"))
+	require.Empty(t, pre("https://evil.example").Header.Get("Access-Control-Allow-Origin"))
+}
+
+func TestNoCORSWithoutAllowList(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	res := request(t, http.MethodOptions, s.URL+"/graphql", map[string]string{
+		"Origin": "https://evil.example", "Access-Control-Request-Method": "POST",
+	}, "")
+	require.Empty(t, res.Header.Get("Access-Control-Allow-Origin"), "no allow-list means no cross-origin browser calls")
+}
+
+func TestProductionSwitchesOffIntrospectionAndPlayground(t *testing.T) {
+	t.Parallel()
+	for _, off := range []bool{false, true} {
+		s := apptest.New(t, func(c *config.Config) { c.Introspection, c.Playground = !off, !off })
+		_, res := s.Do(t, s.Token, `{ __schema { queryType { name } } }`, nil)
+		if off {
+			require.NotEmpty(t, res.Errors, "introspection must be refused")
+		} else {
+			require.Empty(t, res.Errors)
+		}
+		page := request(t, http.MethodGet, s.URL+"/playground", nil, "")
+		body, _ := io.ReadAll(page.Body)
+		if off {
+			require.Equal(t, http.StatusNotFound, page.StatusCode)
+		} else {
+			require.Equal(t, http.StatusOK, page.StatusCode)
+			require.Contains(t, string(body), "<")
+		}
+	}
+}
+
+// introspectionQuery is GraphiQL's schema query in substance: its TypeRef
+// fragment nests ofType eight levels deep.
+const introspectionQuery = `query IntrospectionQuery {
+  __schema { queryType { name } mutationType { name } subscriptionType { name }
+    types { ...FullType } directives { name args { ...InputValue } } } }
+fragment FullType on __Type { kind name fields(includeDeprecated: true) { name args { ...InputValue } type { ...TypeRef } }
+  inputFields { ...InputValue } interfaces { ...TypeRef } enumValues(includeDeprecated: true) { name } possibleTypes { ...TypeRef } }
+fragment InputValue on __InputValue { name type { ...TypeRef } defaultValue }
+fragment TypeRef on __Type { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name
+  ofType { kind name ofType { kind name ofType { kind name ofType { kind name } } } } } } } } }`
+
+func TestLimitsLetToolsInAndKeepAbuseOut(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+
+	// GraphiQL and code generators read the schema: allowed.
+	_, res := s.Do(t, s.Token, introspectionQuery, nil)
+	require.Empty(t, res.Errors, "the playground's schema query must pass the limits")
+
+	// Big pages add up: 50 aliases of a 500-row page are refused.
+	var b strings.Builder
+	for i := range 50 {
+		fmt.Fprintf(&b, "p%d: events(first: 500) { edges { node { id type payload deliveries { status } } } } ", i)
+	}
+	_, res = s.Do(t, s.Token, "{ "+b.String()+" }", nil)
+	require.NotEmpty(t, res.Errors)
+	require.Equal(t, "COMPLEXITY_LIMIT_EXCEEDED", res.Errors[0].Extensions["code"])
+	// One such page alone is fine.
+	_, res = s.Do(t, s.Token, `{ events(first: 500) { edges { node { id type payload deliveries { status } } } } }`, nil)
+	require.Empty(t, res.Errors)
+}
+
+func TestReviewFindingsAreRefusedCleanly(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	tests := []struct {
+		name, query string
+		vars        map[string]any
+		code        string
+	}{
+		{"redeliver everything", `mutation { redeliverAll(filter: {}) }`, nil, "BAD_USER_INPUT"},
+		{"demote the bootstrap admin", `mutation { setUserRole(login: "admin", role: VIEWER) { id } }`, nil, "BAD_USER_INPUT"},
+		{"malformed DateTime", `mutation { issueToken(login: "admin", expiresAt: "2026-13-45") { token } }`, nil, "BAD_USER_INPUT"},
+		{"huge webhook URL", `mutation($u: String!) { createWebhookSubscriber(input: {name: "big", url: $u}) { id } }`, map[string]any{"u": "http://x/" + strings.Repeat("a", 5000)}, "BAD_USER_INPUT"},
+	}
+	for _, tt := range tests {
+		e := apptest.GQLErr(t, s, tt.query, tt.vars)
+		require.Equal(t, tt.code, e.Extensions["code"], "%s: %s", tt.name, e.Message)
+	}
+
+	// An exhausted number series is a conflict, not an internal error.
+	var year int
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT extract(year FROM now())::int`).Scan(&year))
+	apptest.GQL[map[string]any](t, s, `mutation($y: Int!) { setNumberSeriesStart(prefix: "ЗП", year: $y, start: 999999) }`, map[string]any{"y": year})
+	po := `mutation { createPurchaseOrder(input: {supplier: "s", lines: [{sku: "A1", quantity: "1"}]}) { number } }`
+	apptest.GQL[map[string]any](t, s, po, nil)
+	e := apptest.GQLErr(t, s, po, nil)
+	require.Equal(t, "CONFLICT", e.Extensions["code"], e.Message)
+	require.Contains(t, e.Message, "exhausted")
+}

@@ -1,0 +1,146 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"erp/resolvers"
+)
+
+// ShapeLimit is a gqlgen extension refusing operations whose fields nest
+// deeper than MaxDepth or that select more than MaxFields fields (aliases
+// and fragments expanded), on every transport, before anything runs.
+// gqlgen limits complexity and tokens itself, but complexity weighs list
+// pages, not the plain count of fields a response is built from.
+// Introspection (__schema, __type) is left to those two limits: GraphiQL's
+// schema query nests 15 deep in ofType chains.
+type ShapeLimit struct{ MaxDepth, MaxFields int }
+
+var _ interface {
+	graphql.HandlerExtension
+	graphql.OperationContextMutator
+} = ShapeLimit{}
+
+// ExtensionName implements graphql.HandlerExtension.
+func (ShapeLimit) ExtensionName() string { return "ShapeLimit" }
+
+// Validate implements graphql.HandlerExtension.
+func (ShapeLimit) Validate(graphql.ExecutableSchema) error { return nil }
+
+// MutateOperationContext implements graphql.OperationContextMutator.
+func (l ShapeLimit) MutateOperationContext(_ context.Context, opCtx *graphql.OperationContext) *gqlerror.Error {
+	if opCtx.Operation == nil {
+		return nil
+	}
+	st := selectionShape(opCtx.Operation.SelectionSet, map[*ast.FragmentDefinition]shape{})
+	if st.depth > l.MaxDepth {
+		return resolvers.CodedError(fmt.Sprintf("operation nests %d levels deep, more than the limit of %d", st.depth, l.MaxDepth), resolvers.CodeBadUserInput)
+	}
+	if st.fields > l.MaxFields {
+		return resolvers.CodedError(fmt.Sprintf("operation selects %d fields, more than the limit of %d", st.fields, l.MaxFields), resolvers.CodeBadUserInput)
+	}
+	return nil
+}
+
+type shape struct{ depth, fields int }
+
+// selectionShape measures set. Validation has already refused fragment
+// cycles; memo keeps repeated spreads linear. Field counts saturate rather
+// than overflow on fragments spread many times.
+func selectionShape(set ast.SelectionSet, memo map[*ast.FragmentDefinition]shape) shape {
+	var out shape
+	for _, sel := range set {
+		var sub shape
+		switch s := sel.(type) {
+		case *ast.Field:
+			if strings.HasPrefix(s.Name, "__") {
+				continue
+			}
+			sub = selectionShape(s.SelectionSet, memo)
+			sub.depth++
+			sub.fields++
+		case *ast.InlineFragment:
+			sub = selectionShape(s.SelectionSet, memo)
+		case *ast.FragmentSpread:
+			if s.Definition == nil {
+				continue
+			}
+			v, ok := memo[s.Definition]
+			if !ok {
+				v = selectionShape(s.Definition.SelectionSet, memo)
+				memo[s.Definition] = v
+			}
+			sub = v
+		}
+		out.depth = max(out.depth, sub.depth)
+		out.fields = min(out.fields+sub.fields, 1<<30)
+	}
+	return out
+}
+
+// LimitBody caps request bodies at max bytes and refuses malformed JSON
+// with a plain GraphQL error (BAD_USER_INPUT) before gqlgen, whose own
+// decoding errors echo the body and name Go types. 413 when too large, 415
+// for a POST whose Content-Type is not application/json (gqlgen would
+// answer "transport not supported").
+func LimitBody(max int64, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Method != http.MethodPost {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if !isJSON(r.Header.Get("Content-Type")) {
+			writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("a POST body must be JSON (Content-Type: application/json), got Content-Type %.60q", r.Header.Get("Content-Type")), resolvers.CodeBadUserInput)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, max+1))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "could not read the request body", resolvers.CodeBadUserInput)
+			return
+		}
+		if int64(len(body)) > max {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", max), resolvers.CodeBadUserInput)
+			return
+		}
+		if !validRequest(body) {
+			writeError(w, http.StatusBadRequest, `request body must be a JSON object {"query": string, "variables": object, "operationName": string}`, resolvers.CodeBadUserInput)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// isJSON reports whether a Content-Type is application/json, whatever its
+// case and parameters (the test gqlgen's POST transport makes).
+func isJSON(contentType string) bool {
+	mediaType, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mediaType == "application/json"
+}
+
+// validRequest checks the shape of a GraphQL-over-HTTP JSON body.
+func validRequest(body []byte) bool {
+	var req struct {
+		Query         *string        `json:"query"`
+		OperationName *string        `json:"operationName"`
+		Variables     map[string]any `json:"variables"`
+		Extensions    map[string]any `json:"extensions"`
+	}
+	return json.Unmarshal(body, &req) == nil
+}
+
+func writeError(w http.ResponseWriter, status int, msg, code string) {
+	w.Header().Set("Content-Type", "application/json")
+	transport.SendError(w, status, resolvers.CodedError(msg, code))
+}

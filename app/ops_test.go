@@ -1,0 +1,77 @@
+package app_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"erp/app/apptest"
+	"erp/jobs"
+)
+
+func TestReadyzFollowsTheDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := apptest.New(t)
+	require.Equal(t, http.StatusOK, s.Get(t, "/readyz"))
+	require.Equal(t, http.StatusOK, s.Get(t, "/healthz"))
+
+	var dbName string
+	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT current_database()`).Scan(&dbName))
+	admin, err := apptest.ConnectAdmin(s)
+	require.NoError(t, err)
+	defer func() { _ = admin.Close(ctx) }()
+	_, err = admin.Exec(ctx, `ALTER DATABASE "`+dbName+`" ALLOW_CONNECTIONS false`)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = admin.Exec(ctx, `ALTER DATABASE "`+dbName+`" ALLOW_CONNECTIONS true`) })
+	_, err = admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, dbName)
+	require.NoError(t, err)
+	apptest.WaitFor(t, 10*time.Second, "/readyz unready", func() bool { return s.Get(t, "/readyz") == http.StatusServiceUnavailable })
+	require.Equal(t, http.StatusOK, s.Get(t, "/healthz"), "the process is up all the same")
+
+	_, err = admin.Exec(ctx, `ALTER DATABASE "`+dbName+`" ALLOW_CONNECTIONS true`)
+	require.NoError(t, err)
+	apptest.WaitFor(t, 10*time.Second, "/readyz ready again", func() bool { return s.Get(t, "/readyz") == http.StatusOK })
+}
+
+func TestRetentionPrunesDeliveredAndPurgesDead(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	apptest.GQL[map[string]any](t, s, `mutation { createWebhookSubscriber(input: {name: "gone", url: "http://127.0.0.1:1/", eventTypes: ["doc.created"], maxAttempts: 1, timeoutMs: 1000}) { id } }`, nil)
+	apptest.GQL[map[string]any](t, s, apptest.CreateSalesOrder, map[string]any{"customer": "r"})
+	apptest.WaitAllProcessed(t, s)
+	count := func(status string) int {
+		var n int
+		require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM deliveries WHERE status = $1`, status).Scan(&n))
+		return n
+	}
+	require.Equal(t, 1, count("dead"))
+	delivered := count("delivered")
+	require.Positive(t, delivered)
+
+	// Nothing is old enough yet.
+	n, err := jobs.PruneDeliveries(t.Context(), s.Pool, time.Now().Add(-time.Hour))
+	require.NoError(t, err)
+	require.Zero(t, n)
+	purged := apptest.GQL[struct{ PurgeDeadDeliveries int }](t, s, `mutation($t: DateTime!) { purgeDeadDeliveries(olderThan: $t, subscriber: "other") }`,
+		map[string]any{"t": time.Now().Add(time.Hour).Format(time.RFC3339)})
+	require.Zero(t, purged.PurgeDeadDeliveries, "another subscriber's")
+
+	// Later: delivered records go, dead ones stay until purged.
+	n, err = jobs.PruneDeliveries(t.Context(), s.Pool, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, int64(delivered), n)
+	require.Zero(t, count("delivered"))
+	require.Equal(t, 1, count("dead"))
+	purged = apptest.GQL[struct{ PurgeDeadDeliveries int }](t, s, `mutation($t: DateTime!) { purgeDeadDeliveries(olderThan: $t, subscriber: "gone") }`,
+		map[string]any{"t": time.Now().Add(time.Hour).Format(time.RFC3339)})
+	require.Equal(t, 1, purged.PurgeDeadDeliveries)
+	require.Zero(t, count("dead"))
+	var events int
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM events WHERE processed_at IS NULL`).Scan(&events))
+	require.Zero(t, events, "events stay processed")
+}

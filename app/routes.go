@@ -1,0 +1,119 @@
+package app
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/extension"
+	"github.com/99designs/gqlgen/graphql/handler/lru"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/cors"
+	"github.com/vektah/gqlparser/v2/ast"
+
+	"erp/app/config"
+	"erp/app/httpapi"
+	"erp/db"
+	"erp/graph"
+	"erp/graph/model"
+	"erp/resolvers"
+	"erp/web"
+)
+
+// routes are the endpoints. Websockets run on ws, which checks the
+// Origin before the upgrade and owns the socket rules (init timeout 4408,
+// duplicate id 4409, dead peers, 1001 at shutdown); gqlgen's transport
+// adds the keepalive of each subprotocol.
+//
+// Operations: /healthz (the process is up), /readyz (see ready), /metrics
+// (Prometheus, this app's own registry).
+func (a *App) routes(opts config.Config, page web.Config) http.Handler {
+	ws, res := a.ws, a.res
+	cfg := graph.Config{
+		Resolvers:  res,
+		Directives: graph.DirectiveRoot{Allow: res.Allow},
+	}
+	// A page costs its size times what each row selects, so that many
+	// aliases of events(first: 500) add up against maxComplexity.
+	perPage := func(child int, first *int) int {
+		n := 50
+		if first != nil {
+			n = max(*first, 1)
+		}
+		return 1 + child*n
+	}
+	cfg.Complexity.Query.Events = func(child int, _ *db.EventFilter, first *int, _ *string) int { return perPage(child, first) }
+	cfg.Complexity.Query.Deliveries = func(child int, _ *model.DeliveryFilter, first *int, _ *string) int { return perPage(child, first) }
+	cfg.Complexity.Query.DeadDeliveries = func(child int, _ *string, first *int, _ *string) int { return perPage(child, first) }
+	gql := handler.New(graph.NewExecutableSchema(cfg))
+	readLimit := int64(wsReadLimit)
+	gql.AddTransport(transport.Websocket{
+		Implementation: ws,
+		InitFunc:       a.auth.WebsocketInit,
+		// InitTimeout stays 0: ws closes a silent socket with 4408 where
+		// gqlgen would use 1002. KeepAlivePingInterval and
+		// PingPongInterval stay 0: ws sends both subprotocols' keepalive
+		// messages with its ping frames (ProtocolKeepAlive), on a timer
+		// rather than two goroutines per socket.
+		PayloadReadLimit: &readLimit,
+	})
+	gql.AddTransport(transport.Options{})
+	gql.AddTransport(transport.GET{})
+	gql.AddTransport(transport.POST{})
+	gql.SetQueryCache(lru.New[*ast.QueryDocument](1000))
+	gql.SetParserTokenLimit(maxQueryTokens)
+	gql.Use(extension.FixedComplexityLimit(maxComplexity))
+	gql.Use(httpapi.ShapeLimit{MaxDepth: maxDepth, MaxFields: maxFields})
+	gql.Use(httpapi.RolesUpfront{})
+	gql.Use(resolvers.Loaders{Pool: res.Pool})
+	if opts.Introspection {
+		gql.Use(extension.Introspection{})
+	}
+	gql.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](100)})
+	gql.Use(httpapi.Observer{Metrics: a.metrics})
+	// Inside Observer, so that shared payloads still get their request id.
+	gql.Use(resolvers.NewSharedFeedPayloads())
+	gql.SetErrorPresenter(resolvers.ErrorPresenter(res.Logger))
+	gql.SetRecoverFunc(resolvers.Recover)
+
+	mux := http.NewServeMux()
+	api := ws.Handler(httpapi.LimitBody(maxRequestBody, a.auth.Authenticate(gql)))
+	if len(opts.AllowedOrigins) > 0 {
+		// Browsers on the allowed origins may call the API cross-origin
+		// (with a bearer token, never cookies). With no list, no CORS
+		// headers at all: browsers then keep to same-origin. (rs/cors reads
+		// an empty list as "*", hence the guard.)
+		api = cors.New(cors.Options{
+			AllowedOrigins: opts.AllowedOrigins,
+			AllowedMethods: []string{http.MethodGet, http.MethodPost},
+			AllowedHeaders: []string{"Authorization", "Content-Type", "Accept"},
+			MaxAge:         600,
+		}).Handler(api)
+	}
+	mux.Handle("/graphql", api)
+	web.Register(mux, page) // /events, /playground, /assets/, /config.json
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+		defer cancel()
+		if err := a.ready(ctx); err != nil {
+			a.logger.WarnContext(ctx, "not ready", slog.String("error", err.Error()))
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	sessions := &httpapi.AdminSessions{Auth: a.auth, Path: riverUIPath}
+	mux.Handle(riverUIPath+"/login", sessions.Login())
+	mux.Handle("POST "+riverUIPath+"/logout", sessions.Logout())
+	mux.Handle(riverUIPath+"/", sessions.Require(a.riverUI))
+	mux.Handle("GET "+riverUIPath, http.RedirectHandler(riverUIPath+"/", http.StatusFound))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{Registry: a.registry}))
+	mux.Handle("GET /{$}", http.RedirectHandler("/events", http.StatusFound))
+	return mux
+}

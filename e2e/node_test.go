@@ -1,0 +1,101 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"erp/app/apptest"
+)
+
+// e2eEvent is an event as the node scripts print it.
+type e2eEvent struct {
+	ID, Type, EntityID, Cursor string
+}
+
+// e2eResult is what e2e/feed.mjs prints.
+type e2eResult struct {
+	Client            string
+	Error             string
+	StartCursor       string
+	LiveOrders        []string
+	Live              []e2eEvent
+	OfflineOrders     []string
+	Resumed           []e2eEvent
+	AfterResumeOrders []string
+	AfterResume       []e2eEvent
+	Extra             int
+	BadTokenClose     any
+}
+
+func entityIDs(events []e2eEvent) []string {
+	out := make([]string, len(events))
+	for i, ev := range events {
+		out[i] = ev.EntityID
+	}
+	return out
+}
+
+// TestNodeRealClients drives the server with the npm clients graphql-ws
+// (graphql-transport-ws) and subscriptions-transport-ws (legacy graphql-ws)
+// through e2e/*.mjs: subscribing from a cursor, receiving what mutations
+// produce, resuming after the connection is gone, a bad token refused.
+// It needs Node.js and e2e/node_modules (npm ci --prefix e2e; make test
+// runs it): without them it fails when CI=true, else skips.
+func TestNodeRealClients(t *testing.T) {
+	t.Parallel()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		requireTool(t, "Node.js 20+ (node on PATH)", "Debian: apt-get install nodejs npm")
+	}
+	if _, err := os.Stat("node_modules"); err != nil {
+		requireTool(t, "e2e/node_modules", "npm ci --prefix e2e (make test does it)")
+	}
+
+	for _, client := range []string{"graphql-ws", "subscriptions-transport-ws"} {
+		t.Run(client, func(t *testing.T) {
+			t.Parallel()
+			s := apptest.New(t)
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+			defer cancel()
+			var stdout, stderr bytes.Buffer
+			cmd := exec.CommandContext(ctx, node, client+".mjs", s.URL+"/graphql", s.Token)
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			runErr := cmd.Run()
+			var out e2eResult
+			require.NoError(t, json.Unmarshal(stdout.Bytes(), &out), "stdout: %s\nstderr: %s", stdout.String(), stderr.String())
+			require.Empty(t, out.Error, "stderr: %s", stderr.String())
+			require.NoError(t, runErr, "stderr: %s", stderr.String())
+			require.Equal(t, client, out.Client)
+
+			// What the mutations produced arrived, in each phase.
+			sorted := func(s []string) []string { return slices.Sorted(slices.Values(s)) }
+			require.Equal(t, sorted(out.LiveOrders), sorted(entityIDs(out.Live)), "live")
+			require.Equal(t, sorted(out.OfflineOrders), sorted(entityIDs(out.Resumed)), "resumed with the last cursor")
+			require.Equal(t, out.AfterResumeOrders, entityIDs(out.AfterResume), "live after the resume")
+			require.Zero(t, out.Extra, "nothing more")
+			require.EqualValues(t, 4403, out.BadTokenClose, "a bad token is closed with 4403")
+
+			// Together: every event after the start cursor, once, in feed
+			// order.
+			all := slices.Concat(out.Live, out.Resumed, out.AfterResume)
+			ids := make([]string, len(all))
+			prev := apptest.FeedSeq(t, out.StartCursor)
+			for i, ev := range all {
+				require.Equal(t, "doc.created", ev.Type)
+				seq := apptest.FeedSeq(t, ev.Cursor)
+				require.Greater(t, seq, prev, "event %s out of order", ev.ID)
+				prev, ids[i] = seq, ev.ID
+			}
+			journal := apptest.JournalIDs(t, s.Pool, "doc.created")
+			require.Equal(t, journal[1:], ids)
+		})
+	}
+}

@@ -1,0 +1,132 @@
+package resolvers_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	pgx "github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"erp/app/apptest"
+	"erp/db"
+	"erp/db/pgtest"
+)
+
+func TestEventPageDeliveriesMatchEachEvent(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	for i := range 3 {
+		apptest.GQL[map[string]any](t, s, `mutation($id: String!) { receiveOrder(input: {source: CRM, externalId: $id, customer: "X", lines: [{sku: "A1", quantity: "1"}]}) { duplicate } }`,
+			map[string]any{"id": fmt.Sprint(60000 + i)})
+	}
+	apptest.WaitAllProcessed(t, s)
+	type dl struct {
+		Status     string
+		Subscriber struct{ Name string }
+	}
+	page := apptest.GQL[struct {
+		Events struct {
+			Edges []struct {
+				Node struct {
+					ID         string
+					Type       string
+					Deliveries []dl
+				}
+			}
+		} `json:"events"`
+	}](t, s, `{ events(first: 50) { edges { node { id type deliveries { status subscriber { name } } } } } }`, nil)
+	require.Len(t, page.Events.Edges, 6)
+	for _, e := range page.Events.Edges {
+		one := apptest.GQL[struct {
+			Event struct{ Deliveries []dl } `json:"event"`
+		}](t, s, `query($id: ID!) { event(id: $id) { deliveries { status subscriber { name } } } }`, map[string]any{"id": e.Node.ID})
+		require.Equal(t, one.Event.Deliveries, e.Node.Deliveries, "event %s: the batched page and the single event disagree", e.Node.ID)
+		require.NotEmpty(t, e.Node.Deliveries, "every event here has subscribers (%s)", e.Node.Type)
+	}
+}
+
+// statementLog records the SQL of every statement a pool runs.
+type statementLog struct {
+	mu   sync.Mutex
+	sqls []string
+}
+
+func (l *statementLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	l.mu.Lock()
+	l.sqls = append(l.sqls, data.SQL)
+	l.mu.Unlock()
+	return ctx
+}
+
+func (*statementLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// count returns how many statements run since mark contain all of parts.
+func (l *statementLog) count(mark int, parts ...string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+next:
+	for _, sql := range l.sqls[mark:] {
+		for _, p := range parts {
+			if !strings.Contains(sql, p) {
+				continue next
+			}
+		}
+		n++
+	}
+	return n
+}
+
+func (l *statementLog) mark() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.sqls)
+}
+
+// A page of deliveries that shows each one's event and subscriber reads
+// them in one batch each, not one query per row.
+func TestDeliveryPageBatchesEventsAndSubscribers(t *testing.T) {
+	t.Parallel()
+	statements := &statementLog{}
+	pool, err := db.Connect(t.Context(), pgtest.NewDB(t), func(c *pgxpool.Config) { c.ConnConfig.Tracer = statements })
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s := apptest.NewOn(t, pool)
+	apptest.SeedItem(t, s)
+	for i := range 4 {
+		apptest.GQL[map[string]any](t, s, `mutation($id: String!) { receiveOrder(input: {source: CRM, externalId: $id, customer: "X", lines: [{sku: "A1", quantity: "1"}]}) { duplicate } }`,
+			map[string]any{"id": fmt.Sprint(61000 + i)})
+	}
+	apptest.WaitAllProcessed(t, s)
+
+	type row struct {
+		Event      struct{ ID, Type string }
+		Subscriber struct{ Name string }
+	}
+	mark := statements.mark()
+	page := apptest.GQL[struct {
+		Deliveries struct{ Edges []struct{ Node row } } `json:"deliveries"`
+	}](t, s, `{ deliveries(first: 50) { edges { node { event { id type } subscriber { name } } } } }`, nil)
+	require.Equal(t, 1, statements.count(mark, "FROM subscribers s WHERE s.id"), "subscribers of the page")
+	require.Equal(t, 1, statements.count(mark, "WHERE e.id"), "events of the page")
+
+	// 4 orders × (doc.created → material_issue; order.received →
+	// order_acceptance, production_planning), each row with its own event.
+	require.Len(t, page.Deliveries.Edges, 12)
+	type delivery struct{ Subscriber struct{ Name string } }
+	for _, e := range page.Deliveries.Edges {
+		single := apptest.GQL[struct {
+			Event struct {
+				Type       string
+				Deliveries []delivery
+			} `json:"event"`
+		}](t, s, `query($id: ID!) { event(id: $id) { type deliveries { subscriber { name } } } }`, map[string]any{"id": e.Node.Event.ID})
+		require.Equal(t, single.Event.Type, e.Node.Event.Type, "event %s", e.Node.Event.ID)
+		require.Contains(t, single.Event.Deliveries, delivery{e.Node.Subscriber}, "event %s has no delivery to %s", e.Node.Event.ID, e.Node.Subscriber.Name)
+	}
+}

@@ -1,0 +1,111 @@
+package resolvers_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"erp/app/apptest"
+)
+
+func TestPlanningThroughTheAPI(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	for _, it := range [][2]string{{"P1", "шт"}, {"M1", "м"}, {"M2", "кг"}} {
+		apptest.GQL[map[string]any](t, s, `mutation($sku: String!, $unit: String!) { createItem(input: {sku: $sku, name: $sku, unit: $unit}) { id } }`,
+			map[string]any{"sku": it[0], "unit": it[1]})
+	}
+
+	// A bill of materials, read back in the order given.
+	type component struct {
+		LineNo   int `json:"lineNo"`
+		SKU      string
+		Name     string
+		Unit     string
+		Quantity string
+	}
+	set := apptest.GQL[struct {
+		SetBillOfMaterials struct {
+			SKU        string
+			Components []component
+		} `json:"setBillOfMaterials"`
+	}](t, s, `mutation { setBillOfMaterials(sku: "P1", components: [{sku: "M2", quantity: "0.5"}, {sku: "M1", quantity: 2}]) {
+		sku components { lineNo sku name unit quantity } } }`, nil).SetBillOfMaterials
+	require.Equal(t, "P1", set.SKU)
+	require.Equal(t, []component{{1, "M2", "M2", "кг", "0.500"}, {2, "M1", "M1", "м", "2.000"}}, set.Components)
+
+	tests := []struct {
+		name, query, code, field string
+	}{
+		{"unknown item", `mutation { setBillOfMaterials(sku: "NOPE", components: []) { id } }`, "BAD_USER_INPUT", "sku"},
+		{"unknown component", `mutation { setBillOfMaterials(sku: "P1", components: [{sku: "M1", quantity: "1"}, {sku: "NOPE", quantity: "1"}]) { id } }`, "BAD_USER_INPUT", "components.1.sku"},
+		{"itself", `mutation { setBillOfMaterials(sku: "M1", components: [{sku: "P1", quantity: "1"}]) { id } }`, "BAD_USER_INPUT", "components.0.sku"},
+		{"zero quantity", `mutation { setBillOfMaterials(sku: "P1", components: [{sku: "M1", quantity: "0"}]) { id } }`, "BAD_USER_INPUT", "components.0.quantity"},
+		{"unknown warehouse", `mutation { setProductionWarehouse(code: "NOPE") { id } }`, "BAD_USER_INPUT", "code"},
+	}
+	for _, tt := range tests {
+		e := apptest.GQLErr(t, s, tt.query, nil)
+		require.Equal(t, tt.code, e.Extensions["code"], "%s: %s", tt.name, e.Message)
+		require.Equal(t, tt.field, e.Extensions["field"], tt.name)
+	}
+
+	// One warehouse supplies production; the mark moves, it is not shared.
+	type warehouse struct {
+		Code               string
+		SuppliesProduction bool `json:"suppliesProduction"`
+	}
+	const createWarehouse = `mutation($code: String!, $supplies: Boolean!) {
+		createWarehouse(input: {code: $code, name: $code, suppliesProduction: $supplies}) { code suppliesProduction } }`
+	apptest.GQL[map[string]any](t, s, createWarehouse, map[string]any{"code": "W1", "supplies": true})
+	e := apptest.GQLErr(t, s, createWarehouse, map[string]any{"code": "W2", "supplies": true})
+	require.Equal(t, "CONFLICT", e.Extensions["code"], e.Message)
+	require.Equal(t, "input.suppliesProduction", e.Extensions["field"])
+	apptest.GQL[map[string]any](t, s, `mutation { createWarehouse(input: {code: "W2", name: "W2"}) { id } }`, nil)
+	moved := apptest.GQL[struct {
+		SetProductionWarehouse warehouse `json:"setProductionWarehouse"`
+	}](t, s, `mutation { setProductionWarehouse(code: "W2") { code suppliesProduction } }`, nil)
+	require.Equal(t, warehouse{"W2", true}, moved.SetProductionWarehouse)
+	whs := apptest.GQL[struct{ Warehouses []warehouse }](t, s, `{ warehouses { code suppliesProduction } }`, nil)
+	require.Equal(t, []warehouse{{"W1", false}, {"W2", true}}, whs.Warehouses)
+
+	// A received order is planned and its materials issued by the server.
+	order := apptest.GQL[struct {
+		ReceiveOrder struct{ Order struct{ ID string } } `json:"receiveOrder"`
+	}](t, s, `mutation { receiveOrder(input: {source: SHOP, externalId: "shop-7826d8468b3d", customer: "Иванов",
+		lines: [{sku: "M1", quantity: "3"}, {sku: "P1", quantity: "2"}]}) { order { id } } }`, nil).ReceiveOrder.Order
+	type move struct {
+		Number            string
+		Kind              string
+		FromWarehouse     string `json:"fromWarehouse"`
+		ProductionOrderID string `json:"productionOrderId"`
+		SourceEventID     string `json:"sourceEventId"`
+		Lines             []struct{ SKU, Quantity string }
+	}
+	var issue move
+	apptest.WaitFor(t, 10*time.Second, "the material issue", func() bool {
+		res := apptest.GQL[struct {
+			WarehouseMove *move `json:"warehouseMove"`
+		}](t, s, `{ warehouseMove(id: 1) { number kind fromWarehouse productionOrderId sourceEventId lines { sku quantity } } }`, nil)
+		if res.WarehouseMove != nil {
+			issue = *res.WarehouseMove
+		}
+		return res.WarehouseMove != nil
+	})
+	require.Equal(t, "ISSUE_TO_PRODUCTION", issue.Kind)
+	require.Equal(t, "W2", issue.FromWarehouse)
+	require.Equal(t, []struct{ SKU, Quantity string }{{"M2", "1.000"}, {"M1", "4.000"}}, issue.Lines)
+	require.NotEmpty(t, issue.SourceEventID)
+
+	po := apptest.GQL[struct {
+		ProductionOrder struct {
+			SKU              string
+			SalesOrderID     string `json:"salesOrderId"`
+			SalesOrderLineNo *int   `json:"salesOrderLineNo"`
+		} `json:"productionOrder"`
+	}](t, s, `query($id: ID!) { productionOrder(id: $id) { sku salesOrderId salesOrderLineNo } }`,
+		map[string]any{"id": issue.ProductionOrderID}).ProductionOrder
+	require.Equal(t, "P1", po.SKU)
+	require.Equal(t, order.ID, po.SalesOrderID)
+	require.Equal(t, 2, *po.SalesOrderLineNo, "line 1 is a material, bought not made")
+}
