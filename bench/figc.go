@@ -201,7 +201,7 @@ func (e *env) broadcastRef(n, rate, events int) (float64, time.Duration, int, er
 	var count atomic.Int64
 	var conns []*websocket.Conn
 	for i := range n {
-		c, _, err := dialer.DialContext(e.ctx, "ws://"+addr+"/ws", nil)
+		c, _, err := dialer.DialContext(e.ctx, "ws://"+addr+"/ws", nil) //nolint:bodyclose // gorilla: a handshake response needs no closing
 		if err != nil {
 			return 0, 0, 0, err
 		}

@@ -102,7 +102,7 @@ func (e *env) figureD() error {
 	var hsAfter float64
 	dialer := websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 1024, WriteBufferSize: 1024}
 	refKiB, err := e.idleRSSHook(cmd.Process.Pid, n, func(ctx context.Context) (func(), error) {
-		c, _, err := dialer.DialContext(ctx, "ws://"+addr+"/ws", nil)
+		c, _, err := dialer.DialContext(ctx, "ws://"+addr+"/ws", nil) //nolint:bodyclose // gorilla: a handshake response needs no closing
 		if err != nil {
 			return nil, err
 		}

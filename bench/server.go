@@ -174,9 +174,6 @@ func (s *server) stop() {
 	}
 }
 
-// rssKiB is the server process's resident set (VmRSS), in KiB.
-func (s *server) rssKiB() (int64, error) { return rssOf(s.cmd.Process.Pid) }
-
 func rssOf(pid int) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {

@@ -28,7 +28,7 @@ func (s *server) subscribe(ctx context.Context, types []string, fields string) (
 	d := websocket.Dialer{Subprotocols: []string{"graphql-transport-ws"}, HandshakeTimeout: 30 * time.Second,
 		ReadBufferSize: 1024, WriteBufferSize: 1024}
 	url := "ws" + strings.TrimPrefix(s.URL, "http") + "/graphql"
-	c, _, err := d.DialContext(ctx, url, http.Header{})
+	c, _, err := d.DialContext(ctx, url, http.Header{}) //nolint:bodyclose // gorilla: a handshake response needs no closing
 	if err != nil {
 		return nil, err
 	}
@@ -39,9 +39,13 @@ func (s *server) subscribe(ctx context.Context, types []string, fields string) (
 	}
 	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	var ack wsMsg
-	if err := c.ReadJSON(&ack); err != nil || ack.Type != "connection_ack" {
+	if err := c.ReadJSON(&ack); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("connection_init: got %q, %v", ack.Type, err)
+		return nil, fmt.Errorf("connection_init: %w", err)
+	}
+	if ack.Type != "connection_ack" {
+		c.Close()
+		return nil, fmt.Errorf("connection_init: got %q, want connection_ack", ack.Type)
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	tj, _ := json.Marshal(types)

@@ -230,7 +230,7 @@ func (c *Cluster) running(ctx context.Context) bool {
 	_, err := c.run(ctx, "pg_ctl", "status", "-D", c.dir)
 	var exitErr *exec.ExitError
 	// Exit status 3 means "no server running", 4 "no data directory".
-	return !(errors.As(err, &exitErr) && (exitErr.ExitCode() == 3 || exitErr.ExitCode() == 4))
+	return !errors.As(err, &exitErr) || (exitErr.ExitCode() != 3 && exitErr.ExitCode() != 4)
 }
 
 // FindBinaries returns the directory holding initdb, pg_ctl and postgres:

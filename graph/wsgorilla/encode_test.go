@@ -11,7 +11,7 @@ type gqlgenMessage struct {
 	Payload json.RawMessage `json:"payload,omitempty"`
 	ID      string          `json:"id,omitempty"`
 	Type    messageType     `json:"type"`
-	noOp    bool
+	noOp    bool            //nolint:unused // gqlgen's types have it; the shape stays theirs
 }
 
 type messageType string

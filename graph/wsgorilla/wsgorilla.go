@@ -235,7 +235,7 @@ func serveSocket(next http.Handler, w *handshakeWriter, r *http.Request, h *hand
 		// The request's goroutine is gone and cannot re-panic for
 		// net/http; report as net/http would (to the server's ErrorLog),
 		// and drop the socket.
-		if p != http.ErrAbortHandler {
+		if err, ok := p.(error); !ok || !errors.Is(err, http.ErrAbortHandler) {
 			logger.Printf("wsgorilla: panic serving %s: %v\n%s", remote, p, debug.Stack())
 		}
 		if c := h.conn.Load(); c != nil {
