@@ -1,4 +1,4 @@
-// How the old screen wrote things: 13.11.2026 17:20, {"lines": 1, "source": "shop"}.
+// How the seed screens (demo/testdata) write things: 13.11.2026 17:20, {"lines": 1, "source": "shop"}.
 
 /** Formats RFC 3339 times as "13.11.2026 17:20" in one IANA time zone. */
 export function timeFormatter(timeZone: string): (rfc3339: string) => string {
