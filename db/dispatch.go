@@ -88,6 +88,10 @@ type DispatchPlan struct {
 	// Held: an earlier unprocessed event of the document, outside the
 	// batch, is held by another transaction; the event must wait for it.
 	Held bool
+	// Earlier: the document has an event before this one outside the
+	// batch; only then can BlockedDeliveries find one of its deliveries
+	// held back.
+	Earlier bool
 	// Later: the document has an event after this one outside the batch,
 	// whose deliveries this one may have held back (LaterOpenDeliveries).
 	Later bool
@@ -118,7 +122,7 @@ func PlanDispatch(ctx context.Context, tx pgx.Tx, ids []int64) ([]DispatchPlan, 
 	}
 	plans := make([]DispatchPlan, len(rows))
 	for i, r := range rows {
-		plans[i] = DispatchPlan{EventID: r.EventID, Held: r.Held, Later: r.Later}
+		plans[i] = DispatchPlan{EventID: r.EventID, Held: r.Held, Earlier: r.Earlier, Later: r.Later}
 		for _, id := range r.SubscriberIds {
 			if s, ok := byID[id]; ok {
 				plans[i].Subscribers = append(plans[i].Subscribers, s)

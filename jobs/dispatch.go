@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"erp/db"
 	"erp/metrics"
@@ -276,7 +278,11 @@ func (d *Dispatcher) dispatchOnce(ctx context.Context, id int64, l *lessons) (tx
 			if restore, err = db.SetLockTimeout(ctx, tx, backlogLockTimeout); err != nil {
 				return err
 			}
-			backlog, jobIDs, err := db.ClaimBacklog(ctx, tx, id, limit-1, l.skip)
+			running, err := d.runningDispatches(ctx, tx)
+			if err != nil {
+				return err
+			}
+			backlog, jobIDs, err := db.ClaimBacklog(ctx, tx, id, limit-1, append(running, l.skip...))
 			if err != nil {
 				return err
 			}
@@ -335,7 +341,7 @@ func (d *Dispatcher) deliverEvents(ctx context.Context, tx pgx.Tx, w *txWork, l 
 	var ask []db.DeliveryKey
 	for _, p := range plans {
 		for _, s := range p.Subscribers {
-			if !p.Held && s.Kind == db.SubscriberBuiltin && !s.Paused {
+			if p.Earlier && !p.Held && s.Kind == db.SubscriberBuiltin && !s.Paused {
 				ask = append(ask, db.DeliveryKey{EventID: p.EventID, SubscriberID: s.ID})
 			}
 		}
@@ -442,6 +448,31 @@ func (d *Dispatcher) firstAttempt(ctx context.Context, tx pgx.Tx, w *txWork, l *
 	}
 	w.outcomes = append(w.outcomes, deliveryOutcome{key: k, evType: ev.Type, subscriber: sub.Name, outcome: a.Status})
 	return a, nil
+}
+
+// maxRunningDispatches bounds how many running dispatch jobs a batch
+// asks River for: more than every worker of a cluster.
+const maxRunningDispatches = 1000
+
+// runningDispatches returns the events whose dispatch job River has
+// fetched: each is about to lock its event, and taking the event on would
+// only make it wait for the batch and then find nothing to do (River does
+// not delete a running job).
+func (d *Dispatcher) runningDispatches(ctx context.Context, tx pgx.Tx) ([]int64, error) {
+	params := river.NewJobListParams().Kinds(DispatchArgs{}.Kind()).States(rivertype.JobStateRunning).First(maxRunningDispatches)
+	res, err := d.river.JobListTx(ctx, tx, params)
+	if err != nil {
+		return nil, fmt.Errorf("list running dispatch jobs: %w", err)
+	}
+	ids := make([]int64, 0, len(res.Jobs))
+	for _, j := range res.Jobs {
+		var args DispatchArgs
+		if err := json.Unmarshal(j.EncodedArgs, &args); err != nil {
+			return nil, fmt.Errorf("dispatch job %d: decode args: %w", j.ID, err)
+		}
+		ids = append(ids, args.EventID)
+	}
+	return ids, nil
 }
 
 // deleteJobs deletes, in tx, the River jobs ids (dispatch jobs of the

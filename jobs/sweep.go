@@ -49,71 +49,80 @@ func (d *Dispatcher) Sweep(ctx context.Context) (SweepResult, error) {
 		d.logger.WarnContext(ctx, "sweep: "+what+" failed", slog.Int64("event_id", id), slog.String("error", err.Error()))
 		return nil
 	}
-	for after := int64(0); ; {
-		ids, err := db.UndispatchedEventIDs(ctx, d.pool, after, sweepBatch)
-		if err != nil {
-			return res, err
-		}
+	err := eachPage(func(after int64) ([]int64, error) {
+		return db.UndispatchedEventIDs(ctx, d.pool, after, sweepBatch)
+	}, func(ids []int64) error {
 		for _, id := range ids {
-			after = id
 			w, err := d.dispatch(ctx, id)
 			if err != nil {
 				if err := note("dispatch", id, err); err != nil {
-					return res, err
+					return err
 				}
 			}
 			res.Dispatched += len(w.dispatched)
 			res.Finished += len(w.finished)
 			res.count(w.outcomes)
 		}
-		if len(ids) < sweepBatch {
-			break
-		}
+		return nil
+	})
+	if err != nil {
+		return res, err
 	}
-	for after := int64(0); ; {
-		ids, err := db.UnfinishedEventIDs(ctx, d.pool, after, sweepBatch)
+	err = eachPage(func(after int64) ([]int64, error) {
+		return db.UnfinishedEventIDs(ctx, d.pool, after, sweepBatch)
+	}, func(ids []int64) error {
+		var w txWork
+		err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) (err error) {
+			w = txWork{}
+			w.finished, err = db.FinishEventsIfDone(ctx, tx, ids)
+			return err
+		})
 		if err != nil {
-			return res, err
+			return note("finish", ids[0], err)
 		}
-		if len(ids) > 0 {
-			after = ids[len(ids)-1]
-			var w txWork
-			err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) (err error) {
-				w = txWork{}
-				w.finished, err = db.FinishEventsIfDone(ctx, tx, ids)
-				return err
-			})
-			if err != nil {
-				if err := note("finish", ids[0], err); err != nil {
-					return res, err
-				}
-			} else {
-				d.record(ctx, &w)
-				res.Finished += len(w.finished)
-			}
-		}
-		if len(ids) < sweepBatch {
-			break
-		}
+		d.record(ctx, &w)
+		res.Finished += len(w.finished)
+		return nil
+	})
+	if err != nil {
+		return res, err
 	}
-	for after := (db.DeliveryKey{}); ; {
-		keys, err := db.DueDeliveries(ctx, d.pool, after, sweepBatch)
-		if err != nil {
-			return res, err
-		}
+	err = eachPage(func(after db.DeliveryKey) ([]db.DeliveryKey, error) {
+		return db.DueDeliveries(ctx, d.pool, after, sweepBatch)
+	}, func(keys []db.DeliveryKey) error {
 		for _, k := range keys {
-			after = k
 			w, err := d.deliver(ctx, k)
 			if err != nil {
 				if err := note("delivery", k.EventID, err); err != nil {
-					return res, err
+					return err
 				}
 			}
 			res.Finished += len(w.finished)
 			res.count(w.outcomes)
 		}
-		if len(keys) < sweepBatch {
-			return res, nil
+		return nil
+	})
+	return res, err
+}
+
+// eachPage hands each page of up to sweepBatch keys that list returns to
+// handle, asking list for the keys after the last one of the page before
+// (the zero key first), until a page comes back short.
+func eachPage[K any](list func(after K) ([]K, error), handle func(page []K) error) error {
+	var after K
+	for {
+		page, err := list(after)
+		if err != nil {
+			return err
+		}
+		if len(page) > 0 {
+			if err := handle(page); err != nil {
+				return err
+			}
+			after = page[len(page)-1]
+		}
+		if len(page) < sweepBatch {
+			return nil
 		}
 	}
 }

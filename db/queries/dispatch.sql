@@ -35,7 +35,9 @@ SELECT * FROM event_rows WHERE event_rows.id IN (SELECT c.id FROM c) ORDER BY ev
 -- unprocessed event of its document outside the batch is held by another
 -- transaction (held; the others are share-locked here, so that a fresh
 -- statement sees what their holders committed), whether its document has
--- a later event outside the batch, and the subscribers its type matches.
+-- an earlier event (only then can the document's order hold a delivery
+-- back) or a later one outside the batch, and the subscribers its type
+-- matches.
 WITH b AS (
     SELECT id, type, entity, entity_id FROM events WHERE id = ANY(@ids::bigint[])
 ), outside AS (
@@ -48,6 +50,8 @@ WITH b AS (
 SELECT b.id AS event_id,
     EXISTS (SELECT 1 FROM events x WHERE x.entity = b.entity AND x.entity_id = b.entity_id AND x.id < b.id
             AND x.processed_at IS NULL AND x.id <> ALL(@ids::bigint[]) AND x.id NOT IN (SELECT id FROM outside)) AS held,
+    EXISTS (SELECT 1 FROM events x WHERE x.entity = b.entity AND x.entity_id = b.entity_id AND x.id < b.id
+            AND x.id <> ALL(@ids::bigint[])) AS earlier,
     EXISTS (SELECT 1 FROM events x WHERE x.entity = b.entity AND x.entity_id = b.entity_id AND x.id > b.id
             AND x.id <> ALL(@ids::bigint[])) AS later,
     ARRAY(SELECT s.id FROM subscribers s WHERE cardinality(s.event_types) = 0 OR b.type = ANY(s.event_types)

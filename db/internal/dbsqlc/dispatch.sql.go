@@ -397,6 +397,8 @@ WITH b AS (
 SELECT b.id AS event_id,
     EXISTS (SELECT 1 FROM events x WHERE x.entity = b.entity AND x.entity_id = b.entity_id AND x.id < b.id
             AND x.processed_at IS NULL AND x.id <> ALL($1::bigint[]) AND x.id NOT IN (SELECT id FROM outside)) AS held,
+    EXISTS (SELECT 1 FROM events x WHERE x.entity = b.entity AND x.entity_id = b.entity_id AND x.id < b.id
+            AND x.id <> ALL($1::bigint[])) AS earlier,
     EXISTS (SELECT 1 FROM events x WHERE x.entity = b.entity AND x.entity_id = b.entity_id AND x.id > b.id
             AND x.id <> ALL($1::bigint[])) AS later,
     ARRAY(SELECT s.id FROM subscribers s WHERE cardinality(s.event_types) = 0 OR b.type = ANY(s.event_types)
@@ -407,6 +409,7 @@ FROM b ORDER BY b.id
 type EventPlanDispatchRow struct {
 	EventID       int64
 	Held          bool
+	Earlier       bool
 	Later         bool
 	SubscriberIds []int64
 }
@@ -415,7 +418,9 @@ type EventPlanDispatchRow struct {
 // unprocessed event of its document outside the batch is held by another
 // transaction (held; the others are share-locked here, so that a fresh
 // statement sees what their holders committed), whether its document has
-// a later event outside the batch, and the subscribers its type matches.
+// an earlier event (only then can the document's order hold a delivery
+// back) or a later one outside the batch, and the subscribers its type
+// matches.
 func (q *Queries) EventPlanDispatch(ctx context.Context, db DBTX, ids []int64) ([]EventPlanDispatchRow, error) {
 	rows, err := db.Query(ctx, eventPlanDispatch, ids)
 	if err != nil {
@@ -428,6 +433,7 @@ func (q *Queries) EventPlanDispatch(ctx context.Context, db DBTX, ids []int64) (
 		if err := rows.Scan(
 			&i.EventID,
 			&i.Held,
+			&i.Earlier,
 			&i.Later,
 			&i.SubscriberIds,
 		); err != nil {
