@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -38,19 +37,19 @@ const (
 
 // Delivery is one (event, subscriber) delivery record.
 type Delivery struct {
-	EventID        int64      `db:"event_id"`
-	SubscriberID   int64      `db:"subscriber_id"`
-	SubscriberName string     `db:"subscriber_name"`
-	Status         string     `db:"status"`
-	Attempts       int32      `db:"attempts"`
-	LastError      *string    `db:"last_error"`
-	ResponseStatus *int32     `db:"response_status"`
-	ResponseBody   *string    `db:"response_body"`
-	NextAttemptAt  time.Time  `db:"next_attempt_at"`
-	DeliveredAt    *time.Time `db:"delivered_at"`
-	DurationMs     *int32     `db:"duration_ms"`
-	CreatedAt      time.Time  `db:"created_at"`
-	UpdatedAt      time.Time  `db:"updated_at"`
+	EventID        int64
+	SubscriberID   int64
+	SubscriberName string
+	Status         string
+	Attempts       int32
+	LastError      *string
+	ResponseStatus *int32
+	ResponseBody   *string
+	NextAttemptAt  time.Time
+	DeliveredAt    *time.Time
+	DurationMs     *int32
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
 }
 
 // Key identifies a delivery.
@@ -66,8 +65,8 @@ func (d Delivery) Cursor() string {
 
 // DeliveryKey identifies a delivery: one event to one subscriber.
 type DeliveryKey struct {
-	EventID      int64 `db:"event_id"`
-	SubscriberID int64 `db:"subscriber_id"`
+	EventID      int64
+	SubscriberID int64
 }
 
 // LockOpenDelivery locks delivery k for an attempt if it is open (pending or
@@ -204,8 +203,8 @@ type DeliveryPage struct {
 // newest event first, after the cursor after. Bad arguments are an
 // *InputError.
 func ListDeliveries(ctx context.Context, q Querier, f DeliveryFilter, first int, after string) (DeliveryPage, error) {
-	if first < 1 || first > maxDeliveryPage {
-		return DeliveryPage{}, inputErr("first", "must be between 1 and %d", maxDeliveryPage)
+	if err := checkFirst(first, maxDeliveryPage); err != nil {
+		return DeliveryPage{}, err
 	}
 	before := DeliveryKey{EventID: math.MaxInt64, SubscriberID: math.MaxInt64}
 	if after != "" {
@@ -227,12 +226,8 @@ func ListDeliveries(ctx context.Context, q Querier, f DeliveryFilter, first int,
 
 func parseDeliveryCursor(s string) (DeliveryKey, error) {
 	bad := inputErr("after", "not a delivery cursor returned by this server")
-	raw, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return DeliveryKey{}, bad
-	}
-	parts := strings.Split(string(raw), ":")
-	if len(parts) != 3 || parts[0] != deliveryCursorTag {
+	parts, ok := cursorParts(s, deliveryCursorTag)
+	if !ok {
 		return DeliveryKey{}, bad
 	}
 	ev, err1 := strconv.ParseInt(parts[1], 10, 64)

@@ -108,26 +108,18 @@ func PlanDispatch(ctx context.Context, tx pgx.Tx, ids []int64) ([]DispatchPlan, 
 	if err != nil {
 		return nil, fmt.Errorf("plan dispatch of %d events: %w", len(ids), translate(err))
 	}
-	var subIDs []int64
+	var plans []DispatchPlan
 	for _, r := range rows {
-		subIDs = append(subIDs, r.SubscriberIds...)
-	}
-	subs, err := SubscribersByIDs(ctx, tx, subIDs)
-	if err != nil {
-		return nil, err
-	}
-	byID := make(map[int64]Subscriber, len(subs))
-	for _, s := range subs {
-		byID[s.ID] = s
-	}
-	plans := make([]DispatchPlan, len(rows))
-	for i, r := range rows {
-		plans[i] = DispatchPlan{EventID: r.EventID, Held: r.Held, Earlier: r.Earlier, Later: r.Later}
-		for _, id := range r.SubscriberIds {
-			if s, ok := byID[id]; ok {
-				plans[i].Subscribers = append(plans[i].Subscribers, s)
-			}
+		if len(plans) == 0 || plans[len(plans)-1].EventID != r.EventID {
+			plans = append(plans, DispatchPlan{EventID: r.EventID, Held: r.Held, Earlier: r.Earlier, Later: r.Later})
 		}
+		if r.ID == nil {
+			continue // no subscriber takes the event
+		}
+		p := &plans[len(plans)-1]
+		p.Subscribers = append(p.Subscribers, Subscriber{ID: *r.ID, Name: *r.Name, Kind: *r.Kind, EventTypes: r.EventTypes,
+			URL: r.Url, HasSecret: *r.HasSecret, MaxAttempts: *r.MaxAttempts, TimeoutMs: *r.TimeoutMs, Paused: *r.Paused,
+			CreatedAt: *r.CreatedAt, UpdatedAt: *r.UpdatedAt})
 	}
 	return plans, nil
 }

@@ -116,12 +116,8 @@ type Cursor struct {
 // field.
 func ParseCursor(field, s string) (Cursor, error) {
 	bad := inputErr(field, "not a cursor returned by this server")
-	raw, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return Cursor{}, bad
-	}
-	parts := strings.Split(string(raw), ":")
-	if len(parts) != 3 || parts[0] != cursorVersion {
+	parts, ok := cursorParts(s, cursorVersion)
+	if !ok {
 		return Cursor{}, bad
 	}
 	id, err := strconv.ParseInt(parts[1], 10, 64)
@@ -137,6 +133,16 @@ func ParseCursor(field, s string) (Cursor, error) {
 		c.FeedSeq = &seq
 	}
 	return c, nil
+}
+
+// cursorParts decodes an opaque cursor: three fields, the first tag.
+func cursorParts(s, tag string) ([]string, bool) {
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, false
+	}
+	parts := strings.Split(string(raw), ":")
+	return parts, len(parts) == 3 && parts[0] == tag
 }
 
 // EventFilter selects journal rows; zero fields match everything.
@@ -178,12 +184,6 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
-// EventPage is one page of ListEvents, newest first.
-type EventPage struct {
-	Events      []Event
-	HasNextPage bool
-}
-
 // ListEvents returns up to first (1…500) journal events
 // matching f, newest first, starting after the cursor after (empty = from
 // the newest). A bad first or cursor is an *InputError. Each filter shape
@@ -191,8 +191,8 @@ type EventPage struct {
 // docs/query-plans.md): the entity and id, the entity, the types, the
 // unprocessed events, or none.
 func ListEvents(ctx context.Context, q Querier, f EventFilter, first int, after string) (EventPage, error) {
-	if first < 1 || first > maxEventPageSize {
-		return EventPage{}, inputErr("first", "must be between 1 and %d", maxEventPageSize)
+	if err := checkFirst(first, maxEventPageSize); err != nil {
+		return EventPage{}, err
 	}
 	before := int64(math.MaxInt64)
 	if after != "" {
@@ -227,6 +227,26 @@ func ListEvents(ctx context.Context, q Querier, f EventFilter, first int, after 
 	return EventPage{Events: events, HasNextPage: more}, nil
 }
 
+// one converts the row a generated query returned, or wraps its error
+// (no row: ErrNotFound) with the action and the key.
+func one[R, T any](convert func(R) T, action string, key int64) func(R, error) (T, error) {
+	return func(r R, err error) (T, error) {
+		if err != nil {
+			var zero T
+			return zero, fmt.Errorf("%s %d: %w", action, key, translate(err))
+		}
+		return convert(r), nil
+	}
+}
+
+// checkFirst checks a page size: 1 to most.
+func checkFirst(first, most int) error {
+	if first < 1 || first > most {
+		return inputErr("first", "must be between 1 and %d", most)
+	}
+	return nil
+}
+
 // pageOf cuts a page of first rows from rows, read with one more than
 // first, and tells whether there are more.
 func pageOf[T any](rows []T, first int) ([]T, bool) {
@@ -243,6 +263,12 @@ func mapRows[R, T any](rows []R, convert func(R) T) []T {
 		out[i] = convert(r)
 	}
 	return out
+}
+
+// EventPage is one page of ListEvents, newest first.
+type EventPage struct {
+	Events      []Event
+	HasNextPage bool
 }
 
 // types is the type filter as the queries take it: nil matches every type.
@@ -267,11 +293,7 @@ func EventsProcessedAfter(ctx context.Context, q Querier, f EventFilter, seq int
 
 // EventByID returns one journal event, or ErrNotFound.
 func EventByID(ctx context.Context, q Querier, id int64) (Event, error) {
-	row, err := queries.EventGetByID(ctx, q, id)
-	if err != nil {
-		return Event{}, fmt.Errorf("get event %d: %w", id, translate(err))
-	}
-	return eventFrom(row), nil
+	return one(eventFrom, "get event", id)(queries.EventGetByID(ctx, q, id))
 }
 
 // EventsByIDs returns the journal events with the given ids, in id order;

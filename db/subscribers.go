@@ -16,17 +16,17 @@ import (
 // The webhook secret is never read back out; HasSecret tells whether one is
 // set.
 type Subscriber struct {
-	ID          int64     `db:"id"`
-	Name        string    `db:"name"`
-	Kind        string    `db:"kind"`
-	EventTypes  []string  `db:"event_types"`
-	URL         *string   `db:"url"`
-	HasSecret   bool      `db:"has_secret"`
-	MaxAttempts int32     `db:"max_attempts"`
-	TimeoutMs   int32     `db:"timeout_ms"`
-	Paused      bool      `db:"paused"`
-	CreatedAt   time.Time `db:"created_at"`
-	UpdatedAt   time.Time `db:"updated_at"`
+	ID          int64
+	Name        string
+	Kind        string
+	EventTypes  []string
+	URL         *string
+	HasSecret   bool
+	MaxAttempts int32
+	TimeoutMs   int32
+	Paused      bool
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
 }
 
 // WebhookSubscriberInput creates or (fields set) updates a webhook
@@ -162,11 +162,7 @@ func SetSubscriberPaused(ctx context.Context, tx pgx.Tx, id int64, paused bool) 
 
 // SubscriberByID returns subscriber id, or ErrNotFound.
 func SubscriberByID(ctx context.Context, q Querier, id int64) (Subscriber, error) {
-	row, err := queries.SubscriberGetByID(ctx, q, id)
-	if err != nil {
-		return Subscriber{}, fmt.Errorf("get subscriber %d: %w", id, translate(err))
-	}
-	return subscriberFrom(row), nil
+	return one(subscriberFrom, "get subscriber", id)(queries.SubscriberGetByID(ctx, q, id))
 }
 
 // SubscribersByIDs returns the subscribers with the given ids (table
@@ -208,7 +204,7 @@ func WebhookTargetOf(ctx context.Context, q Querier, id int64) (WebhookTarget, e
 // WebhookTarget is what sending needs of a webhook subscriber, secret
 // included; it never leaves package jobs.
 type WebhookTarget struct {
-	URL       string `db:"url"`
-	Secret    string `db:"secret"`
-	TimeoutMs int32  `db:"timeout_ms"`
+	URL       string
+	Secret    string
+	TimeoutMs int32
 }

@@ -46,17 +46,21 @@ WITH b AS (
       AND o.id < (SELECT max(id) FROM b) AND o.processed_at IS NULL AND o.id <> ALL(@ids::bigint[])
     ORDER BY o.id
     FOR SHARE SKIP LOCKED
-)
-SELECT b.id AS event_id,
+), f AS (
+    SELECT b.id,
     EXISTS (SELECT 1 FROM events x WHERE x.entity = b.entity AND x.entity_id = b.entity_id AND x.id < b.id
             AND x.processed_at IS NULL AND x.id <> ALL(@ids::bigint[]) AND x.id NOT IN (SELECT id FROM outside)) AS held,
     EXISTS (SELECT 1 FROM events x WHERE x.entity = b.entity AND x.entity_id = b.entity_id AND x.id < b.id
             AND x.id <> ALL(@ids::bigint[])) AS earlier,
     EXISTS (SELECT 1 FROM events x WHERE x.entity = b.entity AND x.entity_id = b.entity_id AND x.id > b.id
-            AND x.id <> ALL(@ids::bigint[])) AS later,
-    ARRAY(SELECT s.id FROM subscribers s WHERE cardinality(s.event_types) = 0 OR b.type = ANY(s.event_types)
-          ORDER BY s.id)::bigint[] AS subscriber_ids
-FROM b ORDER BY b.id;
+            AND x.id <> ALL(@ids::bigint[])) AS later
+    FROM b
+)
+-- One row per event and matching subscriber (none: one row, s null).
+SELECT b.id AS event_id, f.held, f.earlier, f.later, s.*
+FROM b JOIN f ON f.id = b.id
+LEFT JOIN subscriber_rows s ON cardinality(s.event_types) = 0 OR b.type = ANY(s.event_types)
+ORDER BY b.id, s.id;
 
 -- name: EventLockEarlier :exec
 -- Share-locks the unprocessed events of a document before @id, waiting

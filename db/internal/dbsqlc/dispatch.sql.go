@@ -393,25 +393,38 @@ WITH b AS (
       AND o.id < (SELECT max(id) FROM b) AND o.processed_at IS NULL AND o.id <> ALL($1::bigint[])
     ORDER BY o.id
     FOR SHARE SKIP LOCKED
-)
-SELECT b.id AS event_id,
+), f AS (
+    SELECT b.id,
     EXISTS (SELECT 1 FROM events x WHERE x.entity = b.entity AND x.entity_id = b.entity_id AND x.id < b.id
             AND x.processed_at IS NULL AND x.id <> ALL($1::bigint[]) AND x.id NOT IN (SELECT id FROM outside)) AS held,
     EXISTS (SELECT 1 FROM events x WHERE x.entity = b.entity AND x.entity_id = b.entity_id AND x.id < b.id
             AND x.id <> ALL($1::bigint[])) AS earlier,
     EXISTS (SELECT 1 FROM events x WHERE x.entity = b.entity AND x.entity_id = b.entity_id AND x.id > b.id
-            AND x.id <> ALL($1::bigint[])) AS later,
-    ARRAY(SELECT s.id FROM subscribers s WHERE cardinality(s.event_types) = 0 OR b.type = ANY(s.event_types)
-          ORDER BY s.id)::bigint[] AS subscriber_ids
-FROM b ORDER BY b.id
+            AND x.id <> ALL($1::bigint[])) AS later
+    FROM b
+)
+SELECT b.id AS event_id, f.held, f.earlier, f.later, s.id, s.name, s.kind, s.event_types, s.url, s.has_secret, s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at
+FROM b JOIN f ON f.id = b.id
+LEFT JOIN subscriber_rows s ON cardinality(s.event_types) = 0 OR b.type = ANY(s.event_types)
+ORDER BY b.id, s.id
 `
 
 type EventPlanDispatchRow struct {
-	EventID       int64
-	Held          bool
-	Earlier       bool
-	Later         bool
-	SubscriberIds []int64
+	EventID     int64
+	Held        bool
+	Earlier     bool
+	Later       bool
+	ID          *int64
+	Name        *string
+	Kind        *string
+	EventTypes  []string
+	Url         *string
+	HasSecret   *bool
+	MaxAttempts *int32
+	TimeoutMs   *int32
+	Paused      *bool
+	CreatedAt   *time.Time
+	UpdatedAt   *time.Time
 }
 
 // Per event of the batch @ids (locked by the caller): whether an earlier
@@ -421,6 +434,7 @@ type EventPlanDispatchRow struct {
 // an earlier event (only then can the document's order hold a delivery
 // back) or a later one outside the batch, and the subscribers its type
 // matches.
+// One row per event and matching subscriber (none: one row, s null).
 func (q *Queries) EventPlanDispatch(ctx context.Context, db DBTX, ids []int64) ([]EventPlanDispatchRow, error) {
 	rows, err := db.Query(ctx, eventPlanDispatch, ids)
 	if err != nil {
@@ -435,7 +449,17 @@ func (q *Queries) EventPlanDispatch(ctx context.Context, db DBTX, ids []int64) (
 			&i.Held,
 			&i.Earlier,
 			&i.Later,
-			&i.SubscriberIds,
+			&i.ID,
+			&i.Name,
+			&i.Kind,
+			&i.EventTypes,
+			&i.Url,
+			&i.HasSecret,
+			&i.MaxAttempts,
+			&i.TimeoutMs,
+			&i.Paused,
+			&i.CreatedAt,
+			&i.UpdatedAt,
 		); err != nil {
 			return nil, err
 		}
