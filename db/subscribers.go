@@ -175,7 +175,7 @@ func SubscribersByIDs(ctx context.Context, q Querier, ids []int64) ([]Subscriber
 	if err != nil {
 		return nil, fmt.Errorf("get %d subscribers: %w", len(ids), translate(err))
 	}
-	return mapRows(rows, subscriberFrom), nil
+	return mapRows(rows, func(r dbsqlc.SubscriberListByIDsRow) Subscriber { return subscriberFrom(dbsqlc.SubscriberRow(r)) }), nil
 }
 
 // Subscribers lists every subscriber by name.

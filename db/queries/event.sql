@@ -7,7 +7,7 @@
 SELECT * FROM event_rows WHERE id = @id;
 
 -- name: EventListByIDs :many
-SELECT * FROM event_rows WHERE id = ANY(@ids::bigint[]) ORDER BY id;
+SELECT e.* FROM event_rows e WHERE e.id = ANY(@ids::bigint[]) ORDER BY e.id;
 
 -- name: EventInsert :one
 -- The inserted row is not visible to event_rows in the same statement:

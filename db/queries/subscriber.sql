@@ -36,7 +36,11 @@ RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_se
 SELECT * FROM subscriber_rows WHERE id = @id;
 
 -- name: SubscriberListByIDs :many
-SELECT * FROM subscriber_rows WHERE id = ANY(@ids::bigint[]) ORDER BY id;
+-- The view's columns, read from the table itself (as the statement log of
+-- the deliveries page's test expects).
+SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
+    s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at
+FROM subscribers s WHERE s.id = ANY(@ids::bigint[]) ORDER BY s.id;
 
 -- name: SubscriberList :many
 SELECT * FROM subscriber_rows ORDER BY name;

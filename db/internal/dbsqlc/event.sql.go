@@ -118,7 +118,7 @@ func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParam
 }
 
 const eventListByIDs = `-- name: EventListByIDs :many
-SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, actor_login, actor_name, actor_role FROM event_rows WHERE id = ANY($1::bigint[]) ORDER BY id
+SELECT e.id, e.type, e.entity, e.entity_id, e.payload, e.actor_id, e.created_at, e.processed_at, e.feed_seq, e.dispatched_at, e.dispatch_job_id, e.actor_login, e.actor_name, e.actor_role FROM event_rows e WHERE e.id = ANY($1::bigint[]) ORDER BY e.id
 `
 
 func (q *Queries) EventListByIDs(ctx context.Context, db DBTX, ids []int64) ([]EventRow, error) {
