@@ -194,6 +194,9 @@ type Retry struct {
 // the failed records with their next attempt time. A record that exists
 // already is ErrConflict.
 func MarkDispatched(ctx context.Context, tx pgx.Tx, stamp []int64, records []DispatchRecord) ([]Retry, error) {
+	if len(stamp) == 0 && len(records) == 0 {
+		return nil, nil
+	}
 	p := dbsqlc.EventMarkDispatchedParams{StampIds: stamp}
 	if p.StampIds == nil {
 		p.StampIds = []int64{}
