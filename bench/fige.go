@@ -30,6 +30,13 @@ ev AS (
 INSERT INTO river_job (args, kind, max_attempts, queue, state, priority)
 SELECT jsonb_build_object('event_id', id), 'dispatch_event', 25, 'default', 'available', 1 FROM ev`
 
+// seedJobIDsSQL notes on each seeded event its dispatch job, as
+// jobs.EnqueueDispatch does, so that a batch deletes the jobs of the
+// events it takes on.
+const seedJobIDsSQL = `
+UPDATE events e SET dispatch_job_id = j.id FROM river_job j
+WHERE j.kind = 'dispatch_event' AND (j.args ->> 'event_id')::bigint = e.id AND e.dispatch_job_id IS NULL`
+
 // refSeedSQL gives the reference n unprocessed rows in its copy of events.
 const refSeedSQL = `
 INSERT INTO bench_ref.events (type, entity, entity_id, payload)
@@ -74,6 +81,9 @@ func (e *env) figureE() error {
 	fmt.Printf("    seeding %d orders: %d pending events with their dispatch jobs…\n", n/2, n)
 	if _, err := e.pool.Exec(e.ctx, seedSQL, n/2); err != nil {
 		return fmt.Errorf("seed: %w", err)
+	}
+	if _, err := e.pool.Exec(e.ctx, seedJobIDsSQL); err != nil {
+		return fmt.Errorf("seed dispatch job ids: %w", err)
 	}
 	for _, q := range []string{"VACUUM ANALYZE events", "VACUUM ANALYZE river_job", "VACUUM ANALYZE sales_orders"} {
 		if _, err := e.pool.Exec(e.ctx, q); err != nil {

@@ -21,8 +21,6 @@ import (
 	"github.com/pressly/goose/v3/lock"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
-
-	"erp/db/internal/dbsqlc"
 )
 
 //go:embed migrations/*.sql
@@ -126,7 +124,7 @@ func CheckMigrated(ctx context.Context, q Querier) error {
 	if err != nil {
 		return err
 	}
-	applied, err := dbsqlc.New().MigrationGetVersion(ctx, q)
+	applied, err := queries.MigrationGetVersion(ctx, q)
 	if err != nil {
 		return fmt.Errorf("read applied migration version: %w", translate(err))
 	}

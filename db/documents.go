@@ -223,7 +223,7 @@ func InsertSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in SalesOr
 // already and nothing was written.
 func insertPendingSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, customer, source string, externalID *string, skus []string, lines []LineInput) (PendingSalesOrder, []Event, error) {
 	qty, price := lineValues(lines)
-	got, err := dbsqlc.New().SalesOrderInsert(ctx, tx, dbsqlc.SalesOrderInsertParams{
+	got, err := queries.SalesOrderInsert(ctx, tx, dbsqlc.SalesOrderInsertParams{
 		Customer: customer, ActorID: actorID, Source: source, ExternalID: externalID,
 		Skus: skus, Quantities: qty, Prices: price,
 		EventType: EventDocCreated, EventEntity: EntitySalesOrders, PayloadEntity: payloadSalesOrder,
@@ -266,7 +266,7 @@ func insertPendingSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, cus
 // statement (SalesOrderSetNumber); call it last before commit. It returns
 // the order and the event as stored. An exhausted series is ErrConflict.
 func NumberSalesOrder(ctx context.Context, tx pgx.Tx, p PendingSalesOrder) (SalesOrder, Event, error) {
-	got, err := dbsqlc.New().SalesOrderSetNumber(ctx, tx, PrefixSalesOrder, p.order.ID, p.event.ID)
+	got, err := queries.SalesOrderSetNumber(ctx, tx, PrefixSalesOrder, p.order.ID, p.event.ID)
 	if err != nil {
 		return SalesOrder{}, Event{}, insertNumberedErr(PrefixSalesOrder, fmt.Sprintf("number sales order %d", p.order.ID), err)
 	}
@@ -369,7 +369,7 @@ func InsertReceivedOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in Rece
 // AcceptSalesOrder moves a sales order from new to accepted; it reports
 // whether the status changed (false when it was accepted already).
 func AcceptSalesOrder(ctx context.Context, tx pgx.Tx, id int64) (bool, error) {
-	n, err := dbsqlc.New().SalesOrderSetStatus(ctx, tx, SalesOrderAccepted, id, SalesOrderNew)
+	n, err := queries.SalesOrderSetStatus(ctx, tx, SalesOrderAccepted, id, SalesOrderNew)
 	if err != nil {
 		return false, fmt.Errorf("accept sales order %d: %w", id, translate(err))
 	}
@@ -384,7 +384,7 @@ func CreateProductionOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in Pr
 		return ProductionOrder{}, nil, err
 	}
 	if in.SalesOrderID != nil {
-		if err := requireRow(ctx, tx, "salesOrderId", "sales_orders", *in.SalesOrderID, dbsqlc.New().SalesOrderExists); err != nil {
+		if err := requireRow(ctx, tx, "salesOrderId", "sales_orders", *in.SalesOrderID, queries.SalesOrderExists); err != nil {
 			return ProductionOrder{}, nil, err
 		}
 	}
@@ -399,7 +399,7 @@ func insertProductionOrder(ctx context.Context, tx pgx.Tx, actorID *int64, itemI
 	if err != nil {
 		return ProductionOrder{}, nil, err
 	}
-	id, err := dbsqlc.New().ProductionOrderInsert(ctx, tx, dbsqlc.ProductionOrderInsertParams{
+	id, err := queries.ProductionOrderInsert(ctx, tx, dbsqlc.ProductionOrderInsertParams{
 		Number: no, ItemID: itemID, Quantity: quantity,
 		SalesOrderID: salesOrderID, SalesOrderLineNo: lineNo, CreatedBy: actorID,
 	})
@@ -430,12 +430,12 @@ func CreatePurchaseOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in Purc
 	if err != nil {
 		return PurchaseOrder{}, nil, err
 	}
-	id, err := dbsqlc.New().PurchaseOrderInsert(ctx, tx, no, supplier, actorID)
+	id, err := queries.PurchaseOrderInsert(ctx, tx, no, supplier, actorID)
 	if err != nil {
 		return PurchaseOrder{}, nil, fmt.Errorf("insert purchase order %s: %w", no, translate(err))
 	}
 	qty, price := lineValues(in.Lines)
-	if err := dbsqlc.New().PurchaseOrderLineInsertMany(ctx, tx, id, itemIDs, qty, price); err != nil {
+	if err := queries.PurchaseOrderLineInsertMany(ctx, tx, id, itemIDs, qty, price); err != nil {
 		return PurchaseOrder{}, nil, fmt.Errorf("insert %d lines of purchase order %s: %w", len(in.Lines), no, translate(err))
 	}
 	ev, err := appendEvent(ctx, tx, actorID, EventDocCreated, EntityPurchaseOrders, id,
@@ -486,12 +486,12 @@ func CreateWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, in Ware
 		return WarehouseMove{}, nil, err
 	}
 	if in.PurchaseOrderID != nil {
-		if err := requireRow(ctx, tx, "purchaseOrderId", "wh_purchase_orders", *in.PurchaseOrderID, dbsqlc.New().PurchaseOrderExists); err != nil {
+		if err := requireRow(ctx, tx, "purchaseOrderId", "wh_purchase_orders", *in.PurchaseOrderID, queries.PurchaseOrderExists); err != nil {
 			return WarehouseMove{}, nil, err
 		}
 	}
 	if in.ProductionOrderID != nil {
-		if err := requireRow(ctx, tx, "productionOrderId", "plan_prod_orders", *in.ProductionOrderID, dbsqlc.New().ProductionOrderExists); err != nil {
+		if err := requireRow(ctx, tx, "productionOrderId", "plan_prod_orders", *in.ProductionOrderID, queries.ProductionOrderExists); err != nil {
 			return WarehouseMove{}, nil, err
 		}
 	}
@@ -521,7 +521,7 @@ func insertWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, m moveR
 	if err != nil {
 		return WarehouseMove{}, nil, err
 	}
-	id, err := dbsqlc.New().WarehouseMoveInsert(ctx, tx, dbsqlc.WarehouseMoveInsertParams{
+	id, err := queries.WarehouseMoveInsert(ctx, tx, dbsqlc.WarehouseMoveInsertParams{
 		Number: no, Kind: m.kind, FromWarehouseID: m.fromID, ToWarehouseID: m.toID,
 		PurchaseOrderID: m.purchaseOrderID, ProdOrderID: m.prodOrderID, SourceEventID: m.sourceEventID,
 		CreatedBy: actorID,
@@ -530,7 +530,7 @@ func insertWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, m moveR
 		return WarehouseMove{}, nil, fmt.Errorf("insert warehouse move %s: %w", no, translate(err))
 	}
 	qty, price := lineValues(lines)
-	if err := dbsqlc.New().WarehouseMoveLineInsertMany(ctx, tx, id, itemIDs, qty, price); err != nil {
+	if err := queries.WarehouseMoveLineInsertMany(ctx, tx, id, itemIDs, qty, price); err != nil {
 		return WarehouseMove{}, nil, fmt.Errorf("insert %d lines of warehouse move %s: %w", len(lines), no, translate(err))
 	}
 	ev, err := appendEvent(ctx, tx, actorID, EventDocCreated, EntityWarehouseMoves, id,
@@ -544,11 +544,11 @@ func insertWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, m moveR
 
 // SalesOrderByID returns a sales order with its lines, or ErrNotFound.
 func SalesOrderByID(ctx context.Context, q Querier, id int64) (SalesOrder, error) {
-	r, err := dbsqlc.New().SalesOrderGetByID(ctx, q, id)
+	r, err := queries.SalesOrderGetByID(ctx, q, id)
 	if err != nil {
 		return SalesOrder{}, fmt.Errorf("get sales order %d: %w", id, translate(err))
 	}
-	lines, err := dbsqlc.New().SalesOrderLineList(ctx, q, id)
+	lines, err := queries.SalesOrderLineList(ctx, q, id)
 	if err != nil {
 		return SalesOrder{}, fmt.Errorf("get lines of sales order %d: %w", id, translate(err))
 	}
@@ -559,7 +559,7 @@ func SalesOrderByID(ctx context.Context, q Querier, id int64) (SalesOrder, error
 }
 
 func salesOrderByExternalID(ctx context.Context, q Querier, source, externalID string) (SalesOrder, error) {
-	id, err := dbsqlc.New().SalesOrderGetIDByExternalID(ctx, q, source, &externalID)
+	id, err := queries.SalesOrderGetIDByExternalID(ctx, q, source, &externalID)
 	if err != nil {
 		return SalesOrder{}, fmt.Errorf("get %s order %s: %w", source, externalID, translate(err))
 	}
@@ -568,7 +568,7 @@ func salesOrderByExternalID(ctx context.Context, q Querier, source, externalID s
 
 // ProductionOrderByID returns a production order, or ErrNotFound.
 func ProductionOrderByID(ctx context.Context, q Querier, id int64) (ProductionOrder, error) {
-	r, err := dbsqlc.New().ProductionOrderGetByID(ctx, q, id)
+	r, err := queries.ProductionOrderGetByID(ctx, q, id)
 	if err != nil {
 		return ProductionOrder{}, fmt.Errorf("get production order %d: %w", id, translate(err))
 	}
@@ -577,11 +577,11 @@ func ProductionOrderByID(ctx context.Context, q Querier, id int64) (ProductionOr
 
 // PurchaseOrderByID returns a purchase order with its lines, or ErrNotFound.
 func PurchaseOrderByID(ctx context.Context, q Querier, id int64) (PurchaseOrder, error) {
-	r, err := dbsqlc.New().PurchaseOrderGetByID(ctx, q, id)
+	r, err := queries.PurchaseOrderGetByID(ctx, q, id)
 	if err != nil {
 		return PurchaseOrder{}, fmt.Errorf("get purchase order %d: %w", id, translate(err))
 	}
-	lines, err := dbsqlc.New().PurchaseOrderLineList(ctx, q, id)
+	lines, err := queries.PurchaseOrderLineList(ctx, q, id)
 	if err != nil {
 		return PurchaseOrder{}, fmt.Errorf("get lines of purchase order %d: %w", id, translate(err))
 	}
@@ -593,11 +593,11 @@ func PurchaseOrderByID(ctx context.Context, q Querier, id int64) (PurchaseOrder,
 
 // WarehouseMoveByID returns a warehouse move with its lines, or ErrNotFound.
 func WarehouseMoveByID(ctx context.Context, q Querier, id int64) (WarehouseMove, error) {
-	r, err := dbsqlc.New().WarehouseMoveGetByID(ctx, q, id)
+	r, err := queries.WarehouseMoveGetByID(ctx, q, id)
 	if err != nil {
 		return WarehouseMove{}, fmt.Errorf("get warehouse move %d: %w", id, translate(err))
 	}
-	lines, err := dbsqlc.New().WarehouseMoveLineList(ctx, q, id)
+	lines, err := queries.WarehouseMoveLineList(ctx, q, id)
 	if err != nil {
 		return WarehouseMove{}, fmt.Errorf("get lines of warehouse move %d: %w", id, translate(err))
 	}
@@ -697,7 +697,7 @@ func echoDecimal(d decimal.Decimal) string {
 // itemIDsBySKU returns the item ids of skus in order; an unknown SKU is an
 // *InputError on its line's sku field.
 func itemIDsBySKU(ctx context.Context, q Querier, field string, skus []string) ([]int64, error) {
-	found, err := dbsqlc.New().ItemListIDsBySKU(ctx, q, skus)
+	found, err := queries.ItemListIDsBySKU(ctx, q, skus)
 	if err != nil {
 		return nil, fmt.Errorf("resolve %d items: %w", len(skus), translate(err))
 	}
@@ -748,7 +748,7 @@ func warehouseIDByCode(ctx context.Context, q Querier, field string, code *strin
 	if code == nil {
 		return nil, nil
 	}
-	id, err := dbsqlc.New().WarehouseGetIDByCode(ctx, q, strings.TrimSpace(*code))
+	id, err := queries.WarehouseGetIDByCode(ctx, q, strings.TrimSpace(*code))
 	if err = translate(err); err != nil {
 		if errors.Is(err, ErrNotFound) {
 			return nil, inputErr(field, "unknown warehouse %q", *code)
@@ -770,16 +770,4 @@ func requireText(field, s string) (string, error) {
 		return "", inputErr(field, "at most %d characters", maxTextLen)
 	}
 	return s, nil
-}
-
-// getOne runs a query that must return one row and collects it by column
-// name; no row is ErrNotFound.
-func getOne[T any](ctx context.Context, q Querier, sql string, args ...any) (T, error) {
-	rows, err := q.Query(ctx, sql, args...)
-	if err != nil {
-		var zero T
-		return zero, translate(err)
-	}
-	v, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[T])
-	return v, translate(err)
 }

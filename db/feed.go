@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -284,9 +287,9 @@ func (f *Feed) listen(ctx context.Context) (listened bool, err error) {
 	// The connection leaves the pool for good: a LISTENing session must not
 	// be handed to other users.
 	conn := pc.Hijack()
-	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck // closing a dead connection may fail
+	defer conn.Close(context.WithoutCancel(ctx)) // closing a dead connection may fail; nothing to do then
 
-	if _, err := conn.Exec(ctx, "LISTEN "+notifyEventProcessed); err != nil {
+	if err := queries.FeedListen(ctx, bareStatement{conn}); err != nil {
 		return false, fmt.Errorf("listen %s: %w", notifyEventProcessed, err)
 	}
 	select {
@@ -296,8 +299,8 @@ func (f *Feed) listen(ctx context.Context) (listened bool, err error) {
 		// the feed existed is back-fill, which subscribers ask for by cursor.
 		// Read on the pool: the listening session runs LISTEN alone, which
 		// is how pg_stat_activity tells it apart.
-		var last int64
-		if err := f.pool.QueryRow(ctx, `SELECT coalesce(max(feed_seq), 0) FROM events`).Scan(&last); err != nil {
+		last, err := queries.EventGetLastFeedSeq(ctx, f.pool)
+		if err != nil {
 			return false, fmt.Errorf("read feed position: %w", err)
 		}
 		f.mu.Lock()
@@ -371,4 +374,26 @@ func (f *Feed) publish(ev *Event) {
 			}
 		}
 	}
+}
+
+// bareStatement runs a generated statement without the "-- name: …" line
+// sqlc puts before it, so that pg_stat_activity shows the listening
+// session's query as LISTEN …, which is how it is told apart.
+type bareStatement struct{ conn *pgx.Conn }
+
+func (b bareStatement) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if strings.HasPrefix(sql, "-- name: ") {
+		if _, rest, ok := strings.Cut(sql, "\n"); ok {
+			sql = rest
+		}
+	}
+	return b.conn.Exec(ctx, sql, args...)
+}
+
+func (b bareStatement) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return nil, fmt.Errorf("bare statement: query %q: not supported", sql)
+}
+
+func (b bareStatement) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return b.conn.QueryRow(ctx, sql, args...)
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"erp/db/internal/dbsqlc"
 )
 
 // Item is a row of items: something the plant buys, makes or sells.
@@ -59,7 +57,7 @@ func CreateItem(ctx context.Context, q Querier, in ItemInput) (Item, error) {
 	if err != nil {
 		return Item{}, err
 	}
-	it, err := dbsqlc.New().ItemInsert(ctx, q, sku, name, unit)
+	it, err := queries.ItemInsert(ctx, q, sku, name, unit)
 	switch err = translate(err); {
 	case errors.Is(err, ErrConflict):
 		return Item{}, conflictOn("sku", "item %q already exists", sku)
@@ -71,7 +69,7 @@ func CreateItem(ctx context.Context, q Querier, in ItemInput) (Item, error) {
 
 // Items lists all items by SKU.
 func Items(ctx context.Context, q Querier) ([]Item, error) {
-	rows, err := dbsqlc.New().ItemList(ctx, q)
+	rows, err := queries.ItemList(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("list items: %w", translate(err))
 	}
@@ -94,7 +92,7 @@ func CreateWarehouse(ctx context.Context, q Querier, in WarehouseInput) (Warehou
 	if err != nil {
 		return Warehouse{}, err
 	}
-	wh, err := dbsqlc.New().WarehouseInsert(ctx, q, code, name, in.SuppliesProduction)
+	wh, err := queries.WarehouseInsert(ctx, q, code, name, in.SuppliesProduction)
 	switch err = translate(err); {
 	case errors.Is(err, ErrConflict) && violatedConstraint(err) == constraintOneProductionWarehouse:
 		return Warehouse{}, conflictOn("suppliesProduction", "another warehouse supplies production already; move the mark with setProductionWarehouse")
@@ -108,7 +106,7 @@ func CreateWarehouse(ctx context.Context, q Querier, in WarehouseInput) (Warehou
 
 // Warehouses lists all warehouses by code.
 func Warehouses(ctx context.Context, q Querier) ([]Warehouse, error) {
-	rows, err := dbsqlc.New().WarehouseList(ctx, q)
+	rows, err := queries.WarehouseList(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("list warehouses: %w", translate(err))
 	}

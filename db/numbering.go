@@ -7,8 +7,6 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-
-	"erp/db/internal/dbsqlc"
 )
 
 // Document number prefixes, one gapless series per prefix and year.
@@ -29,7 +27,7 @@ var Prefixes = []string{PrefixSalesOrder, PrefixProductionOrder, PrefixPurchaseO
 // order and a rollback frees the number: the series is gapless. The price is
 // that documents of one prefix are created one at a time.
 func nextNumber(ctx context.Context, tx pgx.Tx, prefix string) (string, error) {
-	no, err := dbsqlc.New().NumberSeriesNext(ctx, tx, prefix)
+	no, err := queries.NumberSeriesNext(ctx, tx, prefix)
 	if err != nil {
 		return "", insertNumberedErr(prefix, "next number "+prefix, err)
 	}
@@ -63,7 +61,7 @@ func SetNumberSeriesStart(ctx context.Context, tx pgx.Tx, prefix string, year, s
 	if year < 2000 || year > 9999 {
 		return inputErr("year", "must be between 2000 and 9999")
 	}
-	n, err := dbsqlc.New().NumberSeriesSetStart(ctx, tx, prefix, int32(year), int64(start-1))
+	n, err := queries.NumberSeriesSetStart(ctx, tx, prefix, int32(year), int64(start-1))
 	if err != nil {
 		return fmt.Errorf("set series %s-%d start: %w", prefix, year, translate(err))
 	}

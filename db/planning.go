@@ -7,8 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
-
-	"erp/db/internal/dbsqlc"
 )
 
 // constraintOneProductionWarehouse is the unique index that lets at most one
@@ -57,10 +55,10 @@ func SetBillOfMaterials(ctx context.Context, tx pgx.Tx, sku string, components [
 	if err != nil {
 		return Item{}, err
 	}
-	if err := dbsqlc.New().ItemComponentLock(ctx, tx); err != nil {
+	if err := queries.ItemComponentLock(ctx, tx); err != nil {
 		return Item{}, fmt.Errorf("lock bills of materials: %w", translate(err))
 	}
-	row, err := dbsqlc.New().ItemGetBySKU(ctx, tx, sku)
+	row, err := queries.ItemGetBySKU(ctx, tx, sku)
 	switch err = translate(err); {
 	case errors.Is(err, ErrNotFound):
 		return Item{}, inputErr("sku", "unknown item %q", sku)
@@ -94,7 +92,7 @@ func SetBillOfMaterials(ctx context.Context, tx pgx.Tx, sku string, components [
 		// A cycle closes when the item is reachable from a new component
 		// through the bills as they stand (the item's own, being replaced,
 		// left out).
-		via, err := dbsqlc.New().ItemComponentFindCycle(ctx, tx, item.ID, itemIDs)
+		via, err := queries.ItemComponentFindCycle(ctx, tx, item.ID, itemIDs)
 		switch err = translate(err); {
 		case err == nil:
 			i := first[via]
@@ -105,11 +103,11 @@ func SetBillOfMaterials(ctx context.Context, tx pgx.Tx, sku string, components [
 		}
 	}
 
-	if err := dbsqlc.New().ItemComponentDeleteByItem(ctx, tx, item.ID); err != nil {
+	if err := queries.ItemComponentDeleteByItem(ctx, tx, item.ID); err != nil {
 		return Item{}, fmt.Errorf("clear bill of materials of %s: %w", sku, translate(err))
 	}
 	if len(itemIDs) > 0 {
-		if err := dbsqlc.New().ItemComponentInsertMany(ctx, tx, item.ID, itemIDs, quantities); err != nil {
+		if err := queries.ItemComponentInsertMany(ctx, tx, item.ID, itemIDs, quantities); err != nil {
 			return Item{}, fmt.Errorf("insert %d components of %s: %w", len(itemIDs), sku, translate(err))
 		}
 	}
@@ -119,7 +117,7 @@ func SetBillOfMaterials(ctx context.Context, tx pgx.Tx, sku string, components [
 // BillOfMaterials returns the bill of materials of item itemID (table
 // item_components) in line order; empty for an item not made in-house.
 func BillOfMaterials(ctx context.Context, q Querier, itemID int64) ([]Component, error) {
-	rows, err := dbsqlc.New().ItemComponentListByItem(ctx, q, itemID)
+	rows, err := queries.ItemComponentListByItem(ctx, q, itemID)
 	if err != nil {
 		return nil, fmt.Errorf("get bill of materials of item %d: %w", itemID, translate(err))
 	}
@@ -141,10 +139,10 @@ func SetProductionWarehouse(ctx context.Context, tx pgx.Tx, code string) (Wareho
 	}
 	// Two statements: a unique index is checked row by row, so moving the
 	// mark in one UPDATE could see both rows marked.
-	if err := dbsqlc.New().WarehouseClearProduction(ctx, tx, code); err != nil {
+	if err := queries.WarehouseClearProduction(ctx, tx, code); err != nil {
 		return Warehouse{}, fmt.Errorf("clear production warehouse: %w", translate(err))
 	}
-	wh, err := dbsqlc.New().WarehouseSetProduction(ctx, tx, code)
+	wh, err := queries.WarehouseSetProduction(ctx, tx, code)
 	switch err = translate(err); {
 	case errors.Is(err, ErrNotFound):
 		return Warehouse{}, inputErr("code", "unknown warehouse %q", code)
@@ -164,10 +162,10 @@ func SetProductionWarehouse(ctx context.Context, tx pgx.Tx, code string) (Wareho
 // production orders and their events; ErrNotFound when the order does not
 // exist.
 func PlanSalesOrder(ctx context.Context, tx pgx.Tx, salesOrderID int64) ([]ProductionOrder, []Event, error) {
-	if _, err := dbsqlc.New().SalesOrderLockByID(ctx, tx, salesOrderID); err != nil {
+	if _, err := queries.SalesOrderLockByID(ctx, tx, salesOrderID); err != nil {
 		return nil, nil, fmt.Errorf("plan sales order %d: %w", salesOrderID, translate(err))
 	}
-	lines, err := dbsqlc.New().SalesOrderLineListToPlan(ctx, tx, salesOrderID)
+	lines, err := queries.SalesOrderLineListToPlan(ctx, tx, salesOrderID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("lines to plan of sales order %d: %w", salesOrderID, translate(err))
 	}
@@ -199,12 +197,12 @@ func PlanSalesOrder(ctx context.Context, tx pgx.Tx, salesOrderID int64) ([]Produ
 func IssueMaterials(ctx context.Context, tx pgx.Tx, prodOrderID, sourceEventID int64) (mv WarehouseMove, events []Event, created bool, err error) {
 	// The lock makes the existence check below hold against a concurrent
 	// issue for the same order.
-	po, err := dbsqlc.New().ProductionOrderLockByID(ctx, tx, prodOrderID)
+	po, err := queries.ProductionOrderLockByID(ctx, tx, prodOrderID)
 	if err != nil {
 		return WarehouseMove{}, nil, false, fmt.Errorf("issue materials for production order %d: %w", prodOrderID, translate(err))
 	}
 	quantity, no := po.Quantity, po.Number
-	existing, err := dbsqlc.New().WarehouseMoveGetIDBySourceEvent(ctx, tx, &sourceEventID)
+	existing, err := queries.WarehouseMoveGetIDBySourceEvent(ctx, tx, &sourceEventID)
 	switch err = translate(err); {
 	case err == nil:
 		mv, err := WarehouseMoveByID(ctx, tx, existing)
@@ -213,14 +211,14 @@ func IssueMaterials(ctx context.Context, tx pgx.Tx, prodOrderID, sourceEventID i
 		return WarehouseMove{}, nil, false, fmt.Errorf("find move answering event %d: %w", sourceEventID, err)
 	}
 
-	comps, err := dbsqlc.New().ItemComponentListByItem(ctx, tx, po.ItemID)
+	comps, err := queries.ItemComponentListByItem(ctx, tx, po.ItemID)
 	if err != nil {
 		return WarehouseMove{}, nil, false, fmt.Errorf("components for production order %s: %w", no, translate(err))
 	}
 	if len(comps) == 0 {
 		return WarehouseMove{}, nil, false, fmt.Errorf("issue materials for production order %s: %w", no, ErrNoBillOfMaterials)
 	}
-	warehouseID, err := dbsqlc.New().WarehouseGetProductionID(ctx, tx)
+	warehouseID, err := queries.WarehouseGetProductionID(ctx, tx)
 	switch err = translate(err); {
 	case errors.Is(err, ErrNotFound):
 		return WarehouseMove{}, nil, false, fmt.Errorf("issue materials for production order %s: %w", no, ErrNoProductionWarehouse)

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"erp/db/internal/dbsqlc"
 )
 
 // AdminLogin and AdminDisplayName name the user bootstrapped at start.
@@ -85,14 +83,14 @@ func hashToken(token string) []byte {
 // makes token one of its API tokens. It returns the admin's id. Safe to run
 // at every start and from several instances at once.
 func EnsureAdmin(ctx context.Context, tx pgx.Tx, token string) (int64, error) {
-	id, err := dbsqlc.New().UserUpsertRole(ctx, tx, AdminLogin, AdminDisplayName, RoleAdmin)
+	id, err := queries.UserUpsertRole(ctx, tx, AdminLogin, AdminDisplayName, RoleAdmin)
 	if err != nil {
 		return 0, fmt.Errorf("ensure admin user: %w", translate(err))
 	}
 	if token == "" {
 		return id, nil
 	}
-	if err := dbsqlc.New().APITokenInsertIfAbsent(ctx, tx, id, hashToken(token), bootstrapTokenName); err != nil {
+	if err := queries.APITokenInsertIfAbsent(ctx, tx, id, hashToken(token), bootstrapTokenName); err != nil {
 		return 0, fmt.Errorf("store admin token: %w", translate(err))
 	}
 	return id, nil
@@ -102,7 +100,7 @@ func EnsureAdmin(ctx context.Context, tx pgx.Tx, token string) (int64, error) {
 // expired) and when the token expires (nil: never), or ErrNotFound, and
 // notes the token's use (at most one write a minute per token).
 func UserByToken(ctx context.Context, q Querier, token string) (User, *time.Time, error) {
-	o, err := dbsqlc.New().APITokenGetOwner(ctx, q, hashToken(token))
+	o, err := queries.APITokenGetOwner(ctx, q, hashToken(token))
 	if err != nil {
 		return User{}, nil, fmt.Errorf("find token owner: %w", translate(err))
 	}
@@ -137,7 +135,7 @@ func CreateUser(ctx context.Context, tx pgx.Tx, actorID *int64, in UserInput) (U
 	if err := validRole("role", in.Role); err != nil {
 		return User{}, nil, err
 	}
-	row, err := dbsqlc.New().UserInsert(ctx, tx, in.Login, name, in.Role)
+	row, err := queries.UserInsert(ctx, tx, in.Login, name, in.Role)
 	switch err = translate(err); {
 	case errors.Is(err, ErrConflict):
 		return User{}, nil, conflictOn("login", "user %q exists", in.Login)
@@ -155,7 +153,7 @@ func CreateUser(ctx context.Context, tx pgx.Tx, actorID *int64, in UserInput) (U
 
 // UserByLogin returns the user with login, or ErrNotFound.
 func UserByLogin(ctx context.Context, q Querier, login string) (User, error) {
-	u, err := dbsqlc.New().UserGetByLogin(ctx, q, login)
+	u, err := queries.UserGetByLogin(ctx, q, login)
 	if err != nil {
 		return User{}, fmt.Errorf("get user %s: %w", login, translate(err))
 	}
@@ -164,7 +162,7 @@ func UserByLogin(ctx context.Context, q Querier, login string) (User, error) {
 
 // UserByID returns user id, or ErrNotFound.
 func UserByID(ctx context.Context, q Querier, id int64) (User, error) {
-	u, err := dbsqlc.New().UserGetByID(ctx, q, id)
+	u, err := queries.UserGetByID(ctx, q, id)
 	if err != nil {
 		return User{}, fmt.Errorf("get user %d: %w", id, translate(err))
 	}
@@ -173,7 +171,7 @@ func UserByID(ctx context.Context, q Querier, id int64) (User, error) {
 
 // Users lists every user by login.
 func Users(ctx context.Context, q Querier) ([]User, error) {
-	rows, err := dbsqlc.New().UserList(ctx, q)
+	rows, err := queries.UserList(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("list users: %w", translate(err))
 	}
@@ -195,7 +193,7 @@ func SetUserRole(ctx context.Context, tx pgx.Tx, actorID *int64, login, role str
 		// would make it admin again anyway.
 		return User{}, nil, inputErr("login", "the bootstrap admin keeps the admin role")
 	}
-	row, err := dbsqlc.New().UserSetRole(ctx, tx, role, login)
+	row, err := queries.UserSetRole(ctx, tx, role, login)
 	if err != nil {
 		return User{}, nil, fmt.Errorf("set role of %s: %w", login, translate(err))
 	}
@@ -225,7 +223,7 @@ func IssueToken(ctx context.Context, tx pgx.Tx, actorID *int64, login, name stri
 	if err != nil {
 		return "", APIToken{}, nil, err
 	}
-	row, err := dbsqlc.New().APITokenInsert(ctx, tx, u.ID, hashToken(token), name, expiresAt)
+	row, err := queries.APITokenInsert(ctx, tx, u.ID, hashToken(token), name, expiresAt)
 	if err != nil {
 		return "", APIToken{}, nil, fmt.Errorf("insert token for %s: %w", login, translate(err))
 	}
@@ -241,11 +239,11 @@ func IssueToken(ctx context.Context, tx pgx.Tx, actorID *int64, login, name stri
 // RevokeToken revokes token id at once and journals token.revoked; a
 // repeat is a no-op that journals nothing. ErrNotFound for an unknown id.
 func RevokeToken(ctx context.Context, tx pgx.Tx, actorID *int64, id int64) (APIToken, []Event, error) {
-	row, err := dbsqlc.New().APITokenRevoke(ctx, tx, id)
+	row, err := queries.APITokenRevoke(ctx, tx, id)
 	switch err = translate(err); {
 	case errors.Is(err, ErrNotFound):
 		// Revoked already (a no-op), or no such token.
-		row, err := dbsqlc.New().APITokenGetByID(ctx, tx, id)
+		row, err := queries.APITokenGetByID(ctx, tx, id)
 		if err != nil {
 			return APIToken{}, nil, fmt.Errorf("revoke token %d: %w", id, translate(err))
 		}
@@ -272,7 +270,7 @@ func Tokens(ctx context.Context, q Querier, login *string) ([]APIToken, error) {
 		}
 		userID = &u.ID
 	}
-	rows, err := dbsqlc.New().APITokenList(ctx, q, userID)
+	rows, err := queries.APITokenList(ctx, q, userID)
 	if err != nil {
 		return nil, fmt.Errorf("list tokens: %w", translate(err))
 	}
@@ -290,7 +288,7 @@ func TokenKey(token string) string { return hex.EncodeToString(hashToken(token))
 // TokensEndedSince returns the keys (TokenKey) of tokens revoked or
 // expired after since, and the database's now, to pass as since next time.
 func TokensEndedSince(ctx context.Context, q Querier, since time.Time) ([]string, time.Time, error) {
-	r, err := dbsqlc.New().APITokenListEndedSince(ctx, q, since)
+	r, err := queries.APITokenListEndedSince(ctx, q, since)
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("list tokens ended since %s: %w", since.Format(time.RFC3339Nano), translate(err))
 	}

@@ -6,41 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"erp/db"
 	"erp/metrics"
 )
-
-// sweepBatch is how many ids the sweep reads per query.
-const sweepBatch = 500
-
-// RetryPolicy spaces the attempts of a failing delivery: attempt n waits a
-// random time in [½, 1] × Base × 2^(n-1), at most Max ("full jitter" halved,
-// so gaps still grow). A webhook's Retry-After wins when it is longer.
-type RetryPolicy struct {
-	Base time.Duration
-	Max  time.Duration
-}
-
-// DefaultRetryPolicy: 2 s, 4 s, 8 s, … up to an hour.
-var DefaultRetryPolicy = RetryPolicy{Base: 2 * time.Second, Max: time.Hour}
-
-// Delay is the wait after failed attempt number attempt (1-based).
-func (p RetryPolicy) Delay(attempt int) time.Duration {
-	d := p.Base
-	for i := 1; i < attempt && d < p.Max; i++ {
-		d *= 2
-	}
-	d = min(d, p.Max)
-	return d/2 + rand.N(d/2+1)
-}
 
 // Dispatcher turns journal events into deliveries and makes them: one
 // delivery record per (event, subscriber), attempted by River jobs, retried
@@ -57,8 +32,6 @@ type Dispatcher struct {
 	batch    int
 	// backlogAfter: see DispatcherConfig.BacklogAfter.
 	backlogAfter time.Duration
-	// careful: see DispatcherConfig.Careful.
-	careful bool
 }
 
 // DispatcherConfig configures NewDispatcher; zero fields take defaults.
@@ -71,41 +44,50 @@ type DispatcherConfig struct {
 	Metrics *metrics.Metrics
 	// DispatchBatch is how many events one dispatch transaction handles
 	// at most: its job's event and, while a backlog waits, the ones after
-	// it (default DefaultDispatchBatch; 1 dispatches only the job's). The
-	// careful path takes at most 16 (carefulBatch).
+	// it (default DefaultDispatchBatch; 1 dispatches only the job's). After
+	// a built-in subscriber failed it takes at most savepointBatch.
 	DispatchBatch int
 	// BacklogAfter is how long a job's event must have waited for its
 	// dispatch before the job looks for a backlog to take on (default
 	// DefaultBacklogAfter; negative: always).
 	BacklogAfter time.Duration
-	// Careful makes every dispatch take the careful path (one savepoint
-	// per built-in delivery, records inserted pending and then updated)
-	// instead of trying the batched one first (dispatchBatch); for tests
-	// of the careful path.
-	Careful bool
 }
 
 // DefaultBacklogAfter: an event dispatched within 20 ms of its commit means
 // the workers keep up, and a query for a backlog would only cost time.
 const DefaultBacklogAfter = 20 * time.Millisecond
 
-// DefaultDispatchBatch bounds a batched dispatch transaction
-// (dispatchBatch) to 32 events: enough to drain a backlog with few commits
-// (each commit waits for the feed counter and a WAL flush; in figure E's
-// drain 16 was clearly slower, 64 and 128 faster still), short enough
-// that the live feed's bursts stay small: its catch-up publishes every
-// event committed since the last one at once, and with 64 a client
-// reading as fast as it could (under -race) fell a whole 1,024-event
-// buffer behind and was dropped. It takes no savepoint, so PostgreSQL's 64
-// cached subtransactions do not bound it; the careful path's are
-// (carefulBatch).
+// DefaultDispatchBatch bounds a dispatch transaction to 32 events: enough
+// to drain a backlog with few commits (each commit waits for the feed
+// counter and a WAL flush; in figure E's drain 16 was clearly slower, 64
+// and 128 faster still), short enough that the live feed's bursts stay
+// small: its catch-up publishes every event committed since the last one
+// at once, and with 64 a client reading as fast as it could (under -race)
+// fell a whole 1,024-event buffer behind and was dropped.
 const DefaultDispatchBatch = 32
 
-// carefulBatch bounds a careful dispatch transaction to 16 events, so that
-// its savepoints (one per backlog event, one per built-in delivery that
-// writes) stay within the 64 subtransactions PostgreSQL tracks per backend
-// before other sessions' visibility checks slow down (subxid overflow).
-const carefulBatch = 16
+// savepointBatch bounds a dispatch transaction that runs its built-in
+// subscribers in savepoints to 16 events, so that its savepoints (one per
+// built-in delivery that writes) stay within the 64 subtransactions
+// PostgreSQL tracks per backend before other sessions' visibility checks
+// slow down (subxid overflow).
+const savepointBatch = 16
+
+// backlogLockTimeout bounds each lock wait of a transaction that holds a
+// backlog (see dispatchTx).
+const backlogLockTimeout = "100ms"
+
+// busyRetries is how often dispatch tries, without waiting, an event
+// another transaction holds (usually a batch that took it on), or whose
+// document's earlier event another transaction holds, before it waits for
+// the lock: 5, 10, 20, 40, then 50 ms apart (≈ 0.4 s in all). Between
+// tries it holds no connection, so the pool serves the holders.
+const busyRetries = 10
+
+// maxLockWaitReruns bounds how often one dispatch rolls back for a backlog
+// event whose subscriber waited past backlogLockTimeout before it takes
+// its own event alone.
+const maxLockWaitReruns = 3
 
 // NewDispatcher returns a dispatcher for the given built-in subscribers.
 // Register them before the first dispatch; NewRiverClient connects it to
@@ -127,7 +109,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig, builtins ...Subscri
 		cfg.BacklogAfter = DefaultBacklogAfter
 	}
 	d := &Dispatcher{pool: pool, logger: cfg.Logger, retry: cfg.Retry, webhooks: cfg.Webhooks,
-		builtins: map[string]Subscriber{}, metrics: cfg.Metrics, batch: cfg.DispatchBatch, backlogAfter: cfg.BacklogAfter, careful: cfg.Careful}
+		builtins: map[string]Subscriber{}, metrics: cfg.Metrics, batch: cfg.DispatchBatch, backlogAfter: cfg.BacklogAfter}
 	for _, s := range builtins {
 		d.builtins[s.Name()] = s
 	}
@@ -148,24 +130,18 @@ func (d *Dispatcher) Register(ctx context.Context) error {
 // Dispatch dispatches event id and, while a backlog waits, up to
 // DispatchBatch−1 of the undispatched events after it, in one
 // transaction: it creates their delivery records, makes the deliveries to
-// built-in subscribers right there (one transaction per event, not one
-// per delivery) and enqueues a deliver job for each webhook delivery. An
-// event whose deliveries are all done (or that no subscriber takes) is
-// processed when the transaction commits. It returns how many events it
-// dispatched: 0 when there was nothing to do.
+// built-in subscribers right there and enqueues a deliver job for each
+// webhook delivery. An event whose deliveries are all done (or that no
+// subscriber takes) is processed when the transaction commits. It returns
+// how many events it dispatched: 0 when there was nothing to do.
 func (d *Dispatcher) Dispatch(ctx context.Context, id int64) (int, error) {
 	w, err := d.dispatch(ctx, id)
 	return len(w.dispatched), err
 }
 
-// busyRetries is how often dispatch tries, without waiting, an event
-// another transaction holds (usually a batch that took it on), or whose
-// document's earlier event another transaction holds, before it waits for
-// the lock: 5, 10, 20, 40, then 50 ms apart (≈ 0.4 s in all). Between
-// tries it holds no connection, so the pool serves the holders.
-const busyRetries = 10
-
-// dispatch is Dispatch returning the transaction's work.
+// dispatch is Dispatch returning the transaction's work. While another
+// transaction holds the event or an earlier event of its document it tries
+// again without holding a connection, busyRetries times, and then waits.
 func (d *Dispatcher) dispatch(ctx context.Context, id int64) (txWork, error) {
 	for try := 0; ; try++ {
 		w, err := d.dispatchTx(ctx, id, try < busyRetries)
@@ -180,30 +156,101 @@ func (d *Dispatcher) dispatch(ctx context.Context, id int64) (txWork, error) {
 	}
 }
 
-// dispatchTx is one dispatch transaction; with try it does not wait for
-// the job's event or an earlier event of its document (ErrLocked when
-// another transaction holds one).
+// dispatchTx is one dispatch: the transaction of dispatchOnce, run again
+// when it rolled back to learn something (a rerun), until it commits.
+// Built-in subscribers run in the transaction itself, without a
+// savepoint. When one fails, the transaction rolls back and runs again
+// with every built-in subscriber in a savepoint, recording that failure
+// instead of calling the subscriber again. When a subscriber of a backlog
+// event waits on a lock past the bound, the transaction runs again
+// without that event (its own job dispatches it); when the job's own event
+// does, without a backlog and without a bound. With try it waits neither
+// for the job's event nor for an earlier event of its document (ErrLocked
+// when another transaction holds one).
 func (d *Dispatcher) dispatchTx(ctx context.Context, id int64, try bool) (txWork, error) {
-	var prior *priorAttempt
-	if !d.careful {
-		w, err := d.dispatchBatch(ctx, id, try)
-		if !errors.Is(err, errCareful) {
-			return w, err
+	l := lessons{try: try, failed: map[db.DeliveryKey]db.Attempt{}}
+	for {
+		w, err := d.dispatchOnce(ctx, id, &l)
+		var r *rerun
+		if errors.As(err, &r) && ctx.Err() == nil {
+			d.logger.DebugContext(ctx, "dispatch runs again", slog.Int64("event_id", id), slog.String("reason", r.Error()))
+			l.learn(r)
+			continue
 		}
-		var f *failedAttemptError
-		if errors.As(err, &f) {
-			prior = &f.priorAttempt
+		if err != nil {
+			return txWork{}, fmt.Errorf("dispatch event %d: %w", id, err)
 		}
-		d.logger.DebugContext(ctx, "dispatch takes the careful path", slog.Int64("event_id", id), slog.String("reason", err.Error()))
+		d.record(ctx, &w)
+		return w, nil
 	}
-	lock := db.LockUndispatchedEvent
-	if try {
-		lock = db.TryLockUndispatchedEvent
+}
+
+// lessons is what the earlier runs of one dispatch, rolled back, learned.
+type lessons struct {
+	try bool
+	// savepoints: run built-in subscribers in savepoints, a failure
+	// recorded right there.
+	savepoints bool
+	// failed: first attempts a rolled-back run made that failed; they are
+	// recorded, not made again.
+	failed map[db.DeliveryKey]db.Attempt
+	// skip: backlog events left to their own jobs.
+	skip []int64
+	// alone: take no backlog (and so no bound on lock waits).
+	alone bool
+}
+
+func (l *lessons) learn(r *rerun) {
+	switch {
+	case r.failed != nil:
+		l.failed[r.failed.key] = r.failed.attempt
+		l.savepoints = true
+	case r.head || len(l.skip) >= maxLockWaitReruns:
+		l.alone = true
+	default:
+		l.skip = append(l.skip, r.lockWait)
 	}
+}
+
+// rerun rolls back a dispatch transaction that must run again.
+type rerun struct {
+	failed   *priorAttempt // a built-in subscriber failed without a savepoint
+	lockWait int64         // or a subscriber of this event waited past the bound
+	head     bool          // the event is the job's own
+	err      error
+}
+
+func (r *rerun) Error() string {
+	if r.failed != nil {
+		return fmt.Sprintf("delivery %d/%d failed: %s", r.failed.key.EventID, r.failed.key.SubscriberID, r.failed.attempt.Error)
+	}
+	return fmt.Sprintf("event %d waited for a lock: %v", r.lockWait, r.err)
+}
+
+// priorAttempt is a failed first attempt of delivery key.
+type priorAttempt struct {
+	key     db.DeliveryKey
+	attempt db.Attempt
+}
+
+// docKey is a document: an event's entity and id.
+type docKey struct {
+	entity string
+	id     int64
+}
+
+// dispatchOnce is one dispatch transaction: lock the job's event id; if it
+// waited long enough for a backlog to be likely, bound lock waits, claim
+// up to DispatchBatch−1 undispatched events after it and delete their
+// dispatch jobs (they would find nothing to do); make the deliveries
+// (deliverEvents); record them, stamp the events and mark the finished
+// ones processed. A *rerun error means the transaction rolled back to be
+// run again with what it learned.
+func (d *Dispatcher) dispatchOnce(ctx context.Context, id int64, l *lessons) (txWork, error) {
 	var w txWork
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		w = txWork{try: try, prior: prior}
-		ev, err := lock(ctx, tx, id)
+		w = txWork{}
+		head, waited, err := db.LockEventForDispatch(ctx, tx, id, l.try)
 		if errors.Is(err, db.ErrNotFound) {
 			// Dispatched already, perhaps in another job's batch: that
 			// job is at the backlog's front, not this one.
@@ -212,570 +259,235 @@ func (d *Dispatcher) dispatchTx(ctx context.Context, id int64, try bool) (txWork
 		if err != nil {
 			return err
 		}
-		waited, err := d.dispatchOne(ctx, tx, &w, ev)
-		if err != nil {
-			return err
-		}
-		if waited >= d.backlogAfter {
-			if err := d.dispatchBacklog(ctx, tx, &w, id, min(d.batch, carefulBatch)-1); err != nil {
+		if !l.try {
+			// The last try waits for an earlier event of the document
+			// another transaction holds, before any bound.
+			if err := db.LockEarlierEvents(ctx, tx, head); err != nil {
 				return err
 			}
+		}
+		events := []db.Event{head}
+		limit := d.batch
+		if l.savepoints {
+			limit = min(limit, savepointBatch)
+		}
+		restore := ""
+		if !l.alone && limit > 1 && waited >= d.backlogAfter {
+			// A batch holds many events and must not wait long for anyone
+			// (two batches could wait on each other).
+			if restore, err = db.SetLockTimeout(ctx, tx, backlogLockTimeout); err != nil {
+				return err
+			}
+			running, err := d.runningDispatches(ctx, tx)
+			if err != nil {
+				return err
+			}
+			backlog, jobIDs, err := db.ClaimBacklog(ctx, tx, id, limit-1, append(running, l.skip...))
+			if err != nil {
+				return err
+			}
+			if err := d.deleteJobs(ctx, tx, jobIDs); err != nil {
+				return err
+			}
+			events = append(events, backlog...)
+		}
+		done, err := d.deliverEvents(ctx, tx, &w, l, events, restore != "")
+		if err != nil {
+			return err
 		}
 		if err := d.enqueue(ctx, tx, &w); err != nil {
 			return err
 		}
-		// The events are ours (locked): finish without locking again.
-		done, err := db.FinishEvents(ctx, tx, w.check)
-		w.finished = done
-		return err
+		if restore != "" {
+			// Waiting for the feed counter is waiting for the previous
+			// holder's commit, not a risk of a deadlock.
+			if _, err := db.SetLockTimeout(ctx, tx, restore); err != nil {
+				return err
+			}
+		}
+		// The events are ours (locked): mark them without locking again.
+		if w.finished, err = db.MarkEventsProcessed(ctx, tx, done); err != nil {
+			return err
+		}
+		if len(w.finished) != len(done) {
+			return fmt.Errorf("marked %d of %d finished events processed", len(w.finished), len(done))
+		}
+		return nil
 	})
-	if err != nil {
-		return txWork{}, fmt.Errorf("dispatch event %d: %w", id, err)
-	}
-	d.record(ctx, &w)
-	return w, nil
+	return w, err
 }
 
-// dispatchBacklog dispatches up to limit of the oldest undispatched events
-// after the job's own event (afterID) that no other transaction holds, each
-// in a savepoint. It runs after the job's own event, holding its lock. So
-// that it never waits long on a lock while holding others (two batches
-// could wait on each other), every lock wait is bounded
-// (backlogLockTimeoutSQL); an event that hits the bound is rolled back and
-// left to its own dispatch job.
-func (d *Dispatcher) dispatchBacklog(ctx context.Context, tx pgx.Tx, w *txWork, afterID int64, limit int) error {
-	if limit <= 0 {
-		return nil
+// deliverEvents dispatches the locked, undispatched events (the job's
+// first, the rest in id order) in tx: it plans them, makes the first
+// attempt of each built-in delivery the document's order lets through,
+// notes the deliver jobs of the others, records every delivery and stamps
+// the events dispatched. An event behind an earlier one of its document
+// that another transaction holds is left, with a new dispatch job. It
+// returns the events whose deliveries are all done, to be marked.
+func (d *Dispatcher) deliverEvents(ctx context.Context, tx pgx.Tx, w *txWork, l *lessons, events []db.Event, bounded bool) ([]int64, error) {
+	ids := make([]int64, len(events))
+	for i, ev := range events {
+		ids[i] = ev.ID
 	}
-	events, err := db.ClaimUndispatchedEvents(ctx, tx, afterID, limit)
-	if err != nil || len(events) == 0 {
-		return err
+	plans, err := db.PlanDispatch(ctx, tx, ids)
+	if err != nil {
+		return nil, err
 	}
-	w.try = true
-	if _, err := tx.Exec(ctx, backlogLockTimeoutSQL); err != nil {
-		return fmt.Errorf("bound lock waits: %w", err)
+	if len(plans) != len(events) {
+		return nil, fmt.Errorf("plan dispatch: %d plans for %d events", len(plans), len(events))
 	}
-	for _, ev := range events {
-		mark := w.mark()
-		err := pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error {
-			_, err := d.dispatchOne(ctx, sp, w, ev)
-			return err
-		})
-		if db.IsLockWait(err) {
-			w.undo(mark)
+	// Which built-in deliveries an earlier event outside the batch holds
+	// back: asked in a fresh statement, after PlanDispatch's locks.
+	var ask []db.DeliveryKey
+	for _, p := range plans {
+		for _, s := range p.Subscribers {
+			if p.Earlier && !p.Held && s.Kind == db.SubscriberBuiltin && !s.Paused {
+				ask = append(ask, db.DeliveryKey{EventID: p.EventID, SubscriberID: s.ID})
+			}
+		}
+	}
+	blockedOutside := map[db.DeliveryKey]bool{}
+	if len(ask) > 0 {
+		if blockedOutside, err = db.BlockedDeliveries(ctx, tx, ask, ids); err != nil {
+			return nil, err
+		}
+	}
+
+	// Walk the events in order. A document's earlier event in the batch
+	// decides in Go whether it holds a later one's delivery back: the
+	// rule of db.BlockedDeliveries, on the records made here.
+	held := map[docKey]bool{}           // the document waits for an event another transaction holds
+	open := map[docKey]map[int64]bool{} // subscribers with an open delivery of the document in the batch
+	var stamp, done []int64
+	var records []db.DispatchRecord
+	for i, ev := range events {
+		p := plans[i]
+		if p.EventID != ev.ID {
+			return nil, fmt.Errorf("plan dispatch: plan of event %d for event %d", p.EventID, ev.ID)
+		}
+		doc := docKey{ev.Entity, ev.EntityID}
+		if p.Held || held[doc] {
+			if i == 0 {
+				return nil, fmt.Errorf("event %d waits for an earlier event: %w", ev.ID, db.ErrLocked)
+			}
+			// Left, locked and untouched, to a new dispatch job (its own
+			// was deleted with the claim).
+			held[doc] = true
+			w.redispatch = append(w.redispatch, ev.ID)
 			continue
 		}
-		if err != nil {
-			return err
+		w.dispatched = append(w.dispatched, ev.Type)
+		isDone := true
+		for _, sub := range p.Subscribers {
+			k := db.DeliveryKey{EventID: ev.ID, SubscriberID: sub.ID}
+			rec := db.DispatchRecord{Key: k}
+			switch {
+			case sub.Paused:
+				// Held until the subscriber resumes.
+			case sub.Kind != db.SubscriberBuiltin:
+				w.now = append(w.now, k)
+			case blockedOutside[k] || open[doc][sub.ID]:
+				// The earlier event's last delivery releases it
+				// (LaterOpenDeliveries).
+			default:
+				a, err := d.firstAttempt(ctx, tx, w, l, sub, ev)
+				if db.IsLockWait(err) && bounded {
+					return nil, &rerun{lockWait: ev.ID, head: i == 0, err: err}
+				}
+				if err != nil {
+					return nil, err
+				}
+				rec.Attempt = &a
+			}
+			if rec.Attempt == nil || rec.Attempt.Status == db.DeliveryFailed {
+				isDone = false
+				if open[doc] == nil {
+					open[doc] = map[int64]bool{}
+				}
+				open[doc][sub.ID] = true
+			}
+			records = append(records, rec)
 		}
-	}
-	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout TO DEFAULT`); err != nil {
-		return fmt.Errorf("unbound lock waits: %w", err)
-	}
-	return nil
-}
-
-// backlogLockTimeoutSQL bounds each lock wait of a backlog event to 100 ms
-// (see dispatchBacklog).
-const backlogLockTimeoutSQL = `SET LOCAL lock_timeout = '100ms'`
-
-// dispatchOne creates the deliveries of the locked, undispatched event ev,
-// makes those to built-in subscribers the document's order lets through,
-// and notes in w the deliver jobs of the others and of later events of the
-// document that were waiting for this one. It returns how long ev waited
-// for its dispatch.
-func (d *Dispatcher) dispatchOne(ctx context.Context, tx pgx.Tx, w *txWork, ev db.Event) (waited time.Duration, err error) {
-	st, err := db.StartDispatch(ctx, tx, ev)
-	if err != nil {
-		return 0, err
-	}
-	w.dispatched = append(w.dispatched, ev.Type)
-	w.check = append(w.check, ev.ID)
-	var builtins []int64
-	for _, sub := range st.Due {
-		if sub.Kind == db.SubscriberBuiltin {
-			builtins = append(builtins, sub.ID)
+		if isDone {
+			done = append(done, ev.ID)
 		} else {
-			w.now = append(w.now, db.DeliveryKey{EventID: ev.ID, SubscriberID: sub.ID})
+			stamp = append(stamp, ev.ID)
 		}
-	}
-	if len(builtins) > 0 {
-		blocked := map[int64]bool{}
-		if st.Earlier {
-			check := db.BlockedSubscribers
-			if w.try {
-				check = db.TryBlockedSubscribers
-			}
-			if blocked, err = check(ctx, tx, ev, builtins); err != nil {
-				return 0, err
-			}
-		}
-		for _, sub := range st.Due {
-			if sub.Kind != db.SubscriberBuiltin || blocked[sub.ID] {
-				continue
-			}
-			// A blocked delivery stays pending: the earlier event's last
-			// delivery releases it (LaterOpenDeliveries).
-			if _, err := d.deliverOne(ctx, tx, w, sub, ev, 1); err != nil {
-				return 0, err
-			}
-		}
-	}
-	if !st.Later {
-		// A later event dispatched from now on waits for our lock and
-		// sees what we commit; none was held back by this one before.
-		return st.Waited, nil
-	}
-	// Later events of this document may have been waiting for this one to
-	// be dispatched or delivered.
-	later, err := db.LaterOpenDeliveries(ctx, tx, ev, nil)
-	if err != nil {
-		return 0, err
-	}
-	w.now = append(w.now, later...)
-	return st.Waited, nil
-}
-
-// Outcome of one Deliver call.
-const (
-	OutcomeSkipped   = "skipped" // nothing to do: not open, in flight elsewhere, or paused
-	OutcomeBlocked   = "blocked" // an earlier event of the document comes first
-	OutcomeDelivered = db.DeliveryDelivered
-	OutcomeFailed    = db.DeliveryFailed
-	OutcomeDead      = db.DeliveryDead
-)
-
-// Deliver makes one attempt of delivery k, in one transaction with its
-// record: lock it (skipping one in flight elsewhere), wait for earlier
-// events of the same document, call the subscriber, store the outcome,
-// schedule the retry or finish the event, and release deliveries that were
-// waiting for this one. It returns the outcome; an error means the attempt
-// itself could not be made or stored (the job is retried). Dispatch makes
-// the first attempt of built-in deliveries itself; Deliver makes webhook
-// deliveries, retries and redeliveries.
-func (d *Dispatcher) Deliver(ctx context.Context, k db.DeliveryKey) (string, error) {
-	w, err := d.deliver(ctx, k)
-	return w.outcome, err
-}
-
-// deliver is Deliver returning the transaction's work; w.outcome is the
-// outcome.
-func (d *Dispatcher) deliver(ctx context.Context, k db.DeliveryKey) (txWork, error) {
-	var w txWork
-	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		w = txWork{outcome: OutcomeSkipped}
-		del, err := db.LockOpenDelivery(ctx, tx, k)
-		if errors.Is(err, db.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		sub, err := db.SubscriberByID(ctx, tx, k.SubscriberID)
-		if err != nil {
-			return err
-		}
-		if sub.Paused {
-			return nil
-		}
-		ev, err := db.EventByID(ctx, tx, k.EventID)
-		if err != nil {
-			return err
-		}
-		blocked, err := db.DeliveryBlocked(ctx, tx, ev, sub.ID)
-		if err != nil {
-			return err
-		}
-		if blocked {
-			w.outcome = OutcomeBlocked
-			return nil
-		}
-		if w.outcome, err = d.deliverOne(ctx, tx, &w, sub, ev, del.Attempts+1); err != nil {
-			return err
-		}
-		if w.outcome != OutcomeFailed {
-			// Lock the event before looking for later deliveries: one
-			// being dispatched right now share-locks it and sees our commit.
-			if err := w.finish(ctx, tx); err != nil {
-				return err
-			}
-			later, err := db.LaterOpenDeliveries(ctx, tx, ev, &sub.ID)
+		if p.Later {
+			// Later events of this document outside the batch may have
+			// been waiting for this one.
+			later, err := db.LaterOpenDeliveries(ctx, tx, ev, nil)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			w.now = append(w.now, later...)
 		}
-		return d.enqueue(ctx, tx, &w)
-	})
+	}
+	retries, err := db.MarkDispatched(ctx, tx, stamp, records)
 	if err != nil {
-		return txWork{}, fmt.Errorf("deliver event %d to subscriber %d: %w", k.EventID, k.SubscriberID, err)
-	}
-	d.record(ctx, &w)
-	return w, nil
-}
-
-// deliverOne attempts the delivery of ev to sub in tx, records it, and
-// notes in w what follows: the dispatch of the events a built-in
-// subscriber wrote, the retry of a failure, or the event's check for
-// completion.
-func (d *Dispatcher) deliverOne(ctx context.Context, tx pgx.Tx, w *txWork, sub db.Subscriber, ev db.Event, attemptNo int32) (string, error) {
-	k := db.DeliveryKey{EventID: ev.ID, SubscriberID: sub.ID}
-	var attempt db.Attempt
-	var written []db.Event
-	if p := w.prior; p != nil && p.key == k && attemptNo == 1 {
-		// The batched path made this attempt and it failed: record it
-		// rather than calling the subscriber again.
-		attempt, w.prior = p.attempt, nil
-	} else {
-		var err error
-		if attempt, written, err = d.attempt(ctx, tx, sub, ev, attemptNo); err != nil {
-			return "", err
-		}
-	}
-	rec, err := db.RecordAttempt(ctx, tx, k, attempt)
-	if err != nil {
-		return "", err
-	}
-	w.outcomes = append(w.outcomes, deliveryOutcome{key: k, evType: ev.Type, subscriber: sub.Name, outcome: rec.Status})
-	w.written = append(w.written, written...)
-	if rec.Status == db.DeliveryFailed {
-		w.retries = append(w.retries, retry{key: k, at: rec.NextAttemptAt})
-	} else {
-		w.check = append(w.check, ev.ID)
-	}
-	return rec.Status, nil
-}
-
-// txWork collects what one dispatch or delivery transaction did: the jobs
-// it enqueues before committing, the events it may finish, and what the
-// metrics count once it committed.
-type txWork struct {
-	now        []db.DeliveryKey // deliver jobs to run at once
-	retries    []retry          // deliver jobs of failed attempts
-	written    []db.Event       // events built-in subscribers journaled
-	redispatch []int64          // events a batch claimed (deleting their dispatch jobs) but left
-	check      []int64          // events that may be done
-	dispatched []string         // types of the events dispatched
-	outcomes   []deliveryOutcome
-	finished   []db.ProcessedEvent
-	outcome    string // Deliver's outcome
-	// try: do not wait for an earlier event of a document that another
-	// transaction holds (ErrLocked).
-	try bool
-	// prior: a first attempt the batched path made, which failed and was
-	// rolled back with its batch; the careful path records it.
-	prior *priorAttempt
-}
-
-type retry struct {
-	key db.DeliveryKey
-	at  time.Time
-}
-
-type deliveryOutcome struct {
-	key        db.DeliveryKey
-	evType     string
-	subscriber string
-	outcome    string
-}
-
-// workMark is how far a txWork had got, to undo a rolled-back savepoint.
-type workMark struct{ now, retries, written, check, dispatched, outcomes int }
-
-func (w *txWork) mark() workMark {
-	return workMark{len(w.now), len(w.retries), len(w.written), len(w.check), len(w.dispatched), len(w.outcomes)}
-}
-
-func (w *txWork) undo(m workMark) {
-	w.now, w.retries, w.written = w.now[:m.now], w.retries[:m.retries], w.written[:m.written]
-	w.check, w.dispatched, w.outcomes = w.check[:m.check], w.dispatched[:m.dispatched], w.outcomes[:m.outcomes]
-}
-
-// finish marks processed the events of w.check whose deliveries are all
-// done. Marking takes the feed counter, held until commit: it comes last.
-func (w *txWork) finish(ctx context.Context, tx pgx.Tx) error {
-	done, err := db.FinishEventsIfDone(ctx, tx, w.check)
-	w.finished, w.check = append(w.finished, done...), nil
-	return err
-}
-
-// enqueue inserts, in tx and in one statement, the dispatch jobs of the
-// events written and of those a batch left, and the deliver jobs of w
-// (retries at their next attempt).
-func (d *Dispatcher) enqueue(ctx context.Context, tx pgx.Tx, w *txWork) error {
-	params := make([]river.InsertManyParams, 0, len(w.written)+len(w.redispatch)+len(w.now)+len(w.retries))
-	for _, ev := range w.written {
-		params = append(params, river.InsertManyParams{Args: DispatchArgs{EventID: ev.ID}})
-	}
-	for _, id := range w.redispatch {
-		params = append(params, river.InsertManyParams{Args: DispatchArgs{EventID: id}})
-	}
-	for _, k := range w.now {
-		params = append(params, river.InsertManyParams{Args: DeliverArgs{EventID: k.EventID, SubscriberID: k.SubscriberID}})
-	}
-	for _, r := range w.retries {
-		params = append(params, river.InsertManyParams{
-			Args:       DeliverArgs{EventID: r.key.EventID, SubscriberID: r.key.SubscriberID},
-			InsertOpts: &river.InsertOpts{ScheduledAt: r.at},
-		})
-	}
-	if len(params) == 0 {
-		return nil
-	}
-	if _, err := d.river.InsertManyTx(ctx, tx, params); err != nil {
-		return fmt.Errorf("enqueue %d jobs: %w", len(params), err)
-	}
-	return nil
-}
-
-// record counts one committed transaction's work: events dispatched,
-// attempts by outcome, the events subscribers wrote, and the latency of
-// the events it finished; failures are logged.
-func (d *Dispatcher) record(ctx context.Context, w *txWork) {
-	for _, t := range w.dispatched {
-		d.metrics.EventDispatched(t)
-	}
-	for _, o := range w.outcomes {
-		d.metrics.Delivery(o.evType, o.subscriber, o.outcome)
-		if o.outcome == OutcomeFailed || o.outcome == OutcomeDead {
-			d.logger.WarnContext(ctx, "delivery "+o.outcome, slog.Int64("event_id", o.key.EventID),
-				slog.Int64("subscriber_id", o.key.SubscriberID), slog.String("subscriber", o.subscriber))
-		}
-	}
-	for _, ev := range w.written {
-		d.metrics.EventWritten(ev.Type)
-	}
-	for _, p := range w.finished {
-		d.metrics.EventProcessedAfter(p.Latency)
-	}
-}
-
-// attempt calls the subscriber once. attemptNo counts this attempt. An
-// error is returned only when the attempt could not be made at all (the
-// context ended): then nothing is recorded.
-func (d *Dispatcher) attempt(ctx context.Context, tx pgx.Tx, sub db.Subscriber, ev db.Event, attemptNo int32) (db.Attempt, []db.Event, error) {
-	timeout := time.Duration(sub.TimeoutMs) * time.Millisecond
-	var a db.Attempt
-	var newEvents []db.Event
-	var permanent bool
-	var retryAfter time.Duration
-	switch sub.Kind {
-	case db.SubscriberBuiltin:
-		s, ok := d.builtins[sub.Name]
-		if !ok {
-			a.Error, permanent = fmt.Sprintf("built-in subscriber %s is not part of this server", sub.Name), true
-			break
-		}
-		hctx, cancel := context.WithTimeout(ctx, timeout)
-		start := time.Now()
-		events, err := handleInSavepoint(hctx, tx, s, ev)
-		cancel()
-		a.Duration = time.Since(start)
-		if err != nil {
-			if ctx.Err() != nil {
-				return db.Attempt{}, nil, ctx.Err()
-			}
-			if db.IsLockWait(err) {
-				// Not the subscriber's failure: the attempt could not run.
-				return db.Attempt{}, nil, err
-			}
-			a.Error, permanent = err.Error(), isPermanent(err)
-			break
-		}
-		newEvents = events
-	case db.SubscriberWebhook:
-		target, err := db.WebhookTargetOf(ctx, tx, sub.ID)
-		if err != nil {
-			return db.Attempt{}, nil, err
-		}
-		body, err := json.Marshal(feedView(ev))
-		if err != nil {
-			return db.Attempt{}, nil, fmt.Errorf("marshal event %d: %w", ev.ID, err)
-		}
-		res := d.webhooks.Send(ctx, WebhookConfig{URL: target.URL, Secret: target.Secret, Timeout: timeout}, ev.ID, body)
-		if res.Err != nil && ctx.Err() != nil {
-			return db.Attempt{}, nil, ctx.Err()
-		}
-		a.Duration, a.ResponseStatus, a.ResponseBody = res.Duration, res.Status, res.Body
-		if res.Err != nil {
-			a.Error, permanent, retryAfter = res.Err.Error(), res.Permanent, res.RetryAfter
-		}
-	default:
-		a.Error, permanent = fmt.Sprintf("unknown subscriber kind %q", sub.Kind), true
-	}
-	d.settle(&a, permanent, retryAfter, attemptNo, sub)
-	return a, newEvents, nil
-}
-
-// settle sets the status of attempt a (number attemptNo) of a delivery to
-// sub from its error: delivered, dead (permanent, or the last attempt) or
-// failed with the retry's delay.
-func (d *Dispatcher) settle(a *db.Attempt, permanent bool, retryAfter time.Duration, attemptNo int32, sub db.Subscriber) {
-	switch {
-	case a.Error == "":
-		a.Status = db.DeliveryDelivered
-	case permanent || attemptNo >= sub.MaxAttempts:
-		a.Status = db.DeliveryDead
-	default:
-		a.Status = db.DeliveryFailed
-		a.RetryIn = max(d.retry.Delay(int(attemptNo)), retryAfter)
-	}
-}
-
-// handleInSavepoint runs a built-in subscriber in a savepoint, so that a
-// failure undoes its writes but not the delivery record of the failure.
-func handleInSavepoint(ctx context.Context, tx pgx.Tx, s Subscriber, ev db.Event) ([]db.Event, error) {
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("savepoint: %w", err)
-	}
-	events, err := s.Handle(ctx, sp, ev)
-	if err != nil {
-		if rbErr := sp.Rollback(context.WithoutCancel(ctx)); rbErr != nil {
-			return nil, errors.Join(err, rbErr)
-		}
 		return nil, err
 	}
-	if err := sp.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("release savepoint: %w", err)
-	}
-	return events, nil
+	w.retries = append(w.retries, retries...)
+	return done, nil
 }
 
-// SweepResult counts one sweep's work.
-type SweepResult struct {
-	Dispatched int // events whose deliveries the sweep created
-	Finished   int // events marked processed after their last delivery
-	Delivered  int // deliveries made (delivered)
-	Failed     int // attempts that failed (retry later) or went dead
-	Errors     int // events or deliveries the sweep could not handle
-}
-
-func (r *SweepResult) count(outcomes []deliveryOutcome) {
-	for _, o := range outcomes {
-		if o.outcome == OutcomeDelivered {
-			r.Delivered++
-		} else {
-			r.Failed++
+// firstAttempt makes the first attempt of ev to the built-in subscriber
+// sub in tx, or takes the one an earlier run made (l.failed), and notes its
+// outcome and the events the subscriber journaled in w. Outside savepoints
+// a failure is a *rerun (the transaction must roll back).
+func (d *Dispatcher) firstAttempt(ctx context.Context, tx pgx.Tx, w *txWork, l *lessons, sub db.Subscriber, ev db.Event) (db.Attempt, error) {
+	k := db.DeliveryKey{EventID: ev.ID, SubscriberID: sub.ID}
+	a, ok := l.failed[k]
+	if !ok {
+		var written []db.Event
+		var err error
+		if a, written, err = d.attempt(ctx, tx, sub, ev, 1, l.savepoints); err != nil {
+			return db.Attempt{}, err
 		}
+		w.written = append(w.written, written...)
 	}
+	w.outcomes = append(w.outcomes, deliveryOutcome{key: k, evType: ev.Type, subscriber: sub.Name, outcome: a.Status})
+	return a, nil
 }
 
-// Sweep is the safety net behind the jobs: it dispatches events never
-// dispatched (their job was lost), finishes events whose deliveries are all
-// done, and attempts every open delivery that is due. Everything is
-// selected by state, never by id past a remembered cursor, so late commits
-// are found; failed deliveries wait for their backoff, so a poison event is
-// not retried on every sweep. A failure is counted and skipped.
-func (d *Dispatcher) Sweep(ctx context.Context) (SweepResult, error) {
-	var res SweepResult
-	note := func(what string, id int64, err error) error {
-		if ctx.Err() != nil {
-			return ctx.Err()
+// maxRunningDispatches bounds how many running dispatch jobs a batch
+// asks River for: more than every worker of a cluster.
+const maxRunningDispatches = 1000
+
+// runningDispatches returns the events whose dispatch job River has
+// fetched: each is about to lock its event, and taking the event on would
+// only make it wait for the batch and then find nothing to do (River does
+// not delete a running job).
+func (d *Dispatcher) runningDispatches(ctx context.Context, tx pgx.Tx) ([]int64, error) {
+	params := river.NewJobListParams().Kinds(DispatchArgs{}.Kind()).States(rivertype.JobStateRunning).First(maxRunningDispatches)
+	res, err := d.river.JobListTx(ctx, tx, params)
+	if err != nil {
+		return nil, fmt.Errorf("list running dispatch jobs: %w", err)
+	}
+	ids := make([]int64, 0, len(res.Jobs))
+	for _, j := range res.Jobs {
+		var args DispatchArgs
+		if err := json.Unmarshal(j.EncodedArgs, &args); err != nil {
+			return nil, fmt.Errorf("dispatch job %d: decode args: %w", j.ID, err)
 		}
-		res.Errors++
-		d.logger.WarnContext(ctx, "sweep: "+what+" failed", slog.Int64("event_id", id), slog.String("error", err.Error()))
+		ids = append(ids, args.EventID)
+	}
+	return ids, nil
+}
+
+// deleteJobs deletes, in tx, the River jobs ids (dispatch jobs of the
+// events a batch took on: each would only find its event dispatched, at
+// the cost of a fetch, a transaction and a completion). River skips a
+// job that is running.
+func (d *Dispatcher) deleteJobs(ctx context.Context, tx pgx.Tx, ids []int64) error {
+	if len(ids) == 0 {
 		return nil
 	}
-	for after := int64(0); ; {
-		ids, err := db.UndispatchedEventIDs(ctx, d.pool, after, sweepBatch)
-		if err != nil {
-			return res, err
-		}
-		for _, id := range ids {
-			after = id
-			w, err := d.dispatch(ctx, id)
-			if err != nil {
-				if err := note("dispatch", id, err); err != nil {
-					return res, err
-				}
-			}
-			res.Dispatched += len(w.dispatched)
-			res.Finished += len(w.finished)
-			res.count(w.outcomes)
-		}
-		if len(ids) < sweepBatch {
-			break
-		}
+	params := river.NewJobDeleteManyParams().IDs(ids...).First(len(ids))
+	if _, err := d.river.JobDeleteManyTx(ctx, tx, params); err != nil {
+		return fmt.Errorf("delete %d dispatch jobs: %w", len(ids), err)
 	}
-	for after := int64(0); ; {
-		ids, err := db.UnfinishedEventIDs(ctx, d.pool, after, sweepBatch)
-		if err != nil {
-			return res, err
-		}
-		if len(ids) > 0 {
-			after = ids[len(ids)-1]
-			var w txWork
-			err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-				w = txWork{check: ids}
-				return w.finish(ctx, tx)
-			})
-			if err != nil {
-				if err := note("finish", ids[0], err); err != nil {
-					return res, err
-				}
-			} else {
-				d.record(ctx, &w)
-				res.Finished += len(w.finished)
-			}
-		}
-		if len(ids) < sweepBatch {
-			break
-		}
-	}
-	for after := (db.DeliveryKey{}); ; {
-		keys, err := db.DueDeliveries(ctx, d.pool, after, sweepBatch)
-		if err != nil {
-			return res, err
-		}
-		for _, k := range keys {
-			after = k
-			w, err := d.deliver(ctx, k)
-			if err != nil {
-				if err := note("delivery", k.EventID, err); err != nil {
-					return res, err
-				}
-			}
-			res.Finished += len(w.finished)
-			res.count(w.outcomes)
-		}
-		if len(keys) < sweepBatch {
-			return res, nil
-		}
-	}
-}
-
-// feedEvent is an event as the live feed and webhooks show it: the GraphQL
-// Event's fields, ids as strings.
-type feedEvent struct {
-	ID          string          `json:"id"`
-	Type        string          `json:"type"`
-	Entity      string          `json:"entity"`
-	EntityID    string          `json:"entityId"`
-	Object      string          `json:"object"`
-	Payload     json.RawMessage `json:"payload"`
-	CreatedAt   time.Time       `json:"createdAt"`
-	ProcessedAt *time.Time      `json:"processedAt"`
-	Actor       *feedActor      `json:"actor"`
-	Cursor      string          `json:"cursor"`
-}
-
-type feedActor struct {
-	ID          string `json:"id"`
-	Login       string `json:"login"`
-	DisplayName string `json:"displayName"`
-}
-
-func feedView(ev db.Event) feedEvent {
-	v := feedEvent{
-		ID: strconv.FormatInt(ev.ID, 10), Type: ev.Type, Entity: ev.Entity,
-		EntityID: strconv.FormatInt(ev.EntityID, 10), Object: ev.Object(), Payload: ev.Payload,
-		CreatedAt: ev.CreatedAt, ProcessedAt: ev.ProcessedAt, Cursor: ev.Cursor(),
-	}
-	if u := ev.Actor(); u != nil {
-		v.Actor = &feedActor{ID: strconv.FormatInt(u.ID, 10), Login: u.Login, DisplayName: u.DisplayName}
-	}
-	return v
+	return nil
 }
 
 // DispatchArgs is the River job that creates the deliveries of one journal
@@ -796,62 +508,5 @@ type DispatchWorker struct {
 // Work implements river.Worker.
 func (w *DispatchWorker) Work(ctx context.Context, job *river.Job[DispatchArgs]) error {
 	_, err := w.Dispatcher.Dispatch(ctx, job.Args.EventID)
-	return err
-}
-
-// DeliverArgs is the River job that attempts one delivery. Retries of a
-// failing delivery are new jobs scheduled at the delivery's next attempt
-// time, inserted in the transaction that recorded the failure, so our
-// backoff (and a webhook's Retry-After) decides, not River's. River's own
-// retries only cover an attempt that could not even be recorded.
-type DeliverArgs struct {
-	EventID      int64 `json:"event_id"`
-	SubscriberID int64 `json:"subscriber_id"`
-}
-
-// Kind implements river.JobArgs.
-func (DeliverArgs) Kind() string { return "deliver_event" }
-
-// DeliverWorker works DeliverArgs.
-type DeliverWorker struct {
-	river.WorkerDefaults[DeliverArgs]
-	Dispatcher *Dispatcher
-}
-
-// Timeout implements river.Worker: longer than the longest subscriber
-// timeout (120 s).
-func (w *DeliverWorker) Timeout(*river.Job[DeliverArgs]) time.Duration { return 3 * time.Minute }
-
-// Work implements river.Worker.
-func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
-	_, err := w.Dispatcher.Deliver(ctx, db.DeliveryKey{EventID: job.Args.EventID, SubscriberID: job.Args.SubscriberID})
-	return err
-}
-
-// SweepArgs is the periodic River job (every DISPATCH_INTERVAL, once per
-// cluster through River's leader) that runs Sweep.
-type SweepArgs struct{}
-
-// Kind implements river.JobArgs.
-func (SweepArgs) Kind() string { return "sweep_events" }
-
-// SweepWorker works SweepArgs.
-type SweepWorker struct {
-	river.WorkerDefaults[SweepArgs]
-	Dispatcher *Dispatcher
-	Logger     *slog.Logger
-}
-
-// Timeout implements river.Worker: a sweep through a large backlog may run
-// longer than River's default one minute; it stops between items on ctx.
-func (w *SweepWorker) Timeout(*river.Job[SweepArgs]) time.Duration { return 15 * time.Minute }
-
-// Work implements river.Worker.
-func (w *SweepWorker) Work(ctx context.Context, _ *river.Job[SweepArgs]) error {
-	res, err := w.Dispatcher.Sweep(ctx)
-	if res != (SweepResult{}) {
-		w.Logger.InfoContext(ctx, "sweep done", slog.Int("dispatched", res.Dispatched), slog.Int("finished", res.Finished),
-			slog.Int("delivered", res.Delivered), slog.Int("failed", res.Failed), slog.Int("errors", res.Errors))
-	}
 	return err
 }

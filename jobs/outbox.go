@@ -75,15 +75,35 @@ func WriteThen[T, R any](ctx context.Context, o *Outbox, fn func(tx pgx.Tx) (T, 
 
 // EnqueueDispatch inserts one dispatch job per event in tx.
 func EnqueueDispatch(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, events []db.Event) error {
-	if len(events) == 0 {
+	ids := make([]int64, len(events))
+	for i, ev := range events {
+		ids[i] = ev.ID
+	}
+	return insertJobs(ctx, client, tx, ids, nil)
+}
+
+// insertJobs inserts, in tx and in one statement, a dispatch job for each
+// event of dispatch and the jobs other, and notes on each event its
+// dispatch job, so that a batch taking the event on can delete it.
+func insertJobs(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, dispatch []int64, other []river.InsertManyParams) error {
+	if len(dispatch)+len(other) == 0 {
 		return nil
 	}
-	params := make([]river.InsertManyParams, len(events))
-	for i, ev := range events {
-		params[i] = river.InsertManyParams{Args: DispatchArgs{EventID: ev.ID}}
+	params := make([]river.InsertManyParams, 0, len(dispatch)+len(other))
+	for _, id := range dispatch {
+		params = append(params, river.InsertManyParams{Args: DispatchArgs{EventID: id}})
 	}
-	if _, err := client.InsertManyTx(ctx, tx, params); err != nil {
-		return fmt.Errorf("enqueue dispatch of %d events (first %d): %w", len(events), events[0].ID, err)
+	params = append(params, other...)
+	res, err := client.InsertManyTx(ctx, tx, params)
+	if err != nil {
+		return fmt.Errorf("enqueue %d jobs: %w", len(params), err)
 	}
-	return nil
+	if len(dispatch) == 0 {
+		return nil
+	}
+	jobIDs := make([]int64, len(dispatch))
+	for i := range dispatch {
+		jobIDs[i] = res[i].Job.ID
+	}
+	return db.SetDispatchJobs(ctx, tx, dispatch, jobIDs)
 }

@@ -37,17 +37,51 @@ type Delivery struct {
 	UpdatedAt      time.Time
 }
 
+type DeliveryRow struct {
+	EventID        int64
+	SubscriberID   int64
+	Status         string
+	Attempts       int32
+	LastError      *string
+	ResponseStatus *int32
+	ResponseBody   *string
+	NextAttemptAt  time.Time
+	DeliveredAt    *time.Time
+	DurationMs     *int32
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	SubscriberName string
+}
+
 type Event struct {
-	ID           int64
-	Type         string
-	Entity       string
-	EntityID     int64
-	Payload      []byte
-	ActorID      *int64
-	CreatedAt    time.Time
-	ProcessedAt  *time.Time
-	FeedSeq      *int64
-	DispatchedAt *time.Time
+	ID            int64
+	Type          string
+	Entity        string
+	EntityID      int64
+	Payload       []byte
+	ActorID       *int64
+	CreatedAt     time.Time
+	ProcessedAt   *time.Time
+	FeedSeq       *int64
+	DispatchedAt  *time.Time
+	DispatchJobID *int64
+}
+
+type EventRow struct {
+	ID            int64
+	Type          string
+	Entity        string
+	EntityID      int64
+	Payload       []byte
+	ActorID       *int64
+	CreatedAt     time.Time
+	ProcessedAt   *time.Time
+	FeedSeq       *int64
+	DispatchedAt  *time.Time
+	DispatchJobID *int64
+	ActorLogin    *string
+	ActorName     *string
+	ActorRole     *string
 }
 
 type FeedCounter struct {
@@ -121,6 +155,20 @@ type Subscriber struct {
 	EventTypes  []string
 	Url         *string
 	Secret      *string
+	MaxAttempts int32
+	TimeoutMs   int32
+	Paused      bool
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+type SubscriberRow struct {
+	ID          int64
+	Name        string
+	Kind        string
+	EventTypes  []string
+	Url         *string
+	HasSecret   bool
 	MaxAttempts int32
 	TimeoutMs   int32
 	Paused      bool

@@ -82,7 +82,7 @@ WITH so AS (
     SELECT $8::text, $9::text, so.id,
         jsonb_build_object('id', so.id, 'entity', $10::text), $2::bigint
     FROM so
-    RETURNING id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at
+    RETURNING id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id
 )
 SELECT e.id AS event_id, e.type AS event_type, e.entity AS event_entity, e.entity_id AS event_entity_id,
     e.payload AS event_payload, e.created_at AS event_created_at, e.dispatched_at AS event_dispatched_at,

@@ -1,0 +1,86 @@
+-- Delivery records, one per (event, subscriber) (table deliveries, read
+-- through view delivery_rows, which adds the subscriber's name).
+-- Statements that lock or write join the name to the rows they lock or
+-- return, in the view's column order: the view would show the version the
+-- statement started with.
+
+-- name: DeliveryListOpenKeysOfSubscriber :many
+SELECT event_id, subscriber_id FROM deliveries
+WHERE subscriber_id = @subscriber_id AND status IN ('pending', 'failed') ORDER BY event_id;
+
+-- name: DeliveryLockOpen :one
+-- Skips a delivery another worker holds right now.
+WITH d AS (
+    SELECT * FROM deliveries WHERE event_id = @event_id AND subscriber_id = @subscriber_id
+      AND status IN ('pending', 'failed') FOR UPDATE SKIP LOCKED
+)
+SELECT d.*, s.name AS subscriber_name FROM d JOIN subscribers s ON s.id = d.subscriber_id;
+
+-- name: DeliveryRecordAttempt :one
+WITH d AS (
+    UPDATE deliveries SET
+        status = @status, attempts = attempts + 1, last_error = sqlc.narg('last_error'),
+        response_status = sqlc.narg('response_status'), response_body = sqlc.narg('response_body'),
+        duration_ms = @duration_ms,
+        delivered_at = CASE WHEN @status = 'delivered' THEN clock_timestamp() END,
+        next_attempt_at = clock_timestamp() + make_interval(secs => @retry_in_s::float8),
+        updated_at = clock_timestamp()
+    WHERE event_id = @event_id AND subscriber_id = @subscriber_id
+    RETURNING *
+)
+SELECT d.*, s.name AS subscriber_name FROM d JOIN subscribers s ON s.id = d.subscriber_id;
+
+-- name: DeliveryListLaterOpen :many
+-- Open, due deliveries of events after @id of the same document, to
+-- subscriber_id or any: "due" by the clock at the query, not at the
+-- transaction's start.
+SELECT d.event_id, d.subscriber_id FROM deliveries d JOIN events e ON e.id = d.event_id
+JOIN subscribers s ON s.id = d.subscriber_id
+WHERE e.entity = @entity AND e.entity_id = @entity_id AND e.id > @id
+  AND (sqlc.narg('subscriber_id')::bigint IS NULL OR d.subscriber_id = sqlc.narg('subscriber_id'))
+  AND d.status IN ('pending', 'failed') AND d.next_attempt_at <= clock_timestamp() AND NOT s.paused
+ORDER BY d.event_id LIMIT 100;
+
+-- name: DeliveryListDue :many
+-- Open deliveries due now, of subscribers not paused, after a key.
+SELECT d.event_id, d.subscriber_id FROM deliveries d JOIN subscribers s ON s.id = d.subscriber_id
+WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= now() AND NOT s.paused
+  AND (d.event_id, d.subscriber_id) > (@after_event_id::bigint, @after_subscriber_id::bigint)
+ORDER BY d.event_id, d.subscriber_id LIMIT @max_rows;
+
+-- name: DeliveryListByEvents :many
+SELECT * FROM delivery_rows WHERE event_id = ANY(@event_ids::bigint[]) ORDER BY event_id, subscriber_name;
+
+-- name: DeliveryListPage :many
+-- Newest event first, below a key (the primary key, descending).
+SELECT * FROM delivery_rows
+WHERE (event_id, subscriber_id) < (@before_event_id::bigint, @before_subscriber_id::bigint)
+  AND (sqlc.narg('status')::text IS NULL OR status = sqlc.narg('status'))
+  AND (sqlc.narg('subscriber')::text IS NULL OR subscriber_name = sqlc.narg('subscriber'))
+  AND (sqlc.narg('event_id')::bigint IS NULL OR event_id = sqlc.narg('event_id'))
+ORDER BY event_id DESC, subscriber_id DESC LIMIT @max_rows;
+
+-- name: DeliveryReopen :many
+-- Reopens the matching deliveries (any status) for a fresh round of attempts.
+WITH picked AS (
+    SELECT d.event_id, d.subscriber_id FROM deliveries d JOIN subscribers s ON s.id = d.subscriber_id
+    WHERE (sqlc.narg('status')::text IS NULL OR d.status = sqlc.narg('status'))
+      AND (sqlc.narg('subscriber')::text IS NULL OR s.name = sqlc.narg('subscriber'))
+      AND (sqlc.narg('event_id')::bigint IS NULL OR d.event_id = sqlc.narg('event_id'))
+    ORDER BY d.event_id LIMIT @max_rows
+    FOR UPDATE OF d
+)
+UPDATE deliveries d SET status = 'pending', attempts = 0, delivered_at = NULL, next_attempt_at = now(), updated_at = now()
+FROM picked WHERE d.event_id = picked.event_id AND d.subscriber_id = picked.subscriber_id
+RETURNING d.event_id, d.subscriber_id;
+
+-- name: DeliveryDeleteDelivered :execrows
+-- Up to @max_rows delivery records delivered before @before.
+DELETE FROM deliveries WHERE (event_id, subscriber_id) IN (
+    SELECT o.event_id, o.subscriber_id FROM deliveries o WHERE o.status = 'delivered' AND o.delivered_at < @before LIMIT @max_rows);
+
+-- name: DeliveryDeleteDead :execrows
+-- Dead delivery records last attempted before @before, of one subscriber or all.
+DELETE FROM deliveries d USING subscribers s
+WHERE s.id = d.subscriber_id AND d.status = 'dead' AND d.updated_at < @before
+  AND (sqlc.narg('subscriber')::text IS NULL OR s.name = sqlc.narg('subscriber'));

@@ -1,0 +1,170 @@
+-- Dispatch: locking the events a dispatch transaction takes, the
+-- document-order rule, and marking events processed for the live feed.
+-- Locks are taken on events in a CTE and the rows read through event_rows:
+-- the columns a lock re-check could change (dispatched_at, processed_at)
+-- are null in both versions, the others never change.
+
+-- name: EventLockForDispatch :one
+-- Waits while another transaction holds the event.
+WITH l AS (
+    SELECT e.id FROM events e WHERE e.id = @id AND e.dispatched_at IS NULL AND e.processed_at IS NULL FOR UPDATE
+)
+SELECT sqlc.embed(event_rows), extract(epoch FROM clock_timestamp() - event_rows.created_at)::float8 AS waited_s
+FROM event_rows WHERE event_rows.id IN (SELECT l.id FROM l);
+
+-- name: EventLockForDispatchNowait :one
+-- Fails with lock_not_available while another transaction holds the event.
+WITH l AS (
+    SELECT e.id FROM events e WHERE e.id = @id AND e.dispatched_at IS NULL AND e.processed_at IS NULL FOR UPDATE NOWAIT
+)
+SELECT sqlc.embed(event_rows), extract(epoch FROM clock_timestamp() - event_rows.created_at)::float8 AS waited_s
+FROM event_rows WHERE event_rows.id IN (SELECT l.id FROM l);
+
+-- name: EventClaimBacklog :many
+-- The oldest undispatched events after @after_id (index
+-- events_undispatched) that no other transaction holds, except @skip_ids.
+WITH c AS (
+    SELECT e.id FROM events e
+    WHERE e.dispatched_at IS NULL AND e.processed_at IS NULL AND e.id > @after_id AND e.id <> ALL(@skip_ids::bigint[])
+    ORDER BY e.id LIMIT @max_events FOR UPDATE SKIP LOCKED
+)
+SELECT * FROM event_rows WHERE event_rows.id IN (SELECT c.id FROM c) ORDER BY event_rows.id;
+
+-- name: EventPlanDispatch :many
+-- Per event of the batch @ids (locked by the caller): whether an earlier
+-- unprocessed event of its document outside the batch is held by another
+-- transaction (held; the others are share-locked here, so that a fresh
+-- statement sees what their holders committed), whether its document has
+-- an earlier event (only then can the document's order hold a delivery
+-- back) or a later one outside the batch, and the subscribers its type
+-- matches.
+WITH b AS (
+    SELECT id, type, entity, entity_id FROM events WHERE id = ANY(@ids::bigint[])
+), outside AS (
+    SELECT o.id FROM events o
+    WHERE (o.entity, o.entity_id) IN (SELECT entity, entity_id FROM b)
+      AND o.id < (SELECT max(id) FROM b) AND o.processed_at IS NULL AND o.id <> ALL(@ids::bigint[])
+    ORDER BY o.id
+    FOR SHARE SKIP LOCKED
+), f AS (
+    SELECT b.id,
+    EXISTS (SELECT 1 FROM events x WHERE x.entity = b.entity AND x.entity_id = b.entity_id AND x.id < b.id
+            AND x.processed_at IS NULL AND x.id <> ALL(@ids::bigint[]) AND x.id NOT IN (SELECT id FROM outside)) AS held,
+    EXISTS (SELECT 1 FROM events x WHERE x.entity = b.entity AND x.entity_id = b.entity_id AND x.id < b.id
+            AND x.id <> ALL(@ids::bigint[])) AS earlier,
+    EXISTS (SELECT 1 FROM events x WHERE x.entity = b.entity AND x.entity_id = b.entity_id AND x.id > b.id
+            AND x.id <> ALL(@ids::bigint[])) AS later
+    FROM b
+)
+-- One row per event and matching subscriber (none: one row, s null).
+SELECT b.id AS event_id, f.held, f.earlier, f.later, s.*
+FROM b JOIN f ON f.id = b.id
+LEFT JOIN subscriber_rows s ON cardinality(s.event_types) = 0 OR b.type = ANY(s.event_types)
+ORDER BY b.id, s.id;
+
+-- name: EventLockEarlier :exec
+-- Share-locks the unprocessed events of a document before @id, waiting
+-- for a dispatch or a finishing delivery of them in flight.
+SELECT id FROM events
+WHERE entity = @entity AND entity_id = @entity_id AND id < @id AND processed_at IS NULL
+ORDER BY id FOR SHARE;
+
+-- name: DeliveryListBlocked :many
+-- The document-order rule, the one place it is written: a delivery (an
+-- event to a subscriber) waits while an earlier event of the same document
+-- (entity, entity_id), outside @batch_ids, has its delivery to that
+-- subscriber open (pending or failed), or has not been dispatched yet (its
+-- deliveries are not known). A dead earlier delivery does not hold the
+-- document (it would forever); a redelivered one holds it again. Returns
+-- the keys of the given deliveries that wait.
+SELECT k.event_id::bigint AS event_id, k.subscriber_id::bigint AS subscriber_id
+FROM (SELECT unnest(@event_ids::bigint[]) AS event_id, unnest(@subscriber_ids::bigint[]) AS subscriber_id) k
+JOIN events e ON e.id = k.event_id
+WHERE EXISTS (
+    SELECT 1 FROM events p
+    LEFT JOIN deliveries pd ON pd.event_id = p.id AND pd.subscriber_id = k.subscriber_id
+    WHERE p.entity = e.entity AND p.entity_id = e.entity_id AND p.id < e.id AND p.id <> ALL(@batch_ids::bigint[])
+      AND (pd.status IN ('pending', 'failed') OR (pd.event_id IS NULL AND p.processed_at IS NULL AND p.dispatched_at IS NULL))
+);
+
+-- name: EventMarkDispatched :many
+-- Records the deliveries a dispatch made or left (one row per key, with
+-- the outcome of its first attempt, if any: attempts 0 is pending) and
+-- stamps the events @stamp_ids dispatched (EventMarkProcessed stamps the
+-- ones it marks). Returns the records of failed attempts with their next
+-- attempt time (database clock + retry_in_s).
+WITH t AS (
+    SELECT clock_timestamp() AS at
+), ins AS (
+    INSERT INTO deliveries (event_id, subscriber_id, status, attempts, last_error, delivered_at, duration_ms,
+        next_attempt_at, created_at, updated_at)
+    SELECT k.event_id, k.subscriber_id, k.status, k.attempts, nullif(k.last_error, ''),
+        CASE WHEN k.status = 'delivered' THEN t.at END, CASE WHEN k.attempts > 0 THEN k.duration_ms END,
+        t.at + make_interval(secs => k.retry_in_s), t.at, t.at
+    FROM (SELECT unnest(@event_ids::bigint[]) AS event_id, unnest(@subscriber_ids::bigint[]) AS subscriber_id,
+            unnest(@statuses::text[]) AS status, unnest(@attempts::integer[]) AS attempts,
+            unnest(@last_errors::text[]) AS last_error, unnest(@durations_ms::integer[]) AS duration_ms,
+            unnest(@retry_in_s::float8[]) AS retry_in_s) k, t
+    RETURNING event_id, subscriber_id, status, next_attempt_at
+), stamp AS (
+    -- Runs whether or not it is read, as every data-modifying CTE.
+    UPDATE events SET dispatched_at = t.at FROM t
+    WHERE events.id = ANY(@stamp_ids::bigint[]) AND events.dispatched_at IS NULL AND events.processed_at IS NULL
+    RETURNING events.id
+)
+SELECT event_id, subscriber_id, next_attempt_at FROM ins WHERE status = 'failed';
+
+-- name: EventLockUnprocessed :exec
+-- Locks the events @ids not processed yet, in id order.
+SELECT id FROM events WHERE id = ANY(@ids::bigint[]) AND processed_at IS NULL ORDER BY id FOR UPDATE;
+
+-- name: EventMarkProcessed :many
+-- Marks processed those of the events @ids not processed yet none of whose
+-- deliveries is open (pending or failed), stamping undispatched ones
+-- dispatched too, gives them the next feed sequences in id order, and
+-- queues one NOTIFY on @channel whose payload is the highest, delivered at
+-- commit. Taking the sequences row-locks feed_counter until commit, so
+-- sequences commit, and notifications arrive, in increasing order. Returns
+-- each marked event with its latency (processed_at - created_at, seconds).
+WITH todo AS (
+    SELECT e.id, row_number() OVER (ORDER BY e.id) AS n, count(*) OVER () AS total
+    FROM events e WHERE e.id = ANY(@ids::bigint[]) AND e.processed_at IS NULL
+      AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND d.status IN ('pending', 'failed'))
+), s AS (
+    UPDATE feed_counter SET last_seq = last_seq + (SELECT count(*) FROM todo)
+    WHERE EXISTS (SELECT 1 FROM todo)
+    RETURNING last_seq
+), marked AS (
+    UPDATE events SET processed_at = t.at, dispatched_at = coalesce(events.dispatched_at, t.at),
+        feed_seq = s.last_seq - todo.total + todo.n
+    FROM todo, s, (SELECT clock_timestamp() AS at) t
+    WHERE events.id = todo.id AND events.processed_at IS NULL
+    RETURNING events.id, events.feed_seq, events.processed_at - events.created_at AS latency
+)
+SELECT id, extract(epoch FROM latency)::float8 AS latency_s, pg_notify(@channel, (max(feed_seq) OVER ())::text)::text AS notified
+FROM marked ORDER BY id;
+
+-- name: EventSetDispatchJobs :exec
+-- Notes the dispatch job River enqueued for each event.
+UPDATE events SET dispatch_job_id = j.job_id
+FROM (SELECT unnest(@event_ids::bigint[]) AS event_id, unnest(@job_ids::bigint[]) AS job_id) j
+WHERE events.id = j.event_id;
+
+-- name: TxSetLockTimeout :one
+-- Bounds every lock wait of the transaction from here on to @timeout
+-- (lock_timeout syntax, "0": unbounded) and returns the bound before, to
+-- restore it with.
+WITH prev AS MATERIALIZED (SELECT current_setting('lock_timeout') AS timeout)
+SELECT prev.timeout::text AS previous, set_config('lock_timeout', @timeout::text, true)::text AS timeout FROM prev;
+
+-- name: EventListUndispatchedIDs :many
+-- Unprocessed events whose deliveries were never created, after @after_id.
+SELECT id FROM events
+WHERE processed_at IS NULL AND dispatched_at IS NULL AND id > @after_id ORDER BY id LIMIT @max_rows;
+
+-- name: EventListUnfinishedIDs :many
+-- Dispatched, unprocessed events with no open delivery left, after @after_id.
+SELECT e.id FROM events e
+WHERE e.processed_at IS NULL AND e.dispatched_at IS NOT NULL AND e.id > @after_id
+  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND d.status IN ('pending', 'failed'))
+ORDER BY e.id LIMIT @max_rows;

@@ -1,0 +1,50 @@
+-- Subscribers of the event stream (table subscribers, read through view
+-- subscriber_rows, which never shows the webhook secret). Statements that
+-- write return the view's columns in its order.
+
+-- name: SubscriberUpsertBuiltin :one
+INSERT INTO subscribers (name, kind, event_types) VALUES (@name, 'builtin', @event_types)
+ON CONFLICT (name) DO UPDATE SET event_types = EXCLUDED.event_types, updated_at = now()
+WHERE subscribers.kind = EXCLUDED.kind
+RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
+    max_attempts, timeout_ms, paused, created_at, updated_at;
+
+-- name: SubscriberInsertWebhook :one
+INSERT INTO subscribers (name, kind, url, event_types, secret, max_attempts, timeout_ms)
+VALUES (@name, 'webhook', @url, @event_types, sqlc.narg('secret'),
+    coalesce(sqlc.narg('max_attempts')::integer, 10), coalesce(sqlc.narg('timeout_ms')::integer, 10000))
+RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
+    max_attempts, timeout_ms, paused, created_at, updated_at;
+
+-- name: SubscriberUpdateWebhook :one
+UPDATE subscribers SET
+    name = coalesce(sqlc.narg('name'), name), url = coalesce(sqlc.narg('url'), url),
+    event_types = coalesce(sqlc.narg('event_types')::text[], event_types), secret = coalesce(sqlc.narg('secret'), secret),
+    max_attempts = coalesce(sqlc.narg('max_attempts')::integer, max_attempts),
+    timeout_ms = coalesce(sqlc.narg('timeout_ms')::integer, timeout_ms),
+    updated_at = now()
+WHERE id = @id AND kind = 'webhook'
+RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
+    max_attempts, timeout_ms, paused, created_at, updated_at;
+
+-- name: SubscriberSetPaused :one
+UPDATE subscribers SET paused = @paused, updated_at = now() WHERE id = @id
+RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
+    max_attempts, timeout_ms, paused, created_at, updated_at;
+
+-- name: SubscriberGetByID :one
+SELECT * FROM subscriber_rows WHERE id = @id;
+
+-- name: SubscriberListByIDs :many
+-- The view's columns, read from the table itself (as the statement log of
+-- the deliveries page's test expects).
+SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
+    s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at
+FROM subscribers s WHERE s.id = ANY(@ids::bigint[]) ORDER BY s.id;
+
+-- name: SubscriberList :many
+SELECT * FROM subscriber_rows ORDER BY name;
+
+-- name: SubscriberGetWebhookTarget :one
+-- What sending needs, secret included; never leaves package jobs.
+SELECT url::text AS url, coalesce(secret, '')::text AS secret, timeout_ms FROM subscribers WHERE id = @id AND kind = 'webhook';

@@ -1,0 +1,210 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"erp/db/internal/dbsqlc"
+)
+
+// Subscriber is a row of subscribers: a built-in handler or a webhook.
+// The webhook secret is never read back out; HasSecret tells whether one is
+// set.
+type Subscriber struct {
+	ID          int64
+	Name        string
+	Kind        string
+	EventTypes  []string
+	URL         *string
+	HasSecret   bool
+	MaxAttempts int32
+	TimeoutMs   int32
+	Paused      bool
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// WebhookSubscriberInput creates or (fields set) updates a webhook
+// subscriber. The URL must already be validated by the caller (package jobs
+// knows what it can send to).
+type WebhookSubscriberInput struct {
+	Name        *string
+	URL         *string
+	EventTypes  []string
+	Secret      *string
+	MaxAttempts *int32
+	TimeoutMs   *int32
+}
+
+func (in WebhookSubscriberInput) validate(creating bool) error {
+	if creating && (in.Name == nil || in.URL == nil) {
+		return inputErr("name", "a webhook subscriber needs a name and a url")
+	}
+	if in.Name != nil && !validSubscriberName(*in.Name) {
+		return inputErr("name", "1 to 64 lowercase letters, digits, '_', '.', '-', starting with a letter or digit")
+	}
+	if len(in.EventTypes) > maxSubscriberTypes {
+		return inputErr("eventTypes", "at most %d event types", maxSubscriberTypes)
+	}
+	for i, t := range in.EventTypes {
+		if strings.TrimSpace(t) == "" || len(t) > 100 {
+			return inputErr(fmt.Sprintf("eventTypes.%d", i), "1 to 100 characters")
+		}
+	}
+	if in.URL != nil && len(*in.URL) > maxWebhookURL {
+		return inputErr("url", "at most %d characters", maxWebhookURL)
+	}
+	if in.Secret != nil && len(*in.Secret) > maxWebhookSecret {
+		return inputErr("secret", "at most %d characters", maxWebhookSecret)
+	}
+	if in.MaxAttempts != nil && (*in.MaxAttempts < 1 || *in.MaxAttempts > 100) {
+		return inputErr("maxAttempts", "must be between 1 and 100")
+	}
+	if in.TimeoutMs != nil && (*in.TimeoutMs < 100 || *in.TimeoutMs > 120000) {
+		return inputErr("timeoutMs", "must be between 100 and 120000 ms")
+	}
+	return nil
+}
+
+func validSubscriberName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i, r := range s {
+		ok := (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || (i > 0 && (r == '_' || r == '.' || r == '-'))
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// UpsertBuiltinSubscriber records a built-in subscriber and the event types
+// it takes, so deliveries to it are recorded like any other. Run at start.
+func UpsertBuiltinSubscriber(ctx context.Context, q Querier, name string, eventTypes []string) (Subscriber, error) {
+	if eventTypes == nil {
+		eventTypes = []string{}
+	}
+	row, err := queries.SubscriberUpsertBuiltin(ctx, q, name, eventTypes)
+	if err != nil {
+		return Subscriber{}, fmt.Errorf("register built-in subscriber %s: %w", name, translate(err))
+	}
+	return subscriberFrom(dbsqlc.SubscriberRow(row)), nil
+}
+
+// CreateWebhookSubscriber inserts a webhook subscriber. A taken name is an
+// *InputError on "name" matching ErrConflict.
+func CreateWebhookSubscriber(ctx context.Context, q Querier, in WebhookSubscriberInput) (Subscriber, error) {
+	if err := in.validate(true); err != nil {
+		return Subscriber{}, err
+	}
+	types := in.EventTypes
+	if types == nil {
+		types = []string{}
+	}
+	row, err := queries.SubscriberInsertWebhook(ctx, q, dbsqlc.SubscriberInsertWebhookParams{Name: *in.Name, Url: in.URL,
+		EventTypes: types, Secret: in.Secret, MaxAttempts: in.MaxAttempts, TimeoutMs: in.TimeoutMs})
+	if err != nil {
+		return Subscriber{}, webhookWriteErr(err, in, "insert webhook subscriber "+*in.Name)
+	}
+	return subscriberFrom(dbsqlc.SubscriberRow(row)), nil
+}
+
+// UpdateWebhookSubscriber changes the given fields of webhook subscriber id
+// (EventTypes nil keeps them; empty means every type). ErrNotFound if there
+// is no such webhook subscriber.
+func UpdateWebhookSubscriber(ctx context.Context, q Querier, id int64, in WebhookSubscriberInput) (Subscriber, error) {
+	if err := in.validate(false); err != nil {
+		return Subscriber{}, err
+	}
+	row, err := queries.SubscriberUpdateWebhook(ctx, q, dbsqlc.SubscriberUpdateWebhookParams{ID: id, Name: in.Name,
+		Url: in.URL, EventTypes: in.EventTypes, Secret: in.Secret, MaxAttempts: in.MaxAttempts, TimeoutMs: in.TimeoutMs})
+	if err != nil {
+		return Subscriber{}, webhookWriteErr(err, in, fmt.Sprintf("update webhook subscriber %d", id))
+	}
+	return subscriberFrom(dbsqlc.SubscriberRow(row)), nil
+}
+
+// webhookWriteErr is the error of writing webhook subscriber in: a taken
+// name is an *InputError on "name" matching ErrConflict.
+func webhookWriteErr(err error, in WebhookSubscriberInput, action string) error {
+	err = translate(err)
+	if errors.Is(err, ErrConflict) && in.Name != nil {
+		return conflictOn("name", "a subscriber named %q exists", *in.Name)
+	}
+	return fmt.Errorf("%s: %w", action, err)
+}
+
+// SetSubscriberPaused pauses or resumes subscriber id. A paused
+// subscriber's deliveries are recorded but held (their events stay
+// unprocessed) until it is resumed. It returns the subscriber and the keys
+// of its open deliveries (to schedule on resume).
+func SetSubscriberPaused(ctx context.Context, tx pgx.Tx, id int64, paused bool) (Subscriber, []DeliveryKey, error) {
+	row, err := queries.SubscriberSetPaused(ctx, tx, paused, id)
+	if err != nil {
+		return Subscriber{}, nil, fmt.Errorf("set subscriber %d paused=%t: %w", id, paused, translate(err))
+	}
+	s := subscriberFrom(dbsqlc.SubscriberRow(row))
+	if paused {
+		return s, nil, nil
+	}
+	rows, err := queries.DeliveryListOpenKeysOfSubscriber(ctx, tx, id)
+	if err != nil {
+		return Subscriber{}, nil, fmt.Errorf("open deliveries of subscriber %d: %w", id, translate(err))
+	}
+	return s, keysFrom(rows), nil
+}
+
+// SubscriberByID returns subscriber id, or ErrNotFound.
+func SubscriberByID(ctx context.Context, q Querier, id int64) (Subscriber, error) {
+	return one(subscriberFrom, "get subscriber", id)(queries.SubscriberGetByID(ctx, q, id))
+}
+
+// SubscribersByIDs returns the subscribers with the given ids (table
+// subscribers), in id order; ids that do not exist are skipped.
+func SubscribersByIDs(ctx context.Context, q Querier, ids []int64) ([]Subscriber, error) {
+	if ids == nil {
+		ids = []int64{}
+	}
+	rows, err := queries.SubscriberListByIDs(ctx, q, ids)
+	if err != nil {
+		return nil, fmt.Errorf("get %d subscribers: %w", len(ids), translate(err))
+	}
+	return mapRows(rows, func(r dbsqlc.SubscriberListByIDsRow) Subscriber { return subscriberFrom(dbsqlc.SubscriberRow(r)) }), nil
+}
+
+// Subscribers lists every subscriber by name.
+func Subscribers(ctx context.Context, q Querier) ([]Subscriber, error) {
+	rows, err := queries.SubscriberList(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("list subscribers: %w", translate(err))
+	}
+	return mapRows(rows, subscriberFrom), nil
+}
+
+func subscriberFrom(r dbsqlc.SubscriberRow) Subscriber {
+	return Subscriber{ID: r.ID, Name: r.Name, Kind: r.Kind, EventTypes: r.EventTypes, URL: r.Url, HasSecret: r.HasSecret,
+		MaxAttempts: r.MaxAttempts, TimeoutMs: r.TimeoutMs, Paused: r.Paused, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+}
+
+// WebhookTargetOf returns the endpoint of webhook subscriber id.
+func WebhookTargetOf(ctx context.Context, q Querier, id int64) (WebhookTarget, error) {
+	row, err := queries.SubscriberGetWebhookTarget(ctx, q, id)
+	if err != nil {
+		return WebhookTarget{}, fmt.Errorf("webhook target %d: %w", id, translate(err))
+	}
+	return WebhookTarget{URL: row.Url, Secret: row.Secret, TimeoutMs: row.TimeoutMs}, nil
+}
+
+// WebhookTarget is what sending needs of a webhook subscriber, secret
+// included; it never leaves package jobs.
+type WebhookTarget struct {
+	URL       string
+	Secret    string
+	TimeoutMs int32
+}

@@ -1,0 +1,357 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"erp/db"
+)
+
+// RetryPolicy spaces the attempts of a failing delivery: attempt n waits a
+// random time in [½, 1] × Base × 2^(n-1), at most Max ("full jitter" halved,
+// so gaps still grow). A webhook's Retry-After wins when it is longer.
+type RetryPolicy struct {
+	Base time.Duration
+	Max  time.Duration
+}
+
+// DefaultRetryPolicy: 2 s, 4 s, 8 s, … up to an hour.
+var DefaultRetryPolicy = RetryPolicy{Base: 2 * time.Second, Max: time.Hour}
+
+// Delay is the wait after failed attempt number attempt (1-based).
+func (p RetryPolicy) Delay(attempt int) time.Duration {
+	d := p.Base
+	for i := 1; i < attempt && d < p.Max; i++ {
+		d *= 2
+	}
+	d = min(d, p.Max)
+	return d/2 + rand.N(d/2+1)
+}
+
+// Outcome of one Deliver call.
+const (
+	OutcomeSkipped   = "skipped" // nothing to do: not open, in flight elsewhere, or paused
+	OutcomeBlocked   = "blocked" // an earlier event of the document comes first
+	OutcomeDelivered = db.DeliveryDelivered
+	OutcomeFailed    = db.DeliveryFailed
+	OutcomeDead      = db.DeliveryDead
+)
+
+// Deliver makes one attempt of delivery k, in one transaction with its
+// record: lock it (skipping one in flight elsewhere), wait for earlier
+// events of the same document, call the subscriber (a built-in one in a
+// savepoint), store the outcome, schedule the retry or finish the event,
+// and release deliveries that were waiting for this one. It returns the
+// outcome; an error means the attempt itself could not be made or stored
+// (the job is retried). Dispatch makes the first attempt of built-in
+// deliveries itself; Deliver makes webhook deliveries, retries and
+// redeliveries.
+func (d *Dispatcher) Deliver(ctx context.Context, k db.DeliveryKey) (string, error) {
+	w, err := d.deliver(ctx, k)
+	return w.outcome, err
+}
+
+// deliver is Deliver returning the transaction's work; w.outcome is the
+// outcome.
+func (d *Dispatcher) deliver(ctx context.Context, k db.DeliveryKey) (txWork, error) {
+	var w txWork
+	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		w = txWork{outcome: OutcomeSkipped}
+		del, err := db.LockOpenDelivery(ctx, tx, k)
+		if errors.Is(err, db.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		sub, err := db.SubscriberByID(ctx, tx, k.SubscriberID)
+		if err != nil {
+			return err
+		}
+		if sub.Paused {
+			return nil
+		}
+		ev, err := db.EventByID(ctx, tx, k.EventID)
+		if err != nil {
+			return err
+		}
+		blocked, err := db.DeliveryBlocked(ctx, tx, ev, sub.ID)
+		if err != nil {
+			return err
+		}
+		if blocked {
+			w.outcome = OutcomeBlocked
+			return nil
+		}
+		attempt, written, err := d.attempt(ctx, tx, sub, ev, del.Attempts+1, true)
+		if err != nil {
+			return err
+		}
+		rec, err := db.RecordAttempt(ctx, tx, k, attempt)
+		if err != nil {
+			return err
+		}
+		w.outcome = rec.Status
+		w.outcomes = append(w.outcomes, deliveryOutcome{key: k, evType: ev.Type, subscriber: sub.Name, outcome: rec.Status})
+		w.written = append(w.written, written...)
+		if rec.Status == db.DeliveryFailed {
+			w.retries = append(w.retries, db.Retry{Key: k, At: rec.NextAttemptAt})
+		} else {
+			// Lock the event before looking for later deliveries: one
+			// being dispatched right now share-locks it and sees our commit.
+			if w.finished, err = db.FinishEventsIfDone(ctx, tx, []int64{ev.ID}); err != nil {
+				return err
+			}
+			later, err := db.LaterOpenDeliveries(ctx, tx, ev, &sub.ID)
+			if err != nil {
+				return err
+			}
+			w.now = append(w.now, later...)
+		}
+		return d.enqueue(ctx, tx, &w)
+	})
+	if err != nil {
+		return txWork{}, fmt.Errorf("deliver event %d to subscriber %d: %w", k.EventID, k.SubscriberID, err)
+	}
+	d.record(ctx, &w)
+	return w, nil
+}
+
+// attempt calls the subscriber once; attemptNo counts this attempt. A
+// built-in subscriber runs in tx, in a savepoint with savepoint (its
+// failure undoes its writes but not the transaction); without, its failure
+// is a *rerun carrying the attempt: the transaction must roll back. Any
+// other error means the attempt could not be made at all (the context
+// ended, a lock wait ran out): nothing is recorded.
+func (d *Dispatcher) attempt(ctx context.Context, tx pgx.Tx, sub db.Subscriber, ev db.Event, attemptNo int32, savepoint bool) (db.Attempt, []db.Event, error) {
+	timeout := time.Duration(sub.TimeoutMs) * time.Millisecond
+	var a db.Attempt
+	var newEvents []db.Event
+	var permanent bool
+	var retryAfter time.Duration
+	switch sub.Kind {
+	case db.SubscriberBuiltin:
+		s, ok := d.builtins[sub.Name]
+		if !ok {
+			a.Error, permanent = fmt.Sprintf("built-in subscriber %s is not part of this server", sub.Name), true
+			break
+		}
+		hctx, cancel := context.WithTimeout(ctx, timeout)
+		start := time.Now()
+		events, err := handle(hctx, tx, s, ev, savepoint)
+		cancel()
+		a.Duration = time.Since(start)
+		if err != nil {
+			if ctx.Err() != nil {
+				return db.Attempt{}, nil, ctx.Err()
+			}
+			if db.IsLockWait(err) {
+				// Not the subscriber's failure: the attempt could not run.
+				return db.Attempt{}, nil, err
+			}
+			a.Error = err.Error()
+			d.settle(&a, isPermanent(err), 0, attemptNo, sub)
+			if !savepoint {
+				return a, nil, &rerun{failed: &priorAttempt{key: db.DeliveryKey{EventID: ev.ID, SubscriberID: sub.ID}, attempt: a}}
+			}
+			return a, nil, nil
+		}
+		newEvents = events
+	case db.SubscriberWebhook:
+		target, err := db.WebhookTargetOf(ctx, tx, sub.ID)
+		if err != nil {
+			return db.Attempt{}, nil, err
+		}
+		body, err := json.Marshal(feedView(ev))
+		if err != nil {
+			return db.Attempt{}, nil, fmt.Errorf("marshal event %d: %w", ev.ID, err)
+		}
+		res := d.webhooks.Send(ctx, WebhookConfig{URL: target.URL, Secret: target.Secret, Timeout: timeout}, ev.ID, body)
+		if res.Err != nil && ctx.Err() != nil {
+			return db.Attempt{}, nil, ctx.Err()
+		}
+		a.Duration, a.ResponseStatus, a.ResponseBody = res.Duration, res.Status, res.Body
+		if res.Err != nil {
+			a.Error, permanent, retryAfter = res.Err.Error(), res.Permanent, res.RetryAfter
+		}
+	default:
+		a.Error, permanent = fmt.Sprintf("unknown subscriber kind %q", sub.Kind), true
+	}
+	d.settle(&a, permanent, retryAfter, attemptNo, sub)
+	return a, newEvents, nil
+}
+
+// settle sets the status of attempt a (number attemptNo) of a delivery to
+// sub from its error: delivered, dead (permanent, or the last attempt) or
+// failed with the retry's delay.
+func (d *Dispatcher) settle(a *db.Attempt, permanent bool, retryAfter time.Duration, attemptNo int32, sub db.Subscriber) {
+	switch {
+	case a.Error == "":
+		a.Status = db.DeliveryDelivered
+	case permanent || attemptNo >= sub.MaxAttempts:
+		a.Status = db.DeliveryDead
+	default:
+		a.Status = db.DeliveryFailed
+		a.RetryIn = max(d.retry.Delay(int(attemptNo)), retryAfter)
+	}
+}
+
+// handle runs a built-in subscriber in tx, in a savepoint with savepoint,
+// so that a failure undoes its writes but not the delivery record of the
+// failure.
+func handle(ctx context.Context, tx pgx.Tx, s Subscriber, ev db.Event, savepoint bool) ([]db.Event, error) {
+	if !savepoint {
+		return s.Handle(ctx, tx, ev)
+	}
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("savepoint: %w", err)
+	}
+	events, err := s.Handle(ctx, sp, ev)
+	if err != nil {
+		if rbErr := sp.Rollback(context.WithoutCancel(ctx)); rbErr != nil {
+			return nil, errors.Join(err, rbErr)
+		}
+		return nil, err
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("release savepoint: %w", err)
+	}
+	return events, nil
+}
+
+// txWork collects what one dispatch or delivery transaction did: the jobs
+// it enqueues before committing and what the metrics count once it
+// committed.
+type txWork struct {
+	now        []db.DeliveryKey // deliver jobs to run at once
+	retries    []db.Retry       // deliver jobs of failed attempts
+	written    []db.Event       // events built-in subscribers journaled
+	redispatch []int64          // events a batch claimed (deleting their dispatch jobs) but left
+	dispatched []string         // types of the events dispatched
+	outcomes   []deliveryOutcome
+	finished   []db.ProcessedEvent
+	outcome    string // Deliver's outcome
+}
+
+type deliveryOutcome struct {
+	key        db.DeliveryKey
+	evType     string
+	subscriber string
+	outcome    string
+}
+
+// enqueue inserts, in tx and in one statement, the dispatch jobs of the
+// events written and of those a batch left, and the deliver jobs of w
+// (retries at their next attempt).
+func (d *Dispatcher) enqueue(ctx context.Context, tx pgx.Tx, w *txWork) error {
+	ids := make([]int64, 0, len(w.written)+len(w.redispatch))
+	for _, ev := range w.written {
+		ids = append(ids, ev.ID)
+	}
+	ids = append(ids, w.redispatch...)
+	deliver := make([]river.InsertManyParams, 0, len(w.now)+len(w.retries))
+	for _, k := range w.now {
+		deliver = append(deliver, river.InsertManyParams{Args: DeliverArgs{EventID: k.EventID, SubscriberID: k.SubscriberID}})
+	}
+	for _, r := range w.retries {
+		deliver = append(deliver, river.InsertManyParams{
+			Args:       DeliverArgs{EventID: r.Key.EventID, SubscriberID: r.Key.SubscriberID},
+			InsertOpts: &river.InsertOpts{ScheduledAt: r.At},
+		})
+	}
+	return insertJobs(ctx, d.river, tx, ids, deliver)
+}
+
+// record counts one committed transaction's work: events dispatched,
+// attempts by outcome, the events subscribers wrote, and the latency of
+// the events it finished; failures are logged.
+func (d *Dispatcher) record(ctx context.Context, w *txWork) {
+	for _, t := range w.dispatched {
+		d.metrics.EventDispatched(t)
+	}
+	for _, o := range w.outcomes {
+		d.metrics.Delivery(o.evType, o.subscriber, o.outcome)
+		if o.outcome == OutcomeFailed || o.outcome == OutcomeDead {
+			d.logger.WarnContext(ctx, "delivery "+o.outcome, slog.Int64("event_id", o.key.EventID),
+				slog.Int64("subscriber_id", o.key.SubscriberID), slog.String("subscriber", o.subscriber))
+		}
+	}
+	for _, ev := range w.written {
+		d.metrics.EventWritten(ev.Type)
+	}
+	for _, p := range w.finished {
+		d.metrics.EventProcessedAfter(p.Latency)
+	}
+}
+
+// feedEvent is an event as the live feed and webhooks show it: the GraphQL
+// Event's fields, ids as strings.
+type feedEvent struct {
+	ID          string          `json:"id"`
+	Type        string          `json:"type"`
+	Entity      string          `json:"entity"`
+	EntityID    string          `json:"entityId"`
+	Object      string          `json:"object"`
+	Payload     json.RawMessage `json:"payload"`
+	CreatedAt   time.Time       `json:"createdAt"`
+	ProcessedAt *time.Time      `json:"processedAt"`
+	Actor       *feedActor      `json:"actor"`
+	Cursor      string          `json:"cursor"`
+}
+
+type feedActor struct {
+	ID          string `json:"id"`
+	Login       string `json:"login"`
+	DisplayName string `json:"displayName"`
+}
+
+func feedView(ev db.Event) feedEvent {
+	v := feedEvent{
+		ID: strconv.FormatInt(ev.ID, 10), Type: ev.Type, Entity: ev.Entity,
+		EntityID: strconv.FormatInt(ev.EntityID, 10), Object: ev.Object(), Payload: ev.Payload,
+		CreatedAt: ev.CreatedAt, ProcessedAt: ev.ProcessedAt, Cursor: ev.Cursor(),
+	}
+	if u := ev.Actor(); u != nil {
+		v.Actor = &feedActor{ID: strconv.FormatInt(u.ID, 10), Login: u.Login, DisplayName: u.DisplayName}
+	}
+	return v
+}
+
+// DeliverArgs is the River job that attempts one delivery. Retries of a
+// failing delivery are new jobs scheduled at the delivery's next attempt
+// time, inserted in the transaction that recorded the failure, so our
+// backoff (and a webhook's Retry-After) decides, not River's. River's own
+// retries only cover an attempt that could not even be recorded.
+type DeliverArgs struct {
+	EventID      int64 `json:"event_id"`
+	SubscriberID int64 `json:"subscriber_id"`
+}
+
+// Kind implements river.JobArgs.
+func (DeliverArgs) Kind() string { return "deliver_event" }
+
+// DeliverWorker works DeliverArgs.
+type DeliverWorker struct {
+	river.WorkerDefaults[DeliverArgs]
+	Dispatcher *Dispatcher
+}
+
+// Timeout implements river.Worker: longer than the longest subscriber
+// timeout (120 s).
+func (w *DeliverWorker) Timeout(*river.Job[DeliverArgs]) time.Duration { return 3 * time.Minute }
+
+// Work implements river.Worker.
+func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
+	_, err := w.Dispatcher.Deliver(ctx, db.DeliveryKey{EventID: job.Args.EventID, SubscriberID: job.Args.SubscriberID})
+	return err
+}
