@@ -216,13 +216,14 @@ func (f *Filters) Compile(spec FilterSpec) (*Filter, error) {
 	slices.Sort(out.spec.Entities)
 	out.spec.Entities = slices.Compact(out.spec.Entities)
 
-	cond := strings.TrimSpace(spec.Condition)
-	if cond == "" {
+	// The condition is kept as sent, so that error positions are the
+	// client's; only a blank one means none.
+	cond := spec.Condition
+	if strings.TrimSpace(cond) == "" {
 		return out, nil
 	}
 	if n := utf8.RuneCountInString(cond); n > MaxConditionLen {
-		return nil, &FilterError{Field: "condition", Line: 1, Column: 1,
-			Msg: fmt.Sprintf("at most %d characters, not %d", MaxConditionLen, n)}
+		return nil, conditionError(1, 1, fmt.Sprintf("at most %d characters, not %d", MaxConditionLen, n))
 	}
 	prg, err := f.program(cond)
 	if err != nil {
@@ -279,8 +280,14 @@ func (f *Filters) program(cond string) (cel.Program, error) {
 		return nil, conditionError(first.Location.Line(), first.Location.Column()+1, msg)
 	}
 	if t := ast.OutputType(); !t.IsExactType(cel.BoolType) && !t.IsExactType(cel.DynType) {
-		root := ast.NativeRep()
-		loc := root.SourceInfo().GetStartLocation(root.Expr().ID())
+		// Point at the start of the whole expression: its smallest offset
+		// (a node's own location is its operator's, '+' in `a + 1`).
+		info := ast.NativeRep().SourceInfo()
+		start := int32(len(cond))
+		for _, r := range info.OffsetRanges() {
+			start = min(start, r.Start)
+		}
+		loc := info.GetLocationByOffset(start)
 		return nil, conditionError(loc.Line(), loc.Column()+1,
 			fmt.Sprintf("the condition must be a bool, not %s", t))
 	}
@@ -314,7 +321,7 @@ type Filter struct {
 }
 
 // Spec is the filter in its normalised form (types and tables sorted and
-// de-duplicated, condition trimmed), the form to store.
+// de-duplicated, a blank condition empty), the form to store.
 func (f *Filter) Spec() FilterSpec { return f.spec }
 
 // String writes the filter's spec.
