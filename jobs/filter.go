@@ -344,7 +344,8 @@ func (f *Filter) TakesTypeAndEntity(eventType, entity string) bool {
 // not a bool, the cost limit: ErrFilterCostLimit) means not taken: Takes
 // returns false with the error, for logs and metrics, and retrying would
 // fail the same way. A condition that needs an optional key tests it with
-// has(event.payload.key).
+// has(event.payload.key). To try many filters on one event, TakesEvent
+// decodes its payload once.
 func (f *Filter) Takes(ev db.Event) (bool, error) {
 	if !f.TakesTypeAndEntity(ev.Type, ev.Entity) {
 		return false, nil
@@ -352,16 +353,23 @@ func (f *Filter) Takes(ev db.Event) (bool, error) {
 	if f.prg == nil {
 		return true, nil
 	}
-	payload, err := decodePayload(ev.Payload)
+	return f.TakesEvent(NewFilterEvent(ev))
+}
+
+// TakesEvent is Takes on an event prepared by NewFilterEvent.
+func (f *Filter) TakesEvent(e *FilterEvent) (bool, error) {
+	ev := e.ev
+	if !f.TakesTypeAndEntity(ev.Type, ev.Entity) {
+		return false, nil
+	}
+	if f.prg == nil {
+		return true, nil
+	}
+	in, err := e.input()
 	if err != nil {
-		return false, fmt.Errorf("decode payload of event %d: %w", ev.ID, err)
+		return false, err
 	}
-	ce := &celEvent{ID: ev.ID, Type: ev.Type, Entity: ev.Entity, EntityID: ev.EntityID,
-		Payload: payload, CreatedAt: ev.CreatedAt}
-	if a := ev.Actor(); a != nil {
-		ce.Actor = map[string]any{"id": a.ID, "login": a.Login, "displayName": a.DisplayName, "role": a.Role}
-	}
-	out, _, err := f.prg.Eval(eventActivation{ce})
+	out, _, err := f.prg.Eval(eventActivation{in})
 	if err != nil {
 		var cancelled interpreter.EvalCancelledError
 		if errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded {
@@ -374,6 +382,30 @@ func (f *Filter) Takes(ev db.Event) (bool, error) {
 		return false, fmt.Errorf("evaluate condition on event %d: the result is %s, not a bool", ev.ID, out.Type())
 	}
 	return b, nil
+}
+
+// FilterEvent is one event as conditions see it, built when the first
+// condition needs it and shared by every filter tried on the event (CEL
+// never changes its input). It is safe for concurrent use.
+type FilterEvent struct {
+	ev    db.Event
+	input func() (*celEvent, error)
+}
+
+// NewFilterEvent prepares ev for Filter.TakesEvent; nothing is decoded yet.
+func NewFilterEvent(ev db.Event) *FilterEvent {
+	return &FilterEvent{ev: ev, input: sync.OnceValues(func() (*celEvent, error) {
+		payload, err := decodePayload(ev.Payload)
+		if err != nil {
+			return nil, fmt.Errorf("decode payload of event %d: %w", ev.ID, err)
+		}
+		ce := &celEvent{ID: ev.ID, Type: ev.Type, Entity: ev.Entity, EntityID: ev.EntityID,
+			Payload: payload, CreatedAt: ev.CreatedAt}
+		if a := ev.Actor(); a != nil {
+			ce.Actor = map[string]any{"id": a.ID, "login": a.Login, "displayName": a.DisplayName, "role": a.Role}
+		}
+		return ce, nil
+	})}
 }
 
 // eventActivation binds `event` without a map per evaluation.

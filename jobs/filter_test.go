@@ -293,6 +293,40 @@ func TestFilterConcurrentTakes(t *testing.T) {
 	wg.Wait()
 }
 
+func TestFilterEventShared(t *testing.T) {
+	t.Parallel()
+	var filters []*jobs.Filter
+	for _, c := range []string{`event.payload.source == "shop"`, `event.payload.lines > 1`, `event.actor.login == "ann"`, ""} {
+		f, err := jobs.CompileFilter([]string{db.EventOrderReceived}, nil, c)
+		require.NoError(t, err)
+		filters = append(filters, f)
+	}
+	for name, want := range map[string][]bool{"shop": {true, false, true, true}, "crm": {false, true, false, true}} {
+		ev := filterEvents()[name]
+		e := jobs.NewFilterEvent(ev)
+		for i, f := range filters {
+			got, err := f.TakesEvent(e)
+			if err != nil {
+				// crm's actor is null: that condition fails and is not taken.
+				assert.Equal(t, "crm", name)
+				assert.Equal(t, 2, i)
+			}
+			alone, _ := f.Takes(ev)
+			if got != want[i] || alone != got {
+				t.Errorf("%s, filter %d (%s): TakesEvent %v, Takes %v, want %v", name, i, f, got, alone, want[i])
+			}
+		}
+	}
+
+	bad := jobs.NewFilterEvent(db.Event{ID: 9, Type: db.EventOrderReceived, Payload: json.RawMessage(`[1, 2]`)})
+	ok, err := filters[0].TakesEvent(bad)
+	assert.False(t, ok)
+	require.ErrorContains(t, err, "decode payload of event 9")
+	ok, err = filters[3].TakesEvent(bad) // no condition: the payload is not read
+	assert.True(t, ok)
+	require.NoError(t, err)
+}
+
 func TestFilterErrorIsBadInput(t *testing.T) {
 	t.Parallel()
 	_, err := jobs.CompileFilter(nil, nil, "event.")
@@ -332,6 +366,27 @@ func BenchmarkFilterTakes(b *testing.B) {
 			}
 		})
 	}
+
+	// Five subscribers with conditions on one event: the payload is
+	// decoded once, not five times.
+	var five []*jobs.Filter
+	for _, c := range []string{`event.payload.source == "shop"`, `event.payload.lines > 0`, `event.actor != null`,
+		`event.payload.order_id == 22`, `event.type == "order.received"`} {
+		f, err := jobs.CompileFilter(nil, nil, c)
+		require.NoError(b, err)
+		five = append(five, f)
+	}
+	b.Run("cel/five filters, one event", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			e := jobs.NewFilterEvent(events["shop"])
+			for _, f := range five {
+				if _, err := f.TakesEvent(e); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
 
 	// The worst a condition can cost: evaluation up to the cost limit.
 	f, err := jobs.CompileFilter(nil, nil, `lists.range(100000).all(i, i >= 0)`)
