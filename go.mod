@@ -3,6 +3,7 @@ module erp
 go 1.26.8
 
 require (
+	cel.dev/cel-go v0.33.2
 	github.com/99designs/gqlgen v0.17.98
 	github.com/caarlos0/env/v11 v11.4.2
 	github.com/cloudevents/sdk-go/v2 v2.16.2
