@@ -24,6 +24,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -258,11 +259,18 @@ func FeedSeq(t testing.TB, cursor string) int64 {
 // order.
 func JournalIDs(t testing.TB, pool *pgxpool.Pool, typ string) []string {
 	t.Helper()
-	rows, err := pool.Query(t.Context(), `SELECT id::text FROM events WHERE type = $1 AND feed_seq IS NOT NULL ORDER BY feed_seq`, typ)
-	require.NoError(t, err)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	return ids
+	var ids []string
+	for seq := int64(0); ; {
+		page, err := db.EventsProcessedAfter(t.Context(), pool, db.EventFilter{Types: []string{typ}}, seq, 500)
+		require.NoError(t, err)
+		if len(page) == 0 {
+			return ids
+		}
+		for _, ev := range page {
+			ids = append(ids, strconv.FormatInt(ev.ID, 10))
+		}
+		seq = *page[len(page)-1].FeedSeq
+	}
 }
 
 // RoleToken creates user login with role (the GraphQL enum, e.g. SALES)
