@@ -110,7 +110,7 @@ type App struct {
 
 // New wires the application on pool (already migrated) from cfg: of it,
 // New reads DispatchInterval, AllowedOrigins, Introspection, Playground,
-// TimeZone, ShutdownTimeout, Retention and the tuning fields (KeepAlive,
+// TimeZone, WebhookAllowPrivate, ShutdownTimeout, Retention and the tuning fields (KeepAlive,
 // InitTimeout, APIOnly, FeedBuffer; zero takes the default). It starts
 // nothing; the error names a bad setting (ALLOWED_ORIGINS, TIME_ZONE) or
 // what failed to build.
@@ -126,7 +126,8 @@ func New(pool *pgxpool.Pool, cfg config.Config, logger *slog.Logger) (*App, erro
 	registry := prometheus.NewRegistry()
 	m := metrics.New(registry)
 	m.RegisterDatabase(pool)
-	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger, Metrics: m},
+	webhooks := jobs.NewWebhookSender(jobs.WithAllowPrivate(cfg.WebhookAllowPrivate))
+	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger, Metrics: m, Webhooks: webhooks},
 		jobs.OrderAcceptance{}, jobs.ProductionPlanning{}, jobs.MaterialIssue{})
 	riverClient, err := jobs.NewRiverClient(pool, dispatcher, jobs.RiverConfig{
 		ID:               instanceID(),

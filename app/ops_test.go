@@ -42,7 +42,9 @@ func TestRetentionPrunesDeliveredAndPurgesDead(t *testing.T) {
 	s := apptest.New(t)
 	apptest.SeedItem(t, s)
 	apptest.GQL[map[string]any](t, s, `mutation { createWebhookSubscriber(input: {name: "gone", url: "http://127.0.0.1:1/", eventTypes: ["doc.created"], maxAttempts: 1, timeoutMs: 1000}) { id } }`, nil)
-	apptest.GQL[map[string]any](t, s, apptest.CreateSalesOrder, map[string]any{"customer": "r"})
+	// Its doc.created goes dead; its order.received is delivered to the
+	// built-in subscribers.
+	apptest.GQL[map[string]any](t, s, `mutation { receiveOrder(input: {source: CRM, externalId: "70001", customer: "r", lines: [{sku: "A1", quantity: "1"}]}) { duplicate } }`, nil)
 	apptest.WaitAllProcessed(t, s)
 	count := func(status string) int {
 		var n int

@@ -1,49 +1,71 @@
 package app_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
+
+	"erp/app/config"
 
 	"erp/app/apptest"
 	"erp/jobs"
 )
 
-// receiver is a webhook endpoint as a customer would write one: it checks
-// the signature and de-duplicates by event id.
+// receiver is a webhook endpoint as a customer would write one: it
+// verifies the signature with the Standard Webhooks library (not our code)
+// and de-duplicates by webhook-id. Every request is kept, to replay.
 type receiver struct {
-	secret string
-	status atomic.Int32 // answer with this status; 0 = 200
+	verifier *standardwebhooks.Webhook
+	status   atomic.Int32 // answer with this status; 0 = 200
+	failOnce atomic.Bool  // answer the next request 500, once
 
 	mu       sync.Mutex
-	requests int
-	byEvent  map[string]int
+	requests []receivedRequest
+	byID     map[string]int
 	badSigs  int
 }
 
+type receivedRequest struct {
+	header http.Header
+	body   []byte
+}
+
 func newReceiver(t *testing.T, secret string) (*receiver, string) {
-	r := &receiver{secret: secret, byEvent: map[string]int{}}
+	t.Helper()
+	verifier, err := standardwebhooks.NewWebhook(secret)
+	require.NoError(t, err)
+	r := &receiver{verifier: verifier, byID: map[string]int{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		r.requests++
-		if err := jobs.VerifyWebhook(r.secret, req.Header.Get(jobs.HeaderTimestamp), req.Header.Get(jobs.HeaderSignature), body, time.Now(), time.Minute); err != nil {
+		r.requests = append(r.requests, receivedRequest{header: req.Header.Clone(), body: body})
+		if err := r.verifier.Verify(body, req.Header); err != nil {
 			r.badSigs++
 			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
+		}
+		if r.failOnce.CompareAndSwap(true, false) {
+			http.Error(w, "try again", http.StatusInternalServerError)
 			return
 		}
 		if s := r.status.Load(); s != 0 {
 			http.Error(w, "refused by test", int(s))
 			return
 		}
-		r.byEvent[req.Header.Get(jobs.HeaderEventID)]++
+		r.byID[req.Header.Get("webhook-id")]++
 		_, _ = io.WriteString(w, "ok")
 	}))
 	t.Cleanup(srv.Close)
@@ -53,7 +75,21 @@ func newReceiver(t *testing.T, secret string) (*receiver, string) {
 func (r *receiver) counts() (requests, distinct, badSigs int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.requests, len(r.byEvent), r.badSigs
+	return len(r.requests), len(r.byID), r.badSigs
+}
+
+func (r *receiver) received() []receivedRequest {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.requests)
+}
+
+// newSecret is a fresh Standard Webhooks secret.
+func newSecret(t *testing.T) string {
+	t.Helper()
+	secret, err := jobs.NewWebhookSecret()
+	require.NoError(t, err)
+	return secret
 }
 
 type deliveryView struct {
@@ -69,8 +105,9 @@ func TestWebhookSignedAndDeduplicatedByReceiver(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t)
 	apptest.SeedItem(t, s)
-	rcv, url := newReceiver(t, "s3cret")
-	apptest.CreateWebhook(t, s, "shop-sync", url, "s3cret", []string{"doc.created"})
+	secret := newSecret(t)
+	rcv, url := newReceiver(t, secret)
+	apptest.CreateWebhook(t, s, "shop-sync", url, secret, []string{"doc.created"})
 	for _, c := range []string{"А", "Б", "В"} {
 		apptest.GQL[map[string]any](t, s, apptest.CreateSalesOrder, map[string]any{"customer": c})
 	}
@@ -80,8 +117,16 @@ func TestWebhookSignedAndDeduplicatedByReceiver(t *testing.T) {
 	require.Equal(t, 3, distinct)
 	require.Zero(t, bad, "every request must carry a valid signature")
 
-	// A redelivery reaches the receiver again with the same event id: its
-	// de-duplication sees one event, two requests.
+	// The signature covers the body: a tampered one fails the library's
+	// verification.
+	genuine := rcv.received()[0]
+	require.NoError(t, rcv.verifier.Verify(genuine.body, genuine.header))
+	tampered := bytes.Replace(genuine.body, []byte(`"doc.created"`), []byte(`"doc.deleted"`), 1)
+	require.NotEqual(t, genuine.body, tampered)
+	require.ErrorIs(t, rcv.verifier.Verify(tampered, genuine.header), standardwebhooks.ErrNoMatchingSignature)
+
+	// A redelivery reaches the receiver again with the same webhook-id:
+	// its de-duplication sees one delivery, two requests.
 	type redelivered struct {
 		Redeliver deliveryView `json:"redeliver"`
 	}
@@ -101,9 +146,10 @@ func TestWebhook4xxIsDeadThenRedelivered(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t)
 	apptest.SeedItem(t, s)
-	rcv, url := newReceiver(t, "k")
+	secret := newSecret(t)
+	rcv, url := newReceiver(t, secret)
 	rcv.status.Store(http.StatusUnprocessableEntity)
-	apptest.CreateWebhook(t, s, "crm", url, "k", []string{"doc.created"})
+	apptest.CreateWebhook(t, s, "crm", url, secret, []string{"doc.created"})
 	apptest.GQL[map[string]any](t, s, apptest.CreateSalesOrder, map[string]any{"customer": "Г"})
 	apptest.WaitAllProcessed(t, s)
 
@@ -163,7 +209,267 @@ func TestWebhookSubscriberValidation(t *testing.T) {
 		require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], tt.url)
 		require.Equal(t, tt.field, e.Extensions["field"], tt.url)
 	}
-	apptest.CreateWebhook(t, s, "dup", "http://127.0.0.1:1/", "k", nil)
+	apptest.CreateWebhook(t, s, "dup", "http://127.0.0.1:1/", "", nil)
 	e := apptest.GQLErr(t, s, `mutation { createWebhookSubscriber(input: {name: "dup", url: "http://127.0.0.1:1/"}) { id } }`, nil)
 	require.Equal(t, "CONFLICT", e.Extensions["code"])
 }
+
+// createHook creates a webhook subscriber from in (name and url at least)
+// and returns its answer.
+func createHook(t *testing.T, s *apptest.Server, in map[string]any) hookView {
+	t.Helper()
+	return apptest.GQL[struct {
+		CreateWebhookSubscriber hookView `json:"createWebhookSubscriber"`
+	}](t, s, `mutation($in: WebhookSubscriberInput!) { createWebhookSubscriber(input: $in) { `+hookFields+` } }`,
+		map[string]any{"in": in}).CreateWebhookSubscriber
+}
+
+const hookFields = `id name eventTypes entities condition format hasSecret secret`
+
+type hookView struct {
+	ID         string
+	Name       string
+	EventTypes []string
+	Entities   []string
+	Condition  *string
+	Format     *string
+	HasSecret  bool
+	Secret     *string
+}
+
+// deliveredEvents returns the ids of the events subscriber has delivery
+// records of.
+func deliveredEvents(t *testing.T, s *apptest.Server, subscriber string) []string {
+	t.Helper()
+	page := apptest.GQL[struct {
+		Deliveries struct{ Edges []struct{ Node deliveryView } } `json:"deliveries"`
+	}](t, s, `query($s: String!) { deliveries(filter: {subscriber: $s}, first: 500) { edges { node { status event { id } } } } }`,
+		map[string]any{"s": subscriber})
+	var ids []string
+	for _, e := range page.Deliveries.Edges {
+		ids = append(ids, e.Node.Event.ID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func TestWebhookGeneratedSecretShownOnce(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	hook := createHook(t, s, map[string]any{"name": "no-secret", "url": "http://127.0.0.1:1/", "eventTypes": []string{"order.received"}})
+	require.True(t, hook.HasSecret)
+	require.NotNil(t, hook.Secret, "a generated secret is shown in the create answer")
+	require.NoError(t, jobs.ValidateWebhookSecret(*hook.Secret))
+	require.Equal(t, "STANDARD_WEBHOOKS", *hook.Format, "the default format")
+
+	// Read back, it is never shown again.
+	list := apptest.GQL[struct{ Subscribers []hookView }](t, s, `{ subscribers { `+hookFields+` } }`, nil)
+	for _, sub := range list.Subscribers {
+		require.Nil(t, sub.Secret, sub.Name)
+	}
+	given := createHook(t, s, map[string]any{"name": "given", "url": "http://127.0.0.1:1/", "secret": newSecret(t)})
+	require.True(t, given.HasSecret)
+	require.Nil(t, given.Secret, "a secret the client gave is not echoed")
+}
+
+func TestWebhookConditionFilters(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	secret := newSecret(t)
+	rcv, url := newReceiver(t, secret)
+	hook := createHook(t, s, map[string]any{"name": "even-orders", "url": url, "secret": secret,
+		"eventTypes": []string{"doc.created", "doc.created"}, "entities": []string{"sales_order"},
+		"condition": `event.payload.entity == "sales_order" && event.entityId % 2 == 0`})
+	require.Equal(t, []string{"doc.created"}, hook.EventTypes, "normalised")
+	require.Equal(t, []string{"sales_orders"}, hook.Entities, "payload names stored as tables")
+	require.Equal(t, `event.payload.entity == "sales_order" && event.entityId % 2 == 0`, *hook.Condition)
+
+	// A condition whose evaluation fails (no such key) takes nothing.
+	createHook(t, s, map[string]any{"name": "missing-key", "url": url, "secret": secret, "condition": `event.payload.nosuchkey == 1`})
+
+	var even []string
+	for i := range 6 {
+		so := apptest.GQL[struct {
+			CreateSalesOrder struct{ ID string } `json:"createSalesOrder"`
+		}](t, s, apptest.CreateSalesOrder, map[string]any{"customer": fmt.Sprint("К", i)})
+		var id int
+		_, err := fmt.Sscan(so.CreateSalesOrder.ID, &id)
+		require.NoError(t, err)
+		if id%2 == 0 {
+			even = append(even, so.CreateSalesOrder.ID)
+		}
+	}
+	require.Len(t, even, 3)
+	apptest.WaitAllProcessed(t, s)
+
+	// Only the matching events have delivery records, each delivered.
+	want := apptest.JournalIDs(t, s.Pool, "doc.created")
+	want = slices.DeleteFunc(want, func(evID string) bool {
+		var entityID int64
+		require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT entity_id FROM events WHERE id = $1`, evID).Scan(&entityID))
+		return entityID%2 != 0
+	})
+	slices.Sort(want)
+	require.Len(t, want, 3)
+	require.Equal(t, want, deliveredEvents(t, s, "even-orders"))
+	require.Empty(t, deliveredEvents(t, s, "missing-key"), "an evaluation error: not taken")
+	requests, distinct, bad := rcv.counts()
+	require.Equal(t, 3, requests)
+	require.Equal(t, 3, distinct)
+	require.Zero(t, bad)
+
+	// An update replaces the condition; "" removes it.
+	upd := apptest.GQL[struct {
+		UpdateWebhookSubscriber hookView `json:"updateWebhookSubscriber"`
+	}](t, s, `mutation($id: ID!) { updateWebhookSubscriber(id: $id, input: {condition: ""}) { `+hookFields+` } }`, map[string]any{"id": hook.ID})
+	require.Nil(t, upd.UpdateWebhookSubscriber.Condition)
+	require.Equal(t, []string{"sales_orders"}, upd.UpdateWebhookSubscriber.Entities, "unchanged")
+}
+
+func TestWebhookFilterErrors(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	create := `mutation($in: WebhookSubscriberInput!) { createWebhookSubscriber(input: $in) { id } }`
+	in := func(extra map[string]any) map[string]any {
+		m := map[string]any{"name": "bad", "url": "http://127.0.0.1:1/"}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return map[string]any{"in": m}
+	}
+
+	// A typo in an event type lists the known ones.
+	e := apptest.GQLErr(t, s, create, in(map[string]any{"eventTypes": []string{"order.received", "doc.create"}}))
+	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"])
+	require.Equal(t, "input.eventTypes.1", e.Extensions["field"])
+	require.Contains(t, e.Message, `unknown event type "doc.create"`)
+	for _, known := range jobs.DefaultEventTypes() {
+		require.Contains(t, e.Message, known)
+	}
+
+	e = apptest.GQLErr(t, s, create, in(map[string]any{"entities": []string{"orders"}}))
+	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"])
+	require.Equal(t, "input.entities.0", e.Extensions["field"])
+	require.Contains(t, e.Message, "plan_prod_orders (or prod_order)")
+
+	// A condition's syntax or type error carries its line and column.
+	for _, tt := range []struct {
+		cond      string
+		line, col float64
+		msg       string
+	}{
+		{"event.type ==", 1, 14, "line 1, column 14"},
+		{"event.type == \"doc.created\" &&\n  event.nosuch == 1", 2, 8, "line 2, column 8"},
+		{"event.entityId + 1", 1, 1, "must be a bool"},
+	} {
+		e := apptest.GQLErr(t, s, create, in(map[string]any{"condition": tt.cond}))
+		require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], tt.cond)
+		require.Equal(t, "input.condition", e.Extensions["field"], tt.cond)
+		require.Equal(t, tt.line, e.Extensions["line"], tt.cond)
+		require.Equal(t, tt.col, e.Extensions["column"], tt.cond)
+		require.Contains(t, e.Message, tt.msg, tt.cond)
+	}
+
+	e = apptest.GQLErr(t, s, create, in(map[string]any{"secret": "s3cret"}))
+	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"])
+	require.Equal(t, "input.secret", e.Extensions["field"])
+	require.Contains(t, e.Message, "whsec_")
+
+	// Nothing was created.
+	list := apptest.GQL[struct{ Subscribers []hookView }](t, s, `{ subscribers { name } }`, nil)
+	for _, sub := range list.Subscribers {
+		require.NotEqual(t, "bad", sub.Name)
+	}
+}
+
+func TestWebhookAddressGuard(t *testing.T) {
+	t.Parallel()
+	rcv, url := newReceiver(t, testSecret)
+	create := `mutation($u: String!, $n: String!) { createWebhookSubscriber(input: {name: $n, url: $u, secret: "` + testSecret + `", eventTypes: ["doc.created"]}) { id } }`
+
+	// WEBHOOK_ALLOW_PRIVATE=false: loopback is refused when created.
+	guarded := apptest.New(t, func(c *config.Config) { c.WebhookAllowPrivate = false })
+	for i, u := range []string{url, "http://127.0.0.1/", "http://[::1]:8080/hook", "http://localhost/", "http://169.254.169.254/latest/meta-data", "http://10.0.0.1/"} {
+		e := apptest.GQLErr(t, guarded, create, map[string]any{"u": u, "n": fmt.Sprint("guarded-", i)})
+		require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], u)
+		require.Equal(t, "input.url", e.Extensions["field"], u)
+		require.Contains(t, e.Message, "WEBHOOK_ALLOW_PRIVATE=true", u)
+	}
+
+	// WEBHOOK_ALLOW_PRIVATE=true: the same receiver is accepted and called.
+	open := apptest.New(t, func(c *config.Config) { c.WebhookAllowPrivate = true })
+	apptest.SeedItem(t, open)
+	apptest.GQL[map[string]any](t, open, create, map[string]any{"u": url, "n": "open"})
+	apptest.GQL[map[string]any](t, open, apptest.CreateSalesOrder, map[string]any{"customer": "Д"})
+	apptest.WaitAllProcessed(t, open)
+	requests, _, bad := rcv.counts()
+	require.Equal(t, 1, requests)
+	require.Zero(t, bad)
+}
+
+func TestWebhookIDStableAcrossRetry(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	secret := newSecret(t)
+	rcv, url := newReceiver(t, secret)
+	rcv.failOnce.Store(true)
+	hookID := apptest.CreateWebhook(t, s, "flaky-receiver", url, secret, []string{"doc.created"})
+	apptest.GQL[map[string]any](t, s, apptest.CreateSalesOrder, map[string]any{"customer": "Е"})
+	apptest.WaitAllProcessed(t, s) // the retry comes after 1-2 s
+
+	got := rcv.received()
+	require.Len(t, got, 2, "a 500, then the retry")
+	evID := apptest.JournalIDs(t, s.Pool, "doc.created")[0]
+	want := "dlv_" + evID + "_" + hookID
+	for _, r := range got {
+		require.Equal(t, want, r.header.Get("webhook-id"))
+		require.NoError(t, rcv.verifier.Verify(r.body, r.header))
+	}
+	require.NotEqual(t, got[0].header.Get("webhook-signature"), "", "signed")
+	d := deliveredEvents(t, s, "flaky-receiver")
+	require.Equal(t, []string{evID}, d)
+}
+
+func TestWebhookCloudEvents(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	secret := newSecret(t)
+	rcv, url := newReceiver(t, secret)
+	hook := createHook(t, s, map[string]any{"name": "ce", "url": url, "secret": secret, "format": "CLOUDEVENTS", "eventTypes": []string{"doc.created"}})
+	require.Equal(t, "CLOUDEVENTS", *hook.Format)
+	so := apptest.GQL[struct {
+		CreateSalesOrder struct{ ID string } `json:"createSalesOrder"`
+	}](t, s, apptest.CreateSalesOrder, map[string]any{"customer": "Ж"})
+	apptest.WaitAllProcessed(t, s)
+
+	got := rcv.received()
+	require.Len(t, got, 1)
+	r := got[0]
+	require.Equal(t, "application/cloudevents+json", r.header.Get("Content-Type"))
+	require.NoError(t, rcv.verifier.Verify(r.body, r.header), "signed like the standard format")
+	var ce struct {
+		SpecVersion string            `json:"specversion"`
+		ID          string            `json:"id"`
+		Source      string            `json:"source"`
+		Type        string            `json:"type"`
+		Subject     string            `json:"subject"`
+		Data        apptest.FeedEvent `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(r.body, &ce))
+	require.Equal(t, "1.0", ce.SpecVersion)
+	require.Equal(t, r.header.Get("webhook-id"), ce.ID, "id = webhook-id")
+	evID := apptest.JournalIDs(t, s.Pool, "doc.created")[0]
+	require.Equal(t, "dlv_"+evID+"_"+hook.ID, ce.ID)
+	require.Equal(t, "doc.created", ce.Type)
+	require.Equal(t, "/erp", ce.Source)
+	require.Equal(t, "sales_orders/"+so.CreateSalesOrder.ID, ce.Subject)
+	require.Equal(t, evID, ce.Data.ID)
+	require.True(t, strings.Contains(string(ce.Data.Payload), `"sales_order"`), string(ce.Data.Payload))
+}
+
+// testSecret is a fixed Standard Webhooks secret (whsec_ + base64 of 32 bytes).
+const testSecret = "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="

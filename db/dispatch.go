@@ -83,7 +83,8 @@ func SetDispatchJobs(ctx context.Context, tx pgx.Tx, eventIDs, jobIDs []int64) e
 // DispatchPlan is what PlanDispatch found for one event of a batch.
 type DispatchPlan struct {
 	EventID int64
-	// Subscribers whose types match the event, by id.
+	// Subscribers whose types and entities match the event, by id; their
+	// conditions are not evaluated yet.
 	Subscribers []Subscriber
 	// Held: an earlier unprocessed event of the document, outside the
 	// batch, is held by another transaction; the event must wait for it.
@@ -118,7 +119,8 @@ func PlanDispatch(ctx context.Context, tx pgx.Tx, ids []int64) ([]DispatchPlan, 
 		}
 		p := &plans[len(plans)-1]
 		p.Subscribers = append(p.Subscribers, Subscriber{ID: *r.ID, Name: *r.Name, Kind: *r.Kind, EventTypes: r.EventTypes,
-			URL: r.Url, HasSecret: *r.HasSecret, MaxAttempts: *r.MaxAttempts, TimeoutMs: *r.TimeoutMs, Paused: *r.Paused,
+			Entities: r.Entities, Condition: deref(r.Condition), URL: r.Url, Format: deref(r.Format),
+			HasSecret: *r.HasSecret, MaxAttempts: *r.MaxAttempts, TimeoutMs: *r.TimeoutMs, Paused: *r.Paused,
 			CreatedAt: *r.CreatedAt, UpdatedAt: *r.UpdatedAt})
 	}
 	return plans, nil

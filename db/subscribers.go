@@ -16,26 +16,53 @@ import (
 // The webhook secret is never read back out; HasSecret tells whether one is
 // set.
 type Subscriber struct {
-	ID          int64
-	Name        string
-	Kind        string
-	EventTypes  []string
-	URL         *string
+	ID   int64
+	Name string
+	Kind string
+	// EventTypes and Entities (tables, events.entity) it takes; empty
+	// means every one. Condition is a CEL expression the events must also
+	// satisfy (package jobs compiles it); empty means none.
+	EventTypes []string
+	Entities   []string
+	Condition  string
+	URL        *string
+	// Format is a webhook's body format: FormatStandardWebhooks or
+	// FormatCloudEvents.
+	Format      string
 	HasSecret   bool
 	MaxAttempts int32
 	TimeoutMs   int32
 	Paused      bool
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
+	// NewSecret is the secret in clear, set only in the value
+	// CreateWebhookSubscriber returns when package jobs generated the
+	// secret (so that the client can be told it once); empty whenever a
+	// subscriber is read back.
+	NewSecret string
 }
+
+// Webhook body formats (subscribers.format).
+const (
+	FormatStandardWebhooks = "standard_webhooks"
+	FormatCloudEvents      = "cloudevents"
+)
 
 // WebhookSubscriberInput creates or (fields set) updates a webhook
 // subscriber. The URL must already be validated by the caller (package jobs
 // knows what it can send to).
+//
+// EventTypes, Entities and Condition are the filter as package jobs
+// normalised and compiled it (nil or absent: unchanged on update; an empty
+// Condition given removes it). Format is FormatStandardWebhooks or
+// FormatCloudEvents.
 type WebhookSubscriberInput struct {
 	Name        *string
 	URL         *string
 	EventTypes  []string
+	Entities    []string
+	Condition   *string
+	Format      *string
 	Secret      *string
 	MaxAttempts *int32
 	TimeoutMs   *int32
@@ -55,6 +82,12 @@ func (in WebhookSubscriberInput) validate(creating bool) error {
 		if strings.TrimSpace(t) == "" || len(t) > 100 {
 			return inputErr(fmt.Sprintf("eventTypes.%d", i), "1 to 100 characters")
 		}
+	}
+	if len(in.Entities) > maxSubscriberTypes {
+		return inputErr("entities", "at most %d entities", maxSubscriberTypes)
+	}
+	if in.Format != nil && *in.Format != FormatStandardWebhooks && *in.Format != FormatCloudEvents {
+		return inputErr("format", "%s or %s", FormatStandardWebhooks, FormatCloudEvents)
 	}
 	if in.URL != nil && len(*in.URL) > maxWebhookURL {
 		return inputErr("url", "at most %d characters", maxWebhookURL)
@@ -84,13 +117,17 @@ func validSubscriberName(s string) bool {
 	return true
 }
 
-// UpsertBuiltinSubscriber records a built-in subscriber and the event types
-// it takes, so deliveries to it are recorded like any other. Run at start.
-func UpsertBuiltinSubscriber(ctx context.Context, q Querier, name string, eventTypes []string) (Subscriber, error) {
+// UpsertBuiltinSubscriber records a built-in subscriber and its filter
+// (event types, entities, condition; empty: every one, none), so that
+// deliveries to it are planned and recorded like any other. Run at start.
+func UpsertBuiltinSubscriber(ctx context.Context, q Querier, name string, eventTypes, entities []string, condition string) (Subscriber, error) {
 	if eventTypes == nil {
 		eventTypes = []string{}
 	}
-	row, err := queries.SubscriberUpsertBuiltin(ctx, q, name, eventTypes)
+	if entities == nil {
+		entities = []string{}
+	}
+	row, err := queries.SubscriberUpsertBuiltin(ctx, q, name, eventTypes, entities, nonEmpty(condition))
 	if err != nil {
 		return Subscriber{}, fmt.Errorf("register built-in subscriber %s: %w", name, translate(err))
 	}
@@ -103,12 +140,20 @@ func CreateWebhookSubscriber(ctx context.Context, q Querier, in WebhookSubscribe
 	if err := in.validate(true); err != nil {
 		return Subscriber{}, err
 	}
-	types := in.EventTypes
+	types, entities := in.EventTypes, in.Entities
 	if types == nil {
 		types = []string{}
 	}
+	if entities == nil {
+		entities = []string{}
+	}
+	var cond *string
+	if in.Condition != nil {
+		cond = nonEmpty(*in.Condition)
+	}
 	row, err := queries.SubscriberInsertWebhook(ctx, q, dbsqlc.SubscriberInsertWebhookParams{Name: *in.Name, Url: in.URL,
-		EventTypes: types, Secret: in.Secret, MaxAttempts: in.MaxAttempts, TimeoutMs: in.TimeoutMs})
+		EventTypes: types, Entities: entities, Condition: cond, Format: in.Format, Secret: in.Secret,
+		MaxAttempts: in.MaxAttempts, TimeoutMs: in.TimeoutMs})
 	if err != nil {
 		return Subscriber{}, webhookWriteErr(err, in, "insert webhook subscriber "+*in.Name)
 	}
@@ -123,7 +168,8 @@ func UpdateWebhookSubscriber(ctx context.Context, q Querier, id int64, in Webhoo
 		return Subscriber{}, err
 	}
 	row, err := queries.SubscriberUpdateWebhook(ctx, q, dbsqlc.SubscriberUpdateWebhookParams{ID: id, Name: in.Name,
-		Url: in.URL, EventTypes: in.EventTypes, Secret: in.Secret, MaxAttempts: in.MaxAttempts, TimeoutMs: in.TimeoutMs})
+		Url: in.URL, EventTypes: in.EventTypes, Entities: in.Entities, Condition: in.Condition, Format: in.Format,
+		Secret: in.Secret, MaxAttempts: in.MaxAttempts, TimeoutMs: in.TimeoutMs})
 	if err != nil {
 		return Subscriber{}, webhookWriteErr(err, in, fmt.Sprintf("update webhook subscriber %d", id))
 	}
@@ -188,8 +234,24 @@ func Subscribers(ctx context.Context, q Querier) ([]Subscriber, error) {
 }
 
 func subscriberFrom(r dbsqlc.SubscriberRow) Subscriber {
-	return Subscriber{ID: r.ID, Name: r.Name, Kind: r.Kind, EventTypes: r.EventTypes, URL: r.Url, HasSecret: r.HasSecret,
+	return Subscriber{ID: r.ID, Name: r.Name, Kind: r.Kind, EventTypes: r.EventTypes, Entities: r.Entities,
+		Condition: deref(r.Condition), URL: r.Url, Format: r.Format, HasSecret: r.HasSecret,
 		MaxAttempts: r.MaxAttempts, TimeoutMs: r.TimeoutMs, Paused: r.Paused, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+}
+
+// nonEmpty is s, or nil (SQL NULL) when it is empty.
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // WebhookTargetOf returns the endpoint of webhook subscriber id.
@@ -198,13 +260,15 @@ func WebhookTargetOf(ctx context.Context, q Querier, id int64) (WebhookTarget, e
 	if err != nil {
 		return WebhookTarget{}, fmt.Errorf("webhook target %d: %w", id, translate(err))
 	}
-	return WebhookTarget{URL: row.Url, Secret: row.Secret, TimeoutMs: row.TimeoutMs}, nil
+	return WebhookTarget{URL: row.Url, Secret: row.Secret, TimeoutMs: row.TimeoutMs, Format: row.Format}, nil
 }
 
 // WebhookTarget is what sending needs of a webhook subscriber, secret
-// included; it never leaves package jobs.
+// included; it never leaves package jobs. Format is FormatStandardWebhooks
+// or FormatCloudEvents.
 type WebhookTarget struct {
 	URL       string
 	Secret    string
 	TimeoutMs int32
+	Format    string
 }

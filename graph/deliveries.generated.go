@@ -26,6 +26,11 @@ type DeliveryResolver interface {
 }
 type SubscriberResolver interface {
 	Kind(ctx context.Context, obj *db.Subscriber) (model.SubscriberKind, error)
+
+	Condition(ctx context.Context, obj *db.Subscriber) (*string, error)
+
+	Format(ctx context.Context, obj *db.Subscriber) (*model.WebhookFormat, error)
+	Secret(ctx context.Context, obj *db.Subscriber) (*string, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -564,6 +569,52 @@ func (ec *executionContext) fieldContext_Subscriber_eventTypes(_ context.Context
 	return graphql.NewScalarFieldContext("Subscriber", field, false, false, "String")
 }
 
+func (ec *executionContext) _Subscriber_entities(ctx context.Context, field graphql.CollectedField, obj *db.Subscriber) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscriber_entities(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Entities, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Subscriber_entities(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Subscriber", field, false, false, "String")
+}
+
+func (ec *executionContext) _Subscriber_condition(ctx context.Context, field graphql.CollectedField, obj *db.Subscriber) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscriber_condition(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Subscriber().Condition(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Subscriber_condition(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Subscriber", field, true, true, "String")
+}
+
 func (ec *executionContext) _Subscriber_url(ctx context.Context, field graphql.CollectedField, obj *db.Subscriber) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -585,6 +636,52 @@ func (ec *executionContext) _Subscriber_url(ctx context.Context, field graphql.C
 }
 func (ec *executionContext) fieldContext_Subscriber_url(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Subscriber", field, false, false, "String")
+}
+
+func (ec *executionContext) _Subscriber_format(ctx context.Context, field graphql.CollectedField, obj *db.Subscriber) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscriber_format(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Subscriber().Format(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.WebhookFormat) graphql.Marshaler {
+			return ec.marshalOWebhookFormat2ᚖerpᚋgraphᚋmodelᚐWebhookFormat(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Subscriber_format(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Subscriber", field, true, true, "WebhookFormat")
+}
+
+func (ec *executionContext) _Subscriber_secret(ctx context.Context, field graphql.CollectedField, obj *db.Subscriber) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscriber_secret(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Subscriber().Secret(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Subscriber_secret(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Subscriber", field, true, true, "String")
 }
 
 func (ec *executionContext) _Subscriber_hasSecret(ctx context.Context, field graphql.CollectedField, obj *db.Subscriber) (ret graphql.Marshaler) {
@@ -773,7 +870,11 @@ func (ec *executionContext) unmarshalInputWebhookSubscriberInput(ctx context.Con
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"name", "url", "eventTypes", "secret", "maxAttempts", "timeoutMs"}
+	if _, present := asMap["format"]; !present {
+		asMap["format"] = "STANDARD_WEBHOOKS"
+	}
+
+	fieldsInOrder := [...]string{"name", "url", "eventTypes", "entities", "condition", "format", "secret", "maxAttempts", "timeoutMs"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -801,6 +902,27 @@ func (ec *executionContext) unmarshalInputWebhookSubscriberInput(ctx context.Con
 				return it, err
 			}
 			it.EventTypes = data
+		case "entities":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("entities"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Entities = data
+		case "condition":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("condition"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Condition = data
+		case "format":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("format"))
+			data, err := ec.unmarshalOWebhookFormat2ᚖerpᚋgraphᚋmodelᚐWebhookFormat(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Format = data
 		case "secret":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("secret"))
 			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
@@ -850,7 +972,7 @@ func (ec *executionContext) unmarshalInputWebhookSubscriberUpdate(ctx context.Co
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"name", "url", "eventTypes", "secret", "maxAttempts", "timeoutMs"}
+	fieldsInOrder := [...]string{"name", "url", "eventTypes", "entities", "condition", "format", "secret", "maxAttempts", "timeoutMs"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -878,6 +1000,27 @@ func (ec *executionContext) unmarshalInputWebhookSubscriberUpdate(ctx context.Co
 				return it, err
 			}
 			it.EventTypes = data
+		case "entities":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("entities"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Entities = data
+		case "condition":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("condition"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Condition = data
+		case "format":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("format"))
+			data, err := ec.unmarshalOWebhookFormat2ᚖerpᚋgraphᚋmodelᚐWebhookFormat(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Format = data
 		case "secret":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("secret"))
 			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
@@ -1129,11 +1272,34 @@ func (ec *executionContext) _Subscriber(ctx context.Context, sel ast.SelectionSe
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "entities":
+			out.Values[i] = ec._Subscriber_entities(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "condition":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Subscriber_condition(ctx, field, obj)
+				})
 		case "url":
 			out.Values[i] = ec._Subscriber_url(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "format":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Subscriber_format(ctx, field, obj)
+				})
+		case "secret":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Subscriber_secret(ctx, field, obj)
+				})
 		case "hasSecret":
 			out.Values[i] = ec._Subscriber_hasSecret(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -1317,6 +1483,22 @@ func (ec *executionContext) unmarshalODeliveryStatus2ᚖerpᚋgraphᚋmodelᚐDe
 }
 
 func (ec *executionContext) marshalODeliveryStatus2ᚖerpᚋgraphᚋmodelᚐDeliveryStatus(ctx context.Context, sel ast.SelectionSet, v *model.DeliveryStatus) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
+}
+
+func (ec *executionContext) unmarshalOWebhookFormat2ᚖerpᚋgraphᚋmodelᚐWebhookFormat(ctx context.Context, v any) (*model.WebhookFormat, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(model.WebhookFormat)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOWebhookFormat2ᚖerpᚋgraphᚋmodelᚐWebhookFormat(ctx context.Context, sel ast.SelectionSet, v *model.WebhookFormat) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}

@@ -218,14 +218,18 @@ type ComplexityRoot struct {
 	}
 
 	Subscriber struct {
+		Condition   func(childComplexity int) int
 		CreatedAt   func(childComplexity int) int
+		Entities    func(childComplexity int) int
 		EventTypes  func(childComplexity int) int
+		Format      func(childComplexity int) int
 		HasSecret   func(childComplexity int) int
 		ID          func(childComplexity int) int
 		Kind        func(childComplexity int) int
 		MaxAttempts func(childComplexity int) int
 		Name        func(childComplexity int) int
 		Paused      func(childComplexity int) int
+		Secret      func(childComplexity int) int
 		TimeoutMs   func(childComplexity int) int
 		URL         func(childComplexity int) int
 	}
@@ -1173,18 +1177,36 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.SalesOrder.Status(childComplexity), true
 
+	case "Subscriber.condition":
+		if e.ComplexityRoot.Subscriber.Condition == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.Condition(childComplexity), true
 	case "Subscriber.createdAt":
 		if e.ComplexityRoot.Subscriber.CreatedAt == nil {
 			break
 		}
 
 		return e.ComplexityRoot.Subscriber.CreatedAt(childComplexity), true
+	case "Subscriber.entities":
+		if e.ComplexityRoot.Subscriber.Entities == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.Entities(childComplexity), true
 	case "Subscriber.eventTypes":
 		if e.ComplexityRoot.Subscriber.EventTypes == nil {
 			break
 		}
 
 		return e.ComplexityRoot.Subscriber.EventTypes(childComplexity), true
+	case "Subscriber.format":
+		if e.ComplexityRoot.Subscriber.Format == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.Format(childComplexity), true
 	case "Subscriber.hasSecret":
 		if e.ComplexityRoot.Subscriber.HasSecret == nil {
 			break
@@ -1221,6 +1243,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscriber.Paused(childComplexity), true
+	case "Subscriber.secret":
+		if e.ComplexityRoot.Subscriber.Secret == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.Secret(childComplexity), true
 	case "Subscriber.timeoutMs":
 		if e.ComplexityRoot.Subscriber.TimeoutMs == nil {
 			break
@@ -1788,8 +1816,16 @@ func (ec *executionContext) childFields_Subscriber(ctx context.Context, field gr
 		return ec.fieldContext_Subscriber_kind(ctx, field)
 	case "eventTypes":
 		return ec.fieldContext_Subscriber_eventTypes(ctx, field)
+	case "entities":
+		return ec.fieldContext_Subscriber_entities(ctx, field)
+	case "condition":
+		return ec.fieldContext_Subscriber_condition(ctx, field)
 	case "url":
 		return ec.fieldContext_Subscriber_url(ctx, field)
+	case "format":
+		return ec.fieldContext_Subscriber_format(ctx, field)
+	case "secret":
+		return ec.fieldContext_Subscriber_secret(ctx, field)
 	case "hasSecret":
 		return ec.fieldContext_Subscriber_hasSecret(ctx, field)
 	case "maxAttempts":

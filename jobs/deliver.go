@@ -175,7 +175,11 @@ func (d *Dispatcher) attempt(ctx context.Context, tx pgx.Tx, sub db.Subscriber, 
 		if err != nil {
 			return db.Attempt{}, nil, fmt.Errorf("marshal event %d: %w", ev.ID, err)
 		}
-		res := d.webhooks.Send(ctx, WebhookConfig{URL: target.URL, Secret: target.Secret, Timeout: timeout}, ev.ID, body)
+		res := d.webhooks.Send(ctx, WebhookConfig{
+			URL: target.URL, Secret: target.Secret, Timeout: timeout,
+			MessageID: WebhookMessageID(ev.ID, sub.ID), Format: WebhookFormat(target.Format),
+			Event: WebhookEvent{Type: ev.Type, Entity: ev.Entity, EntityID: ev.EntityID, CreatedAt: ev.CreatedAt},
+		}, ev.ID, body)
 		if res.Err != nil && ctx.Err() != nil {
 			return db.Attempt{}, nil, ctx.Err()
 		}

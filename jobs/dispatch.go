@@ -26,18 +26,25 @@ type Dispatcher struct {
 	logger   *slog.Logger
 	retry    RetryPolicy
 	webhooks *WebhookSender
-	builtins map[string]Subscriber
-	river    *river.Client[pgx.Tx]
-	metrics  *metrics.Metrics
-	batch    int
+	// filters compiles subscribers' filters, webhooks' when written and
+	// conditions at dispatch (one program per condition text, cached).
+	filters    *Filters
+	filtersErr error
+	builtins   map[string]Subscriber
+	river      *river.Client[pgx.Tx]
+	metrics    *metrics.Metrics
+	batch      int
 	// backlogAfter: see DispatcherConfig.BacklogAfter.
 	backlogAfter time.Duration
 }
 
 // DispatcherConfig configures NewDispatcher; zero fields take defaults.
 type DispatcherConfig struct {
-	Logger   *slog.Logger
-	Retry    RetryPolicy
+	Logger *slog.Logger
+	Retry  RetryPolicy
+	// Webhooks sends webhook requests and checks webhook URLs when they
+	// are written (CheckURL); default NewWebhookSender(), which allows
+	// private addresses.
 	Webhooks *WebhookSender
 	// Metrics, when set, records dispatches, deliveries, events written
 	// by subscribers and the dispatch latency.
@@ -91,7 +98,8 @@ const maxLockWaitReruns = 3
 
 // NewDispatcher returns a dispatcher for the given built-in subscribers.
 // Register them before the first dispatch; NewRiverClient connects it to
-// River.
+// River. The event types and entities the built-in subscribers declare are
+// known to every filter besides DefaultEventTypes and the journal's tables.
 func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig, builtins ...Subscriber) *Dispatcher {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -110,21 +118,68 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig, builtins ...Subscri
 	}
 	d := &Dispatcher{pool: pool, logger: cfg.Logger, retry: cfg.Retry, webhooks: cfg.Webhooks,
 		builtins: map[string]Subscriber{}, metrics: cfg.Metrics, batch: cfg.DispatchBatch, backlogAfter: cfg.BacklogAfter}
+	known := defaultEntities()
+	var opts []FiltersOption
 	for _, s := range builtins {
 		d.builtins[s.Name()] = s
+		spec := s.Filter()
+		opts = append(opts, WithEventTypes(spec.EventTypes...))
+		for _, e := range spec.Entities {
+			if _, ok := known[e]; !ok {
+				opts = append(opts, WithEntity(e))
+			}
+		}
 	}
+	// The environment is the same for every process: an error here is a
+	// programming error, reported by Register at start.
+	d.filters, d.filtersErr = NewFilters(opts...)
 	return d
 }
 
-// Register records the built-in subscribers in table subscribers (with the
-// event types they take now). Run at every start.
+// Register records the built-in subscribers in table subscribers with the
+// filters they declare now (compiled first: a bad one is an error). Run at
+// every start.
 func (d *Dispatcher) Register(ctx context.Context) error {
+	if d.filtersErr != nil {
+		return d.filtersErr
+	}
 	for name, s := range d.builtins {
-		if _, err := db.UpsertBuiltinSubscriber(ctx, d.pool, name, s.EventTypes()); err != nil {
+		f, err := d.filters.Compile(s.Filter())
+		if err != nil {
+			return fmt.Errorf("built-in subscriber %s: filter: %w", name, err)
+		}
+		spec := f.Spec()
+		if _, err := db.UpsertBuiltinSubscriber(ctx, d.pool, name, spec.EventTypes, spec.Entities, spec.Condition); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// takes reports whether sub's condition takes ev (its types and entities
+// matched in the dispatch plan already). A condition that does not compile
+// any more or whose evaluation fails (a missing key, the cost limit) does
+// not take the event: retrying would fail the same way. That is logged
+// with the subscriber and the event.
+func (d *Dispatcher) takes(ctx context.Context, sub db.Subscriber, fe *FilterEvent) bool {
+	if sub.Condition == "" {
+		return true
+	}
+	err := d.filtersErr
+	var f *Filter
+	if err == nil {
+		f, err = d.filters.Compile(FilterSpec{Condition: sub.Condition})
+	}
+	if err == nil {
+		var ok bool
+		if ok, err = f.TakesEvent(fe); err == nil {
+			return ok
+		}
+	}
+	d.logger.WarnContext(ctx, "subscriber condition failed: event not taken", slog.Int64("event_id", fe.ev.ID),
+		slog.String("event_type", fe.ev.Type), slog.Int64("subscriber_id", sub.ID), slog.String("subscriber", sub.Name),
+		slog.String("error", err.Error()))
+	return false
 }
 
 // Dispatch dispatches event id and, while a backlog waits, up to
@@ -378,7 +433,11 @@ func (d *Dispatcher) deliverEvents(ctx context.Context, tx pgx.Tx, w *txWork, l 
 		}
 		w.dispatched = append(w.dispatched, ev.Type)
 		isDone := true
+		fe := NewFilterEvent(ev) // decoded once, by the first condition
 		for _, sub := range p.Subscribers {
+			if !d.takes(ctx, sub, fe) {
+				continue // no record: the subscriber does not take the event
+			}
 			k := db.DeliveryKey{EventID: ev.ID, SubscriberID: sub.ID}
 			rec := db.DispatchRecord{Key: k}
 			switch {

@@ -211,8 +211,10 @@ type flaky struct {
 	calls     int
 }
 
-func (f *flaky) Name() string         { return "flaky" }
-func (f *flaky) EventTypes() []string { return []string{db.EventOrderReceived} }
+func (f *flaky) Name() string { return "flaky" }
+func (f *flaky) Filter() jobs.FilterSpec {
+	return jobs.FilterSpec{EventTypes: []string{db.EventOrderReceived}}
+}
 func (f *flaky) Handle(ctx context.Context, tx pgx.Tx, ev db.Event) ([]db.Event, error) {
 	f.mu.Lock()
 	f.calls++
@@ -354,8 +356,10 @@ type stepRecorder struct {
 	poison   int64 // entity id whose events always fail; 0 = none
 }
 
-func (r *stepRecorder) Name() string         { return "step_recorder" }
-func (r *stepRecorder) EventTypes() []string { return []string{"test.step"} }
+func (r *stepRecorder) Name() string { return "step_recorder" }
+func (r *stepRecorder) Filter() jobs.FilterSpec {
+	return jobs.FilterSpec{EventTypes: []string{"test.step"}}
+}
 func (r *stepRecorder) Handle(ctx context.Context, tx pgx.Tx, ev db.Event) ([]db.Event, error) {
 	if _, err := tx.Exec(ctx, `INSERT INTO received_steps (entity_id, event_id) VALUES ($1, $2)`, ev.EntityID, ev.ID); err != nil {
 		return nil, err

@@ -20,8 +20,10 @@ type ProductionPlanning struct{}
 // Name implements Subscriber.
 func (ProductionPlanning) Name() string { return "production_planning" }
 
-// EventTypes implements Subscriber: order.received only.
-func (ProductionPlanning) EventTypes() []string { return []string{db.EventOrderReceived} }
+// Filter implements Subscriber: order.received of sales orders.
+func (ProductionPlanning) Filter() FilterSpec {
+	return FilterSpec{EventTypes: []string{db.EventOrderReceived}, Entities: []string{db.EntitySalesOrders}}
+}
 
 // Handle implements Subscriber. An event about anything but a sales order,
 // or about one that does not exist, is a dead letter at once.
@@ -42,8 +44,8 @@ func (ProductionPlanning) Handle(ctx context.Context, tx pgx.Tx, ev db.Event) ([
 // with the components of the item's bill of materials for the ordered
 // quantity, and its doc.created event, as the system (db.IssueMaterials).
 // The move remembers the event it answers, so a redelivery issues nothing
-// twice. doc.created of other documents, and production orders of items
-// without a bill of materials, need nothing.
+// twice. Production orders of items without a bill of materials need
+// nothing.
 //
 // With no warehouse marked as supplying production the delivery goes dead
 // at once, its error saying so; mark one and redeliver.
@@ -52,13 +54,15 @@ type MaterialIssue struct{}
 // Name implements Subscriber.
 func (MaterialIssue) Name() string { return "material_issue" }
 
-// EventTypes implements Subscriber: doc.created (of production orders; the
-// others are skipped in Handle).
-func (MaterialIssue) EventTypes() []string { return []string{db.EventDocCreated} }
+// Filter implements Subscriber: doc.created of production orders only, so
+// that other documents' doc.created get no delivery record to it.
+func (MaterialIssue) Filter() FilterSpec {
+	return FilterSpec{EventTypes: []string{db.EventDocCreated}, Entities: []string{db.EntityProdOrders}}
+}
 
 // Handle implements Subscriber.
 func (MaterialIssue) Handle(ctx context.Context, tx pgx.Tx, ev db.Event) ([]db.Event, error) {
-	if ev.Entity != db.EntityProdOrders {
+	if ev.Entity != db.EntityProdOrders { // a redelivery forced by hand
 		return nil, nil
 	}
 	_, events, _, err := db.IssueMaterials(ctx, tx, ev.EntityID, ev.ID)

@@ -11,7 +11,7 @@ import (
 )
 
 // Subscriber is a built-in subscriber: code in this process called for
-// every event of the types it takes. Handle runs inside the delivery's
+// every event its filter takes. Handle runs inside the delivery's
 // transaction, so its writes commit together with the delivery record:
 // its effect happens exactly once, however often the event is redelivered
 // after a crash. Events it journals are returned and dispatched in that same
@@ -21,8 +21,9 @@ type Subscriber interface {
 	// Name identifies the subscriber (subscribers.name): lowercase,
 	// stable across releases.
 	Name() string
-	// EventTypes lists the event types it takes; empty means every type.
-	EventTypes() []string
+	// Filter is the events it takes, declared as a webhook's are: types
+	// AND entities AND an optional CEL condition (see Filters.Compile).
+	Filter() FilterSpec
 	// Handle processes one event in tx and returns the events it journaled.
 	Handle(ctx context.Context, tx pgx.Tx, ev db.Event) ([]db.Event, error)
 }
@@ -49,8 +50,10 @@ type OrderAcceptance struct{}
 // Name implements Subscriber.
 func (OrderAcceptance) Name() string { return "order_acceptance" }
 
-// EventTypes implements Subscriber: order.received only.
-func (OrderAcceptance) EventTypes() []string { return []string{db.EventOrderReceived} }
+// Filter implements Subscriber: order.received of sales orders.
+func (OrderAcceptance) Filter() FilterSpec {
+	return FilterSpec{EventTypes: []string{db.EventOrderReceived}, Entities: []string{db.EntitySalesOrders}}
+}
 
 // Handle implements Subscriber.
 func (OrderAcceptance) Handle(ctx context.Context, tx pgx.Tx, ev db.Event) ([]db.Event, error) {

@@ -12,27 +12,95 @@ import (
 // maxRedeliver bounds one bulk redelivery.
 const maxRedeliver = 10000
 
-// CreateWebhookSubscriber adds a webhook subscriber after checking that its
-// URL is one we can send to (http/https). Errors: *db.InputError (also
-// matching db.ErrConflict for a taken name).
-func CreateWebhookSubscriber(ctx context.Context, q db.Querier, in db.WebhookSubscriberInput) (db.Subscriber, error) {
-	if in.URL != nil {
-		if err := ValidateWebhookURL(*in.URL); err != nil {
-			return db.Subscriber{}, &db.InputError{Field: "url", Msg: err.Error()}
-		}
+// CreateWebhookSubscriber adds a webhook subscriber after checking its
+// input: the URL is one the sender may send to (WebhookSender.CheckURL: a
+// refused address is an error on "url"), the filter compiles (event types
+// known, entities known tables or payload names, the condition parses and
+// type-checks: a *FilterError) and is stored normalised, a secret given is
+// a Standard Webhooks one (ValidateWebhookSecret) and the format is known.
+// Without a secret one is generated (NewWebhookSecret) and returned once,
+// in the result's NewSecret. Errors: *db.InputError (also matching
+// db.ErrConflict for a taken name).
+func (d *Dispatcher) CreateWebhookSubscriber(ctx context.Context, q db.Querier, in db.WebhookSubscriberInput) (db.Subscriber, error) {
+	if in.URL == nil {
+		return db.Subscriber{}, &db.InputError{Field: "url", Msg: "a webhook subscriber needs a url"}
 	}
-	return db.CreateWebhookSubscriber(ctx, q, in)
+	generated := ""
+	if in.Secret == nil {
+		secret, err := NewWebhookSecret()
+		if err != nil {
+			return db.Subscriber{}, err
+		}
+		in.Secret, generated = &secret, secret
+	}
+	if err := d.checkWebhookInput(ctx, &in); err != nil {
+		return db.Subscriber{}, err
+	}
+	s, err := db.CreateWebhookSubscriber(ctx, q, in)
+	if err != nil {
+		return db.Subscriber{}, err
+	}
+	s.NewSecret = generated
+	return s, nil
 }
 
 // UpdateWebhookSubscriber changes the given fields of webhook subscriber
-// id; errors as CreateWebhookSubscriber, and db.ErrNotFound.
-func UpdateWebhookSubscriber(ctx context.Context, q db.Querier, id int64, in db.WebhookSubscriberInput) (db.Subscriber, error) {
-	if in.URL != nil {
-		if err := ValidateWebhookURL(*in.URL); err != nil {
-			return db.Subscriber{}, &db.InputError{Field: "url", Msg: err.Error()}
-		}
+// id, each checked as CreateWebhookSubscriber checks it (an empty condition
+// removes it); errors as CreateWebhookSubscriber, and db.ErrNotFound.
+func (d *Dispatcher) UpdateWebhookSubscriber(ctx context.Context, q db.Querier, id int64, in db.WebhookSubscriberInput) (db.Subscriber, error) {
+	if err := d.checkWebhookInput(ctx, &in); err != nil {
+		return db.Subscriber{}, err
 	}
 	return db.UpdateWebhookSubscriber(ctx, q, id, in)
+}
+
+// checkWebhookInput checks the given fields of in and normalises its
+// filter (types and tables sorted and de-duplicated) and format.
+func (d *Dispatcher) checkWebhookInput(ctx context.Context, in *db.WebhookSubscriberInput) error {
+	if d.filtersErr != nil {
+		return d.filtersErr
+	}
+	if in.URL != nil {
+		if err := d.webhooks.CheckURL(ctx, *in.URL); err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("check webhook url: %w", ctx.Err())
+			}
+			return &db.InputError{Field: "url", Msg: err.Error()}
+		}
+	}
+	if in.Secret != nil {
+		if err := ValidateWebhookSecret(*in.Secret); err != nil {
+			return &db.InputError{Field: "secret", Msg: err.Error()}
+		}
+	}
+	if in.Format != nil {
+		f, err := ParseWebhookFormat(*in.Format)
+		if err != nil {
+			return &db.InputError{Field: "format", Msg: err.Error()}
+		}
+		*in.Format = string(f)
+	}
+	spec := FilterSpec{EventTypes: in.EventTypes, Entities: in.Entities}
+	if in.Condition != nil {
+		spec.Condition = *in.Condition
+	}
+	f, err := d.filters.Compile(spec)
+	if err != nil {
+		return err
+	}
+	norm := f.Spec()
+	// nil stays nil (unchanged on update); a list given stays a list, [] if
+	// empty (every one).
+	if in.EventTypes != nil {
+		in.EventTypes = append([]string{}, norm.EventTypes...)
+	}
+	if in.Entities != nil {
+		in.Entities = append([]string{}, norm.Entities...)
+	}
+	if in.Condition != nil {
+		in.Condition = &norm.Condition
+	}
+	return nil
 }
 
 // SetPaused pauses or resumes subscriber id; resuming schedules its held

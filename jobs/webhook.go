@@ -3,10 +3,7 @@ package jobs
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -30,17 +27,6 @@ const (
 	// HeaderEventID is the journal event id, in decimal; a retry carries the
 	// same one.
 	HeaderEventID = "X-Erp-Event-Id"
-	// HeaderTimestamp is the time of signing in unix seconds, in decimal.
-	//
-	// Deprecated: receivers verify HeaderWebhookSignature, which covers
-	// HeaderWebhookTimestamp; this header goes with HeaderSignature.
-	HeaderTimestamp = "X-Erp-Timestamp"
-	// HeaderSignature is "sha256=" + hex(HMAC-SHA256(secret, timestamp + "." +
-	// body)) as made by SignWebhook; absent when the subscriber has no secret.
-	//
-	// Deprecated: receivers verify HeaderWebhookSignature with a Standard
-	// Webhooks library instead.
-	HeaderSignature = "X-Erp-Signature"
 )
 
 const (
@@ -53,13 +39,10 @@ const (
 	// maxRetryAfter caps WebhookResult.RetryAfter: a receiver cannot park a
 	// subscriber for days with one header.
 	maxRetryAfter = time.Hour
-	// defaultWebhookTolerance is VerifyWebhook's tolerance when given none.
-	defaultWebhookTolerance = 5 * time.Minute
 	// webhookErrorBody is how many bytes of the response body an error quotes.
 	webhookErrorBody = 200
 
-	webhookUserAgent       = "erp-webhook/1"
-	webhookSignaturePrefix = "sha256="
+	webhookUserAgent = "erp-webhook/1"
 )
 
 // errWebhookTimeout is the cause of a request context whose own deadline
@@ -72,8 +55,8 @@ type WebhookConfig struct {
 	// URL is an absolute http or https URL with a host and no user:password@
 	// (see ValidateWebhookURL).
 	URL string
-	// Secret signs the request (HeaderWebhookSignature, and the deprecated
-	// HeaderSignature); when empty the request is not signed. It should be
+	// Secret signs the request (HeaderWebhookSignature); when empty the
+	// request is not signed. It should be
 	// of the whsec_<base64> form (ValidateWebhookSecret); any other secret
 	// signs with its raw bytes.
 	Secret string
@@ -244,8 +227,7 @@ func (s *WebhookSender) CheckURL(ctx context.Context, rawURL string) error {
 
 // Send POSTs body (the event as JSON, in cfg.Format's envelope) to cfg.URL
 // with the Standard Webhooks headers (id, timestamp and, when cfg.Secret is
-// set, signature), HeaderEventID and the deprecated HeaderTimestamp and
-// HeaderSignature, and reports the outcome; it never panics and never
+// set, signature) and HeaderEventID, and reports the outcome; it never panics and never
 // follows a redirect. Errors are in the result, see WebhookResult: an
 // invalid URL, an unknown format or an event the format cannot encode, and
 // an address the guard refuses are Permanent and send nothing; a timeout ("webhook example.com timed out after 10s"), an
@@ -306,10 +288,8 @@ func (s *WebhookSender) Send(ctx context.Context, cfg WebhookConfig, eventID int
 	req.Header.Set(HeaderWebhookID, msgID)
 	req.Header.Set(HeaderWebhookTimestamp, strconv.FormatInt(timestamp, 10))
 	req.Header.Set(HeaderEventID, strconv.FormatInt(eventID, 10))
-	req.Header.Set(HeaderTimestamp, strconv.FormatInt(timestamp, 10))
 	if cfg.Secret != "" {
 		req.Header.Set(HeaderWebhookSignature, signature)
-		req.Header.Set(HeaderSignature, SignWebhook(cfg.Secret, timestamp, payload))
 	}
 
 	resp, err := s.client.Do(req)
@@ -383,60 +363,6 @@ func ValidateWebhookURL(raw string) error {
 		}
 	}
 	return nil
-}
-
-// SignWebhook returns the HeaderSignature value for body sent at timestamp
-// (unix seconds): "sha256=" + hex(HMAC-SHA256(secret, timestamp + "." + body)).
-//
-// Deprecated: requests are signed as the Standard Webhooks spec says
-// (HeaderWebhookSignature); receivers verify with its libraries.
-func SignWebhook(secret string, timestamp int64, body []byte) string {
-	return webhookSignaturePrefix + hex.EncodeToString(webhookMAC(secret, strconv.FormatInt(timestamp, 10), body))
-}
-
-// VerifyWebhook checks a received webhook: signatureHeader must be the
-// HMAC-SHA256 of timestampHeader + "." + body under secret (compared in
-// constant time), and the timestamp must lie within tolerance of now on
-// either side, which bounds replays. A tolerance of zero or less means 5 min.
-// It returns an error for an empty secret, a malformed or missing header, a
-// signature that does not match and a stale or future timestamp.
-//
-// Deprecated: verify HeaderWebhookSignature with a Standard Webhooks
-// library, e.g. standardwebhooks.NewWebhook(secret).Verify(body, header).
-func VerifyWebhook(secret, timestampHeader, signatureHeader string, body []byte, now time.Time, tolerance time.Duration) error {
-	if secret == "" {
-		return errors.New("verify webhook: secret is empty")
-	}
-	ts, err := strconv.ParseInt(timestampHeader, 10, 64)
-	if err != nil || ts <= 0 {
-		return fmt.Errorf("verify webhook: %s is not unix seconds", HeaderTimestamp)
-	}
-	hexSig, ok := strings.CutPrefix(signatureHeader, webhookSignaturePrefix)
-	got, err := hex.DecodeString(hexSig)
-	if !ok || err != nil || len(got) != sha256.Size {
-		return fmt.Errorf("verify webhook: %s is not %s<64 hex digits>", HeaderSignature, webhookSignaturePrefix)
-	}
-	// The MAC covers the header as received: those are the bytes signed.
-	if !hmac.Equal(got, webhookMAC(secret, timestampHeader, body)) {
-		return errors.New("verify webhook: signature does not match")
-	}
-	if tolerance <= 0 {
-		tolerance = defaultWebhookTolerance
-	}
-	// Whole seconds, compared without subtracting ts: no overflow on any input.
-	slack := int64(tolerance / time.Second)
-	if nowSec := now.Unix(); ts < nowSec-slack || ts > nowSec+slack {
-		return fmt.Errorf("verify webhook: timestamp %s is more than %s away from now", time.Unix(ts, 0).UTC().Format(time.RFC3339), tolerance)
-	}
-	return nil
-}
-
-func webhookMAC(secret, timestamp string, body []byte) []byte {
-	mac := hmac.New(sha256.New, []byte(secret))
-	mac.Write([]byte(timestamp))
-	mac.Write([]byte{'.'})
-	mac.Write(body)
-	return mac.Sum(nil)
 }
 
 // webhookError keeps a readable message while errors.Is/As still reach the

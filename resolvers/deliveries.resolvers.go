@@ -10,7 +10,6 @@ import (
 	"erp/db"
 	"erp/graph"
 	"erp/graph/model"
-	"erp/jobs"
 	"fmt"
 	"time"
 )
@@ -42,10 +41,11 @@ func (r *eventResolver) Deliveries(ctx context.Context, obj *db.Event) ([]db.Del
 
 func (r *mutationResolver) CreateWebhookSubscriber(ctx context.Context, input model.WebhookSubscriberInput) (*db.Subscriber, error) {
 	in := db.WebhookSubscriberInput{
-		Name: &input.Name, URL: &input.URL, EventTypes: input.EventTypes, Secret: input.Secret,
+		Name: &input.Name, URL: &input.URL, EventTypes: input.EventTypes, Entities: input.Entities,
+		Condition: input.Condition, Format: formatOf(input.Format), Secret: input.Secret,
 		MaxAttempts: int32Ptr(input.MaxAttempts), TimeoutMs: int32Ptr(input.TimeoutMs),
 	}
-	s, err := jobs.CreateWebhookSubscriber(ctx, r.Pool, in)
+	s, err := r.Dispatcher.CreateWebhookSubscriber(ctx, r.Pool, in)
 	if err != nil {
 		return nil, inArg("input", err)
 	}
@@ -54,10 +54,11 @@ func (r *mutationResolver) CreateWebhookSubscriber(ctx context.Context, input mo
 
 func (r *mutationResolver) UpdateWebhookSubscriber(ctx context.Context, id int64, input model.WebhookSubscriberUpdate) (*db.Subscriber, error) {
 	in := db.WebhookSubscriberInput{
-		Name: input.Name, URL: input.URL, EventTypes: input.EventTypes, Secret: input.Secret,
+		Name: input.Name, URL: input.URL, EventTypes: input.EventTypes, Entities: input.Entities,
+		Condition: input.Condition, Format: formatOf(input.Format), Secret: input.Secret,
 		MaxAttempts: int32Ptr(input.MaxAttempts), TimeoutMs: int32Ptr(input.TimeoutMs),
 	}
-	s, err := jobs.UpdateWebhookSubscriber(ctx, r.Pool, id, in)
+	s, err := r.Dispatcher.UpdateWebhookSubscriber(ctx, r.Pool, id, in)
 	if err != nil {
 		return nil, inArg("input", err)
 	}
@@ -112,6 +113,28 @@ func (r *queryResolver) DeadDeliveries(ctx context.Context, subscriber *string, 
 
 func (r *subscriberResolver) Kind(ctx context.Context, obj *db.Subscriber) (model.SubscriberKind, error) {
 	return enumOf[model.SubscriberKind](obj.Kind, fmt.Sprintf("subscriber %d's kind", obj.ID))
+}
+
+func (r *subscriberResolver) Condition(ctx context.Context, obj *db.Subscriber) (*string, error) {
+	if obj.Condition == "" {
+		return nil, nil
+	}
+	return &obj.Condition, nil
+}
+
+func (r *subscriberResolver) Format(ctx context.Context, obj *db.Subscriber) (*model.WebhookFormat, error) {
+	if obj.Kind != db.SubscriberWebhook {
+		return nil, nil
+	}
+	f, err := enumOf[model.WebhookFormat](obj.Format, fmt.Sprintf("subscriber %d's format", obj.ID))
+	return &f, err
+}
+
+func (r *subscriberResolver) Secret(ctx context.Context, obj *db.Subscriber) (*string, error) {
+	if obj.NewSecret == "" {
+		return nil, nil
+	}
+	return &obj.NewSecret, nil
 }
 
 func (r *Resolver) Delivery() graph.DeliveryResolver { return &deliveryResolver{r} }

@@ -14,6 +14,7 @@ import (
 
 	"erp/db"
 	"erp/graph/model"
+	"erp/jobs"
 )
 
 // GraphQL error codes (extensions.code), as the API documents them.
@@ -33,7 +34,9 @@ func CodedError(msg, code string) *gqlerror.Error {
 
 // ErrorPresenter maps every error a request produces to a GraphQL error
 // with extensions.code, in one place: db.InputError and malformed scalars
-// are BAD_USER_INPUT with extensions.field (the input path), db.ErrNotFound
+// are BAD_USER_INPUT with extensions.field (the input path; a subscriber's
+// condition that does not compile adds extensions.line and
+// extensions.column, 1-based), db.ErrNotFound
 // NOT_FOUND, db.ErrConflict CONFLICT. Anything else unexpected is INTERNAL:
 // logged with a request id, which alone reaches the client.
 func ErrorPresenter(logger *slog.Logger) graphql.ErrorPresenterFunc {
@@ -55,6 +58,11 @@ func ErrorPresenter(logger *slog.Logger) graphql.ErrorPresenterFunc {
 				setCode(CodeConflict)
 			}
 			gqlErr.Extensions["field"] = inputErr.Field
+			// A condition's error has its place in the client's text.
+			var filterErr *jobs.FilterError
+			if errors.As(err, &filterErr) && filterErr.Line > 0 {
+				gqlErr.Extensions["line"], gqlErr.Extensions["column"] = filterErr.Line, filterErr.Column
+			}
 		case errors.As(err, &scalarErr):
 			setCode(CodeBadUserInput)
 			// The path is the field's, then its argument's; report the
@@ -129,6 +137,12 @@ func pathString(p ast.Path) string {
 // inArg prefixes the field of an *db.InputError with the argument it came
 // in ("input"), so extensions.field is the full path of the bad value.
 func inArg(arg string, err error) error {
+	var filterErr *jobs.FilterError
+	if errors.As(err, &filterErr) {
+		e := *filterErr
+		e.Field = arg + "." + e.Field
+		return &e
+	}
 	var inputErr *db.InputError
 	if errors.As(err, &inputErr) {
 		e := *inputErr

@@ -94,3 +94,13 @@ func enumOf[E interface {
 	}
 	return e, nil
 }
+
+// formatOf is a webhook format as package db stores it (lower case), nil
+// for none given.
+func formatOf(f *model.WebhookFormat) *string {
+	if f == nil {
+		return nil
+	}
+	s := strings.ToLower(string(*f))
+	return &s
+}

@@ -71,6 +71,11 @@ type Config struct {
 	// PprofAddr is the loopback address of the profiling listener; empty:
 	// none.
 	PprofAddr string `env:"PPROF_ADDR" help:"loopback host:port serving net/http/pprof at /debug/pprof/, e.g. 127.0.0.1:6060; empty: off"`
+	// WebhookAllowPrivate lets webhooks reach loopback, private,
+	// link-local, multicast and cloud-metadata addresses; off, such a URL
+	// is refused when a webhook is written and again at every connection
+	// (jobs.WithAllowPrivate). For on-premise receivers and tests.
+	WebhookAllowPrivate bool `env:"WEBHOOK_ALLOW_PRIVATE" envDefault:"false" help:"let webhook URLs reach loopback, private, link-local, multicast and cloud-metadata addresses, for on-premise receivers and tests (true|false)" want:"true or false"`
 
 	// User is the user subcommand's flags.
 	User User

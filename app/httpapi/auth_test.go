@@ -47,7 +47,10 @@ func TestEveryMutationByEveryRole(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t)
 	apptest.SeedItem(t, s)
-	hook := apptest.CreateWebhook(t, s, "probe", "http://127.0.0.1:1/", "k", []string{"nothing.matches"})
+	// A webhook that takes nothing.
+	hook := apptest.GQL[struct {
+		CreateWebhookSubscriber struct{ ID string } `json:"createWebhookSubscriber"`
+	}](t, s, `mutation { createWebhookSubscriber(input: {name: "probe", url: "http://127.0.0.1:1/", condition: "false"}) { id } }`, nil).CreateWebhookSubscriber.ID
 	so := apptest.GQL[struct {
 		CreateSalesOrder struct{ ID string } `json:"createSalesOrder"`
 	}](t, s, apptest.CreateSalesOrder, map[string]any{"customer": "seed"}).CreateSalesOrder.ID

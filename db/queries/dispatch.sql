@@ -36,8 +36,8 @@ SELECT * FROM event_rows WHERE event_rows.id IN (SELECT c.id FROM c) ORDER BY ev
 -- transaction (held; the others are share-locked here, so that a fresh
 -- statement sees what their holders committed), whether its document has
 -- an earlier event (only then can the document's order hold a delivery
--- back) or a later one outside the batch, and the subscribers its type
--- matches.
+-- back) or a later one outside the batch, and the subscribers whose types
+-- and entities it matches (their conditions are the caller's).
 WITH b AS (
     SELECT id, type, entity, entity_id FROM events WHERE id = ANY(@ids::bigint[])
 ), outside AS (
@@ -59,7 +59,8 @@ WITH b AS (
 -- One row per event and matching subscriber (none: one row, s null).
 SELECT b.id AS event_id, f.held, f.earlier, f.later, s.*
 FROM b JOIN f ON f.id = b.id
-LEFT JOIN subscriber_rows s ON cardinality(s.event_types) = 0 OR b.type = ANY(s.event_types)
+LEFT JOIN subscriber_rows s ON (cardinality(s.event_types) = 0 OR b.type = ANY(s.event_types))
+    AND (cardinality(s.entities) = 0 OR b.entity = ANY(s.entities))
 ORDER BY b.id, s.id;
 
 -- name: EventLockEarlier :exec

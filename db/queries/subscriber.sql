@@ -3,34 +3,43 @@
 -- write return the view's columns in its order.
 
 -- name: SubscriberUpsertBuiltin :one
-INSERT INTO subscribers (name, kind, event_types) VALUES (@name, 'builtin', @event_types)
-ON CONFLICT (name) DO UPDATE SET event_types = EXCLUDED.event_types, updated_at = now()
+-- A built-in subscriber's filter is its code's: every start writes it again.
+INSERT INTO subscribers (name, kind, event_types, entities, condition)
+VALUES (@name, 'builtin', @event_types, @entities, sqlc.narg('condition'))
+ON CONFLICT (name) DO UPDATE SET event_types = EXCLUDED.event_types, entities = EXCLUDED.entities,
+    condition = EXCLUDED.condition, updated_at = now()
 WHERE subscribers.kind = EXCLUDED.kind
 RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
-    max_attempts, timeout_ms, paused, created_at, updated_at;
+    max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format;
 
 -- name: SubscriberInsertWebhook :one
-INSERT INTO subscribers (name, kind, url, event_types, secret, max_attempts, timeout_ms)
-VALUES (@name, 'webhook', @url, @event_types, sqlc.narg('secret'),
+INSERT INTO subscribers (name, kind, url, event_types, entities, condition, format, secret, max_attempts, timeout_ms)
+VALUES (@name, 'webhook', @url, @event_types, @entities, sqlc.narg('condition'),
+    coalesce(sqlc.narg('format')::text, 'standard_webhooks'), sqlc.narg('secret'),
     coalesce(sqlc.narg('max_attempts')::integer, 10), coalesce(sqlc.narg('timeout_ms')::integer, 10000))
 RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
-    max_attempts, timeout_ms, paused, created_at, updated_at;
+    max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format;
 
 -- name: SubscriberUpdateWebhook :one
 UPDATE subscribers SET
     name = coalesce(sqlc.narg('name'), name), url = coalesce(sqlc.narg('url'), url),
-    event_types = coalesce(sqlc.narg('event_types')::text[], event_types), secret = coalesce(sqlc.narg('secret'), secret),
+    event_types = coalesce(sqlc.narg('event_types')::text[], event_types),
+    entities = coalesce(sqlc.narg('entities')::text[], entities),
+    -- An empty condition given removes it (NULL: every event).
+    condition = CASE WHEN sqlc.narg('condition')::text IS NULL THEN condition ELSE nullif(sqlc.narg('condition')::text, '') END,
+    format = coalesce(sqlc.narg('format')::text, format),
+    secret = coalesce(sqlc.narg('secret'), secret),
     max_attempts = coalesce(sqlc.narg('max_attempts')::integer, max_attempts),
     timeout_ms = coalesce(sqlc.narg('timeout_ms')::integer, timeout_ms),
     updated_at = now()
 WHERE id = @id AND kind = 'webhook'
 RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
-    max_attempts, timeout_ms, paused, created_at, updated_at;
+    max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format;
 
 -- name: SubscriberSetPaused :one
 UPDATE subscribers SET paused = @paused, updated_at = now() WHERE id = @id
 RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
-    max_attempts, timeout_ms, paused, created_at, updated_at;
+    max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format;
 
 -- name: SubscriberGetByID :one
 SELECT * FROM subscriber_rows WHERE id = @id;
@@ -39,7 +48,7 @@ SELECT * FROM subscriber_rows WHERE id = @id;
 -- The view's columns, read from the table itself (as the statement log of
 -- the deliveries page's test expects).
 SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
-    s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at
+    s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format
 FROM subscribers s WHERE s.id = ANY(@ids::bigint[]) ORDER BY s.id;
 
 -- name: SubscriberList :many
@@ -47,4 +56,4 @@ SELECT * FROM subscriber_rows ORDER BY name;
 
 -- name: SubscriberGetWebhookTarget :one
 -- What sending needs, secret included; never leaves package jobs.
-SELECT url::text AS url, coalesce(secret, '')::text AS secret, timeout_ms FROM subscribers WHERE id = @id AND kind = 'webhook';
+SELECT url::text AS url, coalesce(secret, '')::text AS secret, timeout_ms, format FROM subscribers WHERE id = @id AND kind = 'webhook';

@@ -243,7 +243,7 @@ try {
       await page.screenshot({ path: `${screenshotBase}-dead-delivery.png` });
       result.screenshots.push(`${screenshotBase}-dead-delivery.png`);
       // Later orders are none of its business.
-      await api(`mutation($id: ID!) { updateWebhookSubscriber(id: $id, input: { eventTypes: ["e2e.none"] }) { id } }`, { id: hook.id });
+      await api(`mutation($id: ID!) { updateWebhookSubscriber(id: $id, input: { condition: "false" }) { id } }`, { id: hook.id });
       return { order, shown };
     } finally {
       refuser.close();
@@ -357,7 +357,7 @@ try {
       result.screenshots.push(`${screenshotBase}-unprocessed.png`);
       await api(`mutation($id: ID!) { resumeSubscriber(id: $id) { id } }`, { id: hook.id });
       await page.waitForSelector(`table.events tbody tr[data-id="${held.id}"]`, { state: 'detached' });
-      await api(`mutation($id: ID!) { updateWebhookSubscriber(id: $id, input: { eventTypes: ["e2e.none"] }) { id } }`, { id: hook.id });
+      await api(`mutation($id: ID!) { updateWebhookSubscriber(id: $id, input: { condition: "false" }) { id } }`, { id: hook.id });
       return { order, held, rowsWhilePaused: rows.length, allUnprocessed: rows.every((r) => r.processed === '—') };
     } finally {
       sink.close();

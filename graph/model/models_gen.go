@@ -93,10 +93,24 @@ type WarehouseMoveInput struct {
 type WebhookSubscriberInput struct {
 	// 1–64 of a-z 0-9 _ . - (starting with a letter or digit), unique.
 	Name string `json:"name"`
-	// http:// or https:// only.
-	URL        string   `json:"url"`
+	// http:// or https:// only; a host that is or resolves to a loopback,
+	// private, link-local, multicast or cloud-metadata address is refused
+	// unless the server runs with WEBHOOK_ALLOW_PRIVATE=true.
+	URL string `json:"url"`
+	// Known event types only (a typo is BAD_USER_INPUT listing them); absent or []: every type.
 	EventTypes []string `json:"eventTypes,omitempty"`
-	Secret     *string  `json:"secret,omitempty"`
+	// Only events of these tables (sales_orders, plan_prod_orders, wh_moves,
+	// wh_purchase_orders, users, or the payload names sales_order, prod_order,
+	// wh_move, purchase_order); absent or []: every one.
+	Entities []string `json:"entities,omitempty"`
+	// A CEL expression over `event` (id, type, entity, entityId, payload,
+	// actor, createdAt) that must be true, e.g.
+	// `event.payload.entity == "prod_order"`; checked when written.
+	Condition *string        `json:"condition,omitempty"`
+	Format    *WebhookFormat `json:"format,omitempty"`
+	// A Standard Webhooks secret: "whsec_" + base64 of 24 to 64 random bytes.
+	// Absent: the server generates one (returned once in Subscriber.secret).
+	Secret *string `json:"secret,omitempty"`
 	// 1…100, default 10.
 	MaxAttempts *int `json:"maxAttempts,omitempty"`
 	// 100…120000 ms, default 10000.
@@ -107,10 +121,16 @@ type WebhookSubscriberUpdate struct {
 	Name *string `json:"name,omitempty"`
 	URL  *string `json:"url,omitempty"`
 	// Replaces the list; [] means every type.
-	EventTypes  []string `json:"eventTypes,omitempty"`
-	Secret      *string  `json:"secret,omitempty"`
-	MaxAttempts *int     `json:"maxAttempts,omitempty"`
-	TimeoutMs   *int     `json:"timeoutMs,omitempty"`
+	EventTypes []string `json:"eventTypes,omitempty"`
+	// Replaces the list; [] means every one.
+	Entities []string `json:"entities,omitempty"`
+	// Replaces the condition; "" removes it.
+	Condition *string        `json:"condition,omitempty"`
+	Format    *WebhookFormat `json:"format,omitempty"`
+	// whsec_…; replaces the secret.
+	Secret      *string `json:"secret,omitempty"`
+	MaxAttempts *int    `json:"maxAttempts,omitempty"`
+	TimeoutMs   *int    `json:"timeoutMs,omitempty"`
 }
 
 type DeliveryStatus string
@@ -363,7 +383,7 @@ type SubscriberKind string
 const (
 	// Code inside the server, run in the delivery's transaction (exactly once in effect).
 	SubscriberKindBuiltin SubscriberKind = "BUILTIN"
-	// An HTTP endpoint (at least once; de-duplicate by X-Erp-Event-Id).
+	// An HTTP endpoint (at least once; de-duplicate by the webhook-id header).
 	SubscriberKindWebhook SubscriberKind = "WEBHOOK"
 )
 
@@ -410,6 +430,67 @@ func (e *SubscriberKind) UnmarshalJSON(b []byte) error {
 }
 
 func (e SubscriberKind) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// The body of a webhook request.
+type WebhookFormat string
+
+const (
+	// The event as JSON (the feed's Event fields), Content-Type application/json.
+	WebhookFormatStandardWebhooks WebhookFormat = "STANDARD_WEBHOOKS"
+	// A CloudEvents 1.0 event in structured mode, Content-Type
+	// application/cloudevents+json: id = webhook-id, source "/erp", type the
+	// event type, subject "<entity>/<entityId>", time its creation, data the
+	// event as the standard format sends it.
+	WebhookFormatCloudevents WebhookFormat = "CLOUDEVENTS"
+)
+
+var AllWebhookFormat = []WebhookFormat{
+	WebhookFormatStandardWebhooks,
+	WebhookFormatCloudevents,
+}
+
+func (e WebhookFormat) IsValid() bool {
+	switch e {
+	case WebhookFormatStandardWebhooks, WebhookFormatCloudevents:
+		return true
+	}
+	return false
+}
+
+func (e WebhookFormat) String() string {
+	return string(e)
+}
+
+func (e *WebhookFormat) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = WebhookFormat(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid WebhookFormat", str)
+	}
+	return nil
+}
+
+func (e WebhookFormat) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *WebhookFormat) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e WebhookFormat) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

@@ -403,9 +403,10 @@ WITH b AS (
             AND x.id <> ALL($1::bigint[])) AS later
     FROM b
 )
-SELECT b.id AS event_id, f.held, f.earlier, f.later, s.id, s.name, s.kind, s.event_types, s.url, s.has_secret, s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at
+SELECT b.id AS event_id, f.held, f.earlier, f.later, s.id, s.name, s.kind, s.event_types, s.url, s.has_secret, s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format
 FROM b JOIN f ON f.id = b.id
-LEFT JOIN subscriber_rows s ON cardinality(s.event_types) = 0 OR b.type = ANY(s.event_types)
+LEFT JOIN subscriber_rows s ON (cardinality(s.event_types) = 0 OR b.type = ANY(s.event_types))
+    AND (cardinality(s.entities) = 0 OR b.entity = ANY(s.entities))
 ORDER BY b.id, s.id
 `
 
@@ -425,6 +426,9 @@ type EventPlanDispatchRow struct {
 	Paused      *bool
 	CreatedAt   *time.Time
 	UpdatedAt   *time.Time
+	Entities    []string
+	Condition   *string
+	Format      *string
 }
 
 // Per event of the batch @ids (locked by the caller): whether an earlier
@@ -432,8 +436,8 @@ type EventPlanDispatchRow struct {
 // transaction (held; the others are share-locked here, so that a fresh
 // statement sees what their holders committed), whether its document has
 // an earlier event (only then can the document's order hold a delivery
-// back) or a later one outside the batch, and the subscribers its type
-// matches.
+// back) or a later one outside the batch, and the subscribers whose types
+// and entities it matches (their conditions are the caller's).
 // One row per event and matching subscriber (none: one row, s null).
 func (q *Queries) EventPlanDispatch(ctx context.Context, db DBTX, ids []int64) ([]EventPlanDispatchRow, error) {
 	rows, err := db.Query(ctx, eventPlanDispatch, ids)
@@ -460,6 +464,9 @@ func (q *Queries) EventPlanDispatch(ctx context.Context, db DBTX, ids []int64) (
 			&i.Paused,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.Entities,
+			&i.Condition,
+			&i.Format,
 		); err != nil {
 			return nil, err
 		}

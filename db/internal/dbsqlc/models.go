@@ -160,6 +160,9 @@ type Subscriber struct {
 	Paused      bool
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
+	Entities    []string
+	Condition   *string
+	Format      string
 }
 
 type SubscriberRow struct {
@@ -174,6 +177,9 @@ type SubscriberRow struct {
 	Paused      bool
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
+	Entities    []string
+	Condition   *string
+	Format      string
 }
 
 type User struct {

@@ -11,7 +11,7 @@ import (
 )
 
 const subscriberGetByID = `-- name: SubscriberGetByID :one
-SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at FROM subscriber_rows WHERE id = $1
+SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format FROM subscriber_rows WHERE id = $1
 `
 
 func (q *Queries) SubscriberGetByID(ctx context.Context, db DBTX, id int64) (SubscriberRow, error) {
@@ -29,40 +29,53 @@ func (q *Queries) SubscriberGetByID(ctx context.Context, db DBTX, id int64) (Sub
 		&i.Paused,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Entities,
+		&i.Condition,
+		&i.Format,
 	)
 	return i, err
 }
 
 const subscriberGetWebhookTarget = `-- name: SubscriberGetWebhookTarget :one
-SELECT url::text AS url, coalesce(secret, '')::text AS secret, timeout_ms FROM subscribers WHERE id = $1 AND kind = 'webhook'
+SELECT url::text AS url, coalesce(secret, '')::text AS secret, timeout_ms, format FROM subscribers WHERE id = $1 AND kind = 'webhook'
 `
 
 type SubscriberGetWebhookTargetRow struct {
 	Url       string
 	Secret    string
 	TimeoutMs int32
+	Format    string
 }
 
 // What sending needs, secret included; never leaves package jobs.
 func (q *Queries) SubscriberGetWebhookTarget(ctx context.Context, db DBTX, id int64) (SubscriberGetWebhookTargetRow, error) {
 	row := db.QueryRow(ctx, subscriberGetWebhookTarget, id)
 	var i SubscriberGetWebhookTargetRow
-	err := row.Scan(&i.Url, &i.Secret, &i.TimeoutMs)
+	err := row.Scan(
+		&i.Url,
+		&i.Secret,
+		&i.TimeoutMs,
+		&i.Format,
+	)
 	return i, err
 }
 
 const subscriberInsertWebhook = `-- name: SubscriberInsertWebhook :one
-INSERT INTO subscribers (name, kind, url, event_types, secret, max_attempts, timeout_ms)
-VALUES ($1, 'webhook', $2, $3, $4,
-    coalesce($5::integer, 10), coalesce($6::integer, 10000))
+INSERT INTO subscribers (name, kind, url, event_types, entities, condition, format, secret, max_attempts, timeout_ms)
+VALUES ($1, 'webhook', $2, $3, $4, $5,
+    coalesce($6::text, 'standard_webhooks'), $7,
+    coalesce($8::integer, 10), coalesce($9::integer, 10000))
 RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
-    max_attempts, timeout_ms, paused, created_at, updated_at
+    max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format
 `
 
 type SubscriberInsertWebhookParams struct {
 	Name        string
 	Url         *string
 	EventTypes  []string
+	Entities    []string
+	Condition   *string
+	Format      *string
 	Secret      *string
 	MaxAttempts *int32
 	TimeoutMs   *int32
@@ -80,6 +93,9 @@ type SubscriberInsertWebhookRow struct {
 	Paused      bool
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
+	Entities    []string
+	Condition   *string
+	Format      string
 }
 
 func (q *Queries) SubscriberInsertWebhook(ctx context.Context, db DBTX, arg SubscriberInsertWebhookParams) (SubscriberInsertWebhookRow, error) {
@@ -87,6 +103,9 @@ func (q *Queries) SubscriberInsertWebhook(ctx context.Context, db DBTX, arg Subs
 		arg.Name,
 		arg.Url,
 		arg.EventTypes,
+		arg.Entities,
+		arg.Condition,
+		arg.Format,
 		arg.Secret,
 		arg.MaxAttempts,
 		arg.TimeoutMs,
@@ -104,12 +123,15 @@ func (q *Queries) SubscriberInsertWebhook(ctx context.Context, db DBTX, arg Subs
 		&i.Paused,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Entities,
+		&i.Condition,
+		&i.Format,
 	)
 	return i, err
 }
 
 const subscriberList = `-- name: SubscriberList :many
-SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at FROM subscriber_rows ORDER BY name
+SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format FROM subscriber_rows ORDER BY name
 `
 
 func (q *Queries) SubscriberList(ctx context.Context, db DBTX) ([]SubscriberRow, error) {
@@ -133,6 +155,9 @@ func (q *Queries) SubscriberList(ctx context.Context, db DBTX) ([]SubscriberRow,
 			&i.Paused,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.Entities,
+			&i.Condition,
+			&i.Format,
 		); err != nil {
 			return nil, err
 		}
@@ -146,7 +171,7 @@ func (q *Queries) SubscriberList(ctx context.Context, db DBTX) ([]SubscriberRow,
 
 const subscriberListByIDs = `-- name: SubscriberListByIDs :many
 SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
-    s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at
+    s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format
 FROM subscribers s WHERE s.id = ANY($1::bigint[]) ORDER BY s.id
 `
 
@@ -162,6 +187,9 @@ type SubscriberListByIDsRow struct {
 	Paused      bool
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
+	Entities    []string
+	Condition   *string
+	Format      string
 }
 
 // The view's columns, read from the table itself (as the statement log of
@@ -187,6 +215,9 @@ func (q *Queries) SubscriberListByIDs(ctx context.Context, db DBTX, ids []int64)
 			&i.Paused,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.Entities,
+			&i.Condition,
+			&i.Format,
 		); err != nil {
 			return nil, err
 		}
@@ -201,7 +232,7 @@ func (q *Queries) SubscriberListByIDs(ctx context.Context, db DBTX, ids []int64)
 const subscriberSetPaused = `-- name: SubscriberSetPaused :one
 UPDATE subscribers SET paused = $1, updated_at = now() WHERE id = $2
 RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
-    max_attempts, timeout_ms, paused, created_at, updated_at
+    max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format
 `
 
 type SubscriberSetPausedRow struct {
@@ -216,6 +247,9 @@ type SubscriberSetPausedRow struct {
 	Paused      bool
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
+	Entities    []string
+	Condition   *string
+	Format      string
 }
 
 func (q *Queries) SubscriberSetPaused(ctx context.Context, db DBTX, paused bool, iD int64) (SubscriberSetPausedRow, error) {
@@ -233,6 +267,9 @@ func (q *Queries) SubscriberSetPaused(ctx context.Context, db DBTX, paused bool,
 		&i.Paused,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Entities,
+		&i.Condition,
+		&i.Format,
 	)
 	return i, err
 }
@@ -240,19 +277,27 @@ func (q *Queries) SubscriberSetPaused(ctx context.Context, db DBTX, paused bool,
 const subscriberUpdateWebhook = `-- name: SubscriberUpdateWebhook :one
 UPDATE subscribers SET
     name = coalesce($1, name), url = coalesce($2, url),
-    event_types = coalesce($3::text[], event_types), secret = coalesce($4, secret),
-    max_attempts = coalesce($5::integer, max_attempts),
-    timeout_ms = coalesce($6::integer, timeout_ms),
+    event_types = coalesce($3::text[], event_types),
+    entities = coalesce($4::text[], entities),
+    -- An empty condition given removes it (NULL: every event).
+    condition = CASE WHEN $5::text IS NULL THEN condition ELSE nullif($5::text, '') END,
+    format = coalesce($6::text, format),
+    secret = coalesce($7, secret),
+    max_attempts = coalesce($8::integer, max_attempts),
+    timeout_ms = coalesce($9::integer, timeout_ms),
     updated_at = now()
-WHERE id = $7 AND kind = 'webhook'
+WHERE id = $10 AND kind = 'webhook'
 RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
-    max_attempts, timeout_ms, paused, created_at, updated_at
+    max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format
 `
 
 type SubscriberUpdateWebhookParams struct {
 	Name        *string
 	Url         *string
 	EventTypes  []string
+	Entities    []string
+	Condition   *string
+	Format      *string
 	Secret      *string
 	MaxAttempts *int32
 	TimeoutMs   *int32
@@ -271,6 +316,9 @@ type SubscriberUpdateWebhookRow struct {
 	Paused      bool
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
+	Entities    []string
+	Condition   *string
+	Format      string
 }
 
 func (q *Queries) SubscriberUpdateWebhook(ctx context.Context, db DBTX, arg SubscriberUpdateWebhookParams) (SubscriberUpdateWebhookRow, error) {
@@ -278,6 +326,9 @@ func (q *Queries) SubscriberUpdateWebhook(ctx context.Context, db DBTX, arg Subs
 		arg.Name,
 		arg.Url,
 		arg.EventTypes,
+		arg.Entities,
+		arg.Condition,
+		arg.Format,
 		arg.Secret,
 		arg.MaxAttempts,
 		arg.TimeoutMs,
@@ -296,17 +347,22 @@ func (q *Queries) SubscriberUpdateWebhook(ctx context.Context, db DBTX, arg Subs
 		&i.Paused,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Entities,
+		&i.Condition,
+		&i.Format,
 	)
 	return i, err
 }
 
 const subscriberUpsertBuiltin = `-- name: SubscriberUpsertBuiltin :one
 
-INSERT INTO subscribers (name, kind, event_types) VALUES ($1, 'builtin', $2)
-ON CONFLICT (name) DO UPDATE SET event_types = EXCLUDED.event_types, updated_at = now()
+INSERT INTO subscribers (name, kind, event_types, entities, condition)
+VALUES ($1, 'builtin', $2, $3, $4)
+ON CONFLICT (name) DO UPDATE SET event_types = EXCLUDED.event_types, entities = EXCLUDED.entities,
+    condition = EXCLUDED.condition, updated_at = now()
 WHERE subscribers.kind = EXCLUDED.kind
 RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
-    max_attempts, timeout_ms, paused, created_at, updated_at
+    max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format
 `
 
 type SubscriberUpsertBuiltinRow struct {
@@ -321,13 +377,22 @@ type SubscriberUpsertBuiltinRow struct {
 	Paused      bool
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
+	Entities    []string
+	Condition   *string
+	Format      string
 }
 
 // Subscribers of the event stream (table subscribers, read through view
 // subscriber_rows, which never shows the webhook secret). Statements that
 // write return the view's columns in its order.
-func (q *Queries) SubscriberUpsertBuiltin(ctx context.Context, db DBTX, name string, eventTypes []string) (SubscriberUpsertBuiltinRow, error) {
-	row := db.QueryRow(ctx, subscriberUpsertBuiltin, name, eventTypes)
+// A built-in subscriber's filter is its code's: every start writes it again.
+func (q *Queries) SubscriberUpsertBuiltin(ctx context.Context, db DBTX, name string, eventTypes []string, entities []string, condition *string) (SubscriberUpsertBuiltinRow, error) {
+	row := db.QueryRow(ctx, subscriberUpsertBuiltin,
+		name,
+		eventTypes,
+		entities,
+		condition,
+	)
 	var i SubscriberUpsertBuiltinRow
 	err := row.Scan(
 		&i.ID,
@@ -341,6 +406,9 @@ func (q *Queries) SubscriberUpsertBuiltin(ctx context.Context, db DBTX, name str
 		&i.Paused,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Entities,
+		&i.Condition,
+		&i.Format,
 	)
 	return i, err
 }
