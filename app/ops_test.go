@@ -21,7 +21,7 @@ func TestReadyzFollowsTheDatabase(t *testing.T) {
 
 	var dbName string
 	require.NoError(t, s.Pool.QueryRow(ctx, `SELECT current_database()`).Scan(&dbName))
-	admin, err := apptest.ConnectAdmin(s)
+	admin, err := apptest.ConnectAdmin(t.Context(), s)
 	require.NoError(t, err)
 	defer func() { _ = admin.Close(ctx) }()
 	_, err = admin.Exec(ctx, `ALTER DATABASE "`+dbName+`" ALLOW_CONNECTIONS false`)

@@ -325,8 +325,8 @@ func WaitAllProcessed(t testing.TB, s *Server) {
 
 // ConnectAdmin connects to the "postgres" database of s's cluster, to undo
 // what a test did to its own database.
-func ConnectAdmin(s *Server) (*pgx.Conn, error) {
+func ConnectAdmin(ctx context.Context, s *Server) (*pgx.Conn, error) {
 	cfg := s.Pool.Config().ConnConfig.Copy()
 	cfg.Database = "postgres"
-	return pgx.ConnectConfig(context.Background(), cfg)
+	return pgx.ConnectConfig(ctx, cfg)
 }
