@@ -61,8 +61,7 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 		PayloadReadLimit: &readLimit,
 	})
 	gql.AddTransport(transport.Options{})
-	gql.AddTransport(transport.GET{})
-	gql.AddTransport(transport.POST{})
+	gql.AddTransport(httpapi.GraphQLHTTP{})
 	gql.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	gql.SetParserTokenLimit(maxQueryTokens)
 	gql.Use(extension.FixedComplexityLimit(maxComplexity))
@@ -80,7 +79,7 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	gql.SetRecoverFunc(resolvers.Recover)
 
 	mux := http.NewServeMux()
-	api := ws.Handler(httpapi.LimitBody(maxRequestBody, a.auth.Authenticate(gql)))
+	api := ws.Handler(httpapi.GraphQLMethods(httpapi.LimitBody(maxRequestBody, a.auth.Authenticate(gql))))
 	if len(opts.AllowedOrigins) > 0 {
 		// Browsers on the allowed origins may call the API cross-origin
 		// (with a bearer token, never cookies). With no list, no CORS

@@ -99,3 +99,31 @@ func TestNodeRealClients(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeGraphQLHTTPAudit runs the graphql-http package's serverAudits
+// (e2e/audit.mjs), the GraphQL-over-HTTP spec's own checks, against the
+// server: every audit passes, warnings and notices included.
+func TestNodeGraphQLHTTPAudit(t *testing.T) {
+	t.Parallel()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		requireTool(t, "Node.js 20+ (node on PATH)", "Debian: apt-get install nodejs npm")
+	}
+	if _, err := os.Stat("node_modules/graphql-http"); err != nil {
+		requireTool(t, "e2e/node_modules/graphql-http", "npm ci --prefix e2e (make test does it)")
+	}
+	s := apptest.New(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, node, "audit.mjs", s.URL+"/graphql", s.Token)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "stderr: %s", stderr.String())
+	var out struct {
+		Total   int
+		Results []struct{ ID, Name, Status, Reason string }
+	}
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &out), "stdout: %s", stdout.String())
+	require.Greater(t, out.Total, 50, "the audit ran its checks")
+	require.Empty(t, out.Results, "audits that did not pass")
+}

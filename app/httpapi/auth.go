@@ -99,7 +99,7 @@ func (a *Auth) Authenticate(next http.Handler) http.Handler {
 		if err != nil {
 			w.Header().Set("Content-Type", "application/json")
 			if !errors.Is(err, resolvers.ErrUnauthenticated) {
-				transport.SendError(w, http.StatusServiceUnavailable, resolvers.InternalError(req.Context(), a.Logger, "authenticate", err))
+				writeErrors(w, http.StatusServiceUnavailable, gqlerror.List{resolvers.InternalError(req.Context(), a.Logger, "authenticate", err)})
 				return
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="erp"`)
@@ -107,7 +107,7 @@ func (a *Auth) Authenticate(next http.Handler) http.Handler {
 			if id := resolvers.RequestID(req.Context()); id != "" {
 				e.Extensions["requestId"] = id
 			}
-			transport.SendError(w, http.StatusUnauthorized, e)
+			writeErrors(w, http.StatusUnauthorized, gqlerror.List{e})
 			return
 		}
 		noteUser(req.Context(), u.Login)

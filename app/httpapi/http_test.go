@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -55,7 +56,7 @@ func TestGraphQLOverHTTP(t *testing.T) {
 	require.Equal(t, http.StatusUnsupportedMediaType, res.StatusCode)
 	body, err := io.ReadAll(res.Body)
 	require.NoError(t, err)
-	require.JSONEq(t, `{"errors":[{"message":"a POST body must be JSON (Content-Type: application/json), got Content-Type \"\"","extensions":{"code":"BAD_USER_INPUT"}}],"data":null}`, string(body))
+	require.JSONEq(t, `{"errors":[{"message":"a POST body must be JSON (Content-Type: application/json), got Content-Type \"\"","extensions":{"code":"BAD_USER_INPUT"}}]}`, string(body))
 	res = request(t, http.MethodPost, s.URL+"/graphql", map[string]string{"Authorization": auth, "Content-Type": "Application/JSON; charset=utf-8"}, q)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 
@@ -63,7 +64,9 @@ func TestGraphQLOverHTTP(t *testing.T) {
 	res = request(t, http.MethodGet, s.URL+"/graphql?query="+url.QueryEscape("{ items { id } }"), map[string]string{"Authorization": auth}, "")
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	res = request(t, http.MethodGet, s.URL+"/graphql?query="+url.QueryEscape(`mutation { createItem(input: {sku: "G", name: "g", unit: "шт"}) { id } }`), map[string]string{"Authorization": auth}, "")
-	require.NotEqual(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, http.StatusMethodNotAllowed, res.StatusCode)
+	require.Equal(t, http.MethodPost, res.Header.Get("Allow"))
+	requireOnlyError(t, res, "BAD_USER_INPUT")
 	var n int
 	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM items`).Scan(&n))
 	require.Zero(t, n)
@@ -76,6 +79,65 @@ func TestGraphQLOverHTTP(t *testing.T) {
 	}
 	require.Equal(t, "https://shop.example", pre("https://shop.example").Header.Get("Access-Control-Allow-Origin"))
 	require.Empty(t, pre("https://evil.example").Header.Get("Access-Control-Allow-Origin"))
+}
+
+// requireOnlyError checks a response body of errors and no data entry
+// whose first error has extensions.code code.
+func requireOnlyError(t *testing.T, res response, code string) {
+	t.Helper()
+	var body map[string]json.RawMessage
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
+	require.NotContains(t, body, "data", "a request that did not execute has no data entry")
+	var errs []struct {
+		Extensions struct{ Code string }
+	}
+	require.NoError(t, json.Unmarshal(body["errors"], &errs))
+	require.NotEmpty(t, errs)
+	require.Equal(t, code, errs[0].Extensions.Code)
+}
+
+// TestGraphQLOverHTTPStatusCodes pins the status codes the
+// GraphQL-over-HTTP spec gives a failing request, per response media type.
+func TestGraphQLOverHTTPStatusCodes(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	auth := "Bearer " + s.Token
+	post := func(accept, body string) response {
+		h := map[string]string{"Authorization": auth, "Content-Type": "application/json"}
+		if accept != "" {
+			h["Accept"] = accept
+		}
+		return request(t, http.MethodPost, s.URL+"/graphql", h, body)
+	}
+	for _, tc := range []struct {
+		name, accept, body string
+		status             int
+		code               string
+	}{
+		{"parse failure, json", "application/json", `{"query":"{"}`, http.StatusOK, "GRAPHQL_PARSE_FAILED"},
+		{"parse failure, no Accept", "", `{"query":"{"}`, http.StatusOK, "GRAPHQL_PARSE_FAILED"},
+		{"validation failure, json", "application/json", `{"query":"{ nosuchfield }"}`, http.StatusOK, "GRAPHQL_VALIDATION_FAILED"},
+		{"parse failure, graphql-response", "application/graphql-response+json", `{"query":"{"}`, http.StatusBadRequest, "GRAPHQL_PARSE_FAILED"},
+		{"validation failure, graphql-response", "application/graphql-response+json", `{"query":"{ nosuchfield }"}`, http.StatusBadRequest, "GRAPHQL_VALIDATION_FAILED"},
+		{"a typo'd query key", "application/json", `{"qeury":"{ __typename }"}`, http.StatusBadRequest, "BAD_USER_INPUT"},
+		{"an Accept we do not speak", "text/html", `{"query":"{ __typename }"}`, http.StatusNotAcceptable, "BAD_USER_INPUT"},
+	} {
+		res := post(tc.accept, tc.body)
+		require.Equal(t, tc.status, res.StatusCode, tc.name)
+		requireOnlyError(t, res, tc.code)
+	}
+	// A variable that does not coerce is a request error too.
+	res := post("application/json", `{"query":"query ($n: Int) { events(first: $n) { pageInfo { hasNextPage } } }","variables":{"n":"many"}}`)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	requireOnlyError(t, res, "GRAPHQL_VALIDATION_FAILED")
+
+	// Methods /graphql does not serve: 405 with Allow, before the token.
+	for _, m := range []string{http.MethodPut, http.MethodDelete, http.MethodPatch} {
+		res := request(t, m, s.URL+"/graphql", map[string]string{"Content-Type": "application/json"}, `{"query":"{ __typename }"}`)
+		require.Equal(t, http.StatusMethodNotAllowed, res.StatusCode, m)
+		require.Equal(t, "GET, POST, OPTIONS", res.Header.Get("Allow"))
+		requireOnlyError(t, res, "BAD_USER_INPUT")
+	}
 }
 
 func TestNoCORSWithoutAllowList(t *testing.T) {

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
-	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
@@ -142,5 +141,5 @@ func validRequest(body []byte) bool {
 
 func writeError(w http.ResponseWriter, status int, msg, code string) {
 	w.Header().Set("Content-Type", "application/json")
-	transport.SendError(w, status, resolvers.CodedError(msg, code))
+	writeErrors(w, status, gqlerror.List{resolvers.CodedError(msg, code)})
 }
