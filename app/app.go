@@ -82,6 +82,7 @@ const (
 // the background parts.
 type App struct {
 	pool            *pgxpool.Pool
+	database        *db.Database
 	res             *resolvers.Resolver
 	auth            *httpapi.Auth
 	dispatcher      *jobs.Dispatcher
@@ -114,7 +115,8 @@ type App struct {
 // InitTimeout, APIOnly, FeedBuffer; zero takes the default). It starts
 // nothing; the error names a bad setting (ALLOWED_ORIGINS, TIME_ZONE) or
 // what failed to build.
-func New(pool *pgxpool.Pool, cfg config.Config, logger *slog.Logger) (*App, error) {
+func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
+	pool := d.Pool
 	checkOrigin, err := wsgorilla.AllowOrigins(cfg.AllowedOrigins)
 	if err != nil {
 		return nil, fmt.Errorf("ALLOWED_ORIGINS: %w", err)
@@ -134,12 +136,14 @@ func New(pool *pgxpool.Pool, cfg config.Config, logger *slog.Logger) (*App, erro
 		DispatchInterval: cfg.DispatchInterval,
 		MaxWorkers:       dispatchWorkers,
 		Retention:        cfg.Retention,
+		Session:          d.Session,
+		PollOnly:         d.Session == nil,
 		Logger:           logger,
 	})
 	if err != nil {
 		return nil, err
 	}
-	feed := db.NewFeed(pool, logger)
+	feed := db.NewFeedOn(d, logger)
 	m.RegisterGauge("feed_subscriptions", "Live event-feed subscriptions open in this process.",
 		func() float64 { return float64(feed.Subscribers()) })
 	outbox := jobs.NewOutbox(pool, riverClient)
@@ -177,6 +181,7 @@ func New(pool *pgxpool.Pool, cfg config.Config, logger *slog.Logger) (*App, erro
 	a := &App{
 		riverUI:         riverUI,
 		pool:            pool,
+		database:        d,
 		res:             res,
 		auth:            auth,
 		dispatcher:      dispatcher,

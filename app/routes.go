@@ -28,7 +28,8 @@ import (
 // duplicate id 4409, dead peers, 1001 at shutdown); gqlgen's transport
 // adds the keepalive of each subprotocol.
 //
-// Operations: /healthz (the process is up), /readyz (see ready), /metrics
+// Operations: /healthz (the process is up), /readyz (see ready; its body
+// names the database mode, db.Database.Mode), /metrics
 // (Prometheus, this app's own registry).
 func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	ws, res := a.ws, a.res
@@ -102,10 +103,10 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 		defer cancel()
 		if err := a.ready(ctx); err != nil {
 			a.logger.WarnContext(ctx, "not ready", slog.String("error", err.Error()))
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			http.Error(w, "not ready: "+err.Error()+"\ndatabase: "+a.database.Mode(), http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = io.WriteString(w, "ok\n")
+		_, _ = io.WriteString(w, "ok\ndatabase: "+a.database.Mode()+"\n")
 	})
 	sessions := &httpapi.AdminSessions{Auth: a.auth, Path: riverUIPath}
 	mux.Handle(riverUIPath+"/login", sessions.Login())

@@ -35,11 +35,11 @@ const AdminTokenFile = "admin-token"
 // the pool and the private PostgreSQL. stdout receives a generated admin
 // token, once.
 func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout io.Writer) error {
-	return withDatabase(ctx, cfg, logger, func(ctx context.Context, pool *pgxpool.Pool) error {
-		if err := ensureAdminToken(ctx, pool, cfg, logger, stdout); err != nil {
+	return withDatabase(ctx, cfg, logger, func(ctx context.Context, d *db.Database) error {
+		if err := ensureAdminToken(ctx, d.Pool, cfg, logger, stdout); err != nil {
 			return err
 		}
-		a, err := New(pool, cfg, logger)
+		a, err := New(d, cfg, logger)
 		if err != nil {
 			return err
 		}
@@ -76,7 +76,7 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 // (starting the private PostgreSQL in DATA_DIR/pg when DATABASE_URL is
 // empty), migrates it to the embedded migrations' head, and closes it.
 func Migrate(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
-	return withDatabase(ctx, cfg, logger, func(context.Context, *pgxpool.Pool) error { return nil })
+	return withDatabase(ctx, cfg, logger, func(context.Context, *db.Database) error { return nil })
 }
 
 // CreateUser is the user subcommand: it creates the user cfg.User names
@@ -84,15 +84,16 @@ func Migrate(ctx context.Context, cfg config.Config, logger *slog.Logger) error 
 // without a running server. The journal events it writes are dispatched
 // when a server runs.
 func CreateUser(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout io.Writer) error {
-	return withDatabase(ctx, cfg, logger, func(ctx context.Context, pool *pgxpool.Pool) error {
-		return createUser(ctx, pool, cfg.User, logger, stdout)
+	return withDatabase(ctx, cfg, logger, func(ctx context.Context, d *db.Database) error {
+		return createUser(ctx, d.Pool, cfg.User, logger, stdout)
 	})
 }
 
 // withDatabase opens the configured database (starting the private
-// PostgreSQL when DATABASE_URL is empty), migrates it, runs fn, and closes
+// PostgreSQL when DATABASE_URL is empty; through a transaction pooler when
+// DATABASE_URL is one, see db.Open), migrates it, runs fn, and closes
 // everything in reverse order.
-func withDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger, fn func(context.Context, *pgxpool.Pool) error) (err error) {
+func withDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger, fn func(context.Context, *db.Database) error) (err error) {
 	url := cfg.DatabaseURL
 	if url == "" {
 		cluster, err := localpg.Start(ctx, localpg.Config{Dir: filepath.Join(cfg.DataDir, "pg"), DBName: "erp", Logger: logger})
@@ -110,15 +111,16 @@ func withDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 		url = cluster.URL()
 		logger.Info("private PostgreSQL started", slog.String("dir", filepath.Join(cfg.DataDir, "pg")))
 	}
-	pool, err := db.Connect(ctx, url)
+	d, err := db.Open(ctx, url, cfg.DatabaseDirectURL)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if err := db.Migrate(ctx, pool, logger); err != nil {
+	defer d.Close()
+	logger.Info("database connected", slog.String("mode", d.Mode()))
+	if err := d.Migrate(ctx, logger); err != nil {
 		return err
 	}
-	return fn(ctx, pool)
+	return fn(ctx, d)
 }
 
 // ensureAdminToken gives the admin user its token: ADMIN_TOKEN if set, else

@@ -53,6 +53,22 @@ func Connect(ctx context.Context, url string, configure ...func(*pgxpool.Config)
 // rivermigrate, then this module's embedded migrations (db/migrations/*.sql)
 // through goose. Both are idempotent, so every start runs them.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error {
+	return migrate(ctx, pool, logger, true)
+}
+
+// Migrate is the package's Migrate on d: on the session connection when
+// there is one; through the transaction pooler otherwise, where a
+// session-level advisory lock would be taken on one server session and
+// released on another, so that instances serialise on goose's lock table
+// instead.
+func (d *Database) Migrate(ctx context.Context, logger *slog.Logger) error {
+	if d.Session != nil {
+		return migrate(ctx, d.Session, logger, true)
+	}
+	return migrate(ctx, d.Pool, logger, false)
+}
+
+func migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, sessionLock bool) error {
 	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: logger})
 	if err != nil {
 		return fmt.Errorf("river migrator: %w", err)
@@ -67,13 +83,23 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) error
 	if err != nil {
 		return fmt.Errorf("open embedded migrations: %w", err)
 	}
-	// The session lock lets several instances start against one database at
-	// once: the second waits for the first's migrations instead of racing them.
-	locker, err := lock.NewPostgresSessionLocker()
-	if err != nil {
-		return fmt.Errorf("migration locker: %w", err)
+	// The lock lets several instances start against one database at once:
+	// the second waits for the first's migrations instead of racing them.
+	var lockOpt goose.ProviderOption
+	if sessionLock {
+		locker, err := lock.NewPostgresSessionLocker()
+		if err != nil {
+			return fmt.Errorf("migration locker: %w", err)
+		}
+		lockOpt = goose.WithSessionLocker(locker)
+	} else {
+		locker, err := lock.NewPostgresTableLocker()
+		if err != nil {
+			return fmt.Errorf("migration locker: %w", err)
+		}
+		lockOpt = goose.WithLocker(locker)
 	}
-	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, dir, goose.WithSessionLocker(locker))
+	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, dir, lockOpt)
 	if err != nil {
 		return fmt.Errorf("goose provider: %w", err)
 	}

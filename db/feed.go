@@ -18,14 +18,17 @@ import (
 const feedBatch = 500
 
 // Feed is this process's view of the live journal: one LISTEN connection on
-// channel event_processed, and a fan-out of processed events to in-process
-// subscribers. A notification only wakes the feed; it then reads every
+// channel event_processed (or, with no session connection, a read of the
+// journal every FeedPollInterval), and a fan-out of processed events to
+// in-process subscribers. A notification only wakes the feed; it then reads every
 // event with a feed sequence past the last one it delivered, so events are
 // read once per process (not once per subscriber), in feed order, and
 // nothing is lost when notifications are coalesced or the connection drops.
 type Feed struct {
-	pool   *pgxpool.Pool
-	logger *slog.Logger
+	pool    *pgxpool.Pool
+	session *pgxpool.Pool // where it LISTENs; nil: it polls the journal
+	poll    time.Duration
+	logger  *slog.Logger
 
 	mu      sync.Mutex
 	subs    map[*FeedSubscription]struct{}
@@ -67,13 +70,28 @@ type FeedSubscription struct {
 // a larger one, left by a burst, is released.
 const smallQueue = 16
 
-// NewFeed returns a feed on pool; Run starts it.
+// FeedPollInterval is how often a feed with no session connection (behind
+// a transaction pooler without DATABASE_DIRECT_URL) reads the journal for
+// newly processed events: the latency it adds to the live feed, at most.
+const FeedPollInterval = 250 * time.Millisecond
+
+// NewFeed returns a feed that reads on pool and LISTENs on pool; Run
+// starts it.
 func NewFeed(pool *pgxpool.Pool, logger *slog.Logger) *Feed {
+	return NewFeedOn(Direct(pool), logger)
+}
+
+// NewFeedOn returns a feed on d: it reads on d.Pool and LISTENs on
+// d.Session, or, when d has no session connection, reads the journal every
+// FeedPollInterval instead.
+func NewFeedOn(d *Database, logger *slog.Logger) *Feed {
 	return &Feed{
-		pool:   pool,
-		logger: logger,
-		subs:   make(map[*FeedSubscription]struct{}),
-		ready:  make(chan struct{}),
+		pool:    d.Pool,
+		session: d.Session,
+		poll:    FeedPollInterval,
+		logger:  logger,
+		subs:    make(map[*FeedSubscription]struct{}),
+		ready:   make(chan struct{}),
 	}
 }
 
@@ -277,10 +295,34 @@ func (f *Feed) stop() {
 	}
 }
 
-// listen runs one LISTEN connection until it fails; listened reports
-// whether it got as far as listening and catching up.
+// start makes the feed ready on its first connection: it goes live from
+// the journal's current position. What was processed before the feed
+// existed is back-fill, which subscribers ask for by cursor.
+func (f *Feed) start(ctx context.Context) error {
+	select {
+	case <-f.ready:
+		return nil
+	default:
+	}
+	last, err := queries.EventGetLastFeedSeq(ctx, f.pool)
+	if err != nil {
+		return fmt.Errorf("read feed position: %w", err)
+	}
+	f.mu.Lock()
+	f.lastSeq = last
+	f.mu.Unlock()
+	close(f.ready)
+	return nil
+}
+
+// listen runs one LISTEN connection until it fails, or polls when the
+// feed has no session pool; listened reports whether it got as far as
+// listening and catching up.
 func (f *Feed) listen(ctx context.Context) (listened bool, err error) {
-	pc, err := f.pool.Acquire(ctx)
+	if f.session == nil {
+		return f.pollJournal(ctx)
+	}
+	pc, err := f.session.Acquire(ctx)
 	if err != nil {
 		return false, fmt.Errorf("acquire listen connection: %w", err)
 	}
@@ -292,21 +334,10 @@ func (f *Feed) listen(ctx context.Context) (listened bool, err error) {
 	if err := queries.FeedListen(ctx, bareStatement{conn}); err != nil {
 		return false, fmt.Errorf("listen %s: %w", notifyEventProcessed, err)
 	}
-	select {
-	case <-f.ready:
-	default:
-		// First connection: start live from now. What was processed before
-		// the feed existed is back-fill, which subscribers ask for by cursor.
-		// Read on the pool: the listening session runs LISTEN alone, which
-		// is how pg_stat_activity tells it apart.
-		last, err := queries.EventGetLastFeedSeq(ctx, f.pool)
-		if err != nil {
-			return false, fmt.Errorf("read feed position: %w", err)
-		}
-		f.mu.Lock()
-		f.lastSeq = last
-		f.mu.Unlock()
-		close(f.ready)
+	// Read on the pool: the listening session runs LISTEN alone, which is
+	// how pg_stat_activity tells it apart.
+	if err := f.start(ctx); err != nil {
+		return false, err
 	}
 	// After a reconnect, deliver what was processed while we were away.
 	if err := f.catchUp(ctx); err != nil {
@@ -330,6 +361,29 @@ func (f *Feed) listen(ctx context.Context) (listened bool, err error) {
 		}
 		if err := f.catchUp(ctx); err != nil {
 			return true, err
+		}
+	}
+}
+
+// pollJournal reads the journal every f.poll until a read fails: what a
+// feed does where LISTEN is not available. Every read is the catch-up a
+// notification would have triggered, so the order and the no-loss rule
+// are the listening feed's.
+func (f *Feed) pollJournal(ctx context.Context) (polled bool, err error) {
+	if err := f.start(ctx); err != nil {
+		return false, err
+	}
+	t := time.NewTicker(f.poll)
+	defer t.Stop()
+	for {
+		if err := f.catchUp(ctx); err != nil {
+			return polled, err
+		}
+		polled = true
+		select {
+		case <-ctx.Done():
+			return polled, ctx.Err()
+		case <-t.C:
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
 
@@ -36,7 +37,25 @@ type RiverConfig struct {
 	// cancelled, discarded) and the prune job keeps delivered delivery
 	// records (RETENTION); 0 means DefaultRetention.
 	Retention time.Duration
-	Logger    *slog.Logger
+	// Session is where River LISTENs for new jobs and leadership notices
+	// when it is not the pool itself: a session pool of its own behind a
+	// transaction pooler (DATABASE_DIRECT_URL). nil means the pool.
+	Session *pgxpool.Pool
+	// PollOnly makes River poll every FetchPollInterval instead of
+	// listening: behind a transaction pooler with no session pool.
+	PollOnly bool
+	Logger   *slog.Logger
+}
+
+// sessionDriver is River's pgx driver whose LISTEN runs on a session pool
+// of its own while every query and transaction goes through the pooler.
+type sessionDriver struct {
+	*riverpgxv5.Driver
+	session *riverpgxv5.Driver
+}
+
+func (d sessionDriver) GetListener(params *riverdriver.GetListenenerParams) riverdriver.Listener {
+	return d.session.GetListener(params)
 }
 
 // NewRiverClient returns a River client that works dispatch and deliver
@@ -54,11 +73,16 @@ func NewRiverClient(pool *pgxpool.Pool, d *Dispatcher, cfg RiverConfig) (*river.
 		cfg.Retention = DefaultRetention
 	}
 	river.AddWorker(workers, &PruneWorker{Pool: pool, Retention: cfg.Retention, Logger: cfg.Logger})
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		ID:      cfg.ID,
-		Logger:  cfg.Logger,
-		Workers: workers,
-		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
+	var driver riverdriver.Driver[pgx.Tx] = riverpgxv5.New(pool)
+	if cfg.Session != nil && cfg.Session != pool {
+		driver = sessionDriver{Driver: riverpgxv5.New(pool), session: riverpgxv5.New(cfg.Session)}
+	}
+	client, err := river.NewClient(driver, &river.Config{
+		ID:       cfg.ID,
+		PollOnly: cfg.PollOnly,
+		Logger:   cfg.Logger,
+		Workers:  workers,
+		Queues:   map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
 		// A job of a process that was killed stays "running" until rescued;
 		// the sweep makes its work anyway (rows, not jobs, hold the state),
 		// so an early rescue only tidies up.

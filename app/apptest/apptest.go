@@ -92,7 +92,7 @@ func NewOn(t testing.TB, pool *pgxpool.Pool, opts ...func(*config.Config)) *Serv
 		_, err := db.EnsureAdmin(ctx, tx, token)
 		return err
 	}))
-	a, err := app.New(pool, cfg, Logger(t))
+	a, err := app.New(db.Direct(pool), cfg, Logger(t))
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -39,11 +39,15 @@ import (
 // want completes "<VAR>: want …, got <value>" when the value does not
 // parse; secret keeps the value out of -help.
 type Config struct {
-	DatabaseURL      string        `env:"DATABASE_URL" secret:"true" help:"PostgreSQL URL; empty starts a private PostgreSQL in DATA_DIR/pg"`
-	DataDir          string        `env:"DATA_DIR" envDefault:".data" help:"directory for the private PostgreSQL and admin-token"`
-	Addr             string        `env:"ADDR" envDefault:":8080" help:"listen address"`
-	DispatchInterval time.Duration `env:"DISPATCH_INTERVAL" envDefault:"1m" help:"period of the sweep of unprocessed events" want:"a duration of at least 1s like 1m or 30s"`
-	AdminToken       string        `env:"ADMIN_TOKEN" secret:"true" help:"token of the admin user; empty generates one into DATA_DIR/admin-token on first start"`
+	DatabaseURL string `env:"DATABASE_URL" secret:"true" help:"PostgreSQL URL; empty starts a private PostgreSQL in DATA_DIR/pg"`
+	// DatabaseDirectURL is a session connection (PostgreSQL itself, or a
+	// session-mode pooler) for LISTEN, River's notifications and the
+	// migrations when DATABASE_URL is a transaction-pooling proxy.
+	DatabaseDirectURL string        `env:"DATABASE_DIRECT_URL" secret:"true" help:"session connection for LISTEN and River when DATABASE_URL is a transaction pooler (PgBouncer); empty: DATABASE_URL for everything"`
+	DataDir           string        `env:"DATA_DIR" envDefault:".data" help:"directory for the private PostgreSQL and admin-token"`
+	Addr              string        `env:"ADDR" envDefault:":8080" help:"listen address"`
+	DispatchInterval  time.Duration `env:"DISPATCH_INTERVAL" envDefault:"1m" help:"period of the sweep of unprocessed events" want:"a duration of at least 1s like 1m or 30s"`
+	AdminToken        string        `env:"ADMIN_TOKEN" secret:"true" help:"token of the admin user; empty generates one into DATA_DIR/admin-token on first start"`
 	// AllowedOrigins are browser origins (https://host[:port], or *)
 	// allowed to call /graphql (CORS) and open websockets besides the
 	// server's own, as wsgorilla.AllowOrigins takes them.
@@ -202,6 +206,14 @@ func validate(cmd string, cfg Config, raw map[string]string, failed map[string]b
 		if _, err := pgxpool.ParseConfig(cfg.DatabaseURL); err != nil {
 			// The parse error may quote the URL, password included.
 			bad("DATABASE_URL", "want a PostgreSQL URL like postgres://user:password@host:5432/erp or key=value pairs")
+		}
+	}
+	if cfg.DatabaseDirectURL != "" {
+		if _, err := pgxpool.ParseConfig(cfg.DatabaseDirectURL); err != nil {
+			bad("DATABASE_DIRECT_URL", "want a PostgreSQL URL like postgres://user:password@host:5432/erp or key=value pairs")
+		}
+		if cfg.DatabaseURL == "" {
+			bad("DATABASE_DIRECT_URL", "needs DATABASE_URL too: it is the session connection beside the transaction pooler DATABASE_URL names")
 		}
 	}
 	if strings.TrimSpace(cfg.DataDir) == "" {

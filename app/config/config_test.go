@@ -93,7 +93,7 @@ func TestServeHelpListsEverySetting(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
 	require.ErrorIs(t, help(func(string) string { return "" }, &out), flag.ErrHelp)
-	for _, setting := range []string{"DATABASE_URL", "DATA_DIR", "ADDR", "DISPATCH_INTERVAL", "ADMIN_TOKEN", "ALLOWED_ORIGINS",
+	for _, setting := range []string{"DATABASE_URL", "DATABASE_DIRECT_URL", "DATA_DIR", "ADDR", "DISPATCH_INTERVAL", "ADMIN_TOKEN", "ALLOWED_ORIGINS",
 		"DEMO_URL", "DEMO_TOKEN", "TIME_ZONE", "SHUTDOWN_TIMEOUT", "RETENTION", "LOG_FORMAT", "LOG_LEVEL", "PPROF_ADDR"} {
 		require.Contains(t, out.String(), "("+setting+")")
 	}
@@ -102,10 +102,10 @@ func TestServeHelpListsEverySetting(t *testing.T) {
 
 func TestServeHelpPrintsNoSecrets(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"DATABASE_URL": "postgres://erp:s3cret@db/erp", "ADMIN_TOKEN": "admin-secret", "DEMO_TOKEN": "demo-secret"}
+	env := map[string]string{"DATABASE_URL": "postgres://erp:s3cret@db/erp", "DATABASE_DIRECT_URL": "postgres://erp:s3cret2@db/erp", "ADMIN_TOKEN": "admin-secret", "DEMO_TOKEN": "demo-secret"}
 	var out bytes.Buffer
 	require.ErrorIs(t, help(func(k string) string { return env[k] }, &out), flag.ErrHelp)
-	for _, secret := range []string{"s3cret", "admin-secret", "demo-secret"} {
+	for _, secret := range []string{"s3cret", "s3cret2", "admin-secret", "demo-secret"} {
 		require.NotContains(t, out.String(), secret)
 	}
 	cfg, err := config.Parse("serve", nil, func(k string) string { return env[k] }, io.Discard)

@@ -124,7 +124,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
-	if c.cred, err = serverCredential(ctx); err != nil {
+	if c.cred, err = ServerCredential(ctx); err != nil {
 		return nil, err
 	}
 	c.socketDir, c.tmpSocket = socketDirFor(dir)
@@ -304,10 +304,10 @@ func isExecutable(path string) bool {
 	return err == nil && info.Mode().IsRegular() && info.Mode().Perm()&0o111 != 0
 }
 
-// serverCredential returns nil when we are not root. As root it returns the
+// ServerCredential returns nil when we are not root. As root it returns the
 // credential of the OS user "postgres", creating the user if missing,
 // because initdb and postgres refuse to run as root.
-func serverCredential(ctx context.Context) (*syscall.Credential, error) {
+func ServerCredential(ctx context.Context) (*syscall.Credential, error) {
 	if os.Geteuid() != 0 {
 		return nil, nil
 	}

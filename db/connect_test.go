@@ -1,0 +1,59 @@
+package db_test
+
+import (
+	"log/slog"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"erp/db"
+	"erp/db/pgtest"
+)
+
+// TestOpenTellsAPoolerFromADirectConnection: Open's probe finds
+// PostgreSQL itself direct and PgBouncer in transaction mode a pooler, and
+// through the pooler a migrated database answers the statements whose
+// parameters pgx would otherwise have to guess (numeric, jsonb, arrays).
+func TestOpenTellsAPoolerFromADirectConnection(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDB(t)
+	bouncer := pgtest.PgBouncer(t, url)
+
+	direct, err := db.Open(t.Context(), url, "")
+	require.NoError(t, err)
+	defer direct.Close()
+	require.False(t, direct.Pooled)
+	require.Equal(t, "direct", direct.Mode())
+	require.Same(t, direct.Pool, direct.Session)
+
+	pooled, err := db.Open(t.Context(), bouncer, "")
+	require.NoError(t, err)
+	defer pooled.Close()
+	require.True(t, pooled.Pooled, "PgBouncer in transaction mode is a pooler")
+	require.Nil(t, pooled.Session)
+	require.Equal(t, "transaction pooler, polling", pooled.Mode())
+
+	both, err := db.Open(t.Context(), bouncer, url)
+	require.NoError(t, err)
+	defer both.Close()
+	require.True(t, both.Pooled)
+	require.NotNil(t, both.Session)
+	require.Equal(t, "transaction pooler, sessions on DATABASE_DIRECT_URL", both.Mode())
+
+	// Through the pooler, many times over (each time perhaps on another
+	// server session): numeric, jsonb and array parameters, also when the
+	// URL asks for a query mode that cannot carry them.
+	exec, err := db.Open(t.Context(), bouncer+" default_query_exec_mode=exec", "")
+	require.NoError(t, err)
+	defer exec.Close()
+	for _, d := range []*db.Database{pooled, exec} {
+		for i := range 50 {
+			var n int
+			require.NoError(t, d.Pool.QueryRow(t.Context(),
+				`SELECT count(*) FROM (SELECT $1::numeric(18,3), $2::jsonb, unnest($3::bigint[])) AS x`,
+				"2.500", []byte(`{"a":1}`), []int64{1, 2, int64(i)}).Scan(&n))
+			require.Equal(t, 3, n)
+		}
+	}
+	require.NoError(t, pooled.Migrate(t.Context(), slog.New(slog.DiscardHandler)), "migrations through the pooler: goose's lock table, not a session lock")
+}
