@@ -61,5 +61,13 @@ CREATE TABLE replay_deliveries (
 CREATE INDEX replay_deliveries_open ON replay_deliveries (subscriber_id, event_id) WHERE status IN ('pending', 'failed');
 CREATE INDEX replay_deliveries_due ON replay_deliveries (next_attempt_at) WHERE status IN ('pending', 'failed');
 
+-- A replay's start and end are journaled about its subscriber.
+ALTER TABLE events DROP CONSTRAINT events_entity_check;
+ALTER TABLE events ADD CONSTRAINT events_entity_check
+    CHECK (entity IN ('sales_orders', 'plan_prod_orders', 'wh_moves', 'wh_purchase_orders', 'users', 'subscribers'));
+
 -- +goose Down
+ALTER TABLE events DROP CONSTRAINT events_entity_check;
+ALTER TABLE events ADD CONSTRAINT events_entity_check
+    CHECK (entity IN ('sales_orders', 'plan_prod_orders', 'wh_moves', 'wh_purchase_orders', 'users'));
 DROP TABLE replay_deliveries, replays;
