@@ -13,6 +13,7 @@ import (
 
 	"erp/app/apptest"
 	"erp/app/config"
+	"erp/jobs"
 )
 
 // replayView is a Replay as the tests read it.
@@ -222,6 +223,15 @@ func TestReplayCancelStopsIt(t *testing.T) {
 
 	e := apptest.GQLErr(t, s, `mutation($id: ID!) { cancelReplay(id: $id) { id } }`, map[string]any{"id": r.ID})
 	require.Equal(t, "CONFLICT", e.Extensions["code"], e.Message)
+
+	// The retention prune takes an ended replay's records, not the replay.
+	_, err := jobs.PruneDeliveries(t.Context(), s.Pool, time.Now().Add(-time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, 10, countSQL(t, s, `SELECT count(*) FROM replay_deliveries WHERE replay_id = $1`, r.ID), "ended within the retention")
+	_, err = jobs.PruneDeliveries(t.Context(), s.Pool, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	require.Zero(t, countSQL(t, s, `SELECT count(*) FROM replay_deliveries WHERE replay_id = $1`, r.ID))
+	require.Equal(t, "CANCELLED", getReplay(t, s, r.ID).Status)
 }
 
 func TestReplaySecondWhileOneRunsIsConflict(t *testing.T) {

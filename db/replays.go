@@ -309,3 +309,13 @@ func DueDeliveriesOf(ctx context.Context, q Querier, subID int64) ([]DeliveryKey
 	}
 	return keysFrom(rows), nil
 }
+
+// PruneEndedReplayDeliveries deletes up to limit records of replays that
+// ended before before, and returns how many it deleted; the replays stay.
+func PruneEndedReplayDeliveries(ctx context.Context, q Querier, before time.Time, limit int) (int64, error) {
+	n, err := queries.ReplayDeliveryDeleteEnded(ctx, q, &before, int32(limit))
+	if err != nil {
+		return 0, fmt.Errorf("prune deliveries of replays ended before %s: %w", before.Format(time.RFC3339), translate(err))
+	}
+	return n, nil
+}

@@ -127,3 +127,10 @@ ORDER BY d.event_id LIMIT 1000;
 SELECT event_id, subscriber_id FROM deliveries
 WHERE subscriber_id = @subscriber_id AND status IN ('pending', 'failed') AND next_attempt_at <= clock_timestamp()
 ORDER BY event_id LIMIT 10000;
+
+-- name: ReplayDeliveryDeleteEnded :execrows
+-- Up to @max_rows records of replays that ended before @before (the
+-- replays themselves are kept).
+DELETE FROM replay_deliveries WHERE (replay_id, event_id) IN (
+    SELECT d.replay_id, d.event_id FROM replay_deliveries d JOIN replays r ON r.id = d.replay_id
+    WHERE r.status <> 'running' AND r.finished_at < @before LIMIT @max_rows);

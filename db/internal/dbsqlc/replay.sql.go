@@ -159,6 +159,22 @@ func (q *Queries) ReplayCountOpen(ctx context.Context, db DBTX, replayID int64) 
 	return count, err
 }
 
+const replayDeliveryDeleteEnded = `-- name: ReplayDeliveryDeleteEnded :execrows
+DELETE FROM replay_deliveries WHERE (replay_id, event_id) IN (
+    SELECT d.replay_id, d.event_id FROM replay_deliveries d JOIN replays r ON r.id = d.replay_id
+    WHERE r.status <> 'running' AND r.finished_at < $1 LIMIT $2)
+`
+
+// Up to @max_rows records of replays that ended before @before (the
+// replays themselves are kept).
+func (q *Queries) ReplayDeliveryDeleteEnded(ctx context.Context, db DBTX, before *time.Time, maxRows int32) (int64, error) {
+	result, err := db.Exec(ctx, replayDeliveryDeleteEnded, before, maxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const replayDeliveryInsert = `-- name: ReplayDeliveryInsert :exec
 INSERT INTO replay_deliveries (replay_id, event_id, subscriber_id)
 SELECT $1, unnest($2::bigint[]), $3
