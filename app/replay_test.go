@@ -314,3 +314,58 @@ func TestReplayBadInputWritesNothing(t *testing.T) {
 	require.Zero(t, countSQL(t, s, `SELECT count(*) FROM river_job WHERE kind LIKE 'replay%' OR kind = 'deliver_replayed'`))
 	require.Equal(t, before, countSQL(t, s, `SELECT count(*) FROM events`))
 }
+
+func TestReplayRangeAfterCursorAndTimes(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	userHistory(t, s, "a", 4, 1)
+	apptest.WaitAllProcessed(t, s)
+	type page struct {
+		Events struct {
+			Edges []struct {
+				Cursor string
+				Node   struct {
+					ID        string
+					CreatedAt time.Time
+				}
+			}
+		}
+	}
+	// The newest user.role_changed so far: the replay starts after it.
+	mark := apptest.GQL[page](t, s, `{ events(filter: {types: ["user.role_changed"]}, first: 1) { edges { cursor node { id createdAt } } } }`, nil).Events.Edges[0]
+	userHistory(t, s, "b", 3, 1)
+	apptest.WaitAllProcessed(t, s)
+
+	secret := newSecret(t)
+	rcv, url := newReceiver(t, secret)
+	apptest.CreateWebhook(t, s, "ranged", url, secret, []string{"user.role_changed"})
+	// After a cursor is after it in processing (feed) order, as
+	// eventProcessed(after:) reads.
+	seq := apptest.FeedSeq(t, mark.Cursor)
+	want := countSQL(t, s, `SELECT count(*) FROM events WHERE type = 'user.role_changed' AND feed_seq > $1`, seq)
+	require.GreaterOrEqual(t, want, 3)
+	r := startReplay(t, s, map[string]any{"s": "ranged", "after": mark.Cursor})
+	require.Equal(t, want, r.Total)
+	waitReplayStatus(t, s, r.ID, "DONE")
+	for _, g := range sentRequests(t, rcv) {
+		require.Equal(t, 1, countSQL(t, s, `SELECT count(*) FROM events WHERE id = $1 AND feed_seq > $2`, g.eventID, seq),
+			"event %d is not after the cursor", g.eventID)
+	}
+	n, distinct, _ := rcv.counts()
+	require.Equal(t, want, n)
+	require.Equal(t, want, distinct)
+
+	// A time range that ends before the first event: nothing to send, done.
+	empty := startReplay(t, s, map[string]any{"s": "ranged", "to": mark.Node.CreatedAt.Add(-time.Hour).Format(time.RFC3339Nano)})
+	require.Zero(t, empty.Total)
+	require.Equal(t, "DONE", waitReplayStatus(t, s, empty.ID, "DONE").Status)
+	// From the mark's creation on (as the API shows the time).
+	fromTime := mark.Node.CreatedAt
+	since := countSQL(t, s, `SELECT count(*) FROM events WHERE type = 'user.role_changed' AND created_at >= $1`, fromTime)
+	require.GreaterOrEqual(t, since, 4, "the mark and the three after it")
+	from := startReplay(t, s, map[string]any{"s": "ranged", "from": fromTime.Format(time.RFC3339Nano)})
+	require.Equal(t, since, from.Total)
+	waitReplayStatus(t, s, from.ID, "DONE")
+	n, _, _ = rcv.counts()
+	require.Equal(t, want+since, n)
+}
