@@ -255,9 +255,9 @@ func RecordReplayAttempt(ctx context.Context, tx pgx.Tx, k ReplayKey, a Attempt)
 	return row.Status, row.NextAttemptAt, nil
 }
 
-// LaterOpenReplayDeliveries returns the open, due replayed deliveries to
-// subscriber subID of events after ev of its document: the ones waiting
-// for ev.
+// LaterOpenReplayDeliveries returns the first open, due replayed delivery
+// to subscriber subID of an event after ev of its document (none or one):
+// the one waiting for ev, which releases the next in turn.
 func LaterOpenReplayDeliveries(ctx context.Context, q Querier, ev Event, subID int64) ([]ReplayKey, error) {
 	rows, err := queries.ReplayDeliveryListLaterOpen(ctx, q, subID, ev.Entity, ev.EntityID, ev.ID)
 	if err != nil {

@@ -88,14 +88,16 @@ WHERE replay_id = @replay_id AND event_id = @event_id
 RETURNING *;
 
 -- name: ReplayDeliveryListLaterOpen :many
--- Open, due records of running replays of subscriber @subscriber_id, of
--- events after @id of the same document: the ones waiting for @id.
+-- The first open, due record of a running replay of subscriber
+-- @subscriber_id of an event after @id of the same document: the one
+-- waiting for @id (the document's later ones wait for it in turn, and it
+-- releases them one by one).
 SELECT d.replay_id, d.event_id FROM replay_deliveries d JOIN events e ON e.id = d.event_id
 JOIN replays r ON r.id = d.replay_id
 WHERE d.subscriber_id = @subscriber_id AND d.status IN ('pending', 'failed') AND r.status = 'running'
   AND e.entity = @entity AND e.entity_id = @entity_id AND e.id > @id
   AND d.next_attempt_at <= clock_timestamp()
-ORDER BY d.event_id LIMIT 100;
+ORDER BY d.event_id LIMIT 1;
 
 -- name: ReplayDeliveryListOpenOfSubscriber :many
 -- Open records of the running replay of a subscriber (a batch at most).

@@ -100,7 +100,7 @@ type WebhookSubscriberInput struct {
 	// Known event types only (a typo is BAD_USER_INPUT listing them); absent or []: every type.
 	EventTypes []string `json:"eventTypes,omitempty"`
 	// Only events of these tables (sales_orders, plan_prod_orders, wh_moves,
-	// wh_purchase_orders, users, or the payload names sales_order, prod_order,
+	// wh_purchase_orders, users, subscribers, or the payload names sales_order, prod_order,
 	// wh_move, purchase_order); absent or []: every one.
 	Entities []string `json:"entities,omitempty"`
 	// A CEL expression over `event` (id, type, entity, entityId, payload,

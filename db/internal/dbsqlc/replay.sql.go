@@ -226,7 +226,7 @@ JOIN replays r ON r.id = d.replay_id
 WHERE d.subscriber_id = $1 AND d.status IN ('pending', 'failed') AND r.status = 'running'
   AND e.entity = $2 AND e.entity_id = $3 AND e.id > $4
   AND d.next_attempt_at <= clock_timestamp()
-ORDER BY d.event_id LIMIT 100
+ORDER BY d.event_id LIMIT 1
 `
 
 type ReplayDeliveryListLaterOpenRow struct {
@@ -234,8 +234,10 @@ type ReplayDeliveryListLaterOpenRow struct {
 	EventID  int64
 }
 
-// Open, due records of running replays of subscriber @subscriber_id, of
-// events after @id of the same document: the ones waiting for @id.
+// The first open, due record of a running replay of subscriber
+// @subscriber_id of an event after @id of the same document: the one
+// waiting for @id (the document's later ones wait for it in turn, and it
+// releases them one by one).
 func (q *Queries) ReplayDeliveryListLaterOpen(ctx context.Context, db DBTX, subscriberID int64, entity string, entityID int64, iD int64) ([]ReplayDeliveryListLaterOpenRow, error) {
 	rows, err := db.Query(ctx, replayDeliveryListLaterOpen,
 		subscriberID,
