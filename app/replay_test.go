@@ -125,6 +125,7 @@ func TestReplayGivesANewWebhookItsHistoryInDocumentOrderWhileLiveEventsGoOn(t *t
 	secret := newSecret(t)
 	rcv, url := newReceiver(t, secret)
 	apptest.CreateWebhook(t, s, "late-crm", url, secret, types)
+	began := time.Now()
 	r := startReplay(t, s, map[string]any{"s": "late-crm"})
 	require.Equal(t, "RUNNING", r.Status)
 	require.Equal(t, len(history), r.Total, "total counts the history the filter takes")
@@ -142,6 +143,7 @@ func TestReplayGivesANewWebhookItsHistoryInDocumentOrderWhileLiveEventsGoOn(t *t
 	wg.Wait()
 
 	done := waitReplayStatus(t, s, r.ID, "DONE")
+	t.Logf("replayed %d events in %s beside 100 live ones", done.Total, time.Since(began).Round(time.Millisecond))
 	require.Equal(t, done.Total, done.Done)
 	require.Zero(t, done.Dead)
 	require.NotNil(t, done.FinishedAt)
