@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"erp/app/apptest"
 	"erp/app/config"
+	"erp/db"
 	"erp/jobs"
 )
 
@@ -370,4 +372,48 @@ func TestReplayRangeAfterCursorAndTimes(t *testing.T) {
 	waitReplayStatus(t, s, from.ID, "DONE")
 	n, _, _ = rcv.counts()
 	require.Equal(t, want+since, n)
+}
+
+func TestReplayGoesOnPastABatchJobLeftRunning(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, func(c *config.Config) {
+		c.DispatchInterval = time.Second
+		c.ReplayBatch = 5
+	})
+	userHistory(t, s, "u", 4, 2)
+	apptest.WaitAllProcessed(t, s)
+	secret := newSecret(t)
+	rcv, url := newReceiver(t, secret)
+	apptest.CreateWebhook(t, s, "orphan", url, secret, []string{"user.created", "user.role_changed"})
+	ctx := t.Context()
+	sub, err := db.SubscriberByName(ctx, s.Pool, "orphan")
+	require.NoError(t, err)
+
+	// What a process killed inside the first batch's transaction leaves:
+	// the replay committed, its batch job "running" (River rescues it only
+	// after minutes, and it holds the job's unique key), no batch written.
+	var r db.Replay
+	var jobID int64
+	require.NoError(t, pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
+		var err error
+		if r, _, err = db.StartReplay(ctx, tx, nil, sub, db.ReplayRange{}); err != nil {
+			return err
+		}
+		res, err := s.App.River().InsertTx(ctx, tx, jobs.ReplayBatchArgs{ReplayID: r.ID}, nil)
+		if err != nil {
+			return err
+		}
+		jobID = res.Job.ID
+		_, err = tx.Exec(ctx, `UPDATE river_job SET state = 'running', attempt = 1, attempted_at = now() WHERE id = $1`, jobID)
+		return err
+	}))
+	id := strconv.FormatInt(r.ID, 10)
+	done := waitReplayStatus(t, s, id, "DONE")
+	require.Equal(t, 12, done.Total)
+	require.Equal(t, 12, done.Done)
+	n, distinct, _ := rcv.counts()
+	require.Equal(t, 12, n)
+	require.Equal(t, 12, distinct)
+	// The sweep went on with it, not the stuck job.
+	require.Equal(t, 1, countSQL(t, s, `SELECT count(*) FROM river_job WHERE id = $1 AND state = 'running'`, jobID))
 }
