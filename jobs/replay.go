@@ -139,7 +139,7 @@ func (d *Dispatcher) finishReplay(ctx context.Context, tx pgx.Tx, w *txWork, act
 
 // ReplayBatch goes one step on replay id in one transaction, the replay
 // locked: when it is running and its last batch's deliveries are all
-// finished, it writes the next batch (ReplayBatchSize events after the
+// finished, it writes the next batch (DispatcherConfig.ReplayBatch events after the
 // cursor: a pending record for each the condition takes, the cursor moved,
 // deliver jobs for the first of each document) or, past the range's end,
 // finishes the replay (done, or failed when a replayed delivery went
