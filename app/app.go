@@ -129,7 +129,8 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 	m := metrics.New(registry)
 	m.RegisterDatabase(pool)
 	webhooks := jobs.NewWebhookSender(jobs.WithAllowPrivate(cfg.WebhookAllowPrivate))
-	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger, Metrics: m, Webhooks: webhooks},
+	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger, Metrics: m, Webhooks: webhooks,
+		ReplayBatch: cfg.ReplayBatch},
 		jobs.OrderAcceptance{}, jobs.ProductionPlanning{}, jobs.MaterialIssue{})
 	riverClient, err := jobs.NewRiverClient(pool, dispatcher, jobs.RiverConfig{
 		ID:               instanceID(),

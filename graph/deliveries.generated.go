@@ -24,6 +24,10 @@ type DeliveryResolver interface {
 
 	NextAttemptAt(ctx context.Context, obj *db.Delivery) (*time.Time, error)
 }
+type ReplayResolver interface {
+	Subscriber(ctx context.Context, obj *db.Replay) (*db.Subscriber, error)
+	Status(ctx context.Context, obj *db.Replay) (model.ReplayStatus, error)
+}
 type SubscriberResolver interface {
 	Kind(ctx context.Context, obj *db.Subscriber) (model.SubscriberKind, error)
 
@@ -475,6 +479,199 @@ func (ec *executionContext) fieldContext_DeliveryEdge_node(_ context.Context, fi
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _Replay_id(ctx context.Context, field graphql.CollectedField, obj *db.Replay) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Replay_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNID2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Replay_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Replay", field, false, false, "ID")
+}
+
+func (ec *executionContext) _Replay_subscriber(ctx context.Context, field graphql.CollectedField, obj *db.Replay) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Replay_subscriber(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Replay().Subscriber(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *db.Subscriber) graphql.Marshaler {
+			return ec.marshalNSubscriber2ᚖerpᚋdbᚐSubscriber(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Replay_subscriber(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Replay",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Subscriber(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Replay_status(ctx context.Context, field graphql.CollectedField, obj *db.Replay) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Replay_status(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Replay().Status(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v model.ReplayStatus) graphql.Marshaler {
+			return ec.marshalNReplayStatus2erpᚋgraphᚋmodelᚐReplayStatus(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Replay_status(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Replay", field, true, true, "ReplayStatus")
+}
+
+func (ec *executionContext) _Replay_total(ctx context.Context, field graphql.CollectedField, obj *db.Replay) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Replay_total(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Total, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNInt2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Replay_total(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Replay", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Replay_done(ctx context.Context, field graphql.CollectedField, obj *db.Replay) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Replay_done(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Done, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNInt2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Replay_done(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Replay", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Replay_dead(ctx context.Context, field graphql.CollectedField, obj *db.Replay) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Replay_dead(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Dead, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNInt2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Replay_dead(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Replay", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Replay_startedAt(ctx context.Context, field graphql.CollectedField, obj *db.Replay) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Replay_startedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.StartedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNDateTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Replay_startedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Replay", field, false, false, "DateTime")
+}
+
+func (ec *executionContext) _Replay_finishedAt(ctx context.Context, field graphql.CollectedField, obj *db.Replay) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Replay_finishedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.FinishedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalODateTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Replay_finishedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Replay", field, false, false, "DateTime")
 }
 
 func (ec *executionContext) _Subscriber_id(ctx context.Context, field graphql.CollectedField, obj *db.Subscriber) (ret graphql.Marshaler) {
@@ -1240,6 +1437,76 @@ func (ec *executionContext) _DeliveryEdge(ctx context.Context, sel ast.Selection
 	return out
 }
 
+var replayImplementors = []string{"Replay"}
+
+func (ec *executionContext) _Replay(ctx context.Context, sel ast.SelectionSet, obj *db.Replay) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, replayImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Replay")
+		case "id":
+			out.Values[i] = ec._Replay_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "subscriber":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Replay_subscriber(ctx, field, obj)
+				})
+		case "status":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Replay_status(ctx, field, obj)
+				})
+		case "total":
+			out.Values[i] = ec._Replay_total(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "done":
+			out.Values[i] = ec._Replay_done(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "dead":
+			out.Values[i] = ec._Replay_dead(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "startedAt":
+			out.Values[i] = ec._Replay_startedAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "finishedAt":
+			out.Values[i] = ec._Replay_finishedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var subscriberImplementors = []string{"Subscriber"}
 
 func (ec *executionContext) _Subscriber(ctx context.Context, sel ast.SelectionSet, obj *db.Subscriber) graphql.Marshaler {
@@ -1417,6 +1684,24 @@ func (ec *executionContext) marshalNDeliveryStatus2erpᚋgraphᚋmodelᚐDeliver
 	return v
 }
 
+func (ec *executionContext) marshalNReplay2ᚖerpᚋdbᚐReplay(ctx context.Context, sel ast.SelectionSet, v *db.Replay) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "Replay!")
+		return graphql.Null
+	}
+	return ec._Replay(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNReplayStatus2erpᚋgraphᚋmodelᚐReplayStatus(ctx context.Context, v any) (model.ReplayStatus, error) {
+	var res model.ReplayStatus
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNReplayStatus2erpᚋgraphᚋmodelᚐReplayStatus(ctx context.Context, sel ast.SelectionSet, v model.ReplayStatus) graphql.Marshaler {
+	return v
+}
+
 func (ec *executionContext) marshalNSubscriber2erpᚋdbᚐSubscriber(ctx context.Context, sel ast.SelectionSet, v db.Subscriber) graphql.Marshaler {
 	return ec._Subscriber(ctx, sel, &v)
 }
@@ -1487,6 +1772,13 @@ func (ec *executionContext) marshalODeliveryStatus2ᚖerpᚋgraphᚋmodelᚐDeli
 		return graphql.Null
 	}
 	return v
+}
+
+func (ec *executionContext) marshalOReplay2ᚖerpᚋdbᚐReplay(ctx context.Context, sel ast.SelectionSet, v *db.Replay) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._Replay(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalOWebhookFormat2ᚖerpᚋgraphᚋmodelᚐWebhookFormat(ctx context.Context, v any) (*model.WebhookFormat, error) {

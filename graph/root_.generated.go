@@ -31,6 +31,7 @@ type ResolverRoot interface {
 	Item() ItemResolver
 	Mutation() MutationResolver
 	Query() QueryResolver
+	Replay() ReplayResolver
 	Subscriber() SubscriberResolver
 	Subscription() SubscriptionResolver
 	User() UserResolver
@@ -134,6 +135,7 @@ type ComplexityRoot struct {
 	}
 
 	Mutation struct {
+		CancelReplay            func(childComplexity int, id int64) int
 		CreateItem              func(childComplexity int, input db.ItemInput) int
 		CreateProductionOrder   func(childComplexity int, input db.ProductionOrderInput) int
 		CreatePurchaseOrder     func(childComplexity int, input db.PurchaseOrderInput) int
@@ -148,6 +150,7 @@ type ComplexityRoot struct {
 		ReceiveOrder            func(childComplexity int, input model.ReceiveOrderInput) int
 		Redeliver               func(childComplexity int, eventID int64, subscriber string) int
 		RedeliverAll            func(childComplexity int, filter model.DeliveryFilter) int
+		ReplaySubscriber        func(childComplexity int, subscriber string, after *string, from *time.Time, to *time.Time) int
 		ResumeSubscriber        func(childComplexity int, id int64) int
 		RevokeToken             func(childComplexity int, id int64) int
 		SetBillOfMaterials      func(childComplexity int, sku string, components []db.ComponentInput) int
@@ -193,6 +196,7 @@ type ComplexityRoot struct {
 		Me              func(childComplexity int) int
 		ProductionOrder func(childComplexity int, id int64) int
 		PurchaseOrder   func(childComplexity int, id int64) int
+		Replay          func(childComplexity int, id int64) int
 		SalesOrder      func(childComplexity int, id int64) int
 		Subscribers     func(childComplexity int) int
 		Tokens          func(childComplexity int, login *string) int
@@ -204,6 +208,17 @@ type ComplexityRoot struct {
 	ReceiveOrderResult struct {
 		Duplicate func(childComplexity int) int
 		Order     func(childComplexity int) int
+	}
+
+	Replay struct {
+		Dead       func(childComplexity int) int
+		Done       func(childComplexity int) int
+		FinishedAt func(childComplexity int) int
+		ID         func(childComplexity int) int
+		StartedAt  func(childComplexity int) int
+		Status     func(childComplexity int) int
+		Subscriber func(childComplexity int) int
+		Total      func(childComplexity int) int
 	}
 
 	SalesOrder struct {
@@ -641,6 +656,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Item.Unit(childComplexity), true
 
+	case "Mutation.cancelReplay":
+		if e.ComplexityRoot.Mutation.CancelReplay == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_cancelReplay_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CancelReplay(childComplexity, args["id"].(int64)), true
 	case "Mutation.createItem":
 		if e.ComplexityRoot.Mutation.CreateItem == nil {
 			break
@@ -795,6 +821,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RedeliverAll(childComplexity, args["filter"].(model.DeliveryFilter)), true
+	case "Mutation.replaySubscriber":
+		if e.ComplexityRoot.Mutation.ReplaySubscriber == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_replaySubscriber_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ReplaySubscriber(childComplexity, args["subscriber"].(string), args["after"].(*string), args["from"].(*time.Time), args["to"].(*time.Time)), true
 	case "Mutation.resumeSubscriber":
 		if e.ComplexityRoot.Mutation.ResumeSubscriber == nil {
 			break
@@ -1063,6 +1100,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.PurchaseOrder(childComplexity, args["id"].(int64)), true
+	case "Query.replay":
+		if e.ComplexityRoot.Query.Replay == nil {
+			break
+		}
+
+		args, err := ec.field_Query_replay_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Replay(childComplexity, args["id"].(int64)), true
 	case "Query.salesOrder":
 		if e.ComplexityRoot.Query.SalesOrder == nil {
 			break
@@ -1127,6 +1175,55 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ReceiveOrderResult.Order(childComplexity), true
+
+	case "Replay.dead":
+		if e.ComplexityRoot.Replay.Dead == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Replay.Dead(childComplexity), true
+	case "Replay.done":
+		if e.ComplexityRoot.Replay.Done == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Replay.Done(childComplexity), true
+	case "Replay.finishedAt":
+		if e.ComplexityRoot.Replay.FinishedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Replay.FinishedAt(childComplexity), true
+	case "Replay.id":
+		if e.ComplexityRoot.Replay.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Replay.ID(childComplexity), true
+	case "Replay.startedAt":
+		if e.ComplexityRoot.Replay.StartedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Replay.StartedAt(childComplexity), true
+	case "Replay.status":
+		if e.ComplexityRoot.Replay.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Replay.Status(childComplexity), true
+	case "Replay.subscriber":
+		if e.ComplexityRoot.Replay.Subscriber == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Replay.Subscriber(childComplexity), true
+	case "Replay.total":
+		if e.ComplexityRoot.Replay.Total == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Replay.Total(childComplexity), true
 
 	case "SalesOrder.createdAt":
 		if e.ComplexityRoot.SalesOrder.CreatedAt == nil {
@@ -1782,6 +1879,28 @@ func (ec *executionContext) childFields_ReceiveOrderResult(ctx context.Context, 
 		return ec.fieldContext_ReceiveOrderResult_duplicate(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ReceiveOrderResult", field.Name)
+}
+
+func (ec *executionContext) childFields_Replay(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Replay_id(ctx, field)
+	case "subscriber":
+		return ec.fieldContext_Replay_subscriber(ctx, field)
+	case "status":
+		return ec.fieldContext_Replay_status(ctx, field)
+	case "total":
+		return ec.fieldContext_Replay_total(ctx, field)
+	case "done":
+		return ec.fieldContext_Replay_done(ctx, field)
+	case "dead":
+		return ec.fieldContext_Replay_dead(ctx, field)
+	case "startedAt":
+		return ec.fieldContext_Replay_startedAt(ctx, field)
+	case "finishedAt":
+		return ec.fieldContext_Replay_finishedAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Replay", field.Name)
 }
 
 func (ec *executionContext) childFields_SalesOrder(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

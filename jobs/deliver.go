@@ -92,7 +92,7 @@ func (d *Dispatcher) deliver(ctx context.Context, k db.DeliveryKey) (txWork, err
 			w.outcome = OutcomeBlocked
 			return nil
 		}
-		attempt, written, err := d.attempt(ctx, tx, sub, ev, del.Attempts+1, true)
+		attempt, written, err := d.attempt(ctx, tx, sub, ev, del.Attempts+1, true, WebhookMessageID(ev.ID, sub.ID))
 		if err != nil {
 			return err
 		}
@@ -116,6 +116,14 @@ func (d *Dispatcher) deliver(ctx context.Context, k db.DeliveryKey) (txWork, err
 				return err
 			}
 			w.now = append(w.now, later...)
+			if sub.Kind == db.SubscriberWebhook {
+				// A replay of the subscriber may wait for this event too.
+				laterReplayed, err := db.LaterOpenReplayDeliveries(ctx, tx, ev, sub.ID)
+				if err != nil {
+					return err
+				}
+				w.replayNow = append(w.replayNow, laterReplayed...)
+			}
 		}
 		return d.enqueue(ctx, tx, &w)
 	})
@@ -126,13 +134,14 @@ func (d *Dispatcher) deliver(ctx context.Context, k db.DeliveryKey) (txWork, err
 	return w, nil
 }
 
-// attempt calls the subscriber once; attemptNo counts this attempt. A
+// attempt calls the subscriber once; attemptNo counts this attempt, msgID
+// is a webhook request's webhook-id. A
 // built-in subscriber runs in tx, in a savepoint with savepoint (its
 // failure undoes its writes but not the transaction); without, its failure
 // is a *rerun carrying the attempt: the transaction must roll back. Any
 // other error means the attempt could not be made at all (the context
 // ended, a lock wait ran out): nothing is recorded.
-func (d *Dispatcher) attempt(ctx context.Context, tx pgx.Tx, sub db.Subscriber, ev db.Event, attemptNo int32, savepoint bool) (db.Attempt, []db.Event, error) {
+func (d *Dispatcher) attempt(ctx context.Context, tx pgx.Tx, sub db.Subscriber, ev db.Event, attemptNo int32, savepoint bool, msgID string) (db.Attempt, []db.Event, error) {
 	timeout := time.Duration(sub.TimeoutMs) * time.Millisecond
 	var a db.Attempt
 	var newEvents []db.Event
@@ -177,7 +186,7 @@ func (d *Dispatcher) attempt(ctx context.Context, tx pgx.Tx, sub db.Subscriber, 
 		}
 		res := d.webhooks.Send(ctx, WebhookConfig{
 			URL: target.URL, Secret: target.Secret, Timeout: timeout,
-			MessageID: WebhookMessageID(ev.ID, sub.ID), Format: WebhookFormat(target.Format),
+			MessageID: msgID, Format: WebhookFormat(target.Format),
 			Event: WebhookEvent{Type: ev.Type, Entity: ev.Entity, EntityID: ev.EntityID, CreatedAt: ev.CreatedAt},
 		}, ev.ID, body)
 		if res.Err != nil && ctx.Err() != nil {
@@ -245,6 +254,10 @@ type txWork struct {
 	outcomes   []deliveryOutcome
 	finished   []db.ProcessedEvent
 	outcome    string // Deliver's outcome
+	// replayed deliveries to attempt at once and retries, replays to step
+	replayNow     []db.ReplayKey
+	replayRetries []replayRetry
+	replayBatches []int64
 }
 
 type deliveryOutcome struct {
@@ -273,7 +286,26 @@ func (d *Dispatcher) enqueue(ctx context.Context, tx pgx.Tx, w *txWork) error {
 			InsertOpts: &river.InsertOpts{ScheduledAt: r.At},
 		})
 	}
-	return insertJobs(ctx, d.river, tx, ids, deliver)
+	for _, k := range w.replayNow {
+		deliver = append(deliver, river.InsertManyParams{Args: ReplayDeliverArgs{ReplayID: k.ReplayID, EventID: k.EventID}})
+	}
+	for _, r := range w.replayRetries {
+		deliver = append(deliver, river.InsertManyParams{
+			Args:       ReplayDeliverArgs{ReplayID: r.key.ReplayID, EventID: r.key.EventID},
+			InsertOpts: &river.InsertOpts{Priority: replayPriority, ScheduledAt: r.at},
+		})
+	}
+	if err := insertJobs(ctx, d.river, tx, ids, deliver); err != nil {
+		return err
+	}
+	for _, id := range w.replayBatches {
+		// One at a time: a replay's batch job is unique, and a duplicate
+		// is skipped, not an error.
+		if _, err := d.river.InsertTx(ctx, tx, ReplayBatchArgs{ReplayID: id}, nil); err != nil {
+			return fmt.Errorf("enqueue batch of replay %d: %w", id, err)
+		}
+	}
+	return nil
 }
 
 // record counts one committed transaction's work: events dispatched,

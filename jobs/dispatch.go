@@ -34,6 +34,8 @@ type Dispatcher struct {
 	river      *river.Client[pgx.Tx]
 	metrics    *metrics.Metrics
 	batch      int
+	// replayBatch: see DispatcherConfig.ReplayBatch.
+	replayBatch int
 	// backlogAfter: see DispatcherConfig.BacklogAfter.
 	backlogAfter time.Duration
 }
@@ -58,6 +60,9 @@ type DispatcherConfig struct {
 	// dispatch before the job looks for a backlog to take on (default
 	// DefaultBacklogAfter; negative: always).
 	BacklogAfter time.Duration
+	// ReplayBatch is how many events one replay batch goes through
+	// (default DefaultReplayBatch).
+	ReplayBatch int
 }
 
 // DefaultBacklogAfter: an event dispatched within 20 ms of its commit means
@@ -116,8 +121,12 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig, builtins ...Subscri
 	if cfg.BacklogAfter == 0 {
 		cfg.BacklogAfter = DefaultBacklogAfter
 	}
+	if cfg.ReplayBatch <= 0 {
+		cfg.ReplayBatch = DefaultReplayBatch
+	}
 	d := &Dispatcher{pool: pool, logger: cfg.Logger, retry: cfg.Retry, webhooks: cfg.Webhooks,
-		builtins: map[string]Subscriber{}, metrics: cfg.Metrics, batch: cfg.DispatchBatch, backlogAfter: cfg.BacklogAfter}
+		builtins: map[string]Subscriber{}, metrics: cfg.Metrics, batch: cfg.DispatchBatch, replayBatch: cfg.ReplayBatch,
+		backlogAfter: cfg.BacklogAfter}
 	known := defaultEntities()
 	var opts []FiltersOption
 	for _, s := range builtins {
@@ -500,7 +509,7 @@ func (d *Dispatcher) firstAttempt(ctx context.Context, tx pgx.Tx, w *txWork, l *
 	if !ok {
 		var written []db.Event
 		var err error
-		if a, written, err = d.attempt(ctx, tx, sub, ev, 1, l.savepoints); err != nil {
+		if a, written, err = d.attempt(ctx, tx, sub, ev, 1, l.savepoints, WebhookMessageID(ev.ID, sub.ID)); err != nil {
 			return db.Attempt{}, err
 		}
 		w.written = append(w.written, written...)

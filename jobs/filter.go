@@ -47,7 +47,7 @@ var ErrFilterCostLimit = errors.New("condition stopped: cost limit exceeded")
 // filter's EventTypes may name unless Filters is given more.
 func DefaultEventTypes() []string {
 	return []string{
-		db.EventDocCreated, db.EventOrderReceived, db.EventRedelivered,
+		db.EventDocCreated, db.EventOrderReceived, db.EventRedelivered, db.EventReplayStarted, db.EventReplayFinished,
 		db.EventUserCreated, db.EventUserRoleChanged, db.EventTokenIssued, db.EventTokenRevoked,
 	}
 }
@@ -61,7 +61,7 @@ func defaultEntities() map[string]string {
 		db.EntityProdOrders: db.EntityProdOrders, "prod_order": db.EntityProdOrders,
 		db.EntityWarehouseMoves: db.EntityWarehouseMoves, "wh_move": db.EntityWarehouseMoves,
 		db.EntityPurchaseOrders: db.EntityPurchaseOrders, "purchase_order": db.EntityPurchaseOrders,
-		db.EntityUsers: db.EntityUsers,
+		db.EntityUsers: db.EntityUsers, db.EntitySubscribers: db.EntitySubscribers,
 	}
 }
 

@@ -52,11 +52,23 @@ func (w *PruneWorker) Work(ctx context.Context, _ *river.Job[PruneArgs]) error {
 }
 
 // PruneDeliveries deletes delivered delivery records delivered before
-// before, in batches of pruneBatch rows, and returns how many it deleted.
+// before and the records of replays that ended before before, in batches
+// of pruneBatch rows, and returns how many it deleted.
 func PruneDeliveries(ctx context.Context, pool *pgxpool.Pool, before time.Time) (int64, error) {
+	total, err := pruneEach(ctx, func() (int64, error) { return db.PruneDeliveredDeliveries(ctx, pool, before, pruneBatch) })
+	if err != nil {
+		return total, err
+	}
+	n, err := pruneEach(ctx, func() (int64, error) { return db.PruneEndedReplayDeliveries(ctx, pool, before, pruneBatch) })
+	return total + n, err
+}
+
+// pruneEach runs prune, which deletes at most pruneBatch rows, until it
+// deletes fewer, and returns how many it deleted in all.
+func pruneEach(ctx context.Context, prune func() (int64, error)) (int64, error) {
 	var total int64
 	for {
-		n, err := db.PruneDeliveredDeliveries(ctx, pool, before, pruneBatch)
+		n, err := prune()
 		total += n
 		if err != nil || n < pruneBatch {
 			return total, err

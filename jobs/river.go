@@ -68,6 +68,8 @@ func NewRiverClient(pool *pgxpool.Pool, d *Dispatcher, cfg RiverConfig) (*river.
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &DispatchWorker{Dispatcher: d})
 	river.AddWorker(workers, &DeliverWorker{Dispatcher: d})
+	river.AddWorker(workers, &ReplayBatchWorker{Dispatcher: d})
+	river.AddWorker(workers, &ReplayDeliverWorker{Dispatcher: d})
 	river.AddWorker(workers, &SweepWorker{Dispatcher: d, Logger: cfg.Logger})
 	if cfg.Retention <= 0 {
 		cfg.Retention = DefaultRetention

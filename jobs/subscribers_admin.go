@@ -113,7 +113,13 @@ func (d *Dispatcher) SetPaused(ctx context.Context, id int64, paused bool) (db.S
 			return err
 		}
 		sub = s
-		return d.enqueue(ctx, tx, &txWork{now: held})
+		w := txWork{now: held}
+		if !paused {
+			if w.replayNow, err = db.OpenReplayDeliveriesOf(ctx, tx, id); err != nil {
+				return err
+			}
+		}
+		return d.enqueue(ctx, tx, &w)
 	})
 	return sub, err
 }

@@ -35,7 +35,8 @@ func (r *SweepResult) count(outcomes []deliveryOutcome) {
 
 // Sweep is the safety net behind the jobs: it dispatches events never
 // dispatched (their job was lost), finishes events whose deliveries are all
-// done, and attempts every open delivery that is due. Everything is
+// done, attempts every open delivery that is due, and keeps running replays
+// going (sweepReplays). Everything is
 // selected by state, never by id past a remembered cursor, so late commits
 // are found; failed deliveries wait for their backoff, so a poison event is
 // not retried on every sweep. A failure is counted and skipped.
@@ -102,7 +103,10 @@ func (d *Dispatcher) Sweep(ctx context.Context) (SweepResult, error) {
 		}
 		return nil
 	})
-	return res, err
+	if err != nil {
+		return res, err
+	}
+	return res, d.sweepReplays(ctx, &res, note)
 }
 
 // eachPage hands each page of up to sweepBatch keys that list returns to

@@ -10,6 +10,8 @@ import (
 	"erp/db"
 	"erp/graph"
 	"erp/graph/model"
+	"erp/jobs"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -98,6 +100,22 @@ func (r *mutationResolver) RedeliverAll(ctx context.Context, filter model.Delive
 	return len(keys), err
 }
 
+func (r *mutationResolver) ReplaySubscriber(ctx context.Context, subscriber string, after *string, from *time.Time, to *time.Time) (*db.Replay, error) {
+	rp, err := r.Dispatcher.StartReplay(ctx, actorID(ctx), jobs.ReplayInput{Subscriber: subscriber, After: after, From: from, To: to})
+	if err != nil {
+		return nil, err
+	}
+	return &rp, nil
+}
+
+func (r *mutationResolver) CancelReplay(ctx context.Context, id int64) (*db.Replay, error) {
+	rp, err := r.Dispatcher.CancelReplay(ctx, actorID(ctx), id)
+	if err != nil {
+		return nil, err
+	}
+	return &rp, nil
+}
+
 func (r *queryResolver) Subscribers(ctx context.Context) ([]db.Subscriber, error) {
 	return db.Subscribers(ctx, r.Pool)
 }
@@ -109,6 +127,26 @@ func (r *queryResolver) Deliveries(ctx context.Context, filter *model.DeliveryFi
 func (r *queryResolver) DeadDeliveries(ctx context.Context, subscriber *string, first *int, after *string) (*model.DeliveryConnection, error) {
 	dead := db.DeliveryDead
 	return r.deliveryPage(ctx, db.DeliveryFilter{Status: &dead, Subscriber: subscriber}, first, after)
+}
+
+func (r *queryResolver) Replay(ctx context.Context, id int64) (*db.Replay, error) {
+	rp, err := db.ReplayByID(ctx, r.Pool, id)
+	if errors.Is(err, db.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &rp, nil
+}
+
+func (r *replayResolver) Subscriber(ctx context.Context, obj *db.Replay) (*db.Subscriber, error) {
+	s, err := r.subscriberOf(ctx, obj.SubscriberID)
+	return &s, err
+}
+
+func (r *replayResolver) Status(ctx context.Context, obj *db.Replay) (model.ReplayStatus, error) {
+	return enumOf[model.ReplayStatus](obj.Status, fmt.Sprintf("replay %d's status", obj.ID))
 }
 
 func (r *subscriberResolver) Kind(ctx context.Context, obj *db.Subscriber) (model.SubscriberKind, error) {
@@ -139,9 +177,12 @@ func (r *subscriberResolver) Secret(ctx context.Context, obj *db.Subscriber) (*s
 
 func (r *Resolver) Delivery() graph.DeliveryResolver { return &deliveryResolver{r} }
 
+func (r *Resolver) Replay() graph.ReplayResolver { return &replayResolver{r} }
+
 func (r *Resolver) Subscriber() graph.SubscriberResolver { return &subscriberResolver{r} }
 
 type (
 	deliveryResolver   struct{ *Resolver }
+	replayResolver     struct{ *Resolver }
 	subscriberResolver struct{ *Resolver }
 )

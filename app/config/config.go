@@ -80,6 +80,9 @@ type Config struct {
 	// is refused when a webhook is written and again at every connection
 	// (jobs.WithAllowPrivate). For on-premise receivers and tests.
 	WebhookAllowPrivate bool `env:"WEBHOOK_ALLOW_PRIVATE" envDefault:"false" help:"let webhook URLs reach loopback, private, link-local, multicast and cloud-metadata addresses, for on-premise receivers and tests (true|false)" want:"true or false"`
+	// ReplayBatch is how many events one replay batch goes through
+	// (jobs.DispatcherConfig.ReplayBatch).
+	ReplayBatch int `env:"REPLAY_BATCH" envDefault:"500" help:"events one batch of a subscriber replay goes through (1…10000)" want:"a whole number from 1 to 10000"`
 
 	// User is the user subcommand's flags.
 	User User
@@ -224,6 +227,9 @@ func validate(cmd string, cfg Config, raw map[string]string, failed map[string]b
 	}
 	if !failed["DISPATCH_INTERVAL"] && cfg.DispatchInterval < time.Second {
 		bad("DISPATCH_INTERVAL", "want a duration of at least 1s like 1m or 30s, got %q", got("DISPATCH_INTERVAL", cfg.DispatchInterval))
+	}
+	if !failed["REPLAY_BATCH"] && (cfg.ReplayBatch < 1 || cfg.ReplayBatch > 10000) {
+		bad("REPLAY_BATCH", "want a whole number from 1 to 10000, got %q", got("REPLAY_BATCH", cfg.ReplayBatch))
 	}
 	if strings.ContainsFunc(cfg.AdminToken, unicode.IsSpace) {
 		bad("ADMIN_TOKEN", "want a token without spaces")

@@ -26,7 +26,8 @@ func footprint(t *testing.T, s *apptest.Server) string {
 		(SELECT count(*) FROM wh_moves), (SELECT count(*) FROM wh_purchase_orders), (SELECT count(*) FROM items),
 		(SELECT count(*) FROM warehouses), (SELECT count(*) FROM users), (SELECT count(*) FROM api_tokens WHERE revoked_at IS NULL),
 		(SELECT count(*) FROM subscribers WHERE NOT paused), (SELECT coalesce(sum(last_value), 0) FROM number_series),
-		(SELECT count(*) FROM deliveries), (SELECT string_agg(role, '' ORDER BY id) FROM users))`).Scan(&out))
+		(SELECT count(*) FROM deliveries), (SELECT string_agg(role, '' ORDER BY id) FROM users),
+		(SELECT count(*) FROM replays WHERE status = 'running'))`).Scan(&out))
 	return out
 }
 
@@ -83,6 +84,8 @@ func TestEveryMutationByEveryRole(t *testing.T) {
 		{"issueToken", `mutation { issueToken(login: "viewer") { token } }`, nil, nil},
 		{"revokeToken", `mutation { revokeToken(id: "1") { id } }`, nil, nil},
 		{"purgeDeadDeliveries", `mutation { purgeDeadDeliveries(olderThan: "2000-01-01T00:00:00Z") }`, nil, nil},
+		{"replaySubscriber", `mutation { replaySubscriber(subscriber: "probe") { id } }`, nil, nil},
+		{"cancelReplay", `mutation { cancelReplay(id: "1") { id } }`, nil, nil},
 	}
 	schema := graph.NewExecutableSchema(graph.Config{}).Schema()
 	covered := map[string]bool{}

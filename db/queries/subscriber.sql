@@ -41,6 +41,9 @@ UPDATE subscribers SET paused = @paused, updated_at = now() WHERE id = @id
 RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
     max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format;
 
+-- name: SubscriberGetByName :one
+SELECT * FROM subscriber_rows WHERE name = @name;
+
 -- name: SubscriberGetByID :one
 SELECT * FROM subscriber_rows WHERE id = @id;
 

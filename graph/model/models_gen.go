@@ -100,7 +100,7 @@ type WebhookSubscriberInput struct {
 	// Known event types only (a typo is BAD_USER_INPUT listing them); absent or []: every type.
 	EventTypes []string `json:"eventTypes,omitempty"`
 	// Only events of these tables (sales_orders, plan_prod_orders, wh_moves,
-	// wh_purchase_orders, users, or the payload names sales_order, prod_order,
+	// wh_purchase_orders, users, subscribers, or the payload names sales_order, prod_order,
 	// wh_move, purchase_order); absent or []: every one.
 	Entities []string `json:"entities,omitempty"`
 	// A CEL expression over `event` (id, type, entity, entityId, payload,
@@ -304,6 +304,69 @@ func (e *OrderSource) UnmarshalJSON(b []byte) error {
 }
 
 func (e OrderSource) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+type ReplayStatus string
+
+const (
+	// Batches are being delivered.
+	ReplayStatusRunning ReplayStatus = "RUNNING"
+	// Every replayed delivery was delivered (or the condition did not take the event).
+	ReplayStatusDone ReplayStatus = "DONE"
+	// Stopped by cancelReplay.
+	ReplayStatusCancelled ReplayStatus = "CANCELLED"
+	// Went through the range, but `dead` replayed deliveries gave up.
+	ReplayStatusFailed ReplayStatus = "FAILED"
+)
+
+var AllReplayStatus = []ReplayStatus{
+	ReplayStatusRunning,
+	ReplayStatusDone,
+	ReplayStatusCancelled,
+	ReplayStatusFailed,
+}
+
+func (e ReplayStatus) IsValid() bool {
+	switch e {
+	case ReplayStatusRunning, ReplayStatusDone, ReplayStatusCancelled, ReplayStatusFailed:
+		return true
+	}
+	return false
+}
+
+func (e ReplayStatus) String() string {
+	return string(e)
+}
+
+func (e *ReplayStatus) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = ReplayStatus(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid ReplayStatus", str)
+	}
+	return nil
+}
+
+func (e ReplayStatus) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *ReplayStatus) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e ReplayStatus) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

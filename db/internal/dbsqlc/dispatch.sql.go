@@ -19,6 +19,16 @@ WHERE EXISTS (
     LEFT JOIN deliveries pd ON pd.event_id = p.id AND pd.subscriber_id = k.subscriber_id
     WHERE p.entity = e.entity AND p.entity_id = e.entity_id AND p.id < e.id AND p.id <> ALL($3::bigint[])
       AND (pd.status IN ('pending', 'failed') OR (pd.event_id IS NULL AND p.processed_at IS NULL AND p.dispatched_at IS NULL))
+) OR EXISTS (
+    SELECT 1 FROM replays r JOIN events p ON p.entity = e.entity AND p.entity_id = e.entity_id AND p.id < e.id
+    WHERE r.subscriber_id = k.subscriber_id AND r.status = 'running'
+      AND (EXISTS (SELECT 1 FROM replay_deliveries rd WHERE rd.replay_id = r.id AND rd.event_id = p.id
+                   AND rd.status IN ('pending', 'failed'))
+           OR (NOT r.written AND p.id > r.cursor_id AND p.feed_seq > r.after_seq AND p.feed_seq <= r.last_seq
+               AND (r.created_from IS NULL OR p.created_at >= r.created_from)
+               AND (r.created_to IS NULL OR p.created_at < r.created_to)
+               AND (cardinality(r.event_types) = 0 OR p.type = ANY(r.event_types))
+               AND (cardinality(r.entities) = 0 OR p.entity = ANY(r.entities))))
 )
 `
 
@@ -32,8 +42,13 @@ type DeliveryListBlockedRow struct {
 // (entity, entity_id), outside @batch_ids, has its delivery to that
 // subscriber open (pending or failed), or has not been dispatched yet (its
 // deliveries are not known). A dead earlier delivery does not hold the
-// document (it would forever); a redelivered one holds it again. Returns
-// the keys of the given deliveries that wait.
+// document (it would forever); a redelivered one holds it again. A running
+// replay of the subscriber holds it too, at an earlier event of the
+// document whose replayed delivery is open or that the replay's batches
+// have not reached yet (its range, types and tables; the condition is not
+// known before). The rule holds for a replayed delivery (a key of its
+// event and the replay's subscriber) as for a live one. Returns the keys
+// of the given deliveries that wait.
 func (q *Queries) DeliveryListBlocked(ctx context.Context, db DBTX, eventIds []int64, subscriberIds []int64, batchIds []int64) ([]DeliveryListBlockedRow, error) {
 	rows, err := db.Query(ctx, deliveryListBlocked, eventIds, subscriberIds, batchIds)
 	if err != nil {

@@ -129,6 +129,43 @@ type PlanProdOrder struct {
 	SalesOrderLineNo *int32
 }
 
+type Replay struct {
+	ID           int64
+	SubscriberID int64
+	Status       string
+	AfterSeq     int64
+	LastSeq      int64
+	CreatedFrom  *time.Time
+	CreatedTo    *time.Time
+	EventTypes   []string
+	Entities     []string
+	Condition    *string
+	CursorID     int64
+	Written      bool
+	Total        int64
+	Done         int64
+	Dead         int64
+	ActorID      *int64
+	StartedAt    time.Time
+	FinishedAt   *time.Time
+}
+
+type ReplayDelivery struct {
+	ReplayID       int64
+	EventID        int64
+	SubscriberID   int64
+	Status         string
+	Attempts       int32
+	LastError      *string
+	ResponseStatus *int32
+	ResponseBody   *string
+	NextAttemptAt  time.Time
+	DeliveredAt    *time.Time
+	DurationMs     *int32
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
 type SalesOrder struct {
 	ID         int64
 	Number     string

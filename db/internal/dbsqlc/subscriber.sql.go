@@ -36,6 +36,32 @@ func (q *Queries) SubscriberGetByID(ctx context.Context, db DBTX, id int64) (Sub
 	return i, err
 }
 
+const subscriberGetByName = `-- name: SubscriberGetByName :one
+SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format FROM subscriber_rows WHERE name = $1
+`
+
+func (q *Queries) SubscriberGetByName(ctx context.Context, db DBTX, name string) (SubscriberRow, error) {
+	row := db.QueryRow(ctx, subscriberGetByName, name)
+	var i SubscriberRow
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.Kind,
+		&i.EventTypes,
+		&i.Url,
+		&i.HasSecret,
+		&i.MaxAttempts,
+		&i.TimeoutMs,
+		&i.Paused,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.Entities,
+		&i.Condition,
+		&i.Format,
+	)
+	return i, err
+}
+
 const subscriberGetWebhookTarget = `-- name: SubscriberGetWebhookTarget :one
 SELECT url::text AS url, coalesce(secret, '')::text AS secret, timeout_ms, format FROM subscribers WHERE id = $1 AND kind = 'webhook'
 `

@@ -1,0 +1,463 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+
+	"erp/db"
+)
+
+// DefaultReplayBatch is how many events one replay batch goes through: one
+// short transaction writes their replayed delivery records and moves the
+// replay's cursor. The next batch is written when this one's deliveries
+// are all finished, so a replay of a long journal never floods the queue
+// ahead of live deliveries.
+const DefaultReplayBatch = 500
+
+// replayPriority puts replay jobs behind live dispatches and deliveries
+// (River's default priority 1) whenever both wait.
+const replayPriority = 3
+
+// ReplayMessageID is the webhook-id of event eventID replayed by replay
+// replayID to subscriber subscriberID: "rpl_<replay>_<event>_<subscriber>",
+// the same at every retry of that replayed delivery and different from the
+// live delivery's (WebhookMessageID), because a replay is a deliberate
+// re-send that receivers de-duplicating by webhook-id must not drop.
+func ReplayMessageID(replayID, eventID, subscriberID int64) string {
+	return "rpl_" + strconv.FormatInt(replayID, 10) + "_" + strconv.FormatInt(eventID, 10) + "_" + strconv.FormatInt(subscriberID, 10)
+}
+
+// ReplayInput is what replaySubscriber asks for: the subscriber's name and
+// the range, every bound optional: After an events cursor (Event.cursor:
+// events processed after it), From and To created_at bounds (From
+// inclusive, To exclusive).
+type ReplayInput struct {
+	Subscriber string
+	After      *string
+	From       *time.Time
+	To         *time.Time
+}
+
+// StartReplay starts a replay to one webhook subscriber of the processed
+// events of in's range that its filter takes, by actorID: in one
+// transaction the replay row (total counted), the subscriber.replay_started
+// event with its dispatch job and the first batch job. Errors, all writing
+// nothing: *db.InputError for a malformed or unprocessed event's cursor
+// ("after"), From after To ("from") or a built-in subscriber
+// ("subscriber"); db.ErrNotFound for no such subscriber; an *InputError
+// matching db.ErrConflict naming the replay of it that is running.
+func (d *Dispatcher) StartReplay(ctx context.Context, actorID *int64, in ReplayInput) (db.Replay, error) {
+	rng := db.ReplayRange{From: in.From, To: in.To}
+	if in.After != nil {
+		c, err := db.ParseCursor("after", *in.After)
+		if err != nil {
+			return db.Replay{}, err
+		}
+		if c.FeedSeq == nil {
+			return db.Replay{}, &db.InputError{Field: "after", Msg: "the cursor of an event not processed yet: a replay starts after a processed event"}
+		}
+		rng.AfterSeq = *c.FeedSeq
+	}
+	if in.From != nil && in.To != nil && in.From.After(*in.To) {
+		return db.Replay{}, &db.InputError{Field: "from", Msg: "must not be after to"}
+	}
+	var r db.Replay
+	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		sub, err := db.SubscriberByName(ctx, tx, in.Subscriber)
+		if err != nil {
+			return err
+		}
+		if sub.Kind != db.SubscriberWebhook {
+			return &db.InputError{Field: "subscriber", Msg: "only webhooks are replayed: a built-in subscriber's effects happen exactly once"}
+		}
+		started, ev, err := db.StartReplay(ctx, tx, actorID, sub, rng)
+		if err != nil {
+			return err
+		}
+		r = started
+		return d.enqueue(ctx, tx, &txWork{written: []db.Event{ev}, replayBatches: []int64{r.ID}})
+	})
+	if err != nil {
+		return db.Replay{}, fmt.Errorf("replay subscriber %s: %w", in.Subscriber, err)
+	}
+	return r, nil
+}
+
+// CancelReplay stops running replay id by actorID: no further batch is
+// written and its replayed deliveries not yet made are not made (one in
+// flight finishes); journals subscriber.replay_finished with status
+// cancelled. db.ErrNotFound for no such replay; an *InputError on "id"
+// matching db.ErrConflict when it has ended already.
+func (d *Dispatcher) CancelReplay(ctx context.Context, actorID *int64, id int64) (db.Replay, error) {
+	var r db.Replay
+	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		cur, err := db.LockReplay(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		var w txWork
+		if r, err = d.finishReplay(ctx, tx, &w, actorID, cur, db.ReplayCancelled); err != nil {
+			return err
+		}
+		return d.enqueue(ctx, tx, &w)
+	})
+	if err != nil {
+		return db.Replay{}, fmt.Errorf("cancel replay %d: %w", id, err)
+	}
+	return r, nil
+}
+
+// finishReplay ends locked replay r with status, journals it, and notes
+// the subscriber's open live deliveries that are due, which the replay
+// may have held back, for deliver jobs.
+func (d *Dispatcher) finishReplay(ctx context.Context, tx pgx.Tx, w *txWork, actorID *int64, r db.Replay, status string) (db.Replay, error) {
+	sub, err := db.SubscriberByID(ctx, tx, r.SubscriberID)
+	if err != nil {
+		return db.Replay{}, err
+	}
+	done, ev, err := db.FinishReplay(ctx, tx, actorID, r.ID, sub, status)
+	if err != nil {
+		return db.Replay{}, err
+	}
+	held, err := db.DueDeliveriesOf(ctx, tx, sub.ID)
+	if err != nil {
+		return db.Replay{}, err
+	}
+	w.written = append(w.written, ev)
+	w.now = append(w.now, held...)
+	return done, nil
+}
+
+// ReplayBatch goes one step on replay id in one transaction, the replay
+// locked: when it is running and its last batch's deliveries are all
+// finished, it writes the next batch (DispatcherConfig.ReplayBatch events after the
+// cursor: a pending record for each the condition takes, the cursor moved,
+// deliver jobs for the first of each document) or, past the range's end,
+// finishes the replay (done, or failed when a replayed delivery went
+// dead). Otherwise it does nothing. complete, when set, runs in the same
+// transaction (a batch job completing itself).
+func (d *Dispatcher) ReplayBatch(ctx context.Context, id int64, complete func(pgx.Tx) error) error {
+	var w txWork
+	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		w = txWork{}
+		r, err := db.LockReplay(ctx, tx, id)
+		if errors.Is(err, db.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if r.Status == db.ReplayRunning {
+			open, err := db.OpenReplayDeliveries(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			if open == 0 {
+				if err := d.replayNext(ctx, tx, &w, r); err != nil {
+					return err
+				}
+			}
+		}
+		if complete != nil {
+			if err := complete(tx); err != nil {
+				return err
+			}
+		}
+		return d.enqueue(ctx, tx, &w)
+	})
+	if err != nil {
+		return fmt.Errorf("replay %d batch: %w", id, err)
+	}
+	d.record(ctx, &w)
+	return nil
+}
+
+// replayNext continues locked, running replay r none of whose records is
+// open: finish it past the range's end, else write the next batch. A batch
+// the condition takes nothing of leaves the next one to a new job.
+func (d *Dispatcher) replayNext(ctx context.Context, tx pgx.Tx, w *txWork, r db.Replay) error {
+	if r.Written {
+		status := db.ReplayDone
+		if r.Dead > 0 {
+			status = db.ReplayFailed
+		}
+		_, err := d.finishReplay(ctx, tx, w, nil, r, status)
+		return err
+	}
+	sub, err := db.SubscriberByID(ctx, tx, r.SubscriberID)
+	if err != nil {
+		return err
+	}
+	events, err := db.ReplayCandidates(ctx, tx, r.ID, d.replayBatch)
+	if err != nil {
+		return err
+	}
+	// The condition the subscriber had when the replay started.
+	filter := sub
+	filter.Condition = r.Condition
+	ids := make([]int64, 0, len(events))
+	var taken []int64
+	first := map[docKey]bool{}
+	for _, ev := range events {
+		ids = append(ids, ev.ID)
+		if !d.takes(ctx, filter, NewFilterEvent(ev)) {
+			continue
+		}
+		taken = append(taken, ev.ID)
+		if doc := (docKey{ev.Entity, ev.EntityID}); !first[doc] {
+			// The document's later events of the batch follow this one's
+			// delivery (LaterOpenReplayDeliveries).
+			first[doc] = true
+			w.replayNow = append(w.replayNow, db.ReplayKey{ReplayID: r.ID, EventID: ev.ID})
+		}
+	}
+	cursor := r.CursorID
+	if len(events) > 0 {
+		cursor = events[len(events)-1].ID
+	}
+	r, err = db.WriteReplayBatch(ctx, tx, r, taken, cursor, len(events) < d.replayBatch, len(events)-len(taken))
+	if err != nil {
+		return err
+	}
+	// Live deliveries of these documents waited for the cursor to pass.
+	held, err := db.LaterOpenDeliveriesOfDocuments(ctx, tx, sub.ID, ids)
+	if err != nil {
+		return err
+	}
+	w.now = append(w.now, held...)
+	if len(taken) == 0 {
+		if r.Written {
+			return d.replayNext(ctx, tx, w, r)
+		}
+		w.replayBatches = append(w.replayBatches, r.ID)
+	}
+	return nil
+}
+
+// DeliverReplayed makes one attempt of replayed delivery k in one
+// transaction with its record, as Deliver does for a live one: skipped
+// when the record is not open or is held by another worker, the replay is
+// not running or the subscriber paused; blocked behind an earlier event of
+// the document (the rule of db.BlockedDeliveries, live and replayed
+// alike). A finished delivery releases the document's later deliveries,
+// live and replayed, counts in the replay's progress and, when it was the
+// batch's last, continues the replay (the next batch job, or the end).
+func (d *Dispatcher) DeliverReplayed(ctx context.Context, k db.ReplayKey) (string, error) {
+	var w txWork
+	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		w = txWork{outcome: OutcomeSkipped}
+		rec, err := db.LockOpenReplayDelivery(ctx, tx, k)
+		if errors.Is(err, db.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		r, err := db.ReplayByID(ctx, tx, k.ReplayID)
+		if err != nil {
+			return err
+		}
+		if r.Status != db.ReplayRunning {
+			return nil
+		}
+		sub, err := db.SubscriberByID(ctx, tx, rec.SubscriberID)
+		if err != nil {
+			return err
+		}
+		if sub.Paused {
+			return nil
+		}
+		ev, err := db.EventByID(ctx, tx, k.EventID)
+		if err != nil {
+			return err
+		}
+		blocked, err := db.DeliveryBlocked(ctx, tx, ev, sub.ID)
+		if err != nil {
+			return err
+		}
+		if blocked {
+			w.outcome = OutcomeBlocked
+			return nil
+		}
+		a, _, err := d.attempt(ctx, tx, sub, ev, rec.Attempts+1, true, ReplayMessageID(k.ReplayID, ev.ID, sub.ID))
+		if err != nil {
+			return err
+		}
+		status, next, err := db.RecordReplayAttempt(ctx, tx, k, a)
+		if err != nil {
+			return err
+		}
+		w.outcome = status
+		if status == db.DeliveryFailed {
+			d.logger.WarnContext(ctx, "replayed delivery failed", slog.Int64("replay_id", k.ReplayID),
+				slog.Int64("event_id", k.EventID), slog.String("subscriber", sub.Name))
+			w.replayRetries = append(w.replayRetries, replayRetry{key: k, at: next})
+			return d.enqueue(ctx, tx, &w)
+		}
+		later, err := db.LaterOpenDeliveries(ctx, tx, ev, &sub.ID)
+		if err != nil {
+			return err
+		}
+		w.now = append(w.now, later...)
+		laterReplayed, err := db.LaterOpenReplayDeliveries(ctx, tx, ev, sub.ID)
+		if err != nil {
+			return err
+		}
+		w.replayNow = append(w.replayNow, laterReplayed...)
+		// Counting locks the replay: of the batch's last deliveries
+		// finishing at once, the last to count sees the others'.
+		if _, err := db.LockReplay(ctx, tx, k.ReplayID); err != nil {
+			return err
+		}
+		r, err = db.CountReplayDelivery(ctx, tx, k.ReplayID, status == db.DeliveryDead)
+		if err != nil {
+			return err
+		}
+		if r.Status == db.ReplayRunning {
+			open, err := db.OpenReplayDeliveries(ctx, tx, r.ID)
+			if err != nil {
+				return err
+			}
+			switch {
+			case open > 0:
+			case r.Written:
+				if err := d.replayNext(ctx, tx, &w, r); err != nil {
+					return err
+				}
+			default:
+				w.replayBatches = append(w.replayBatches, r.ID)
+			}
+		}
+		return d.enqueue(ctx, tx, &w)
+	})
+	if err != nil {
+		return "", fmt.Errorf("deliver event %d of replay %d: %w", k.EventID, k.ReplayID, err)
+	}
+	d.record(ctx, &w)
+	return w.outcome, nil
+}
+
+// replayRetry is a failed replayed delivery and when its next attempt is
+// due (database clock).
+type replayRetry struct {
+	key db.ReplayKey
+	at  time.Time
+}
+
+// sweepReplays is the sweep's part for replays: it attempts the due open
+// records of running replays, then steps every running replay
+// (ReplayBatch), so that one whose batch job was lost, or left running by
+// a process that died (its unique key held until River rescues it), goes
+// on within a sweep.
+func (d *Dispatcher) sweepReplays(ctx context.Context, res *SweepResult, note func(string, int64, error) error) error {
+	err := eachPage(func(after db.ReplayKey) ([]db.ReplayKey, error) {
+		return db.DueReplayDeliveries(ctx, d.pool, after, sweepBatch)
+	}, func(keys []db.ReplayKey) error {
+		for _, k := range keys {
+			outcome, err := d.DeliverReplayed(ctx, k)
+			if err != nil {
+				if err := note("replayed delivery", k.EventID, err); err != nil {
+					return err
+				}
+			}
+			switch outcome {
+			case OutcomeDelivered:
+				res.Delivered++
+			case OutcomeFailed, OutcomeDead:
+				res.Failed++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	running, err := db.RunningReplays(ctx, d.pool)
+	if err != nil {
+		return err
+	}
+	for _, r := range running {
+		if err := d.ReplayBatch(ctx, r.ID, nil); err != nil {
+			if err := note("replay batch", 0, err); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ReplayBatchArgs is the River job that goes one step on a replay
+// (Dispatcher.ReplayBatch). Unique by replay: at most one waits or runs
+// per replay.
+type ReplayBatchArgs struct {
+	ReplayID int64 `json:"replay_id" river:"unique"`
+}
+
+// Kind implements river.JobArgs.
+func (ReplayBatchArgs) Kind() string { return "replay_batch" }
+
+// InsertOpts implements river.JobArgsWithInsertOpts: unique by replay
+// among the jobs not finished (a batch job completes itself in its
+// transaction, so it can enqueue its successor), behind live work.
+func (ReplayBatchArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Priority: replayPriority, UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: []rivertype.JobState{
+		rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRunning,
+		rivertype.JobStateRetryable, rivertype.JobStateScheduled,
+	}}}
+}
+
+// ReplayBatchWorker works ReplayBatchArgs.
+type ReplayBatchWorker struct {
+	river.WorkerDefaults[ReplayBatchArgs]
+	Dispatcher *Dispatcher
+}
+
+// Work implements river.Worker.
+func (w *ReplayBatchWorker) Work(ctx context.Context, job *river.Job[ReplayBatchArgs]) error {
+	return w.Dispatcher.ReplayBatch(ctx, job.Args.ReplayID, func(tx pgx.Tx) error {
+		_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		return err
+	})
+}
+
+// ReplayDeliverArgs is the River job that attempts one replayed delivery;
+// like DeliverArgs, a failed attempt's retry is a new job at its next
+// attempt time.
+type ReplayDeliverArgs struct {
+	ReplayID int64 `json:"replay_id"`
+	EventID  int64 `json:"event_id"`
+}
+
+// Kind implements river.JobArgs.
+func (ReplayDeliverArgs) Kind() string { return "deliver_replayed" }
+
+// InsertOpts implements river.JobArgsWithInsertOpts: behind live work.
+func (ReplayDeliverArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Priority: replayPriority}
+}
+
+// ReplayDeliverWorker works ReplayDeliverArgs.
+type ReplayDeliverWorker struct {
+	river.WorkerDefaults[ReplayDeliverArgs]
+	Dispatcher *Dispatcher
+}
+
+// Timeout implements river.Worker, as DeliverWorker's.
+func (w *ReplayDeliverWorker) Timeout(*river.Job[ReplayDeliverArgs]) time.Duration {
+	return 3 * time.Minute
+}
+
+// Work implements river.Worker.
+func (w *ReplayDeliverWorker) Work(ctx context.Context, job *river.Job[ReplayDeliverArgs]) error {
+	_, err := w.Dispatcher.DeliverReplayed(ctx, db.ReplayKey{ReplayID: job.Args.ReplayID, EventID: job.Args.EventID})
+	return err
+}
