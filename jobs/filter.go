@@ -107,6 +107,11 @@ type Filters struct {
 
 	mu       sync.Mutex
 	programs map[string]cel.Program
+	// compiling serialises Compile on env: cel-go's type checker builds
+	// a shared catalog lazily while other checks clone its scopes, a data
+	// race when two conditions compile at once. Compiling is rare (a
+	// subscriber created or changed, a cache miss); evaluating needs no lock.
+	compiling sync.Mutex
 }
 
 // FiltersOption configures NewFilters.
@@ -271,6 +276,8 @@ func (f *Filters) program(cond string) (cel.Program, error) {
 	if ok {
 		return prg, nil
 	}
+	f.compiling.Lock()
+	defer f.compiling.Unlock()
 	ast, iss := f.env.Compile(cond)
 	if iss.Err() != nil {
 		errs := iss.Errors()
