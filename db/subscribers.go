@@ -272,3 +272,55 @@ type WebhookTarget struct {
 	TimeoutMs int32
 	Format    string
 }
+
+// SubscriberLag is how far a subscriber is behind the journal, from its
+// delivery records (table deliveries; delivered ones are kept for
+// RETENTION).
+type SubscriberLag struct {
+	SubscriberID int64
+	Subscriber   string
+	// Pending counts the open records: not yet delivered nor dead
+	// (status pending or failed). Failing counts those of them whose last
+	// attempt failed (status failed, retried at next_attempt_at); Dead the
+	// dead letters.
+	Pending, Failing, Dead int64
+	// OldestPendingAt is when the oldest open record was created (its
+	// event's dispatch); nil with none open. OldestPendingSeconds is its
+	// age by the database clock at the query, in seconds (0 with none).
+	OldestPendingAt      *time.Time
+	OldestPendingSeconds float64
+	// LastDeliveredAt is the newest delivered_at of its kept records; nil
+	// when none is kept.
+	LastDeliveredAt *time.Time
+}
+
+// SubscriberLags returns the lag of every subscriber, by name, in one
+// statement that reads only indexes of open, dead and the newest delivered
+// records (never the delivered history): cheap enough for every
+// Prometheus scrape.
+func SubscriberLags(ctx context.Context, q Querier) ([]SubscriberLag, error) {
+	rows, err := queries.SubscriberLagList(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("list subscriber lag: %w", translate(err))
+	}
+	return mapRows(rows, lagFrom), nil
+}
+
+// SubscriberLagsByIDs returns the lag (see SubscriberLags) of the
+// subscribers with the given ids, in id order; ids that do not exist are
+// skipped.
+func SubscriberLagsByIDs(ctx context.Context, q Querier, ids []int64) ([]SubscriberLag, error) {
+	if ids == nil {
+		ids = []int64{}
+	}
+	rows, err := queries.SubscriberLagListByIDs(ctx, q, ids)
+	if err != nil {
+		return nil, fmt.Errorf("get lag of %d subscribers: %w", len(ids), translate(err))
+	}
+	return mapRows(rows, func(r dbsqlc.SubscriberLagListByIDsRow) SubscriberLag { return lagFrom(dbsqlc.SubscriberLagListRow(r)) }), nil
+}
+
+func lagFrom(r dbsqlc.SubscriberLagListRow) SubscriberLag {
+	return SubscriberLag{SubscriberID: r.ID, Subscriber: r.Name, Pending: r.Pending, Failing: r.Failing, Dead: r.Dead,
+		OldestPendingAt: r.OldestPendingAt, OldestPendingSeconds: r.OldestPendingSeconds, LastDeliveredAt: r.LastDeliveredAt}
+}

@@ -226,12 +226,21 @@ type ComplexityRoot struct {
 		HasSecret   func(childComplexity int) int
 		ID          func(childComplexity int) int
 		Kind        func(childComplexity int) int
+		Lag         func(childComplexity int) int
 		MaxAttempts func(childComplexity int) int
 		Name        func(childComplexity int) int
 		Paused      func(childComplexity int) int
 		Secret      func(childComplexity int) int
 		TimeoutMs   func(childComplexity int) int
 		URL         func(childComplexity int) int
+	}
+
+	SubscriberLag struct {
+		Dead            func(childComplexity int) int
+		Failing         func(childComplexity int) int
+		LastDeliveredAt func(childComplexity int) int
+		OldestPendingAt func(childComplexity int) int
+		Pending         func(childComplexity int) int
 	}
 
 	Subscription struct {
@@ -1225,6 +1234,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscriber.Kind(childComplexity), true
+	case "Subscriber.lag":
+		if e.ComplexityRoot.Subscriber.Lag == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.Lag(childComplexity), true
 	case "Subscriber.maxAttempts":
 		if e.ComplexityRoot.Subscriber.MaxAttempts == nil {
 			break
@@ -1261,6 +1276,37 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscriber.URL(childComplexity), true
+
+	case "SubscriberLag.dead":
+		if e.ComplexityRoot.SubscriberLag.Dead == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SubscriberLag.Dead(childComplexity), true
+	case "SubscriberLag.failing":
+		if e.ComplexityRoot.SubscriberLag.Failing == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SubscriberLag.Failing(childComplexity), true
+	case "SubscriberLag.lastDeliveredAt":
+		if e.ComplexityRoot.SubscriberLag.LastDeliveredAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SubscriberLag.LastDeliveredAt(childComplexity), true
+	case "SubscriberLag.oldestPendingAt":
+		if e.ComplexityRoot.SubscriberLag.OldestPendingAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SubscriberLag.OldestPendingAt(childComplexity), true
+	case "SubscriberLag.pending":
+		if e.ComplexityRoot.SubscriberLag.Pending == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SubscriberLag.Pending(childComplexity), true
 
 	case "Subscription.eventProcessed":
 		if e.ComplexityRoot.Subscription.EventProcessed == nil {
@@ -1836,8 +1882,26 @@ func (ec *executionContext) childFields_Subscriber(ctx context.Context, field gr
 		return ec.fieldContext_Subscriber_paused(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_Subscriber_createdAt(ctx, field)
+	case "lag":
+		return ec.fieldContext_Subscriber_lag(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Subscriber", field.Name)
+}
+
+func (ec *executionContext) childFields_SubscriberLag(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "pending":
+		return ec.fieldContext_SubscriberLag_pending(ctx, field)
+	case "oldestPendingAt":
+		return ec.fieldContext_SubscriberLag_oldestPendingAt(ctx, field)
+	case "failing":
+		return ec.fieldContext_SubscriberLag_failing(ctx, field)
+	case "dead":
+		return ec.fieldContext_SubscriberLag_dead(ctx, field)
+	case "lastDeliveredAt":
+		return ec.fieldContext_SubscriberLag_lastDeliveredAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SubscriberLag", field.Name)
 }
 
 func (ec *executionContext) childFields_User(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

@@ -137,6 +137,11 @@ func (r *subscriberResolver) Secret(ctx context.Context, obj *db.Subscriber) (*s
 	return &obj.NewSecret, nil
 }
 
+func (r *subscriberResolver) Lag(ctx context.Context, obj *db.Subscriber) (*db.SubscriberLag, error) {
+	l, err := r.lagOf(ctx, obj.ID)
+	return &l, err
+}
+
 func (r *Resolver) Delivery() graph.DeliveryResolver { return &deliveryResolver{r} }
 
 func (r *Resolver) Subscriber() graph.SubscriberResolver { return &subscriberResolver{r} }

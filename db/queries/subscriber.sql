@@ -57,3 +57,59 @@ SELECT * FROM subscriber_rows ORDER BY name;
 -- name: SubscriberGetWebhookTarget :one
 -- What sending needs, secret included; never leaves package jobs.
 SELECT url::text AS url, coalesce(secret, '')::text AS secret, timeout_ms, format FROM subscribers WHERE id = @id AND kind = 'webhook';
+
+-- name: SubscriberLagList :many
+-- The lag of every subscriber, by name: its open (pending or failed),
+-- failed and dead delivery records counted in index
+-- deliveries_by_subscriber; the oldest open one's creation (its age by the
+-- database clock, in seconds; 0 with none open) from deliveries_open_age;
+-- its newest delivered record from deliveries_last_delivered. Delivered
+-- records are never scanned (docs/query-plans.md).
+SELECT s.id, s.name, l.pending, l.failing, l.dead, o.created_at AS oldest_pending_at,
+    coalesce(extract(epoch FROM now() - o.created_at), 0)::float8 AS oldest_pending_seconds,
+    d.delivered_at AS last_delivered_at
+FROM subscribers s
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE u.status IN ('pending', 'failed')) AS pending,
+        count(*) FILTER (WHERE u.status = 'failed') AS failing,
+        count(*) FILTER (WHERE u.status = 'dead') AS dead
+    FROM deliveries u WHERE u.subscriber_id = s.id AND u.status IN ('pending', 'failed', 'dead')
+) l
+LEFT JOIN LATERAL (
+    SELECT u.event_id FROM deliveries u
+    WHERE u.subscriber_id = s.id AND u.status IN ('pending', 'failed')
+    ORDER BY u.created_at LIMIT 1
+) oldest ON true
+LEFT JOIN deliveries o ON o.event_id = oldest.event_id AND o.subscriber_id = s.id
+LEFT JOIN LATERAL (
+    SELECT x.delivered_at FROM deliveries x
+    WHERE x.subscriber_id = s.id AND x.status = 'delivered'
+    ORDER BY x.delivered_at DESC LIMIT 1
+) d ON true
+ORDER BY s.name;
+
+-- name: SubscriberLagListByIDs :many
+-- SubscriberLagList of the subscribers with the given ids, in id order.
+SELECT s.id, s.name, l.pending, l.failing, l.dead, o.created_at AS oldest_pending_at,
+    coalesce(extract(epoch FROM now() - o.created_at), 0)::float8 AS oldest_pending_seconds,
+    d.delivered_at AS last_delivered_at
+FROM subscribers s
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE u.status IN ('pending', 'failed')) AS pending,
+        count(*) FILTER (WHERE u.status = 'failed') AS failing,
+        count(*) FILTER (WHERE u.status = 'dead') AS dead
+    FROM deliveries u WHERE u.subscriber_id = s.id AND u.status IN ('pending', 'failed', 'dead')
+) l
+LEFT JOIN LATERAL (
+    SELECT u.event_id FROM deliveries u
+    WHERE u.subscriber_id = s.id AND u.status IN ('pending', 'failed')
+    ORDER BY u.created_at LIMIT 1
+) oldest ON true
+LEFT JOIN deliveries o ON o.event_id = oldest.event_id AND o.subscriber_id = s.id
+LEFT JOIN LATERAL (
+    SELECT x.delivered_at FROM deliveries x
+    WHERE x.subscriber_id = s.id AND x.status = 'delivered'
+    ORDER BY x.delivered_at DESC LIMIT 1
+) d ON true
+WHERE s.id = ANY(@ids::bigint[])
+ORDER BY s.id;

@@ -130,6 +130,144 @@ func (q *Queries) SubscriberInsertWebhook(ctx context.Context, db DBTX, arg Subs
 	return i, err
 }
 
+const subscriberLagList = `-- name: SubscriberLagList :many
+SELECT s.id, s.name, l.pending, l.failing, l.dead, o.created_at AS oldest_pending_at,
+    coalesce(extract(epoch FROM now() - o.created_at), 0)::float8 AS oldest_pending_seconds,
+    d.delivered_at AS last_delivered_at
+FROM subscribers s
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE u.status IN ('pending', 'failed')) AS pending,
+        count(*) FILTER (WHERE u.status = 'failed') AS failing,
+        count(*) FILTER (WHERE u.status = 'dead') AS dead
+    FROM deliveries u WHERE u.subscriber_id = s.id AND u.status IN ('pending', 'failed', 'dead')
+) l
+LEFT JOIN LATERAL (
+    SELECT u.event_id FROM deliveries u
+    WHERE u.subscriber_id = s.id AND u.status IN ('pending', 'failed')
+    ORDER BY u.created_at LIMIT 1
+) oldest ON true
+LEFT JOIN deliveries o ON o.event_id = oldest.event_id AND o.subscriber_id = s.id
+LEFT JOIN LATERAL (
+    SELECT x.delivered_at FROM deliveries x
+    WHERE x.subscriber_id = s.id AND x.status = 'delivered'
+    ORDER BY x.delivered_at DESC LIMIT 1
+) d ON true
+ORDER BY s.name
+`
+
+type SubscriberLagListRow struct {
+	ID                   int64
+	Name                 string
+	Pending              int64
+	Failing              int64
+	Dead                 int64
+	OldestPendingAt      *time.Time
+	OldestPendingSeconds float64
+	LastDeliveredAt      *time.Time
+}
+
+// The lag of every subscriber, by name: its open (pending or failed),
+// failed and dead delivery records counted in index
+// deliveries_by_subscriber; the oldest open one's creation (its age by the
+// database clock, in seconds; 0 with none open) from deliveries_open_age;
+// its newest delivered record from deliveries_last_delivered. Delivered
+// records are never scanned (docs/query-plans.md).
+func (q *Queries) SubscriberLagList(ctx context.Context, db DBTX) ([]SubscriberLagListRow, error) {
+	rows, err := db.Query(ctx, subscriberLagList)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SubscriberLagListRow{}
+	for rows.Next() {
+		var i SubscriberLagListRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.Pending,
+			&i.Failing,
+			&i.Dead,
+			&i.OldestPendingAt,
+			&i.OldestPendingSeconds,
+			&i.LastDeliveredAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const subscriberLagListByIDs = `-- name: SubscriberLagListByIDs :many
+SELECT s.id, s.name, l.pending, l.failing, l.dead, o.created_at AS oldest_pending_at,
+    coalesce(extract(epoch FROM now() - o.created_at), 0)::float8 AS oldest_pending_seconds,
+    d.delivered_at AS last_delivered_at
+FROM subscribers s
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE u.status IN ('pending', 'failed')) AS pending,
+        count(*) FILTER (WHERE u.status = 'failed') AS failing,
+        count(*) FILTER (WHERE u.status = 'dead') AS dead
+    FROM deliveries u WHERE u.subscriber_id = s.id AND u.status IN ('pending', 'failed', 'dead')
+) l
+LEFT JOIN LATERAL (
+    SELECT u.event_id FROM deliveries u
+    WHERE u.subscriber_id = s.id AND u.status IN ('pending', 'failed')
+    ORDER BY u.created_at LIMIT 1
+) oldest ON true
+LEFT JOIN deliveries o ON o.event_id = oldest.event_id AND o.subscriber_id = s.id
+LEFT JOIN LATERAL (
+    SELECT x.delivered_at FROM deliveries x
+    WHERE x.subscriber_id = s.id AND x.status = 'delivered'
+    ORDER BY x.delivered_at DESC LIMIT 1
+) d ON true
+WHERE s.id = ANY($1::bigint[])
+ORDER BY s.id
+`
+
+type SubscriberLagListByIDsRow struct {
+	ID                   int64
+	Name                 string
+	Pending              int64
+	Failing              int64
+	Dead                 int64
+	OldestPendingAt      *time.Time
+	OldestPendingSeconds float64
+	LastDeliveredAt      *time.Time
+}
+
+// SubscriberLagList of the subscribers with the given ids, in id order.
+func (q *Queries) SubscriberLagListByIDs(ctx context.Context, db DBTX, ids []int64) ([]SubscriberLagListByIDsRow, error) {
+	rows, err := db.Query(ctx, subscriberLagListByIDs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SubscriberLagListByIDsRow{}
+	for rows.Next() {
+		var i SubscriberLagListByIDsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.Pending,
+			&i.Failing,
+			&i.Dead,
+			&i.OldestPendingAt,
+			&i.OldestPendingSeconds,
+			&i.LastDeliveredAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const subscriberList = `-- name: SubscriberList :many
 SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format FROM subscriber_rows ORDER BY name
 `
