@@ -755,6 +755,52 @@ func (ec *executionContext) fieldContext_Subscriber_timeoutMs(_ context.Context,
 	return graphql.NewScalarFieldContext("Subscriber", field, false, false, "Int")
 }
 
+func (ec *executionContext) _Subscriber_maxInFlight(ctx context.Context, field graphql.CollectedField, obj *db.Subscriber) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscriber_maxInFlight(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MaxInFlight, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int32) graphql.Marshaler {
+			return ec.marshalNInt2int32(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Subscriber_maxInFlight(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Subscriber", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Subscriber_ratePerSecond(ctx context.Context, field graphql.CollectedField, obj *db.Subscriber) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscriber_ratePerSecond(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RatePerSecond, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *float64) graphql.Marshaler {
+			return ec.marshalOFloat2ᚖfloat64(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Subscriber_ratePerSecond(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Subscriber", field, false, false, "Float")
+}
+
 func (ec *executionContext) _Subscriber_paused(ctx context.Context, field graphql.CollectedField, obj *db.Subscriber) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -1023,7 +1069,7 @@ func (ec *executionContext) unmarshalInputWebhookSubscriberInput(ctx context.Con
 		asMap["format"] = "STANDARD_WEBHOOKS"
 	}
 
-	fieldsInOrder := [...]string{"name", "url", "eventTypes", "entities", "condition", "format", "secret", "maxAttempts", "timeoutMs"}
+	fieldsInOrder := [...]string{"name", "url", "eventTypes", "entities", "condition", "format", "secret", "maxAttempts", "timeoutMs", "maxInFlight", "ratePerSecond"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -1093,6 +1139,20 @@ func (ec *executionContext) unmarshalInputWebhookSubscriberInput(ctx context.Con
 				return it, err
 			}
 			it.TimeoutMs = data
+		case "maxInFlight":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxInFlight"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MaxInFlight = data
+		case "ratePerSecond":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ratePerSecond"))
+			data, err := ec.unmarshalOFloat2ᚖfloat64(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.RatePerSecond = data
 		}
 	}
 	return it, nil
@@ -1121,7 +1181,7 @@ func (ec *executionContext) unmarshalInputWebhookSubscriberUpdate(ctx context.Co
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"name", "url", "eventTypes", "entities", "condition", "format", "secret", "maxAttempts", "timeoutMs"}
+	fieldsInOrder := [...]string{"name", "url", "eventTypes", "entities", "condition", "format", "secret", "maxAttempts", "timeoutMs", "maxInFlight", "ratePerSecond"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -1191,6 +1251,20 @@ func (ec *executionContext) unmarshalInputWebhookSubscriberUpdate(ctx context.Co
 				return it, err
 			}
 			it.TimeoutMs = data
+		case "maxInFlight":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxInFlight"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MaxInFlight = data
+		case "ratePerSecond":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ratePerSecond"))
+			data, err := ec.unmarshalOFloat2ᚖfloat64(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.RatePerSecond = data
 		}
 	}
 	return it, nil
@@ -1462,6 +1536,16 @@ func (ec *executionContext) _Subscriber(ctx context.Context, sel ast.SelectionSe
 		case "timeoutMs":
 			out.Values[i] = ec._Subscriber_timeoutMs(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "maxInFlight":
+			out.Values[i] = ec._Subscriber_maxInFlight(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "ratePerSecond":
+			out.Values[i] = ec._Subscriber_ratePerSecond(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "paused":

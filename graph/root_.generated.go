@@ -218,21 +218,23 @@ type ComplexityRoot struct {
 	}
 
 	Subscriber struct {
-		Condition   func(childComplexity int) int
-		CreatedAt   func(childComplexity int) int
-		Entities    func(childComplexity int) int
-		EventTypes  func(childComplexity int) int
-		Format      func(childComplexity int) int
-		HasSecret   func(childComplexity int) int
-		ID          func(childComplexity int) int
-		Kind        func(childComplexity int) int
-		Lag         func(childComplexity int) int
-		MaxAttempts func(childComplexity int) int
-		Name        func(childComplexity int) int
-		Paused      func(childComplexity int) int
-		Secret      func(childComplexity int) int
-		TimeoutMs   func(childComplexity int) int
-		URL         func(childComplexity int) int
+		Condition     func(childComplexity int) int
+		CreatedAt     func(childComplexity int) int
+		Entities      func(childComplexity int) int
+		EventTypes    func(childComplexity int) int
+		Format        func(childComplexity int) int
+		HasSecret     func(childComplexity int) int
+		ID            func(childComplexity int) int
+		Kind          func(childComplexity int) int
+		Lag           func(childComplexity int) int
+		MaxAttempts   func(childComplexity int) int
+		MaxInFlight   func(childComplexity int) int
+		Name          func(childComplexity int) int
+		Paused        func(childComplexity int) int
+		RatePerSecond func(childComplexity int) int
+		Secret        func(childComplexity int) int
+		TimeoutMs     func(childComplexity int) int
+		URL           func(childComplexity int) int
 	}
 
 	SubscriberLag struct {
@@ -1246,6 +1248,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscriber.MaxAttempts(childComplexity), true
+	case "Subscriber.maxInFlight":
+		if e.ComplexityRoot.Subscriber.MaxInFlight == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.MaxInFlight(childComplexity), true
 	case "Subscriber.name":
 		if e.ComplexityRoot.Subscriber.Name == nil {
 			break
@@ -1258,6 +1266,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscriber.Paused(childComplexity), true
+	case "Subscriber.ratePerSecond":
+		if e.ComplexityRoot.Subscriber.RatePerSecond == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.RatePerSecond(childComplexity), true
 	case "Subscriber.secret":
 		if e.ComplexityRoot.Subscriber.Secret == nil {
 			break
@@ -1878,6 +1892,10 @@ func (ec *executionContext) childFields_Subscriber(ctx context.Context, field gr
 		return ec.fieldContext_Subscriber_maxAttempts(ctx, field)
 	case "timeoutMs":
 		return ec.fieldContext_Subscriber_timeoutMs(ctx, field)
+	case "maxInFlight":
+		return ec.fieldContext_Subscriber_maxInFlight(ctx, field)
+	case "ratePerSecond":
+		return ec.fieldContext_Subscriber_ratePerSecond(ctx, field)
 	case "paused":
 		return ec.fieldContext_Subscriber_paused(ctx, field)
 	case "createdAt":

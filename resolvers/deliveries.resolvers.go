@@ -44,6 +44,7 @@ func (r *mutationResolver) CreateWebhookSubscriber(ctx context.Context, input mo
 		Name: &input.Name, URL: &input.URL, EventTypes: input.EventTypes, Entities: input.Entities,
 		Condition: input.Condition, Format: formatOf(input.Format), Secret: input.Secret,
 		MaxAttempts: int32Ptr(input.MaxAttempts), TimeoutMs: int32Ptr(input.TimeoutMs),
+		MaxInFlight: int32Ptr(input.MaxInFlight), RatePerSecond: input.RatePerSecond,
 	}
 	s, err := r.Dispatcher.CreateWebhookSubscriber(ctx, r.Pool, in)
 	if err != nil {
@@ -57,6 +58,7 @@ func (r *mutationResolver) UpdateWebhookSubscriber(ctx context.Context, id int64
 		Name: input.Name, URL: input.URL, EventTypes: input.EventTypes, Entities: input.Entities,
 		Condition: input.Condition, Format: formatOf(input.Format), Secret: input.Secret,
 		MaxAttempts: int32Ptr(input.MaxAttempts), TimeoutMs: int32Ptr(input.TimeoutMs),
+		MaxInFlight: int32Ptr(input.MaxInFlight), RatePerSecond: input.RatePerSecond,
 	}
 	s, err := r.Dispatcher.UpdateWebhookSubscriber(ctx, r.Pool, id, in)
 	if err != nil {
