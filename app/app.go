@@ -128,6 +128,14 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 	registry := prometheus.NewRegistry()
 	m := metrics.New(registry)
 	m.RegisterDatabase(pool)
+	m.RegisterSubscriberLag(func(ctx context.Context) ([]metrics.SubscriberLag, error) {
+		lags, err := db.SubscriberLags(ctx, pool)
+		out := make([]metrics.SubscriberLag, len(lags))
+		for i, l := range lags {
+			out[i] = metrics.SubscriberLag{Subscriber: l.Subscriber, Pending: l.Pending, OldestPendingSeconds: l.OldestPendingSeconds}
+		}
+		return out, err
+	})
 	webhooks := jobs.NewWebhookSender(jobs.WithAllowPrivate(cfg.WebhookAllowPrivate))
 	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger, Metrics: m, Webhooks: webhooks,
 		ReplayBatch: cfg.ReplayBatch},

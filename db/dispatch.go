@@ -121,7 +121,7 @@ func PlanDispatch(ctx context.Context, tx pgx.Tx, ids []int64) ([]DispatchPlan, 
 		p.Subscribers = append(p.Subscribers, Subscriber{ID: *r.ID, Name: *r.Name, Kind: *r.Kind, EventTypes: r.EventTypes,
 			Entities: r.Entities, Condition: deref(r.Condition), URL: r.Url, Format: deref(r.Format),
 			HasSecret: *r.HasSecret, MaxAttempts: *r.MaxAttempts, TimeoutMs: *r.TimeoutMs, Paused: *r.Paused,
-			CreatedAt: *r.CreatedAt, UpdatedAt: *r.UpdatedAt})
+			CreatedAt: *r.CreatedAt, UpdatedAt: *r.UpdatedAt, MaxInFlight: *r.MaxInFlight, RatePerSecond: r.RatePerSecond})
 	}
 	return plans, nil
 }

@@ -32,9 +32,14 @@ type Subscriber struct {
 	HasSecret   bool
 	MaxAttempts int32
 	TimeoutMs   int32
-	Paused      bool
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	// MaxInFlight is how many requests to a webhook may be in flight at
+	// once across every instance on the database (1…100); RatePerSecond,
+	// if set, how many it may get per second on average (TakeWebhookToken).
+	MaxInFlight   int32
+	RatePerSecond *float64
+	Paused        bool
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
 	// NewSecret is the secret in clear, set only in the value
 	// CreateWebhookSubscriber returns when package jobs generated the
 	// secret (so that the client can be told it once); empty whenever a
@@ -66,7 +71,14 @@ type WebhookSubscriberInput struct {
 	Secret      *string
 	MaxAttempts *int32
 	TimeoutMs   *int32
+	// MaxInFlight: 1…100 (default DefaultMaxInFlight). RatePerSecond: more
+	// than 0, at most 10,000; on update 0 removes the limit.
+	MaxInFlight   *int32
+	RatePerSecond *float64
 }
+
+// DefaultMaxInFlight is a webhook's max_in_flight when none is given.
+const DefaultMaxInFlight = 4
 
 func (in WebhookSubscriberInput) validate(creating bool) error {
 	if creating && (in.Name == nil || in.URL == nil) {
@@ -101,7 +113,25 @@ func (in WebhookSubscriberInput) validate(creating bool) error {
 	if in.TimeoutMs != nil && (*in.TimeoutMs < 100 || *in.TimeoutMs > 120000) {
 		return inputErr("timeoutMs", "must be between 100 and 120000 ms")
 	}
+	if in.MaxInFlight != nil && (*in.MaxInFlight < 1 || *in.MaxInFlight > 100) {
+		return inputErr("maxInFlight", "must be between 1 and 100")
+	}
+	if r := in.RatePerSecond; r != nil && !validRate(*r, creating) {
+		if creating {
+			return inputErr("ratePerSecond", "must be more than 0 and at most 10000")
+		}
+		return inputErr("ratePerSecond", "must be more than 0 and at most 10000, or 0 to remove the limit")
+	}
 	return nil
+}
+
+// validRate tells whether r is a ratePerSecond to write: in (0, 10000],
+// or 0 (remove the limit) on update. NaN is neither.
+func validRate(r float64, creating bool) bool {
+	if r == 0 {
+		return !creating
+	}
+	return r > 0 && r <= 10000
 }
 
 func validSubscriberName(s string) bool {
@@ -153,7 +183,7 @@ func CreateWebhookSubscriber(ctx context.Context, q Querier, in WebhookSubscribe
 	}
 	row, err := queries.SubscriberInsertWebhook(ctx, q, dbsqlc.SubscriberInsertWebhookParams{Name: *in.Name, Url: in.URL,
 		EventTypes: types, Entities: entities, Condition: cond, Format: in.Format, Secret: in.Secret,
-		MaxAttempts: in.MaxAttempts, TimeoutMs: in.TimeoutMs})
+		MaxAttempts: in.MaxAttempts, TimeoutMs: in.TimeoutMs, MaxInFlight: in.MaxInFlight, RatePerSecond: in.RatePerSecond})
 	if err != nil {
 		return Subscriber{}, webhookWriteErr(err, in, "insert webhook subscriber "+*in.Name)
 	}
@@ -169,7 +199,8 @@ func UpdateWebhookSubscriber(ctx context.Context, q Querier, id int64, in Webhoo
 	}
 	row, err := queries.SubscriberUpdateWebhook(ctx, q, dbsqlc.SubscriberUpdateWebhookParams{ID: id, Name: in.Name,
 		Url: in.URL, EventTypes: in.EventTypes, Entities: in.Entities, Condition: in.Condition, Format: in.Format,
-		Secret: in.Secret, MaxAttempts: in.MaxAttempts, TimeoutMs: in.TimeoutMs})
+		Secret: in.Secret, MaxAttempts: in.MaxAttempts, TimeoutMs: in.TimeoutMs, MaxInFlight: in.MaxInFlight,
+		RatePerSecond: in.RatePerSecond})
 	if err != nil {
 		return Subscriber{}, webhookWriteErr(err, in, fmt.Sprintf("update webhook subscriber %d", id))
 	}
@@ -236,7 +267,8 @@ func Subscribers(ctx context.Context, q Querier) ([]Subscriber, error) {
 func subscriberFrom(r dbsqlc.SubscriberRow) Subscriber {
 	return Subscriber{ID: r.ID, Name: r.Name, Kind: r.Kind, EventTypes: r.EventTypes, Entities: r.Entities,
 		Condition: deref(r.Condition), URL: r.Url, Format: r.Format, HasSecret: r.HasSecret,
-		MaxAttempts: r.MaxAttempts, TimeoutMs: r.TimeoutMs, Paused: r.Paused, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+		MaxAttempts: r.MaxAttempts, TimeoutMs: r.TimeoutMs, MaxInFlight: r.MaxInFlight, RatePerSecond: r.RatePerSecond,
+		Paused: r.Paused, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
 }
 
 // nonEmpty is s, or nil (SQL NULL) when it is empty.
@@ -271,4 +303,98 @@ type WebhookTarget struct {
 	Secret    string
 	TimeoutMs int32
 	Format    string
+}
+
+// SubscriberLag is how far a subscriber is behind the journal, from its
+// delivery records (table deliveries; delivered ones are kept for
+// RETENTION).
+type SubscriberLag struct {
+	SubscriberID int64
+	Subscriber   string
+	// Pending counts the open records: not yet delivered nor dead
+	// (status pending or failed). Failing counts those of them whose last
+	// attempt failed (status failed, retried at next_attempt_at); Dead the
+	// dead letters.
+	Pending, Failing, Dead int64
+	// OldestPendingAt is when the oldest open record was created (its
+	// event's dispatch); nil with none open. OldestPendingSeconds is its
+	// age by the database clock at the query, in seconds (0 with none).
+	OldestPendingAt      *time.Time
+	OldestPendingSeconds float64
+	// LastDeliveredAt is the newest delivered_at of its kept records; nil
+	// when none is kept.
+	LastDeliveredAt *time.Time
+}
+
+// SubscriberLags returns the lag of every subscriber, by name, in one
+// statement that reads only indexes of open, dead and the newest delivered
+// records (never the delivered history): cheap enough for every
+// Prometheus scrape.
+func SubscriberLags(ctx context.Context, q Querier) ([]SubscriberLag, error) {
+	rows, err := queries.SubscriberLagList(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("list subscriber lag: %w", translate(err))
+	}
+	return mapRows(rows, lagFrom), nil
+}
+
+// SubscriberLagsByIDs returns the lag (see SubscriberLags) of the
+// subscribers with the given ids, in id order; ids that do not exist are
+// skipped.
+func SubscriberLagsByIDs(ctx context.Context, q Querier, ids []int64) ([]SubscriberLag, error) {
+	if ids == nil {
+		ids = []int64{}
+	}
+	rows, err := queries.SubscriberLagListByIDs(ctx, q, ids)
+	if err != nil {
+		return nil, fmt.Errorf("get lag of %d subscribers: %w", len(ids), translate(err))
+	}
+	return mapRows(rows, func(r dbsqlc.SubscriberLagListByIDsRow) SubscriberLag { return lagFrom(dbsqlc.SubscriberLagListRow(r)) }), nil
+}
+
+func lagFrom(r dbsqlc.SubscriberLagListRow) SubscriberLag {
+	return SubscriberLag{SubscriberID: r.ID, Subscriber: r.Name, Pending: r.Pending, Failing: r.Failing, Dead: r.Dead,
+		OldestPendingAt: r.OldestPendingAt, OldestPendingSeconds: r.OldestPendingSeconds, LastDeliveredAt: r.LastDeliveredAt}
+}
+
+// TakeWebhookLease takes a free one of webhook subscriberID's MaxInFlight
+// lease slots (table subscriber_leases) for holder, for ttl; ok is false
+// when every slot is leased. Run it on the pool, outside a transaction:
+// the lease counts for every instance once committed. A lease runs out by
+// itself after ttl (a crashed holder's slot comes back); ReleaseWebhookLease
+// gives it back earlier.
+func TakeWebhookLease(ctx context.Context, q Querier, subscriberID int64, holder string, ttl time.Duration) (slot int32, ok bool, err error) {
+	slot, err = queries.SubscriberLeaseTake(ctx, q, &holder, ttl.Seconds(), subscriberID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("take a lease of webhook %d: %w", subscriberID, translate(err))
+	}
+	return slot, true, nil
+}
+
+// ReleaseWebhookLease gives slot of subscriberID back if holder still
+// holds it (a lease that ran out may be someone else's by now).
+func ReleaseWebhookLease(ctx context.Context, q Querier, subscriberID int64, slot int32, holder string) error {
+	if err := queries.SubscriberLeaseRelease(ctx, q, subscriberID, slot, &holder); err != nil {
+		return fmt.Errorf("release lease %d of webhook %d: %w", slot, subscriberID, translate(err))
+	}
+	return nil
+}
+
+// TakeWebhookToken takes one request's token from the bucket of webhook
+// subscriberID (table subscriber_buckets), refilled at rate per second and
+// holding at most one second's worth (at least 1). It returns 0 when it
+// took one, else how long until the next is there. Run it on the pool,
+// outside a transaction, as TakeWebhookLease.
+func TakeWebhookToken(ctx context.Context, q Querier, subscriberID int64, rate float64) (time.Duration, error) {
+	row, err := queries.SubscriberBucketTake(ctx, q, subscriberID, max(rate, 1), rate)
+	if err != nil {
+		return 0, fmt.Errorf("take a token of webhook %d: %w", subscriberID, translate(err))
+	}
+	if row.Taken {
+		return 0, nil
+	}
+	return time.Duration((1 - row.Tokens) / rate * float64(time.Second)), nil
 }

@@ -72,6 +72,8 @@ type browserRun struct {
 		// payload
 		Collapsed       bool `json:"collapsed"`
 		ExpandedMatches bool `json:"expandedMatches"`
+		// dead delivery: the subscribers panel's dead count of e2e-refuser
+		LagDead string `json:"lagDead"`
 		// filter
 		URL         string   `json:"url"`
 		Types       []string `json:"types"`
@@ -233,6 +235,7 @@ func TestBrowserEventsPage(t *testing.T) {
 
 	dead := run.Steps[steps["dead delivery"]]
 	require.Regexp(t, `^e2e-refuser: не доставлено, попыток 1 — .*410`, dead.Shown, "a dead delivery shows on its event")
+	require.Equal(t, "1", dead.LagDead, "the subscribers panel counts the dead letter")
 
 	drop := run.Steps[steps["network drop"]]
 	require.Len(t, drop.EventIDs, 2)

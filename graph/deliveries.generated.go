@@ -35,6 +35,8 @@ type SubscriberResolver interface {
 
 	Format(ctx context.Context, obj *db.Subscriber) (*model.WebhookFormat, error)
 	Secret(ctx context.Context, obj *db.Subscriber) (*string, error)
+
+	Lag(ctx context.Context, obj *db.Subscriber) (*db.SubscriberLag, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -950,6 +952,52 @@ func (ec *executionContext) fieldContext_Subscriber_timeoutMs(_ context.Context,
 	return graphql.NewScalarFieldContext("Subscriber", field, false, false, "Int")
 }
 
+func (ec *executionContext) _Subscriber_maxInFlight(ctx context.Context, field graphql.CollectedField, obj *db.Subscriber) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscriber_maxInFlight(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MaxInFlight, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int32) graphql.Marshaler {
+			return ec.marshalNInt2int32(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Subscriber_maxInFlight(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Subscriber", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Subscriber_ratePerSecond(ctx context.Context, field graphql.CollectedField, obj *db.Subscriber) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscriber_ratePerSecond(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RatePerSecond, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *float64) graphql.Marshaler {
+			return ec.marshalOFloat2ᚖfloat64(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Subscriber_ratePerSecond(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Subscriber", field, false, false, "Float")
+}
+
 func (ec *executionContext) _Subscriber_paused(ctx context.Context, field graphql.CollectedField, obj *db.Subscriber) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -994,6 +1042,153 @@ func (ec *executionContext) _Subscriber_createdAt(ctx context.Context, field gra
 }
 func (ec *executionContext) fieldContext_Subscriber_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Subscriber", field, false, false, "DateTime")
+}
+
+func (ec *executionContext) _Subscriber_lag(ctx context.Context, field graphql.CollectedField, obj *db.Subscriber) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscriber_lag(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Subscriber().Lag(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *db.SubscriberLag) graphql.Marshaler {
+			return ec.marshalNSubscriberLag2ᚖerpᚋdbᚐSubscriberLag(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Subscriber_lag(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Subscriber",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_SubscriberLag(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _SubscriberLag_pending(ctx context.Context, field graphql.CollectedField, obj *db.SubscriberLag) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SubscriberLag_pending(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Pending, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNInt2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SubscriberLag_pending(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SubscriberLag", field, false, false, "Int")
+}
+
+func (ec *executionContext) _SubscriberLag_oldestPendingAt(ctx context.Context, field graphql.CollectedField, obj *db.SubscriberLag) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SubscriberLag_oldestPendingAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OldestPendingAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalODateTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_SubscriberLag_oldestPendingAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SubscriberLag", field, false, false, "DateTime")
+}
+
+func (ec *executionContext) _SubscriberLag_failing(ctx context.Context, field graphql.CollectedField, obj *db.SubscriberLag) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SubscriberLag_failing(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Failing, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNInt2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SubscriberLag_failing(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SubscriberLag", field, false, false, "Int")
+}
+
+func (ec *executionContext) _SubscriberLag_dead(ctx context.Context, field graphql.CollectedField, obj *db.SubscriberLag) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SubscriberLag_dead(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Dead, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNInt2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SubscriberLag_dead(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SubscriberLag", field, false, false, "Int")
+}
+
+func (ec *executionContext) _SubscriberLag_lastDeliveredAt(ctx context.Context, field graphql.CollectedField, obj *db.SubscriberLag) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SubscriberLag_lastDeliveredAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.LastDeliveredAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalODateTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_SubscriberLag_lastDeliveredAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SubscriberLag", field, false, false, "DateTime")
 }
 
 // endregion **************************** field.gotpl *****************************
@@ -1071,7 +1266,7 @@ func (ec *executionContext) unmarshalInputWebhookSubscriberInput(ctx context.Con
 		asMap["format"] = "STANDARD_WEBHOOKS"
 	}
 
-	fieldsInOrder := [...]string{"name", "url", "eventTypes", "entities", "condition", "format", "secret", "maxAttempts", "timeoutMs"}
+	fieldsInOrder := [...]string{"name", "url", "eventTypes", "entities", "condition", "format", "secret", "maxAttempts", "timeoutMs", "maxInFlight", "ratePerSecond"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -1141,6 +1336,20 @@ func (ec *executionContext) unmarshalInputWebhookSubscriberInput(ctx context.Con
 				return it, err
 			}
 			it.TimeoutMs = data
+		case "maxInFlight":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxInFlight"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MaxInFlight = data
+		case "ratePerSecond":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ratePerSecond"))
+			data, err := ec.unmarshalOFloat2ᚖfloat64(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.RatePerSecond = data
 		}
 	}
 	return it, nil
@@ -1169,7 +1378,7 @@ func (ec *executionContext) unmarshalInputWebhookSubscriberUpdate(ctx context.Co
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"name", "url", "eventTypes", "entities", "condition", "format", "secret", "maxAttempts", "timeoutMs"}
+	fieldsInOrder := [...]string{"name", "url", "eventTypes", "entities", "condition", "format", "secret", "maxAttempts", "timeoutMs", "maxInFlight", "ratePerSecond"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -1239,6 +1448,20 @@ func (ec *executionContext) unmarshalInputWebhookSubscriberUpdate(ctx context.Co
 				return it, err
 			}
 			it.TimeoutMs = data
+		case "maxInFlight":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxInFlight"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MaxInFlight = data
+		case "ratePerSecond":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ratePerSecond"))
+			data, err := ec.unmarshalOFloat2ᚖfloat64(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.RatePerSecond = data
 		}
 	}
 	return it, nil
@@ -1582,6 +1805,16 @@ func (ec *executionContext) _Subscriber(ctx context.Context, sel ast.SelectionSe
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "maxInFlight":
+			out.Values[i] = ec._Subscriber_maxInFlight(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "ratePerSecond":
+			out.Values[i] = ec._Subscriber_ratePerSecond(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "paused":
 			out.Values[i] = ec._Subscriber_paused(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -1591,6 +1824,65 @@ func (ec *executionContext) _Subscriber(ctx context.Context, sel ast.SelectionSe
 			out.Values[i] = ec._Subscriber_createdAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "lag":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Subscriber_lag(ctx, field, obj)
+				})
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var subscriberLagImplementors = []string{"SubscriberLag"}
+
+func (ec *executionContext) _SubscriberLag(ctx context.Context, sel ast.SelectionSet, obj *db.SubscriberLag) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, subscriberLagImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("SubscriberLag")
+		case "pending":
+			out.Values[i] = ec._SubscriberLag_pending(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "oldestPendingAt":
+			out.Values[i] = ec._SubscriberLag_oldestPendingAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "failing":
+			out.Values[i] = ec._SubscriberLag_failing(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "dead":
+			out.Values[i] = ec._SubscriberLag_dead(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "lastDeliveredAt":
+			out.Values[i] = ec._SubscriberLag_lastDeliveredAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
 			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -1738,6 +2030,14 @@ func (ec *executionContext) unmarshalNSubscriberKind2erpᚋgraphᚋmodelᚐSubsc
 
 func (ec *executionContext) marshalNSubscriberKind2erpᚋgraphᚋmodelᚐSubscriberKind(ctx context.Context, sel ast.SelectionSet, v model.SubscriberKind) graphql.Marshaler {
 	return v
+}
+
+func (ec *executionContext) marshalNSubscriberLag2ᚖerpᚋdbᚐSubscriberLag(ctx context.Context, sel ast.SelectionSet, v *db.SubscriberLag) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "SubscriberLag!")
+		return graphql.Null
+	}
+	return ec._SubscriberLag(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNWebhookSubscriberInput2erpᚋgraphᚋmodelᚐWebhookSubscriberInput(ctx context.Context, v any) (model.WebhookSubscriberInput, error) {

@@ -233,20 +233,31 @@ type ComplexityRoot struct {
 	}
 
 	Subscriber struct {
-		Condition   func(childComplexity int) int
-		CreatedAt   func(childComplexity int) int
-		Entities    func(childComplexity int) int
-		EventTypes  func(childComplexity int) int
-		Format      func(childComplexity int) int
-		HasSecret   func(childComplexity int) int
-		ID          func(childComplexity int) int
-		Kind        func(childComplexity int) int
-		MaxAttempts func(childComplexity int) int
-		Name        func(childComplexity int) int
-		Paused      func(childComplexity int) int
-		Secret      func(childComplexity int) int
-		TimeoutMs   func(childComplexity int) int
-		URL         func(childComplexity int) int
+		Condition     func(childComplexity int) int
+		CreatedAt     func(childComplexity int) int
+		Entities      func(childComplexity int) int
+		EventTypes    func(childComplexity int) int
+		Format        func(childComplexity int) int
+		HasSecret     func(childComplexity int) int
+		ID            func(childComplexity int) int
+		Kind          func(childComplexity int) int
+		Lag           func(childComplexity int) int
+		MaxAttempts   func(childComplexity int) int
+		MaxInFlight   func(childComplexity int) int
+		Name          func(childComplexity int) int
+		Paused        func(childComplexity int) int
+		RatePerSecond func(childComplexity int) int
+		Secret        func(childComplexity int) int
+		TimeoutMs     func(childComplexity int) int
+		URL           func(childComplexity int) int
+	}
+
+	SubscriberLag struct {
+		Dead            func(childComplexity int) int
+		Failing         func(childComplexity int) int
+		LastDeliveredAt func(childComplexity int) int
+		OldestPendingAt func(childComplexity int) int
+		Pending         func(childComplexity int) int
 	}
 
 	Subscription struct {
@@ -1322,12 +1333,24 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscriber.Kind(childComplexity), true
+	case "Subscriber.lag":
+		if e.ComplexityRoot.Subscriber.Lag == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.Lag(childComplexity), true
 	case "Subscriber.maxAttempts":
 		if e.ComplexityRoot.Subscriber.MaxAttempts == nil {
 			break
 		}
 
 		return e.ComplexityRoot.Subscriber.MaxAttempts(childComplexity), true
+	case "Subscriber.maxInFlight":
+		if e.ComplexityRoot.Subscriber.MaxInFlight == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.MaxInFlight(childComplexity), true
 	case "Subscriber.name":
 		if e.ComplexityRoot.Subscriber.Name == nil {
 			break
@@ -1340,6 +1363,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscriber.Paused(childComplexity), true
+	case "Subscriber.ratePerSecond":
+		if e.ComplexityRoot.Subscriber.RatePerSecond == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.RatePerSecond(childComplexity), true
 	case "Subscriber.secret":
 		if e.ComplexityRoot.Subscriber.Secret == nil {
 			break
@@ -1358,6 +1387,37 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscriber.URL(childComplexity), true
+
+	case "SubscriberLag.dead":
+		if e.ComplexityRoot.SubscriberLag.Dead == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SubscriberLag.Dead(childComplexity), true
+	case "SubscriberLag.failing":
+		if e.ComplexityRoot.SubscriberLag.Failing == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SubscriberLag.Failing(childComplexity), true
+	case "SubscriberLag.lastDeliveredAt":
+		if e.ComplexityRoot.SubscriberLag.LastDeliveredAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SubscriberLag.LastDeliveredAt(childComplexity), true
+	case "SubscriberLag.oldestPendingAt":
+		if e.ComplexityRoot.SubscriberLag.OldestPendingAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SubscriberLag.OldestPendingAt(childComplexity), true
+	case "SubscriberLag.pending":
+		if e.ComplexityRoot.SubscriberLag.Pending == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SubscriberLag.Pending(childComplexity), true
 
 	case "Subscription.eventProcessed":
 		if e.ComplexityRoot.Subscription.EventProcessed == nil {
@@ -1951,12 +2011,34 @@ func (ec *executionContext) childFields_Subscriber(ctx context.Context, field gr
 		return ec.fieldContext_Subscriber_maxAttempts(ctx, field)
 	case "timeoutMs":
 		return ec.fieldContext_Subscriber_timeoutMs(ctx, field)
+	case "maxInFlight":
+		return ec.fieldContext_Subscriber_maxInFlight(ctx, field)
+	case "ratePerSecond":
+		return ec.fieldContext_Subscriber_ratePerSecond(ctx, field)
 	case "paused":
 		return ec.fieldContext_Subscriber_paused(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_Subscriber_createdAt(ctx, field)
+	case "lag":
+		return ec.fieldContext_Subscriber_lag(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Subscriber", field.Name)
+}
+
+func (ec *executionContext) childFields_SubscriberLag(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "pending":
+		return ec.fieldContext_SubscriberLag_pending(ctx, field)
+	case "oldestPendingAt":
+		return ec.fieldContext_SubscriberLag_oldestPendingAt(ctx, field)
+	case "failing":
+		return ec.fieldContext_SubscriberLag_failing(ctx, field)
+	case "dead":
+		return ec.fieldContext_SubscriberLag_dead(ctx, field)
+	case "lastDeliveredAt":
+		return ec.fieldContext_SubscriberLag_lastDeliveredAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SubscriberLag", field.Name)
 }
 
 func (ec *executionContext) childFields_User(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	crand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,8 +40,9 @@ func (p RetryPolicy) Delay(attempt int) time.Duration {
 
 // Outcome of one Deliver call.
 const (
-	OutcomeSkipped   = "skipped" // nothing to do: not open, in flight elsewhere, or paused
-	OutcomeBlocked   = "blocked" // an earlier event of the document comes first
+	OutcomeSkipped   = "skipped"   // nothing to do: not open, in flight elsewhere, or paused
+	OutcomeBlocked   = "blocked"   // an earlier event of the document comes first
+	OutcomeThrottled = "throttled" // the webhook has no free lease slot or rate token now: try later
 	OutcomeDelivered = db.DeliveryDelivered
 	OutcomeFailed    = db.DeliveryFailed
 	OutcomeDead      = db.DeliveryDead
@@ -55,16 +57,93 @@ const (
 // (the job is retried). Dispatch makes the first attempt of built-in
 // deliveries itself; Deliver makes webhook deliveries, retries and
 // redeliveries.
+//
+// A webhook's request first takes one of its lease slots (MaxInFlight,
+// shared by every instance on the database) and, with RatePerSecond, a
+// token of its bucket; with none free it makes no attempt and returns
+// OutcomeThrottled, so that the caller frees its worker and tries later.
 func (d *Dispatcher) Deliver(ctx context.Context, k db.DeliveryKey) (string, error) {
 	w, err := d.deliver(ctx, k)
+	var th *throttledError
+	if errors.As(err, &th) {
+		return OutcomeThrottled, nil
+	}
 	return w.outcome, err
 }
 
+// throttledError is deliver's error when a webhook's limits leave no room
+// now: retryIn is when a rate token is due, 0 when a lease slot is (no one
+// knows when a request in flight ends).
+type throttledError struct {
+	subscriberID int64
+	retryIn      time.Duration
+}
+
+func (e *throttledError) Error() string {
+	return fmt.Sprintf("webhook %d at its limit", e.subscriberID)
+}
+
+// leaseMargin is how long a webhook's lease outlives its request timeout:
+// the lease is taken before the delivery's transaction reads what the
+// request needs, so the request starts a little after it.
+const leaseMargin = time.Second
+
+// limit takes, for delivery k to a webhook, a lease slot and (with a rate)
+// a token, committed on their own so that every instance counts them; it
+// returns the release of the lease, to call once the attempt is over. A
+// *throttledError says the webhook has no room now. Built-in and paused
+// subscribers have no limits (Deliver skips a paused one).
+func (d *Dispatcher) limit(ctx context.Context, k db.DeliveryKey) (func(), error) {
+	noop := func() {}
+	sub, err := db.SubscriberByID(ctx, d.pool, k.SubscriberID)
+	if errors.Is(err, db.ErrNotFound) {
+		return noop, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if sub.Kind != db.SubscriberWebhook || sub.Paused {
+		return noop, nil
+	}
+	holder := crand.Text()
+	ttl := time.Duration(sub.TimeoutMs)*time.Millisecond + leaseMargin
+	slot, ok, err := db.TakeWebhookLease(ctx, d.pool, sub.ID, holder, ttl)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, &throttledError{subscriberID: sub.ID}
+	}
+	release := func() {
+		// After the attempt, even when its context ended: a lease left
+		// behind holds the slot until it runs out.
+		if err := db.ReleaseWebhookLease(context.WithoutCancel(ctx), d.pool, sub.ID, slot, holder); err != nil {
+			d.logger.WarnContext(ctx, "release webhook lease", slog.Int64("subscriber_id", sub.ID), slog.String("error", err.Error()))
+		}
+	}
+	if sub.RatePerSecond != nil {
+		wait, err := db.TakeWebhookToken(ctx, d.pool, sub.ID, *sub.RatePerSecond)
+		if err != nil || wait > 0 {
+			release()
+			if err != nil {
+				return nil, err
+			}
+			return nil, &throttledError{subscriberID: sub.ID, retryIn: wait}
+		}
+	}
+	return release, nil
+}
+
 // deliver is Deliver returning the transaction's work; w.outcome is the
-// outcome.
+// outcome. A *throttledError means no attempt was made.
 func (d *Dispatcher) deliver(ctx context.Context, k db.DeliveryKey) (txWork, error) {
+	release, err := d.limit(ctx, k)
+	if err != nil {
+		return txWork{}, err
+	}
+	defer release()
 	var w txWork
-	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		w = txWork{outcome: OutcomeSkipped}
 		del, err := db.LockOpenDelivery(ctx, tx, k)
 		if errors.Is(err, db.ErrNotFound) {
@@ -386,8 +465,42 @@ type DeliverWorker struct {
 // timeout (120 s).
 func (w *DeliverWorker) Timeout(*river.Job[DeliverArgs]) time.Duration { return 3 * time.Minute }
 
-// Work implements river.Worker.
+// Work implements river.Worker. A webhook at its limits (no lease slot or
+// rate token free) snoozes the job instead of holding the worker: until its
+// token is due, or, waiting for a slot, a backoff that doubles with each
+// snooze of the job from 100 ms to 2 s (jittered), so that a backlog
+// behind a slow webhook costs a few cheap statements a second, not
+// workers.
 func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
-	_, err := w.Dispatcher.Deliver(ctx, db.DeliveryKey{EventID: job.Args.EventID, SubscriberID: job.Args.SubscriberID})
+	_, err := w.Dispatcher.deliver(ctx, db.DeliveryKey{EventID: job.Args.EventID, SubscriberID: job.Args.SubscriberID})
+	var th *throttledError
+	if errors.As(err, &th) {
+		return river.JobSnooze(snoozeFor(th, job.Metadata))
+	}
 	return err
+}
+
+// Snoozes of a deliver job waiting for a lease slot.
+const (
+	slotWaitMin = 100 * time.Millisecond
+	slotWaitMax = 2 * time.Second
+)
+
+// snoozeFor is how long a throttled job sleeps: until the token is due
+// (plus up to 10 %), or slotWaitMin × 2^snoozes up to slotWaitMax, the
+// upper half jittered, the job's snoozes read from River's metadata.
+func snoozeFor(th *throttledError, metadata []byte) time.Duration {
+	if th.retryIn > 0 {
+		return th.retryIn + rand.N(th.retryIn/10+1)
+	}
+	var m struct {
+		Snoozes int `json:"snoozes"`
+	}
+	_ = json.Unmarshal(metadata, &m) // River's own JSON; none yet is 0
+	d := slotWaitMin
+	for i := 0; i < m.Snoozes && d < slotWaitMax; i++ {
+		d *= 2
+	}
+	d = min(d, slotWaitMax)
+	return d/2 + rand.N(d/2+1)
 }

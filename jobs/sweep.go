@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -93,6 +94,12 @@ func (d *Dispatcher) Sweep(ctx context.Context) (SweepResult, error) {
 	}, func(keys []db.DeliveryKey) error {
 		for _, k := range keys {
 			w, err := d.deliver(ctx, k)
+			var th *throttledError
+			if errors.As(err, &th) {
+				// At its limits: the delivery's own job (snoozing) or a
+				// later sweep makes the attempt.
+				continue
+			}
 			if err != nil {
 				if err := note("delivery", k.EventID, err); err != nil {
 					return err

@@ -46,6 +46,7 @@ func (r *mutationResolver) CreateWebhookSubscriber(ctx context.Context, input mo
 		Name: &input.Name, URL: &input.URL, EventTypes: input.EventTypes, Entities: input.Entities,
 		Condition: input.Condition, Format: formatOf(input.Format), Secret: input.Secret,
 		MaxAttempts: int32Ptr(input.MaxAttempts), TimeoutMs: int32Ptr(input.TimeoutMs),
+		MaxInFlight: int32Ptr(input.MaxInFlight), RatePerSecond: input.RatePerSecond,
 	}
 	s, err := r.Dispatcher.CreateWebhookSubscriber(ctx, r.Pool, in)
 	if err != nil {
@@ -59,6 +60,7 @@ func (r *mutationResolver) UpdateWebhookSubscriber(ctx context.Context, id int64
 		Name: input.Name, URL: input.URL, EventTypes: input.EventTypes, Entities: input.Entities,
 		Condition: input.Condition, Format: formatOf(input.Format), Secret: input.Secret,
 		MaxAttempts: int32Ptr(input.MaxAttempts), TimeoutMs: int32Ptr(input.TimeoutMs),
+		MaxInFlight: int32Ptr(input.MaxInFlight), RatePerSecond: input.RatePerSecond,
 	}
 	s, err := r.Dispatcher.UpdateWebhookSubscriber(ctx, r.Pool, id, in)
 	if err != nil {
@@ -173,6 +175,11 @@ func (r *subscriberResolver) Secret(ctx context.Context, obj *db.Subscriber) (*s
 		return nil, nil
 	}
 	return &obj.NewSecret, nil
+}
+
+func (r *subscriberResolver) Lag(ctx context.Context, obj *db.Subscriber) (*db.SubscriberLag, error) {
+	l, err := r.lagOf(ctx, obj.ID)
+	return &l, err
 }
 
 func (r *Resolver) Delivery() graph.DeliveryResolver { return &deliveryResolver{r} }

@@ -3,9 +3,11 @@ package resolvers_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	pgx "github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -135,4 +137,52 @@ func TestDeliveryPageBatchesEventsAndSubscribers(t *testing.T) {
 		require.Contains(t, single.Event.Deliveries, delivery{e.Node.Subscriber}, "event %s has no delivery to %s", e.Node.Event.ID, e.Node.Subscriber.Name)
 		require.Equal(t, "order.received", e.Node.Event.Type)
 	}
+}
+
+// The subscribers list asking for each one's lag reads all of them in one
+// statement, not one per subscriber, and each figure is the one a single
+// subscriber's read gives.
+func TestSubscriberListBatchesLag(t *testing.T) {
+	t.Parallel()
+	statements := &statementLog{}
+	pool, err := db.Connect(t.Context(), pgtest.NewDB(t), func(c *pgxpool.Config) { c.ConnConfig.Tracer = statements })
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s := apptest.NewOn(t, pool)
+	apptest.SeedItem(t, s)
+	apptest.GQL[map[string]any](t, s, `mutation { receiveOrder(input: {source: CRM, externalId: "62000", customer: "X", lines: [{sku: "A1", quantity: "1"}]}) { duplicate } }`, nil)
+	apptest.WaitAllProcessed(t, s)
+
+	type lag struct {
+		Pending, Failing, Dead int
+		LastDeliveredAt        *time.Time
+	}
+	mark := statements.mark()
+	list := apptest.GQL[struct {
+		Subscribers []struct {
+			ID, Name string
+			Lag      lag
+		}
+	}](t, s, `{ subscribers { id name lag { pending failing dead lastDeliveredAt } } }`, nil)
+	require.Equal(t, 1, statements.count(mark, "WHERE s.id = ANY"), "the lag of the whole list")
+	require.Len(t, list.Subscribers, 3, "the built-ins")
+	delivered := map[string]bool{}
+	for _, sub := range list.Subscribers {
+		id, err := strconv.ParseInt(sub.ID, 10, 64)
+		require.NoError(t, err)
+		lags, err := db.SubscriberLagsByIDs(t.Context(), pool, []int64{id})
+		require.NoError(t, err)
+		require.Len(t, lags, 1)
+		want := lags[0]
+		require.Equal(t, []int{int(want.Pending), int(want.Failing), int(want.Dead)},
+			[]int{sub.Lag.Pending, sub.Lag.Failing, sub.Lag.Dead}, sub.Name)
+		require.Zero(t, sub.Lag.Pending+sub.Lag.Failing+sub.Lag.Dead, "%s: everything processed", sub.Name)
+		require.Equal(t, want.LastDeliveredAt != nil, sub.Lag.LastDeliveredAt != nil, sub.Name)
+		if want.LastDeliveredAt != nil {
+			require.True(t, want.LastDeliveredAt.Equal(*sub.Lag.LastDeliveredAt), sub.Name)
+			delivered[sub.Name] = true
+		}
+	}
+	require.Equal(t, map[string]bool{"order_acceptance": true, "production_planning": true}, delivered,
+		"order.received went to both; no production order, so material_issue got nothing")
 }

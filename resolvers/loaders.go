@@ -14,7 +14,8 @@ import (
 // Loaders is a gqlgen extension that gives each operation its own batch
 // loaders, so that a page of 50 events asking for their deliveries costs
 // one query, not 50, and so does a page of deliveries asking for their
-// events (and another for their subscribers). They batch only (no cache): a subscription streams
+// events (and another for their subscribers), and the subscribers list
+// asking for each one's lag. They batch only (no cache): a subscription streams
 // new events for hours, and each is read once anyway.
 type Loaders struct{ Pool *pgxpool.Pool }
 
@@ -29,6 +30,7 @@ type loaders struct {
 	deliveries  *dataloadgen.Loader[int64, []db.Delivery]
 	events      *dataloadgen.Loader[int64, db.Event]
 	subscribers *dataloadgen.Loader[int64, db.Subscriber]
+	lags        *dataloadgen.Loader[int64, db.SubscriberLag]
 }
 
 // ExtensionName implements graphql.HandlerExtension.
@@ -53,6 +55,7 @@ func (l Loaders) InterceptOperation(ctx context.Context, next graphql.OperationH
 		}, dataloadgen.WithoutCache()),
 		events:      byID(l.Pool, db.EventsByIDs, func(e db.Event) int64 { return e.ID }, "event"),
 		subscribers: byID(l.Pool, db.SubscribersByIDs, func(s db.Subscriber) int64 { return s.ID }, "subscriber"),
+		lags:        byID(l.Pool, db.SubscriberLagsByIDs, func(s db.SubscriberLag) int64 { return s.SubscriberID }, "subscriber"),
 	}
 	return next(context.WithValue(ctx, loadersKey{}, ls))
 }
@@ -109,4 +112,20 @@ func (r *Resolver) deliveriesOf(ctx context.Context, eventID int64) ([]db.Delive
 		return ls.deliveries.Load(ctx, eventID)
 	}
 	return db.DeliveriesOfEvent(ctx, r.Pool, eventID)
+}
+
+// lagOf returns subscriber id's lag, batched when the operation has
+// loaders.
+func (r *Resolver) lagOf(ctx context.Context, id int64) (db.SubscriberLag, error) {
+	if ls, ok := ctx.Value(loadersKey{}).(*loaders); ok {
+		return ls.lags.Load(ctx, id)
+	}
+	lags, err := db.SubscriberLagsByIDs(ctx, r.Pool, []int64{id})
+	if err != nil {
+		return db.SubscriberLag{}, err
+	}
+	if len(lags) == 0 {
+		return db.SubscriberLag{}, fmt.Errorf("get lag of subscriber %d: %w", id, db.ErrNotFound)
+	}
+	return lags[0], nil
 }

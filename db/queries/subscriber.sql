@@ -10,17 +10,33 @@ ON CONFLICT (name) DO UPDATE SET event_types = EXCLUDED.event_types, entities = 
     condition = EXCLUDED.condition, updated_at = now()
 WHERE subscribers.kind = EXCLUDED.kind
 RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
-    max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format;
+    max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format,
+    max_in_flight, rate_per_second;
 
 -- name: SubscriberInsertWebhook :one
-INSERT INTO subscribers (name, kind, url, event_types, entities, condition, format, secret, max_attempts, timeout_ms)
-VALUES (@name, 'webhook', @url, @event_types, @entities, sqlc.narg('condition'),
-    coalesce(sqlc.narg('format')::text, 'standard_webhooks'), sqlc.narg('secret'),
-    coalesce(sqlc.narg('max_attempts')::integer, 10), coalesce(sqlc.narg('timeout_ms')::integer, 10000))
-RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
-    max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format;
+-- The webhook and its max_in_flight lease slots, in one statement.
+WITH s AS (
+    INSERT INTO subscribers (name, kind, url, event_types, entities, condition, format, secret, max_attempts, timeout_ms,
+        max_in_flight, rate_per_second)
+    VALUES (@name, 'webhook', @url, @event_types, @entities, sqlc.narg('condition'),
+        coalesce(sqlc.narg('format')::text, 'standard_webhooks'), sqlc.narg('secret'),
+        coalesce(sqlc.narg('max_attempts')::integer, 10), coalesce(sqlc.narg('timeout_ms')::integer, 10000),
+        coalesce(sqlc.narg('max_in_flight')::integer, 4), sqlc.narg('rate_per_second')::float8)
+    RETURNING *
+), slots AS (
+    INSERT INTO subscriber_leases (subscriber_id, slot)
+    SELECT s.id, g FROM s CROSS JOIN LATERAL generate_series(0, s.max_in_flight - 1) g
+)
+SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
+    s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
+    s.max_in_flight, s.rate_per_second
+FROM s;
 
 -- name: SubscriberUpdateWebhook :one
+-- The given fields, and the lease slots to max_in_flight (a slot dropped
+-- while leased ends with its request). A rate_per_second of 0 removes the
+-- limit.
+WITH s AS (
 UPDATE subscribers SET
     name = coalesce(sqlc.narg('name'), name), url = coalesce(sqlc.narg('url'), url),
     event_types = coalesce(sqlc.narg('event_types')::text[], event_types),
@@ -31,15 +47,29 @@ UPDATE subscribers SET
     secret = coalesce(sqlc.narg('secret'), secret),
     max_attempts = coalesce(sqlc.narg('max_attempts')::integer, max_attempts),
     timeout_ms = coalesce(sqlc.narg('timeout_ms')::integer, timeout_ms),
+    max_in_flight = coalesce(sqlc.narg('max_in_flight')::integer, max_in_flight),
+    rate_per_second = CASE WHEN sqlc.narg('rate_per_second')::float8 IS NULL THEN rate_per_second
+        ELSE nullif(sqlc.narg('rate_per_second')::float8, 0) END,
     updated_at = now()
 WHERE id = @id AND kind = 'webhook'
-RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
-    max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format;
+RETURNING *
+), added AS (
+    INSERT INTO subscriber_leases (subscriber_id, slot)
+    SELECT s.id, g FROM s CROSS JOIN LATERAL generate_series(0, s.max_in_flight - 1) g
+    ON CONFLICT DO NOTHING
+), dropped AS (
+    DELETE FROM subscriber_leases l USING s WHERE l.subscriber_id = s.id AND l.slot >= s.max_in_flight
+)
+SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
+    s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
+    s.max_in_flight, s.rate_per_second
+FROM s;
 
 -- name: SubscriberSetPaused :one
 UPDATE subscribers SET paused = @paused, updated_at = now() WHERE id = @id
 RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
-    max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format;
+    max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format,
+    max_in_flight, rate_per_second;
 
 -- name: SubscriberGetByName :one
 SELECT * FROM subscriber_rows WHERE name = @name;
@@ -51,7 +81,8 @@ SELECT * FROM subscriber_rows WHERE id = @id;
 -- The view's columns, read from the table itself (as the statement log of
 -- the deliveries page's test expects).
 SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
-    s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format
+    s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
+    s.max_in_flight, s.rate_per_second
 FROM subscribers s WHERE s.id = ANY(@ids::bigint[]) ORDER BY s.id;
 
 -- name: SubscriberList :many
@@ -60,3 +91,93 @@ SELECT * FROM subscriber_rows ORDER BY name;
 -- name: SubscriberGetWebhookTarget :one
 -- What sending needs, secret included; never leaves package jobs.
 SELECT url::text AS url, coalesce(secret, '')::text AS secret, timeout_ms, format FROM subscribers WHERE id = @id AND kind = 'webhook';
+
+-- name: SubscriberLagList :many
+-- The lag of every subscriber, by name: its open (pending or failed),
+-- failed and dead delivery records counted in index
+-- deliveries_by_subscriber; the oldest open one's creation (its age by the
+-- database clock, in seconds; 0 with none open) from deliveries_open_age;
+-- its newest delivered record from deliveries_last_delivered. Delivered
+-- records are never scanned (docs/query-plans.md).
+SELECT s.id, s.name, l.pending, l.failing, l.dead, o.created_at AS oldest_pending_at,
+    coalesce(extract(epoch FROM now() - o.created_at), 0)::float8 AS oldest_pending_seconds,
+    d.delivered_at AS last_delivered_at
+FROM subscribers s
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE u.status IN ('pending', 'failed')) AS pending,
+        count(*) FILTER (WHERE u.status = 'failed') AS failing,
+        count(*) FILTER (WHERE u.status = 'dead') AS dead
+    FROM deliveries u WHERE u.subscriber_id = s.id AND u.status IN ('pending', 'failed', 'dead')
+) l
+LEFT JOIN LATERAL (
+    SELECT u.event_id FROM deliveries u
+    WHERE u.subscriber_id = s.id AND u.status IN ('pending', 'failed')
+    ORDER BY u.created_at LIMIT 1
+) oldest ON true
+LEFT JOIN deliveries o ON o.event_id = oldest.event_id AND o.subscriber_id = s.id
+LEFT JOIN LATERAL (
+    SELECT x.delivered_at FROM deliveries x
+    WHERE x.subscriber_id = s.id AND x.status = 'delivered'
+    ORDER BY x.delivered_at DESC LIMIT 1
+) d ON true
+ORDER BY s.name;
+
+-- name: SubscriberLagListByIDs :many
+-- SubscriberLagList of the subscribers with the given ids, in id order.
+SELECT s.id, s.name, l.pending, l.failing, l.dead, o.created_at AS oldest_pending_at,
+    coalesce(extract(epoch FROM now() - o.created_at), 0)::float8 AS oldest_pending_seconds,
+    d.delivered_at AS last_delivered_at
+FROM subscribers s
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE u.status IN ('pending', 'failed')) AS pending,
+        count(*) FILTER (WHERE u.status = 'failed') AS failing,
+        count(*) FILTER (WHERE u.status = 'dead') AS dead
+    FROM deliveries u WHERE u.subscriber_id = s.id AND u.status IN ('pending', 'failed', 'dead')
+) l
+LEFT JOIN LATERAL (
+    SELECT u.event_id FROM deliveries u
+    WHERE u.subscriber_id = s.id AND u.status IN ('pending', 'failed')
+    ORDER BY u.created_at LIMIT 1
+) oldest ON true
+LEFT JOIN deliveries o ON o.event_id = oldest.event_id AND o.subscriber_id = s.id
+LEFT JOIN LATERAL (
+    SELECT x.delivered_at FROM deliveries x
+    WHERE x.subscriber_id = s.id AND x.status = 'delivered'
+    ORDER BY x.delivered_at DESC LIMIT 1
+) d ON true
+WHERE s.id = ANY(@ids::bigint[])
+ORDER BY s.id;
+
+-- name: SubscriberLeaseTake :one
+-- Takes a free lease slot of webhook @subscriber_id (one whose lease ran
+-- out) for @holder until @ttl_s seconds from now, skipping slots another
+-- transaction is taking; no row when every slot is leased. Run on its own
+-- (autocommit), so that the lease is visible to every instance at once.
+UPDATE subscriber_leases l SET holder = @holder, leased_until = clock_timestamp() + make_interval(secs => @ttl_s::float8)
+WHERE l.subscriber_id = @subscriber_id AND l.slot = (
+    SELECT f.slot FROM subscriber_leases f
+    WHERE f.subscriber_id = @subscriber_id AND f.leased_until <= clock_timestamp()
+    ORDER BY f.slot LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING l.slot;
+
+-- name: SubscriberLeaseRelease :exec
+-- Gives slot @slot of @subscriber_id back, if @holder still holds it.
+UPDATE subscriber_leases l SET holder = NULL, leased_until = '-infinity'
+WHERE l.subscriber_id = @subscriber_id AND l.slot = @slot AND l.holder = @holder;
+
+-- name: SubscriberBucketTake :one
+-- Takes a token from @subscriber_id's bucket, refilled at @rate per second
+-- since its last take and holding at most @burst (at least 1; the first
+-- take finds it full). Returns whether one was taken and the tokens left:
+-- without one, the next is there in (1 - tokens) / @rate seconds. One
+-- statement, so the row lock is held only while it runs; the clock is
+-- read once, as EXCLUDED.refilled_at.
+INSERT INTO subscriber_buckets AS b (subscriber_id, tokens, refilled_at, taken)
+VALUES (@subscriber_id, greatest(@burst::float8, 1) - 1, clock_timestamp(), true)
+ON CONFLICT (subscriber_id) DO UPDATE SET
+    tokens = least(@burst::float8, b.tokens + greatest(0, extract(epoch FROM EXCLUDED.refilled_at - b.refilled_at)) * @rate::float8)
+        - CASE WHEN least(@burst::float8, b.tokens + greatest(0, extract(epoch FROM EXCLUDED.refilled_at - b.refilled_at)) * @rate::float8) >= 1
+          THEN 1 ELSE 0 END,
+    taken = least(@burst::float8, b.tokens + greatest(0, extract(epoch FROM EXCLUDED.refilled_at - b.refilled_at)) * @rate::float8) >= 1,
+    refilled_at = greatest(b.refilled_at, EXCLUDED.refilled_at)
+RETURNING taken, tokens;

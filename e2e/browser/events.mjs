@@ -240,11 +240,18 @@ try {
         want,
       );
       const shown = (await page.textContent('table.events tbody tr:first-child ul.deliveries li.dead')).trim();
+      // The subscribers panel (refreshed every 10 s) counts the dead letter.
+      await page.waitForFunction(
+        () => document.querySelector('#subscribers tr[data-subscriber="e2e-refuser"]')?.cells[4].textContent === '1',
+        null,
+        { timeout: 20000 },
+      );
+      const lagDead = await page.textContent('#subscribers tr[data-subscriber="e2e-refuser"] td:nth-child(5)');
       await page.screenshot({ path: `${screenshotBase}-dead-delivery.png` });
       result.screenshots.push(`${screenshotBase}-dead-delivery.png`);
       // Later orders are none of its business.
       await api(`mutation($id: ID!) { updateWebhookSubscriber(id: $id, input: { condition: "false" }) { id } }`, { id: hook.id });
-      return { order, shown };
+      return { order, shown, lagDead };
     } finally {
       refuser.close();
     }

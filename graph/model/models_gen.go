@@ -115,6 +115,13 @@ type WebhookSubscriberInput struct {
 	MaxAttempts *int `json:"maxAttempts,omitempty"`
 	// 100…120000 ms, default 10000.
 	TimeoutMs *int `json:"timeoutMs,omitempty"`
+	// 1…100, default 4: concurrent requests to this webhook across every
+	// server instance. A delivery that finds them all busy waits without
+	// holding a delivery worker, so a slow webhook never slows the others.
+	MaxInFlight *int `json:"maxInFlight,omitempty"`
+	// Requests per second, more than 0 and at most 10000, on average, with
+	// bursts of up to one second's worth (at least 1); absent: no limit.
+	RatePerSecond *float64 `json:"ratePerSecond,omitempty"`
 }
 
 type WebhookSubscriberUpdate struct {
@@ -131,6 +138,10 @@ type WebhookSubscriberUpdate struct {
 	Secret      *string `json:"secret,omitempty"`
 	MaxAttempts *int    `json:"maxAttempts,omitempty"`
 	TimeoutMs   *int    `json:"timeoutMs,omitempty"`
+	// 1…100.
+	MaxInFlight *int `json:"maxInFlight,omitempty"`
+	// More than 0 and at most 10000; 0 removes the limit.
+	RatePerSecond *float64 `json:"ratePerSecond,omitempty"`
 }
 
 type DeliveryStatus string

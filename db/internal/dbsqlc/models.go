@@ -186,37 +186,55 @@ type SalesOrderLine struct {
 }
 
 type Subscriber struct {
-	ID          int64
-	Name        string
-	Kind        string
-	EventTypes  []string
-	Url         *string
-	Secret      *string
-	MaxAttempts int32
-	TimeoutMs   int32
-	Paused      bool
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
-	Entities    []string
-	Condition   *string
-	Format      string
+	ID            int64
+	Name          string
+	Kind          string
+	EventTypes    []string
+	Url           *string
+	Secret        *string
+	MaxAttempts   int32
+	TimeoutMs     int32
+	Paused        bool
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	Entities      []string
+	Condition     *string
+	Format        string
+	MaxInFlight   int32
+	RatePerSecond *float64
+}
+
+type SubscriberBucket struct {
+	SubscriberID int64
+	Tokens       float64
+	RefilledAt   time.Time
+	Taken        bool
+}
+
+type SubscriberLease struct {
+	SubscriberID int64
+	Slot         int32
+	Holder       *string
+	LeasedUntil  time.Time
 }
 
 type SubscriberRow struct {
-	ID          int64
-	Name        string
-	Kind        string
-	EventTypes  []string
-	Url         *string
-	HasSecret   bool
-	MaxAttempts int32
-	TimeoutMs   int32
-	Paused      bool
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
-	Entities    []string
-	Condition   *string
-	Format      string
+	ID            int64
+	Name          string
+	Kind          string
+	EventTypes    []string
+	Url           *string
+	HasSecret     bool
+	MaxAttempts   int32
+	TimeoutMs     int32
+	Paused        bool
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	Entities      []string
+	Condition     *string
+	Format        string
+	MaxInFlight   int32
+	RatePerSecond *float64
 }
 
 type User struct {

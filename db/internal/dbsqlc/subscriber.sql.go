@@ -10,8 +10,38 @@ import (
 	"time"
 )
 
+const subscriberBucketTake = `-- name: SubscriberBucketTake :one
+INSERT INTO subscriber_buckets AS b (subscriber_id, tokens, refilled_at, taken)
+VALUES ($1, greatest($2::float8, 1) - 1, clock_timestamp(), true)
+ON CONFLICT (subscriber_id) DO UPDATE SET
+    tokens = least($2::float8, b.tokens + greatest(0, extract(epoch FROM EXCLUDED.refilled_at - b.refilled_at)) * $3::float8)
+        - CASE WHEN least($2::float8, b.tokens + greatest(0, extract(epoch FROM EXCLUDED.refilled_at - b.refilled_at)) * $3::float8) >= 1
+          THEN 1 ELSE 0 END,
+    taken = least($2::float8, b.tokens + greatest(0, extract(epoch FROM EXCLUDED.refilled_at - b.refilled_at)) * $3::float8) >= 1,
+    refilled_at = greatest(b.refilled_at, EXCLUDED.refilled_at)
+RETURNING taken, tokens
+`
+
+type SubscriberBucketTakeRow struct {
+	Taken  bool
+	Tokens float64
+}
+
+// Takes a token from @subscriber_id's bucket, refilled at @rate per second
+// since its last take and holding at most @burst (at least 1; the first
+// take finds it full). Returns whether one was taken and the tokens left:
+// without one, the next is there in (1 - tokens) / @rate seconds. One
+// statement, so the row lock is held only while it runs; the clock is
+// read once, as EXCLUDED.refilled_at.
+func (q *Queries) SubscriberBucketTake(ctx context.Context, db DBTX, subscriberID int64, burst float64, rate float64) (SubscriberBucketTakeRow, error) {
+	row := db.QueryRow(ctx, subscriberBucketTake, subscriberID, burst, rate)
+	var i SubscriberBucketTakeRow
+	err := row.Scan(&i.Taken, &i.Tokens)
+	return i, err
+}
+
 const subscriberGetByID = `-- name: SubscriberGetByID :one
-SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format FROM subscriber_rows WHERE id = $1
+SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second FROM subscriber_rows WHERE id = $1
 `
 
 func (q *Queries) SubscriberGetByID(ctx context.Context, db DBTX, id int64) (SubscriberRow, error) {
@@ -32,12 +62,14 @@ func (q *Queries) SubscriberGetByID(ctx context.Context, db DBTX, id int64) (Sub
 		&i.Entities,
 		&i.Condition,
 		&i.Format,
+		&i.MaxInFlight,
+		&i.RatePerSecond,
 	)
 	return i, err
 }
 
 const subscriberGetByName = `-- name: SubscriberGetByName :one
-SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format FROM subscriber_rows WHERE name = $1
+SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second FROM subscriber_rows WHERE name = $1
 `
 
 func (q *Queries) SubscriberGetByName(ctx context.Context, db DBTX, name string) (SubscriberRow, error) {
@@ -58,6 +90,8 @@ func (q *Queries) SubscriberGetByName(ctx context.Context, db DBTX, name string)
 		&i.Entities,
 		&i.Condition,
 		&i.Format,
+		&i.MaxInFlight,
+		&i.RatePerSecond,
 	)
 	return i, err
 }
@@ -87,43 +121,58 @@ func (q *Queries) SubscriberGetWebhookTarget(ctx context.Context, db DBTX, id in
 }
 
 const subscriberInsertWebhook = `-- name: SubscriberInsertWebhook :one
-INSERT INTO subscribers (name, kind, url, event_types, entities, condition, format, secret, max_attempts, timeout_ms)
-VALUES ($1, 'webhook', $2, $3, $4, $5,
-    coalesce($6::text, 'standard_webhooks'), $7,
-    coalesce($8::integer, 10), coalesce($9::integer, 10000))
-RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
-    max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format
+WITH s AS (
+    INSERT INTO subscribers (name, kind, url, event_types, entities, condition, format, secret, max_attempts, timeout_ms,
+        max_in_flight, rate_per_second)
+    VALUES ($1, 'webhook', $2, $3, $4, $5,
+        coalesce($6::text, 'standard_webhooks'), $7,
+        coalesce($8::integer, 10), coalesce($9::integer, 10000),
+        coalesce($10::integer, 4), $11::float8)
+    RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second
+), slots AS (
+    INSERT INTO subscriber_leases (subscriber_id, slot)
+    SELECT s.id, g FROM s CROSS JOIN LATERAL generate_series(0, s.max_in_flight - 1) g
+)
+SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
+    s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
+    s.max_in_flight, s.rate_per_second
+FROM s
 `
 
 type SubscriberInsertWebhookParams struct {
-	Name        string
-	Url         *string
-	EventTypes  []string
-	Entities    []string
-	Condition   *string
-	Format      *string
-	Secret      *string
-	MaxAttempts *int32
-	TimeoutMs   *int32
+	Name          string
+	Url           *string
+	EventTypes    []string
+	Entities      []string
+	Condition     *string
+	Format        *string
+	Secret        *string
+	MaxAttempts   *int32
+	TimeoutMs     *int32
+	MaxInFlight   *int32
+	RatePerSecond *float64
 }
 
 type SubscriberInsertWebhookRow struct {
-	ID          int64
-	Name        string
-	Kind        string
-	EventTypes  []string
-	Url         *string
-	HasSecret   bool
-	MaxAttempts int32
-	TimeoutMs   int32
-	Paused      bool
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
-	Entities    []string
-	Condition   *string
-	Format      string
+	ID            int64
+	Name          string
+	Kind          string
+	EventTypes    []string
+	Url           *string
+	HasSecret     bool
+	MaxAttempts   int32
+	TimeoutMs     int32
+	Paused        bool
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	Entities      []string
+	Condition     *string
+	Format        string
+	MaxInFlight   int32
+	RatePerSecond *float64
 }
 
+// The webhook and its max_in_flight lease slots, in one statement.
 func (q *Queries) SubscriberInsertWebhook(ctx context.Context, db DBTX, arg SubscriberInsertWebhookParams) (SubscriberInsertWebhookRow, error) {
 	row := db.QueryRow(ctx, subscriberInsertWebhook,
 		arg.Name,
@@ -135,6 +184,8 @@ func (q *Queries) SubscriberInsertWebhook(ctx context.Context, db DBTX, arg Subs
 		arg.Secret,
 		arg.MaxAttempts,
 		arg.TimeoutMs,
+		arg.MaxInFlight,
+		arg.RatePerSecond,
 	)
 	var i SubscriberInsertWebhookRow
 	err := row.Scan(
@@ -152,12 +203,183 @@ func (q *Queries) SubscriberInsertWebhook(ctx context.Context, db DBTX, arg Subs
 		&i.Entities,
 		&i.Condition,
 		&i.Format,
+		&i.MaxInFlight,
+		&i.RatePerSecond,
 	)
 	return i, err
 }
 
+const subscriberLagList = `-- name: SubscriberLagList :many
+SELECT s.id, s.name, l.pending, l.failing, l.dead, o.created_at AS oldest_pending_at,
+    coalesce(extract(epoch FROM now() - o.created_at), 0)::float8 AS oldest_pending_seconds,
+    d.delivered_at AS last_delivered_at
+FROM subscribers s
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE u.status IN ('pending', 'failed')) AS pending,
+        count(*) FILTER (WHERE u.status = 'failed') AS failing,
+        count(*) FILTER (WHERE u.status = 'dead') AS dead
+    FROM deliveries u WHERE u.subscriber_id = s.id AND u.status IN ('pending', 'failed', 'dead')
+) l
+LEFT JOIN LATERAL (
+    SELECT u.event_id FROM deliveries u
+    WHERE u.subscriber_id = s.id AND u.status IN ('pending', 'failed')
+    ORDER BY u.created_at LIMIT 1
+) oldest ON true
+LEFT JOIN deliveries o ON o.event_id = oldest.event_id AND o.subscriber_id = s.id
+LEFT JOIN LATERAL (
+    SELECT x.delivered_at FROM deliveries x
+    WHERE x.subscriber_id = s.id AND x.status = 'delivered'
+    ORDER BY x.delivered_at DESC LIMIT 1
+) d ON true
+ORDER BY s.name
+`
+
+type SubscriberLagListRow struct {
+	ID                   int64
+	Name                 string
+	Pending              int64
+	Failing              int64
+	Dead                 int64
+	OldestPendingAt      *time.Time
+	OldestPendingSeconds float64
+	LastDeliveredAt      *time.Time
+}
+
+// The lag of every subscriber, by name: its open (pending or failed),
+// failed and dead delivery records counted in index
+// deliveries_by_subscriber; the oldest open one's creation (its age by the
+// database clock, in seconds; 0 with none open) from deliveries_open_age;
+// its newest delivered record from deliveries_last_delivered. Delivered
+// records are never scanned (docs/query-plans.md).
+func (q *Queries) SubscriberLagList(ctx context.Context, db DBTX) ([]SubscriberLagListRow, error) {
+	rows, err := db.Query(ctx, subscriberLagList)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SubscriberLagListRow{}
+	for rows.Next() {
+		var i SubscriberLagListRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.Pending,
+			&i.Failing,
+			&i.Dead,
+			&i.OldestPendingAt,
+			&i.OldestPendingSeconds,
+			&i.LastDeliveredAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const subscriberLagListByIDs = `-- name: SubscriberLagListByIDs :many
+SELECT s.id, s.name, l.pending, l.failing, l.dead, o.created_at AS oldest_pending_at,
+    coalesce(extract(epoch FROM now() - o.created_at), 0)::float8 AS oldest_pending_seconds,
+    d.delivered_at AS last_delivered_at
+FROM subscribers s
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE u.status IN ('pending', 'failed')) AS pending,
+        count(*) FILTER (WHERE u.status = 'failed') AS failing,
+        count(*) FILTER (WHERE u.status = 'dead') AS dead
+    FROM deliveries u WHERE u.subscriber_id = s.id AND u.status IN ('pending', 'failed', 'dead')
+) l
+LEFT JOIN LATERAL (
+    SELECT u.event_id FROM deliveries u
+    WHERE u.subscriber_id = s.id AND u.status IN ('pending', 'failed')
+    ORDER BY u.created_at LIMIT 1
+) oldest ON true
+LEFT JOIN deliveries o ON o.event_id = oldest.event_id AND o.subscriber_id = s.id
+LEFT JOIN LATERAL (
+    SELECT x.delivered_at FROM deliveries x
+    WHERE x.subscriber_id = s.id AND x.status = 'delivered'
+    ORDER BY x.delivered_at DESC LIMIT 1
+) d ON true
+WHERE s.id = ANY($1::bigint[])
+ORDER BY s.id
+`
+
+type SubscriberLagListByIDsRow struct {
+	ID                   int64
+	Name                 string
+	Pending              int64
+	Failing              int64
+	Dead                 int64
+	OldestPendingAt      *time.Time
+	OldestPendingSeconds float64
+	LastDeliveredAt      *time.Time
+}
+
+// SubscriberLagList of the subscribers with the given ids, in id order.
+func (q *Queries) SubscriberLagListByIDs(ctx context.Context, db DBTX, ids []int64) ([]SubscriberLagListByIDsRow, error) {
+	rows, err := db.Query(ctx, subscriberLagListByIDs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SubscriberLagListByIDsRow{}
+	for rows.Next() {
+		var i SubscriberLagListByIDsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.Pending,
+			&i.Failing,
+			&i.Dead,
+			&i.OldestPendingAt,
+			&i.OldestPendingSeconds,
+			&i.LastDeliveredAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const subscriberLeaseRelease = `-- name: SubscriberLeaseRelease :exec
+UPDATE subscriber_leases l SET holder = NULL, leased_until = '-infinity'
+WHERE l.subscriber_id = $1 AND l.slot = $2 AND l.holder = $3
+`
+
+// Gives slot @slot of @subscriber_id back, if @holder still holds it.
+func (q *Queries) SubscriberLeaseRelease(ctx context.Context, db DBTX, subscriberID int64, slot int32, holder *string) error {
+	_, err := db.Exec(ctx, subscriberLeaseRelease, subscriberID, slot, holder)
+	return err
+}
+
+const subscriberLeaseTake = `-- name: SubscriberLeaseTake :one
+UPDATE subscriber_leases l SET holder = $1, leased_until = clock_timestamp() + make_interval(secs => $2::float8)
+WHERE l.subscriber_id = $3 AND l.slot = (
+    SELECT f.slot FROM subscriber_leases f
+    WHERE f.subscriber_id = $3 AND f.leased_until <= clock_timestamp()
+    ORDER BY f.slot LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING l.slot
+`
+
+// Takes a free lease slot of webhook @subscriber_id (one whose lease ran
+// out) for @holder until @ttl_s seconds from now, skipping slots another
+// transaction is taking; no row when every slot is leased. Run on its own
+// (autocommit), so that the lease is visible to every instance at once.
+func (q *Queries) SubscriberLeaseTake(ctx context.Context, db DBTX, holder *string, ttlS float64, subscriberID int64) (int32, error) {
+	row := db.QueryRow(ctx, subscriberLeaseTake, holder, ttlS, subscriberID)
+	var slot int32
+	err := row.Scan(&slot)
+	return slot, err
+}
+
 const subscriberList = `-- name: SubscriberList :many
-SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format FROM subscriber_rows ORDER BY name
+SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second FROM subscriber_rows ORDER BY name
 `
 
 func (q *Queries) SubscriberList(ctx context.Context, db DBTX) ([]SubscriberRow, error) {
@@ -184,6 +406,8 @@ func (q *Queries) SubscriberList(ctx context.Context, db DBTX) ([]SubscriberRow,
 			&i.Entities,
 			&i.Condition,
 			&i.Format,
+			&i.MaxInFlight,
+			&i.RatePerSecond,
 		); err != nil {
 			return nil, err
 		}
@@ -197,25 +421,28 @@ func (q *Queries) SubscriberList(ctx context.Context, db DBTX) ([]SubscriberRow,
 
 const subscriberListByIDs = `-- name: SubscriberListByIDs :many
 SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
-    s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format
+    s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
+    s.max_in_flight, s.rate_per_second
 FROM subscribers s WHERE s.id = ANY($1::bigint[]) ORDER BY s.id
 `
 
 type SubscriberListByIDsRow struct {
-	ID          int64
-	Name        string
-	Kind        string
-	EventTypes  []string
-	Url         *string
-	HasSecret   bool
-	MaxAttempts int32
-	TimeoutMs   int32
-	Paused      bool
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
-	Entities    []string
-	Condition   *string
-	Format      string
+	ID            int64
+	Name          string
+	Kind          string
+	EventTypes    []string
+	Url           *string
+	HasSecret     bool
+	MaxAttempts   int32
+	TimeoutMs     int32
+	Paused        bool
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	Entities      []string
+	Condition     *string
+	Format        string
+	MaxInFlight   int32
+	RatePerSecond *float64
 }
 
 // The view's columns, read from the table itself (as the statement log of
@@ -244,6 +471,8 @@ func (q *Queries) SubscriberListByIDs(ctx context.Context, db DBTX, ids []int64)
 			&i.Entities,
 			&i.Condition,
 			&i.Format,
+			&i.MaxInFlight,
+			&i.RatePerSecond,
 		); err != nil {
 			return nil, err
 		}
@@ -258,24 +487,27 @@ func (q *Queries) SubscriberListByIDs(ctx context.Context, db DBTX, ids []int64)
 const subscriberSetPaused = `-- name: SubscriberSetPaused :one
 UPDATE subscribers SET paused = $1, updated_at = now() WHERE id = $2
 RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
-    max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format
+    max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format,
+    max_in_flight, rate_per_second
 `
 
 type SubscriberSetPausedRow struct {
-	ID          int64
-	Name        string
-	Kind        string
-	EventTypes  []string
-	Url         *string
-	HasSecret   bool
-	MaxAttempts int32
-	TimeoutMs   int32
-	Paused      bool
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
-	Entities    []string
-	Condition   *string
-	Format      string
+	ID            int64
+	Name          string
+	Kind          string
+	EventTypes    []string
+	Url           *string
+	HasSecret     bool
+	MaxAttempts   int32
+	TimeoutMs     int32
+	Paused        bool
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	Entities      []string
+	Condition     *string
+	Format        string
+	MaxInFlight   int32
+	RatePerSecond *float64
 }
 
 func (q *Queries) SubscriberSetPaused(ctx context.Context, db DBTX, paused bool, iD int64) (SubscriberSetPausedRow, error) {
@@ -296,11 +528,14 @@ func (q *Queries) SubscriberSetPaused(ctx context.Context, db DBTX, paused bool,
 		&i.Entities,
 		&i.Condition,
 		&i.Format,
+		&i.MaxInFlight,
+		&i.RatePerSecond,
 	)
 	return i, err
 }
 
 const subscriberUpdateWebhook = `-- name: SubscriberUpdateWebhook :one
+WITH s AS (
 UPDATE subscribers SET
     name = coalesce($1, name), url = coalesce($2, url),
     event_types = coalesce($3::text[], event_types),
@@ -311,42 +546,62 @@ UPDATE subscribers SET
     secret = coalesce($7, secret),
     max_attempts = coalesce($8::integer, max_attempts),
     timeout_ms = coalesce($9::integer, timeout_ms),
+    max_in_flight = coalesce($10::integer, max_in_flight),
+    rate_per_second = CASE WHEN $11::float8 IS NULL THEN rate_per_second
+        ELSE nullif($11::float8, 0) END,
     updated_at = now()
-WHERE id = $10 AND kind = 'webhook'
-RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
-    max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format
+WHERE id = $12 AND kind = 'webhook'
+RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second
+), added AS (
+    INSERT INTO subscriber_leases (subscriber_id, slot)
+    SELECT s.id, g FROM s CROSS JOIN LATERAL generate_series(0, s.max_in_flight - 1) g
+    ON CONFLICT DO NOTHING
+), dropped AS (
+    DELETE FROM subscriber_leases l USING s WHERE l.subscriber_id = s.id AND l.slot >= s.max_in_flight
+)
+SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
+    s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
+    s.max_in_flight, s.rate_per_second
+FROM s
 `
 
 type SubscriberUpdateWebhookParams struct {
-	Name        *string
-	Url         *string
-	EventTypes  []string
-	Entities    []string
-	Condition   *string
-	Format      *string
-	Secret      *string
-	MaxAttempts *int32
-	TimeoutMs   *int32
-	ID          int64
+	Name          *string
+	Url           *string
+	EventTypes    []string
+	Entities      []string
+	Condition     *string
+	Format        *string
+	Secret        *string
+	MaxAttempts   *int32
+	TimeoutMs     *int32
+	MaxInFlight   *int32
+	RatePerSecond *float64
+	ID            int64
 }
 
 type SubscriberUpdateWebhookRow struct {
-	ID          int64
-	Name        string
-	Kind        string
-	EventTypes  []string
-	Url         *string
-	HasSecret   bool
-	MaxAttempts int32
-	TimeoutMs   int32
-	Paused      bool
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
-	Entities    []string
-	Condition   *string
-	Format      string
+	ID            int64
+	Name          string
+	Kind          string
+	EventTypes    []string
+	Url           *string
+	HasSecret     bool
+	MaxAttempts   int32
+	TimeoutMs     int32
+	Paused        bool
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	Entities      []string
+	Condition     *string
+	Format        string
+	MaxInFlight   int32
+	RatePerSecond *float64
 }
 
+// The given fields, and the lease slots to max_in_flight (a slot dropped
+// while leased ends with its request). A rate_per_second of 0 removes the
+// limit.
 func (q *Queries) SubscriberUpdateWebhook(ctx context.Context, db DBTX, arg SubscriberUpdateWebhookParams) (SubscriberUpdateWebhookRow, error) {
 	row := db.QueryRow(ctx, subscriberUpdateWebhook,
 		arg.Name,
@@ -358,6 +613,8 @@ func (q *Queries) SubscriberUpdateWebhook(ctx context.Context, db DBTX, arg Subs
 		arg.Secret,
 		arg.MaxAttempts,
 		arg.TimeoutMs,
+		arg.MaxInFlight,
+		arg.RatePerSecond,
 		arg.ID,
 	)
 	var i SubscriberUpdateWebhookRow
@@ -376,6 +633,8 @@ func (q *Queries) SubscriberUpdateWebhook(ctx context.Context, db DBTX, arg Subs
 		&i.Entities,
 		&i.Condition,
 		&i.Format,
+		&i.MaxInFlight,
+		&i.RatePerSecond,
 	)
 	return i, err
 }
@@ -388,24 +647,27 @@ ON CONFLICT (name) DO UPDATE SET event_types = EXCLUDED.event_types, entities = 
     condition = EXCLUDED.condition, updated_at = now()
 WHERE subscribers.kind = EXCLUDED.kind
 RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
-    max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format
+    max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format,
+    max_in_flight, rate_per_second
 `
 
 type SubscriberUpsertBuiltinRow struct {
-	ID          int64
-	Name        string
-	Kind        string
-	EventTypes  []string
-	Url         *string
-	HasSecret   bool
-	MaxAttempts int32
-	TimeoutMs   int32
-	Paused      bool
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
-	Entities    []string
-	Condition   *string
-	Format      string
+	ID            int64
+	Name          string
+	Kind          string
+	EventTypes    []string
+	Url           *string
+	HasSecret     bool
+	MaxAttempts   int32
+	TimeoutMs     int32
+	Paused        bool
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	Entities      []string
+	Condition     *string
+	Format        string
+	MaxInFlight   int32
+	RatePerSecond *float64
 }
 
 // Subscribers of the event stream (table subscribers, read through view
@@ -435,6 +697,8 @@ func (q *Queries) SubscriberUpsertBuiltin(ctx context.Context, db DBTX, name str
 		&i.Entities,
 		&i.Condition,
 		&i.Format,
+		&i.MaxInFlight,
+		&i.RatePerSecond,
 	)
 	return i, err
 }

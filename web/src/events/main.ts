@@ -8,6 +8,7 @@ import { showDocument } from './details';
 import { $ } from './dom';
 import { timeFormatter } from './format';
 import { LiveFeed, type LiveState } from './live';
+import { SubscriberPanel } from './subscribers';
 import { EventTable } from './table';
 
 const PAGE_SIZE = 50;
@@ -209,10 +210,13 @@ async function main(): Promise<void> {
   const time = timeFormatter(config.timeZone);
   document.documentElement.dataset.timeZone = config.timeZone;
   let journal: Journal | undefined;
+  let panel: SubscriberPanel | undefined;
 
   const signedOut = (message: string) => {
     journal?.stop();
     journal = undefined;
+    panel?.stop();
+    panel = undefined;
     clearToken();
     journalEl.hidden = true;
     liveEl.hidden = true;
@@ -226,6 +230,8 @@ async function main(): Promise<void> {
     journalEl.hidden = false;
     signOutButton.hidden = false;
     journal = new Journal(token, time, signedOut);
+    panel = new SubscriberPanel(token, time);
+    panel.start();
     const f = filterFromURL();
     showFilter(f);
     void journal.load(f);
