@@ -1,7 +1,9 @@
 package db_test
 
 import (
+	"crypto/tls"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -56,4 +58,45 @@ func TestOpenTellsAPoolerFromADirectConnection(t *testing.T) {
 		}
 	}
 	require.NoError(t, pooled.Migrate(t.Context(), slog.New(slog.DiscardHandler)), "migrations through the pooler: goose's lock table, not a session lock")
+}
+
+// TestOpenWithTLS: sslmode=verify-full with the pooler's CA connects over
+// TLS (and through the pooler); without that CA the certificate is
+// refused, and sslmode=require encrypts without checking it.
+func TestOpenWithTLS(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDB(t)
+	tlsURL, _ := pgtest.PgBouncerTLS(t, url)
+
+	d, err := db.Open(t.Context(), tlsURL, url)
+	require.NoError(t, err)
+	defer d.Close()
+	conn, err := d.Pool.Acquire(t.Context())
+	require.NoError(t, err)
+	_, isTLS := conn.Conn().PgConn().Conn().(*tls.Conn)
+	conn.Release()
+	require.True(t, isTLS, "the pool's connection is TLS")
+	var one int
+	require.NoError(t, d.Pool.QueryRow(t.Context(), `SELECT $1::int`, 1).Scan(&one))
+
+	var fields []string
+	for _, f := range strings.Fields(tlsURL) {
+		if !strings.HasPrefix(f, "sslrootcert=") {
+			fields = append(fields, f)
+		}
+	}
+	noCA := strings.Join(fields, " ")
+	unverified, err := db.Open(t.Context(), noCA, url)
+	require.NoError(t, err, "the pool connects lazily")
+	defer unverified.Close()
+	require.ErrorContains(t, unverified.Pool.Ping(t.Context()), "certificate", "verify-full without the CA must refuse the certificate")
+
+	require.NoError(t, func() error {
+		d, err := db.Open(t.Context(), strings.Replace(noCA, "sslmode=verify-full", "sslmode=require", 1), url)
+		if err == nil {
+			defer d.Close()
+			err = d.Pool.Ping(t.Context())
+		}
+		return err
+	}(), "sslmode=require encrypts without verifying")
 }

@@ -15,22 +15,29 @@ import (
 
 // TestProcessThroughPgBouncer runs the backbone with DATABASE_URL at
 // PgBouncer in transaction-pooling mode, two instances, without and with
-// DATABASE_DIRECT_URL: every mutation answers, every event is dispatched,
-// and a websocket subscriber on the other instance receives each once, in
-// feed order. /readyz names the mode.
+// DATABASE_DIRECT_URL, and over TLS (sslmode=verify-full against the
+// pooler's CA): every mutation answers, every event is dispatched, and a
+// websocket subscriber on the other instance receives each once, in feed
+// order. /readyz names the mode.
 func TestProcessThroughPgBouncer(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name, mode string
-		direct     bool
+		name, mode  string
+		direct, tls bool
 	}{
-		{"polling", "transaction pooler, polling", false},
-		{"sessions on DATABASE_DIRECT_URL", "transaction pooler, sessions on DATABASE_DIRECT_URL", true},
+		{"polling", "transaction pooler, polling", false, false},
+		{"sessions on DATABASE_DIRECT_URL", "transaction pooler, sessions on DATABASE_DIRECT_URL", true, false},
+		{"TLS verify-full", "transaction pooler, polling", false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			url := pgtest.NewDB(t)
-			bouncer := pgtest.PgBouncer(t, url)
+			var bouncer string
+			if tc.tls {
+				bouncer, _ = pgtest.PgBouncerTLS(t, url)
+			} else {
+				bouncer = pgtest.PgBouncer(t, url)
+			}
 			token := adminToken(t)
 			var env []string
 			if tc.direct {
