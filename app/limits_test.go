@@ -205,3 +205,30 @@ func TestWebhookLimitsChecked(t *testing.T) {
 		`SELECT count(*) FROM subscriber_leases WHERE subscriber_id = $1`, made.CreateWebhookSubscriber.ID).Scan(&slots))
 	require.Equal(t, 7, slots, "one lease slot per request in flight")
 }
+
+// A replay counts against the webhook's limits like live deliveries: 30
+// events of history replayed to a slow webhook with maxInFlight 1 never
+// overlap, and all arrive.
+func TestReplayKeepsToTheWebhooksMaxInFlight(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	for i := range 30 {
+		apptest.GQL[map[string]any](t, s, apptest.CreateSalesOrder, map[string]any{"customer": fmt.Sprintf("history-%d", i)})
+	}
+	apptest.WaitAllProcessed(t, s)
+	slow, url := newCountingHook(t, func(r *http.Request) bool {
+		select {
+		case <-time.After(30 * time.Millisecond):
+			return true
+		case <-r.Context().Done():
+			return false
+		}
+	})
+	createLimitedWebhook(t, s, "one-at-a-time", url, map[string]any{"maxInFlight": 1})
+	r := startReplay(t, s, map[string]any{"s": "one-at-a-time"})
+	require.Equal(t, 30, r.Total)
+	waitReplayStatus(t, s, r.ID, "DONE")
+	require.Equal(t, 30, slow.delivered())
+	require.Equal(t, int32(1), slow.maxInFlight.Load(), "a replay never has more than maxInFlight requests in flight")
+}

@@ -88,14 +88,15 @@ func (e *throttledError) Error() string {
 // request needs, so the request starts a little after it.
 const leaseMargin = time.Second
 
-// limit takes, for delivery k to a webhook, a lease slot and (with a rate)
-// a token, committed on their own so that every instance counts them; it
+// limit takes, for a delivery to webhook subscriberID (live or replayed),
+// a lease slot and (with a rate) a token, committed on their own so that
+// every instance counts them; it
 // returns the release of the lease, to call once the attempt is over. A
 // *throttledError says the webhook has no room now. Built-in and paused
 // subscribers have no limits (Deliver skips a paused one).
-func (d *Dispatcher) limit(ctx context.Context, k db.DeliveryKey) (func(), error) {
+func (d *Dispatcher) limit(ctx context.Context, subscriberID int64) (func(), error) {
 	noop := func() {}
-	sub, err := db.SubscriberByID(ctx, d.pool, k.SubscriberID)
+	sub, err := db.SubscriberByID(ctx, d.pool, subscriberID)
 	if errors.Is(err, db.ErrNotFound) {
 		return noop, nil
 	}
@@ -137,7 +138,7 @@ func (d *Dispatcher) limit(ctx context.Context, k db.DeliveryKey) (func(), error
 // deliver is Deliver returning the transaction's work; w.outcome is the
 // outcome. A *throttledError means no attempt was made.
 func (d *Dispatcher) deliver(ctx context.Context, k db.DeliveryKey) (txWork, error) {
-	release, err := d.limit(ctx, k)
+	release, err := d.limit(ctx, k.SubscriberID)
 	if err != nil {
 		return txWork{}, err
 	}

@@ -252,8 +252,33 @@ func (d *Dispatcher) replayNext(ctx context.Context, tx pgx.Tx, w *txWork, r db.
 // live and replayed, counts in the replay's progress and, when it was the
 // batch's last, continues the replay (the next batch job, or the end).
 func (d *Dispatcher) DeliverReplayed(ctx context.Context, k db.ReplayKey) (string, error) {
+	w, err := d.deliverReplayed(ctx, k)
+	var th *throttledError
+	if errors.As(err, &th) {
+		return OutcomeThrottled, nil
+	}
+	return w.outcome, err
+}
+
+// deliverReplayed is DeliverReplayed returning the transaction's work. A
+// replayed request counts against the webhook's limits like a live one
+// (a *throttledError means no attempt was made), so that a replay never
+// takes more of a slow webhook, or of the workers, than live deliveries.
+func (d *Dispatcher) deliverReplayed(ctx context.Context, k db.ReplayKey) (txWork, error) {
+	r, err := db.ReplayByID(ctx, d.pool, k.ReplayID)
+	if errors.Is(err, db.ErrNotFound) {
+		return txWork{outcome: OutcomeSkipped}, nil
+	}
+	if err != nil {
+		return txWork{}, err
+	}
+	release, err := d.limit(ctx, r.SubscriberID)
+	if err != nil {
+		return txWork{}, err
+	}
+	defer release()
 	var w txWork
-	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		w = txWork{outcome: OutcomeSkipped}
 		rec, err := db.LockOpenReplayDelivery(ctx, tx, k)
 		if errors.Is(err, db.ErrNotFound) {
@@ -340,10 +365,10 @@ func (d *Dispatcher) DeliverReplayed(ctx context.Context, k db.ReplayKey) (strin
 		return d.enqueue(ctx, tx, &w)
 	})
 	if err != nil {
-		return "", fmt.Errorf("deliver event %d of replay %d: %w", k.EventID, k.ReplayID, err)
+		return txWork{}, fmt.Errorf("deliver event %d of replay %d: %w", k.EventID, k.ReplayID, err)
 	}
 	d.record(ctx, &w)
-	return w.outcome, nil
+	return w, nil
 }
 
 // replayRetry is a failed replayed delivery and when its next attempt is
@@ -456,8 +481,13 @@ func (w *ReplayDeliverWorker) Timeout(*river.Job[ReplayDeliverArgs]) time.Durati
 	return 3 * time.Minute
 }
 
-// Work implements river.Worker.
+// Work implements river.Worker; a webhook at its limits snoozes the job,
+// as DeliverWorker's.
 func (w *ReplayDeliverWorker) Work(ctx context.Context, job *river.Job[ReplayDeliverArgs]) error {
-	_, err := w.Dispatcher.DeliverReplayed(ctx, db.ReplayKey{ReplayID: job.Args.ReplayID, EventID: job.Args.EventID})
+	_, err := w.Dispatcher.deliverReplayed(ctx, db.ReplayKey{ReplayID: job.Args.ReplayID, EventID: job.Args.EventID})
+	var th *throttledError
+	if errors.As(err, &th) {
+		return river.JobSnooze(snoozeFor(th, job.Metadata))
+	}
 	return err
 }
