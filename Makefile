@@ -7,12 +7,12 @@
 GO ?= go
 NPM ?= npm
 
-.PHONY: run test demo build generate check-generate lint vet fmt pg-binaries browser-deps web bench bench-quick
+.PHONY: run test demo build generate check-generate lint vet fmt pg-binaries browser-deps pgbouncer web bench bench-quick
 
 run: pg-binaries
 	$(GO) run . serve
 
-test: pg-binaries e2e/node_modules browser-deps
+test: pg-binaries e2e/node_modules browser-deps pgbouncer
 	$(GO) test -race -count=1 ./...
 
 # The npm clients e2e/node_test.go drives (graphql-ws,
@@ -90,6 +90,18 @@ browser-deps:
 	else \
 		echo "Chromium is missing: install Debian's package with 'sudo apt-get install chromium' (the browser test runs /usr/bin/chromium)." >&2; \
 		exit 1; \
+	fi
+
+# pgbouncer gets PgBouncer for the tests through a transaction pooler
+# (db/pgtest.PgBouncer): Debian's package, installed when we are root on
+# apt; otherwise a note, and those tests skip (they fail under CI=true).
+pgbouncer:
+	@if command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "pgbouncer: installing PgBouncer (apt-get install pgbouncer)"; \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends pgbouncer; \
+	else \
+		echo "note: PgBouncer is missing, so the tests through a connection pooler will be skipped ('sudo apt-get install pgbouncer')." >&2; \
 	fi
 
 # bench runs the load tool (bench/): a private PostgreSQL with
