@@ -352,6 +352,29 @@ func (ec *executionContext) fieldContext_ProductionOrder_status(_ context.Contex
 	return graphql.NewScalarFieldContext("ProductionOrder", field, false, false, "String")
 }
 
+func (ec *executionContext) _ProductionOrder_version(ctx context.Context, field graphql.CollectedField, obj *db.ProductionOrder) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ProductionOrder_version(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Version, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int32) graphql.Marshaler {
+			return ec.marshalNInt2int32(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ProductionOrder_version(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ProductionOrder", field, false, false, "Int")
+}
+
 func (ec *executionContext) _ProductionOrder_createdAt(ctx context.Context, field graphql.CollectedField, obj *db.ProductionOrder) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -488,6 +511,29 @@ func (ec *executionContext) _PurchaseOrder_status(ctx context.Context, field gra
 }
 func (ec *executionContext) fieldContext_PurchaseOrder_status(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("PurchaseOrder", field, false, false, "String")
+}
+
+func (ec *executionContext) _PurchaseOrder_version(ctx context.Context, field graphql.CollectedField, obj *db.PurchaseOrder) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_PurchaseOrder_version(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Version, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int32) graphql.Marshaler {
+			return ec.marshalNInt2int32(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_PurchaseOrder_version(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("PurchaseOrder", field, false, false, "Int")
 }
 
 func (ec *executionContext) _PurchaseOrder_createdAt(ctx context.Context, field graphql.CollectedField, obj *db.PurchaseOrder) (ret graphql.Marshaler) {
@@ -690,6 +736,29 @@ func (ec *executionContext) _SalesOrder_status(ctx context.Context, field graphq
 }
 func (ec *executionContext) fieldContext_SalesOrder_status(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("SalesOrder", field, false, false, "String")
+}
+
+func (ec *executionContext) _SalesOrder_version(ctx context.Context, field graphql.CollectedField, obj *db.SalesOrder) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SalesOrder_version(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Version, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int32) graphql.Marshaler {
+			return ec.marshalNInt2int32(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SalesOrder_version(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SalesOrder", field, false, false, "Int")
 }
 
 func (ec *executionContext) _SalesOrder_source(ctx context.Context, field graphql.CollectedField, obj *db.SalesOrder) (ret graphql.Marshaler) {
@@ -975,6 +1044,29 @@ func (ec *executionContext) _WarehouseMove_status(ctx context.Context, field gra
 }
 func (ec *executionContext) fieldContext_WarehouseMove_status(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("WarehouseMove", field, false, false, "String")
+}
+
+func (ec *executionContext) _WarehouseMove_version(ctx context.Context, field graphql.CollectedField, obj *db.WarehouseMove) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WarehouseMove_version(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Version, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int32) graphql.Marshaler {
+			return ec.marshalNInt2int32(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WarehouseMove_version(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WarehouseMove", field, false, false, "Int")
 }
 
 func (ec *executionContext) _WarehouseMove_createdAt(ctx context.Context, field graphql.CollectedField, obj *db.WarehouseMove) (ret graphql.Marshaler) {
@@ -1526,6 +1618,11 @@ func (ec *executionContext) _ProductionOrder(ctx context.Context, sel ast.Select
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "version":
+			out.Values[i] = ec._ProductionOrder_version(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "createdAt":
 			out.Values[i] = ec._ProductionOrder_createdAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -1581,6 +1678,11 @@ func (ec *executionContext) _PurchaseOrder(ctx context.Context, sel ast.Selectio
 			}
 		case "status":
 			out.Values[i] = ec._PurchaseOrder_status(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "version":
+			out.Values[i] = ec._PurchaseOrder_version(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -1680,6 +1782,11 @@ func (ec *executionContext) _SalesOrder(ctx context.Context, sel ast.SelectionSe
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "version":
+			out.Values[i] = ec._SalesOrder_version(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "source":
 			out.Values[i] = ec._SalesOrder_source(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -1766,6 +1873,11 @@ func (ec *executionContext) _WarehouseMove(ctx context.Context, sel ast.Selectio
 			}
 		case "status":
 			out.Values[i] = ec._WarehouseMove_status(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "version":
+			out.Values[i] = ec._WarehouseMove_version(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}

@@ -134,6 +134,7 @@ type ComplexityRoot struct {
 	}
 
 	Mutation struct {
+		CancelSalesOrder        func(childComplexity int, id int64, version int, reason string) int
 		CreateItem              func(childComplexity int, input db.ItemInput) int
 		CreateProductionOrder   func(childComplexity int, input db.ProductionOrderInput) int
 		CreatePurchaseOrder     func(childComplexity int, input db.PurchaseOrderInput) int
@@ -173,6 +174,7 @@ type ComplexityRoot struct {
 		SalesOrderLineNo func(childComplexity int) int
 		Status           func(childComplexity int) int
 		Unit             func(childComplexity int) int
+		Version          func(childComplexity int) int
 	}
 
 	PurchaseOrder struct {
@@ -182,6 +184,7 @@ type ComplexityRoot struct {
 		Number    func(childComplexity int) int
 		Status    func(childComplexity int) int
 		Supplier  func(childComplexity int) int
+		Version   func(childComplexity int) int
 	}
 
 	Query struct {
@@ -215,6 +218,7 @@ type ComplexityRoot struct {
 		Number     func(childComplexity int) int
 		Source     func(childComplexity int) int
 		Status     func(childComplexity int) int
+		Version    func(childComplexity int) int
 	}
 
 	Subscriber struct {
@@ -265,6 +269,7 @@ type ComplexityRoot struct {
 		SourceEventID     func(childComplexity int) int
 		Status            func(childComplexity int) int
 		ToWarehouse       func(childComplexity int) int
+		Version           func(childComplexity int) int
 	}
 }
 
@@ -641,6 +646,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Item.Unit(childComplexity), true
 
+	case "Mutation.cancelSalesOrder":
+		if e.ComplexityRoot.Mutation.CancelSalesOrder == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_cancelSalesOrder_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CancelSalesOrder(childComplexity, args["id"].(int64), args["version"].(int), args["reason"].(string)), true
 	case "Mutation.createItem":
 		if e.ComplexityRoot.Mutation.CreateItem == nil {
 			break
@@ -946,6 +962,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ProductionOrder.Unit(childComplexity), true
+	case "ProductionOrder.version":
+		if e.ComplexityRoot.ProductionOrder.Version == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProductionOrder.Version(childComplexity), true
 
 	case "PurchaseOrder.createdAt":
 		if e.ComplexityRoot.PurchaseOrder.CreatedAt == nil {
@@ -983,6 +1005,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.PurchaseOrder.Supplier(childComplexity), true
+	case "PurchaseOrder.version":
+		if e.ComplexityRoot.PurchaseOrder.Version == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PurchaseOrder.Version(childComplexity), true
 
 	case "Query.deadDeliveries":
 		if e.ComplexityRoot.Query.DeadDeliveries == nil {
@@ -1176,6 +1204,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.SalesOrder.Status(childComplexity), true
+	case "SalesOrder.version":
+		if e.ComplexityRoot.SalesOrder.Version == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SalesOrder.Version(childComplexity), true
 
 	case "Subscriber.condition":
 		if e.ComplexityRoot.Subscriber.Condition == nil {
@@ -1396,6 +1430,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.WarehouseMove.ToWarehouse(childComplexity), true
+	case "WarehouseMove.version":
+		if e.ComplexityRoot.WarehouseMove.Version == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WarehouseMove.Version(childComplexity), true
 
 	}
 	return 0, false
@@ -1748,6 +1788,8 @@ func (ec *executionContext) childFields_ProductionOrder(ctx context.Context, fie
 		return ec.fieldContext_ProductionOrder_salesOrderId(ctx, field)
 	case "status":
 		return ec.fieldContext_ProductionOrder_status(ctx, field)
+	case "version":
+		return ec.fieldContext_ProductionOrder_version(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_ProductionOrder_createdAt(ctx, field)
 	case "salesOrderLineNo":
@@ -1766,6 +1808,8 @@ func (ec *executionContext) childFields_PurchaseOrder(ctx context.Context, field
 		return ec.fieldContext_PurchaseOrder_supplier(ctx, field)
 	case "status":
 		return ec.fieldContext_PurchaseOrder_status(ctx, field)
+	case "version":
+		return ec.fieldContext_PurchaseOrder_version(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_PurchaseOrder_createdAt(ctx, field)
 	case "lines":
@@ -1794,6 +1838,8 @@ func (ec *executionContext) childFields_SalesOrder(ctx context.Context, field gr
 		return ec.fieldContext_SalesOrder_customer(ctx, field)
 	case "status":
 		return ec.fieldContext_SalesOrder_status(ctx, field)
+	case "version":
+		return ec.fieldContext_SalesOrder_version(ctx, field)
 	case "source":
 		return ec.fieldContext_SalesOrder_source(ctx, field)
 	case "externalId":
@@ -1888,6 +1934,8 @@ func (ec *executionContext) childFields_WarehouseMove(ctx context.Context, field
 		return ec.fieldContext_WarehouseMove_productionOrderId(ctx, field)
 	case "status":
 		return ec.fieldContext_WarehouseMove_status(ctx, field)
+	case "version":
+		return ec.fieldContext_WarehouseMove_version(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_WarehouseMove_createdAt(ctx, field)
 	case "lines":

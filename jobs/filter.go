@@ -47,7 +47,7 @@ var ErrFilterCostLimit = errors.New("condition stopped: cost limit exceeded")
 // filter's EventTypes may name unless Filters is given more.
 func DefaultEventTypes() []string {
 	return []string{
-		db.EventDocCreated, db.EventOrderReceived, db.EventRedelivered,
+		db.EventDocCreated, db.EventOrderReceived, db.EventStatusChanged, db.EventRedelivered,
 		db.EventUserCreated, db.EventUserRoleChanged, db.EventTokenIssued, db.EventTokenRevoked,
 	}
 }

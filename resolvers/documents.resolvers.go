@@ -91,6 +91,20 @@ func (r *mutationResolver) CreatePurchaseOrder(ctx context.Context, input db.Pur
 	return &po, nil
 }
 
+func (r *mutationResolver) CancelSalesOrder(ctx context.Context, id int64, version int, reason string) (*db.SalesOrder, error) {
+	v, err := versionArg(version)
+	if err != nil {
+		return nil, err
+	}
+	so, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) (db.SalesOrder, []db.Event, error) {
+		return db.CancelSalesOrder(ctx, tx, actorID(ctx), id, v, reason)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &so, nil
+}
+
 func (r *queryResolver) SalesOrder(ctx context.Context, id int64) (*db.SalesOrder, error) {
 	return orNil(db.SalesOrderByID(ctx, r.Pool, id))
 }

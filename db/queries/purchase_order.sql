@@ -4,7 +4,7 @@ VALUES (@number, @supplier, sqlc.narg(created_by))
 RETURNING id;
 
 -- name: PurchaseOrderGetByID :one
-SELECT id, number, supplier, status, created_at FROM wh_purchase_orders WHERE id = @id;
+SELECT id, number, supplier, status, created_at, version FROM wh_purchase_orders WHERE id = @id;
 
 -- name: PurchaseOrderExists :one
 SELECT EXISTS (SELECT 1 FROM wh_purchase_orders WHERE id = @id);
@@ -23,3 +23,13 @@ SELECT l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
 FROM wh_purchase_order_lines l JOIN items i ON i.id = l.item_id
 WHERE l.purchase_order_id = @purchase_order_id
 ORDER BY l.line_no;
+
+-- name: PurchaseOrderLockStatus :one
+-- PurchaseOrderLockStatus returns the number, status and version of
+-- purchase order id, locked until the transaction ends (db.Transition).
+SELECT number, status, version FROM wh_purchase_orders WHERE id = @id FOR NO KEY UPDATE;
+
+-- name: PurchaseOrderSetStatus :one
+-- PurchaseOrderSetStatus sets the status of purchase order id, locked by
+-- PurchaseOrderLockStatus, and bumps its version; returns the new version.
+UPDATE wh_purchase_orders SET status = @status, version = version + 1 WHERE id = @id RETURNING version;

@@ -12,7 +12,7 @@ WITH so AS (
     INSERT INTO sales_orders (number, customer, created_by, source, external_id)
     VALUES ('pending ' || gen_random_uuid(), @customer::text, sqlc.narg(actor_id)::bigint, @source::text, sqlc.narg(external_id)::text)
     ON CONFLICT (source, external_id) DO NOTHING
-    RETURNING id, customer, status, source, external_id, created_at
+    RETURNING id, customer, status, source, external_id, created_at, version
 ), l AS (
     INSERT INTO sales_order_lines (sales_order_id, line_no, item_id, quantity, price)
     SELECT so.id, t.ord, i.id, t.qty, NULLIF(t.price, '')::numeric
@@ -31,7 +31,7 @@ SELECT e.id AS event_id, e.type AS event_type, e.entity AS event_entity, e.entit
     e.payload AS event_payload, e.created_at AS event_created_at, e.dispatched_at AS event_dispatched_at,
     e.processed_at AS event_processed_at, e.feed_seq AS event_feed_seq, e.actor_id AS event_actor_id,
     u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role,
-    so.id, so.customer, so.status, so.source, so.external_id, so.created_at,
+    so.id, so.customer, so.status, so.source, so.external_id, so.created_at, so.version,
     l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
 FROM so CROSS JOIN e LEFT JOIN users u ON u.id = e.actor_id
 CROSS JOIN l JOIN items i ON i.id = l.item_id
@@ -56,7 +56,7 @@ WITH n AS (
 SELECT so.number, e.payload FROM so CROSS JOIN e;
 
 -- name: SalesOrderGetByID :one
-SELECT id, number, customer, status, source, external_id, created_at
+SELECT id, number, customer, status, source, external_id, created_at, version
 FROM sales_orders WHERE id = @id;
 
 -- name: SalesOrderGetIDByExternalID :one
@@ -64,11 +64,6 @@ SELECT id FROM sales_orders WHERE source = @source AND external_id = @external_i
 
 -- name: SalesOrderExists :one
 SELECT EXISTS (SELECT 1 FROM sales_orders WHERE id = @id);
-
--- name: SalesOrderSetStatus :execrows
--- SalesOrderSetStatus moves sales order id from status from to status to;
--- no row affected when it is not in status from.
-UPDATE sales_orders SET status = @to_status WHERE id = @id AND status = @from_status;
 
 -- name: SalesOrderLockByID :one
 -- SalesOrderLockByID locks sales order id against concurrent planning
@@ -91,3 +86,14 @@ WHERE l.sales_order_id = @sales_order_id
   AND NOT EXISTS (SELECT 1 FROM plan_prod_orders p
                   WHERE p.sales_order_id = l.sales_order_id AND p.sales_order_line_no = l.line_no)
 ORDER BY l.line_no;
+
+-- name: SalesOrderLockStatus :one
+-- SalesOrderLockStatus returns the number, status and version of sales
+-- order id, locked until the transaction ends (db.Transition). NO KEY
+-- UPDATE: production orders that reference the order may still be written.
+SELECT number, status, version FROM sales_orders WHERE id = @id FOR NO KEY UPDATE;
+
+-- name: SalesOrderSetStatus :one
+-- SalesOrderSetStatus sets the status of sales order id, locked by
+-- SalesOrderLockStatus, and bumps its version; returns the new version.
+UPDATE sales_orders SET status = @status, version = version + 1 WHERE id = @id RETURNING version;

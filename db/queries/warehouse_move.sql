@@ -7,7 +7,7 @@ RETURNING id;
 -- name: WarehouseMoveGetByID :one
 -- WarehouseMoveGetByID returns move id with its warehouses by code.
 SELECT m.id, m.number, m.kind, wf.code AS from_warehouse, wt.code AS to_warehouse,
-    m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at
+    m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at, m.version
 FROM wh_moves m
 LEFT JOIN warehouses wf ON wf.id = m.from_warehouse_id
 LEFT JOIN warehouses wt ON wt.id = m.to_warehouse_id
@@ -32,3 +32,13 @@ SELECT l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
 FROM wh_move_lines l JOIN items i ON i.id = l.item_id
 WHERE l.move_id = @move_id
 ORDER BY l.line_no;
+
+-- name: WarehouseMoveLockStatus :one
+-- WarehouseMoveLockStatus returns the number, status and version of move
+-- id, locked until the transaction ends (db.Transition).
+SELECT number, status, version FROM wh_moves WHERE id = @id FOR NO KEY UPDATE;
+
+-- name: WarehouseMoveSetStatus :one
+-- WarehouseMoveSetStatus sets the status of move id, locked by
+-- WarehouseMoveLockStatus, and bumps its version; returns the new version.
+UPDATE wh_moves SET status = @status, version = version + 1 WHERE id = @id RETURNING version;

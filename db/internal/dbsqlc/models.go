@@ -127,6 +127,7 @@ type PlanProdOrder struct {
 	CreatedBy        *int64
 	CreatedAt        time.Time
 	SalesOrderLineNo *int32
+	Version          int32
 }
 
 type SalesOrder struct {
@@ -138,6 +139,7 @@ type SalesOrder struct {
 	ExternalID *string
 	CreatedBy  *int64
 	CreatedAt  time.Time
+	Version    int32
 }
 
 type SalesOrderLine struct {
@@ -210,6 +212,7 @@ type WhMove struct {
 	CreatedBy       *int64
 	CreatedAt       time.Time
 	SourceEventID   *int64
+	Version         int32
 }
 
 type WhMoveLine struct {
@@ -227,6 +230,7 @@ type WhPurchaseOrder struct {
 	Status    string
 	CreatedBy *int64
 	CreatedAt time.Time
+	Version   int32
 }
 
 type WhPurchaseOrderLine struct {

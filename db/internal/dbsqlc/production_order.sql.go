@@ -25,7 +25,7 @@ func (q *Queries) ProductionOrderExists(ctx context.Context, db DBTX, id int64) 
 
 const productionOrderGetByID = `-- name: ProductionOrderGetByID :one
 SELECT p.id, p.number, i.sku, i.name AS item_name, i.unit, p.quantity, p.sales_order_id,
-    p.status, p.created_at, p.sales_order_line_no
+    p.status, p.created_at, p.sales_order_line_no, p.version
 FROM plan_prod_orders p JOIN items i ON i.id = p.item_id
 WHERE p.id = $1
 `
@@ -41,6 +41,7 @@ type ProductionOrderGetByIDRow struct {
 	Status           string
 	CreatedAt        time.Time
 	SalesOrderLineNo *int32
+	Version          int32
 }
 
 func (q *Queries) ProductionOrderGetByID(ctx context.Context, db DBTX, id int64) (ProductionOrderGetByIDRow, error) {
@@ -57,6 +58,7 @@ func (q *Queries) ProductionOrderGetByID(ctx context.Context, db DBTX, id int64)
 		&i.Status,
 		&i.CreatedAt,
 		&i.SalesOrderLineNo,
+		&i.Version,
 	)
 	return i, err
 }
@@ -90,6 +92,34 @@ func (q *Queries) ProductionOrderInsert(ctx context.Context, db DBTX, arg Produc
 	return id, err
 }
 
+const productionOrderListReleasedNumbers = `-- name: ProductionOrderListReleasedNumbers :many
+SELECT number FROM plan_prod_orders
+WHERE sales_order_id = $1 AND status = 'released'
+ORDER BY number
+`
+
+// ProductionOrderListReleasedNumbers returns the numbers of the released
+// production orders of sales order sales_order_id, in number order.
+func (q *Queries) ProductionOrderListReleasedNumbers(ctx context.Context, db DBTX, salesOrderID *int64) ([]string, error) {
+	rows, err := db.Query(ctx, productionOrderListReleasedNumbers, salesOrderID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var number string
+		if err := rows.Scan(&number); err != nil {
+			return nil, err
+		}
+		items = append(items, number)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const productionOrderLockByID = `-- name: ProductionOrderLockByID :one
 SELECT item_id, quantity, number FROM plan_prod_orders WHERE id = $1 FOR NO KEY UPDATE
 `
@@ -107,4 +137,37 @@ func (q *Queries) ProductionOrderLockByID(ctx context.Context, db DBTX, id int64
 	var i ProductionOrderLockByIDRow
 	err := row.Scan(&i.ItemID, &i.Quantity, &i.Number)
 	return i, err
+}
+
+const productionOrderLockStatus = `-- name: ProductionOrderLockStatus :one
+SELECT number, status, version FROM plan_prod_orders WHERE id = $1 FOR NO KEY UPDATE
+`
+
+type ProductionOrderLockStatusRow struct {
+	Number  string
+	Status  string
+	Version int32
+}
+
+// ProductionOrderLockStatus returns the number, status and version of
+// production order id, locked until the transaction ends (db.Transition).
+func (q *Queries) ProductionOrderLockStatus(ctx context.Context, db DBTX, id int64) (ProductionOrderLockStatusRow, error) {
+	row := db.QueryRow(ctx, productionOrderLockStatus, id)
+	var i ProductionOrderLockStatusRow
+	err := row.Scan(&i.Number, &i.Status, &i.Version)
+	return i, err
+}
+
+const productionOrderSetStatus = `-- name: ProductionOrderSetStatus :one
+UPDATE plan_prod_orders SET status = $1, version = version + 1 WHERE id = $2 RETURNING version
+`
+
+// ProductionOrderSetStatus sets the status of production order id, locked
+// by ProductionOrderLockStatus, and bumps its version; returns the new
+// version.
+func (q *Queries) ProductionOrderSetStatus(ctx context.Context, db DBTX, status string, iD int64) (int32, error) {
+	row := db.QueryRow(ctx, productionOrderSetStatus, status, iD)
+	var version int32
+	err := row.Scan(&version)
+	return version, err
 }

@@ -24,7 +24,7 @@ func (q *Queries) PurchaseOrderExists(ctx context.Context, db DBTX, id int64) (b
 }
 
 const purchaseOrderGetByID = `-- name: PurchaseOrderGetByID :one
-SELECT id, number, supplier, status, created_at FROM wh_purchase_orders WHERE id = $1
+SELECT id, number, supplier, status, created_at, version FROM wh_purchase_orders WHERE id = $1
 `
 
 type PurchaseOrderGetByIDRow struct {
@@ -33,6 +33,7 @@ type PurchaseOrderGetByIDRow struct {
 	Supplier  string
 	Status    string
 	CreatedAt time.Time
+	Version   int32
 }
 
 func (q *Queries) PurchaseOrderGetByID(ctx context.Context, db DBTX, id int64) (PurchaseOrderGetByIDRow, error) {
@@ -44,6 +45,7 @@ func (q *Queries) PurchaseOrderGetByID(ctx context.Context, db DBTX, id int64) (
 		&i.Supplier,
 		&i.Status,
 		&i.CreatedAt,
+		&i.Version,
 	)
 	return i, err
 }
@@ -122,4 +124,36 @@ func (q *Queries) PurchaseOrderLineList(ctx context.Context, db DBTX, purchaseOr
 		return nil, err
 	}
 	return items, nil
+}
+
+const purchaseOrderLockStatus = `-- name: PurchaseOrderLockStatus :one
+SELECT number, status, version FROM wh_purchase_orders WHERE id = $1 FOR NO KEY UPDATE
+`
+
+type PurchaseOrderLockStatusRow struct {
+	Number  string
+	Status  string
+	Version int32
+}
+
+// PurchaseOrderLockStatus returns the number, status and version of
+// purchase order id, locked until the transaction ends (db.Transition).
+func (q *Queries) PurchaseOrderLockStatus(ctx context.Context, db DBTX, id int64) (PurchaseOrderLockStatusRow, error) {
+	row := db.QueryRow(ctx, purchaseOrderLockStatus, id)
+	var i PurchaseOrderLockStatusRow
+	err := row.Scan(&i.Number, &i.Status, &i.Version)
+	return i, err
+}
+
+const purchaseOrderSetStatus = `-- name: PurchaseOrderSetStatus :one
+UPDATE wh_purchase_orders SET status = $1, version = version + 1 WHERE id = $2 RETURNING version
+`
+
+// PurchaseOrderSetStatus sets the status of purchase order id, locked by
+// PurchaseOrderLockStatus, and bumps its version; returns the new version.
+func (q *Queries) PurchaseOrderSetStatus(ctx context.Context, db DBTX, status string, iD int64) (int32, error) {
+	row := db.QueryRow(ctx, purchaseOrderSetStatus, status, iD)
+	var version int32
+	err := row.Scan(&version)
+	return version, err
 }

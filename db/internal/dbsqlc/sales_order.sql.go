@@ -24,7 +24,7 @@ func (q *Queries) SalesOrderExists(ctx context.Context, db DBTX, id int64) (bool
 }
 
 const salesOrderGetByID = `-- name: SalesOrderGetByID :one
-SELECT id, number, customer, status, source, external_id, created_at
+SELECT id, number, customer, status, source, external_id, created_at, version
 FROM sales_orders WHERE id = $1
 `
 
@@ -36,6 +36,7 @@ type SalesOrderGetByIDRow struct {
 	Source     string
 	ExternalID *string
 	CreatedAt  time.Time
+	Version    int32
 }
 
 func (q *Queries) SalesOrderGetByID(ctx context.Context, db DBTX, id int64) (SalesOrderGetByIDRow, error) {
@@ -49,6 +50,7 @@ func (q *Queries) SalesOrderGetByID(ctx context.Context, db DBTX, id int64) (Sal
 		&i.Source,
 		&i.ExternalID,
 		&i.CreatedAt,
+		&i.Version,
 	)
 	return i, err
 }
@@ -69,7 +71,7 @@ WITH so AS (
     INSERT INTO sales_orders (number, customer, created_by, source, external_id)
     VALUES ('pending ' || gen_random_uuid(), $1::text, $2::bigint, $3::text, $4::text)
     ON CONFLICT (source, external_id) DO NOTHING
-    RETURNING id, customer, status, source, external_id, created_at
+    RETURNING id, customer, status, source, external_id, created_at, version
 ), l AS (
     INSERT INTO sales_order_lines (sales_order_id, line_no, item_id, quantity, price)
     SELECT so.id, t.ord, i.id, t.qty, NULLIF(t.price, '')::numeric
@@ -88,7 +90,7 @@ SELECT e.id AS event_id, e.type AS event_type, e.entity AS event_entity, e.entit
     e.payload AS event_payload, e.created_at AS event_created_at, e.dispatched_at AS event_dispatched_at,
     e.processed_at AS event_processed_at, e.feed_seq AS event_feed_seq, e.actor_id AS event_actor_id,
     u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role,
-    so.id, so.customer, so.status, so.source, so.external_id, so.created_at,
+    so.id, so.customer, so.status, so.source, so.external_id, so.created_at, so.version,
     l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
 FROM so CROSS JOIN e LEFT JOIN users u ON u.id = e.actor_id
 CROSS JOIN l JOIN items i ON i.id = l.item_id
@@ -128,6 +130,7 @@ type SalesOrderInsertRow struct {
 	Source            string
 	ExternalID        *string
 	CreatedAt         time.Time
+	Version           int32
 	LineNo            int32
 	SKU               string
 	ItemName          string
@@ -185,6 +188,7 @@ func (q *Queries) SalesOrderInsert(ctx context.Context, db DBTX, arg SalesOrderI
 			&i.Source,
 			&i.ExternalID,
 			&i.CreatedAt,
+			&i.Version,
 			&i.LineNo,
 			&i.SKU,
 			&i.ItemName,
@@ -296,6 +300,26 @@ func (q *Queries) SalesOrderLockByID(ctx context.Context, db DBTX, id int64) (in
 	return id_2, err
 }
 
+const salesOrderLockStatus = `-- name: SalesOrderLockStatus :one
+SELECT number, status, version FROM sales_orders WHERE id = $1 FOR NO KEY UPDATE
+`
+
+type SalesOrderLockStatusRow struct {
+	Number  string
+	Status  string
+	Version int32
+}
+
+// SalesOrderLockStatus returns the number, status and version of sales
+// order id, locked until the transaction ends (db.Transition). NO KEY
+// UPDATE: production orders that reference the order may still be written.
+func (q *Queries) SalesOrderLockStatus(ctx context.Context, db DBTX, id int64) (SalesOrderLockStatusRow, error) {
+	row := db.QueryRow(ctx, salesOrderLockStatus, id)
+	var i SalesOrderLockStatusRow
+	err := row.Scan(&i.Number, &i.Status, &i.Version)
+	return i, err
+}
+
 const salesOrderSetNumber = `-- name: SalesOrderSetNumber :one
 WITH n AS (
     INSERT INTO number_series (prefix, year, last_value)
@@ -327,16 +351,15 @@ func (q *Queries) SalesOrderSetNumber(ctx context.Context, db DBTX, prefix strin
 	return i, err
 }
 
-const salesOrderSetStatus = `-- name: SalesOrderSetStatus :execrows
-UPDATE sales_orders SET status = $1 WHERE id = $2 AND status = $3
+const salesOrderSetStatus = `-- name: SalesOrderSetStatus :one
+UPDATE sales_orders SET status = $1, version = version + 1 WHERE id = $2 RETURNING version
 `
 
-// SalesOrderSetStatus moves sales order id from status from to status to;
-// no row affected when it is not in status from.
-func (q *Queries) SalesOrderSetStatus(ctx context.Context, db DBTX, toStatus string, iD int64, fromStatus string) (int64, error) {
-	result, err := db.Exec(ctx, salesOrderSetStatus, toStatus, iD, fromStatus)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+// SalesOrderSetStatus sets the status of sales order id, locked by
+// SalesOrderLockStatus, and bumps its version; returns the new version.
+func (q *Queries) SalesOrderSetStatus(ctx context.Context, db DBTX, status string, iD int64) (int32, error) {
+	row := db.QueryRow(ctx, salesOrderSetStatus, status, iD)
+	var version int32
+	err := row.Scan(&version)
+	return version, err
 }

@@ -14,7 +14,7 @@ import (
 
 const warehouseMoveGetByID = `-- name: WarehouseMoveGetByID :one
 SELECT m.id, m.number, m.kind, wf.code AS from_warehouse, wt.code AS to_warehouse,
-    m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at
+    m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at, m.version
 FROM wh_moves m
 LEFT JOIN warehouses wf ON wf.id = m.from_warehouse_id
 LEFT JOIN warehouses wt ON wt.id = m.to_warehouse_id
@@ -32,6 +32,7 @@ type WarehouseMoveGetByIDRow struct {
 	SourceEventID   *int64
 	Status          string
 	CreatedAt       time.Time
+	Version         int32
 }
 
 // WarehouseMoveGetByID returns move id with its warehouses by code.
@@ -49,6 +50,7 @@ func (q *Queries) WarehouseMoveGetByID(ctx context.Context, db DBTX, id int64) (
 		&i.SourceEventID,
 		&i.Status,
 		&i.CreatedAt,
+		&i.Version,
 	)
 	return i, err
 }
@@ -161,4 +163,36 @@ func (q *Queries) WarehouseMoveLineList(ctx context.Context, db DBTX, moveID int
 		return nil, err
 	}
 	return items, nil
+}
+
+const warehouseMoveLockStatus = `-- name: WarehouseMoveLockStatus :one
+SELECT number, status, version FROM wh_moves WHERE id = $1 FOR NO KEY UPDATE
+`
+
+type WarehouseMoveLockStatusRow struct {
+	Number  string
+	Status  string
+	Version int32
+}
+
+// WarehouseMoveLockStatus returns the number, status and version of move
+// id, locked until the transaction ends (db.Transition).
+func (q *Queries) WarehouseMoveLockStatus(ctx context.Context, db DBTX, id int64) (WarehouseMoveLockStatusRow, error) {
+	row := db.QueryRow(ctx, warehouseMoveLockStatus, id)
+	var i WarehouseMoveLockStatusRow
+	err := row.Scan(&i.Number, &i.Status, &i.Version)
+	return i, err
+}
+
+const warehouseMoveSetStatus = `-- name: WarehouseMoveSetStatus :one
+UPDATE wh_moves SET status = $1, version = version + 1 WHERE id = $2 RETURNING version
+`
+
+// WarehouseMoveSetStatus sets the status of move id, locked by
+// WarehouseMoveLockStatus, and bumps its version; returns the new version.
+func (q *Queries) WarehouseMoveSetStatus(ctx context.Context, db DBTX, status string, iD int64) (int32, error) {
+	row := db.QueryRow(ctx, warehouseMoveSetStatus, status, iD)
+	var version int32
+	err := row.Scan(&version)
+	return version, err
 }
