@@ -168,15 +168,26 @@ type statusChangedPayload struct {
 // actorID (nil: the system) and reason (omitted when nil), returning the
 // event for the caller to enqueue in tx. An unknown id is ErrNotFound.
 func Transition(ctx context.Context, tx pgx.Tx, actorID *int64, k *DocKind, id int64, version int32, to string, reason *string) (StatusChange, Event, error) {
-	cur, err := LockDocument(ctx, tx, k, id)
+	d, err := LockDocumentAt(ctx, tx, k, id, version)
 	if err != nil {
 		return StatusChange{}, Event{}, err
 	}
-	if cur.Version != version {
-		return StatusChange{}, Event{}, cur.conflict("%s %s was changed: it is at version %d (status %s), not %d",
-			k.Noun, cur.Number, cur.Version, cur.Status, version)
+	return d.MoveTo(ctx, tx, actorID, to, reason)
+}
+
+// LockDocumentAt is LockDocument for a client that saw the document at
+// version: another version is a *StatusConflictError with the current
+// status and version.
+func LockDocumentAt(ctx context.Context, tx pgx.Tx, k *DocKind, id int64, version int32) (LockedDocument, error) {
+	d, err := LockDocument(ctx, tx, k, id)
+	if err != nil {
+		return LockedDocument{}, err
 	}
-	return cur.MoveTo(ctx, tx, actorID, to, reason)
+	if d.Version != version {
+		return LockedDocument{}, d.conflict("%s %s was changed: it is at version %d (status %s), not %d",
+			k.Noun, d.Number, d.Version, d.Status, version)
+	}
+	return d, nil
 }
 
 // LockedDocument is a document LockDocument locked in a transaction, with
@@ -265,13 +276,9 @@ func CancelSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, 
 	if err != nil {
 		return SalesOrder{}, nil, err
 	}
-	d, err := LockDocument(ctx, tx, SalesOrders, id)
+	d, err := LockDocumentAt(ctx, tx, SalesOrders, id, version)
 	if err != nil {
 		return SalesOrder{}, nil, err
-	}
-	if d.Version != version {
-		return SalesOrder{}, nil, d.conflict("%s %s was changed: it is at version %d (status %s), not %d",
-			d.Kind.Noun, d.Number, d.Version, d.Status, version)
 	}
 	if d.Kind.Allows(d.Status, SalesOrderCancelled) {
 		released, err := queries.ProductionOrderListReleasedNumbers(ctx, tx, &id)
@@ -301,4 +308,90 @@ func AcceptSalesOrder(ctx context.Context, tx pgx.Tx, id int64) ([]Event, error)
 		return nil, err
 	}
 	return []Event{*ev}, nil
+}
+
+// ReleaseProductionOrder releases production order id, seen at version,
+// to the shop floor (planned → released). When it was planned for a sales
+// order, that order is locked too (after the production order: the one
+// lock order of every transition that takes both) and must not be
+// cancelled or shipped (a *StatusConflictError about the production
+// order); a new or accepted sales order goes in_production in the same
+// transaction, journaled with the same actor, since the release is what
+// moves it. It returns the production order as stored and the events.
+func ReleaseProductionOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, version int32) (ProductionOrder, []Event, error) {
+	d, err := LockDocumentAt(ctx, tx, ProductionOrders, id, version)
+	if err != nil {
+		return ProductionOrder{}, nil, err
+	}
+	_, ev, err := d.MoveTo(ctx, tx, actorID, ProductionReleased, nil)
+	if err != nil {
+		return ProductionOrder{}, nil, err
+	}
+	events := []Event{ev}
+	po, err := ProductionOrderByID(ctx, tx, id)
+	if err != nil {
+		return ProductionOrder{}, nil, err
+	}
+	if po.SalesOrderID != nil {
+		so, err := LockDocument(ctx, tx, SalesOrders, *po.SalesOrderID)
+		if err != nil {
+			return ProductionOrder{}, nil, err
+		}
+		switch so.Status {
+		case SalesOrderCancelled, SalesOrderShipped:
+			return ProductionOrder{}, nil, d.conflict("production order %s is for sales order %s, which is %s: it cannot be released",
+				d.Number, so.Number, so.Status)
+		case SalesOrderNew, SalesOrderAccepted:
+			_, soEv, err := so.MoveTo(ctx, tx, actorID, SalesOrderInProduction, nil)
+			if err != nil {
+				return ProductionOrder{}, nil, err
+			}
+			events = append(events, soEv)
+		}
+	}
+	return po, events, nil
+}
+
+// CancelProductionOrder cancels production order id (planned or
+// released), seen at version, for reason (required, at most 200
+// characters), journaling doc.status_changed.
+func CancelProductionOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, version int32, reason string) (ProductionOrder, []Event, error) {
+	why, err := requireText("reason", reason)
+	if err != nil {
+		return ProductionOrder{}, nil, err
+	}
+	_, ev, err := Transition(ctx, tx, actorID, ProductionOrders, id, version, ProductionCancelled, &why)
+	if err != nil {
+		return ProductionOrder{}, nil, err
+	}
+	po, err := ProductionOrderByID(ctx, tx, id)
+	return po, []Event{ev}, err
+}
+
+// ClosePurchaseOrder closes purchase order id (open, partially received
+// or received: nothing more is expected from the supplier), seen at
+// version, journaling doc.status_changed.
+func ClosePurchaseOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, version int32) (PurchaseOrder, []Event, error) {
+	_, ev, err := Transition(ctx, tx, actorID, PurchaseOrders, id, version, PurchaseClosed, nil)
+	if err != nil {
+		return PurchaseOrder{}, nil, err
+	}
+	po, err := PurchaseOrderByID(ctx, tx, id)
+	return po, []Event{ev}, err
+}
+
+// CancelPurchaseOrder cancels purchase order id while nothing of it was
+// received (open), seen at version, for reason (required, at most 200
+// characters), journaling doc.status_changed.
+func CancelPurchaseOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, version int32, reason string) (PurchaseOrder, []Event, error) {
+	why, err := requireText("reason", reason)
+	if err != nil {
+		return PurchaseOrder{}, nil, err
+	}
+	_, ev, err := Transition(ctx, tx, actorID, PurchaseOrders, id, version, PurchaseCancelled, &why)
+	if err != nil {
+		return PurchaseOrder{}, nil, err
+	}
+	po, err := PurchaseOrderByID(ctx, tx, id)
+	return po, []Event{ev}, err
 }

@@ -134,7 +134,10 @@ type ComplexityRoot struct {
 	}
 
 	Mutation struct {
+		CancelProductionOrder   func(childComplexity int, id int64, version int, reason string) int
+		CancelPurchaseOrder     func(childComplexity int, id int64, version int, reason string) int
 		CancelSalesOrder        func(childComplexity int, id int64, version int, reason string) int
+		ClosePurchaseOrder      func(childComplexity int, id int64, version int) int
 		CreateItem              func(childComplexity int, input db.ItemInput) int
 		CreateProductionOrder   func(childComplexity int, input db.ProductionOrderInput) int
 		CreatePurchaseOrder     func(childComplexity int, input db.PurchaseOrderInput) int
@@ -149,6 +152,7 @@ type ComplexityRoot struct {
 		ReceiveOrder            func(childComplexity int, input model.ReceiveOrderInput) int
 		Redeliver               func(childComplexity int, eventID int64, subscriber string) int
 		RedeliverAll            func(childComplexity int, filter model.DeliveryFilter) int
+		ReleaseProductionOrder  func(childComplexity int, id int64, version int) int
 		ResumeSubscriber        func(childComplexity int, id int64) int
 		RevokeToken             func(childComplexity int, id int64) int
 		SetBillOfMaterials      func(childComplexity int, sku string, components []db.ComponentInput) int
@@ -646,6 +650,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Item.Unit(childComplexity), true
 
+	case "Mutation.cancelProductionOrder":
+		if e.ComplexityRoot.Mutation.CancelProductionOrder == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_cancelProductionOrder_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CancelProductionOrder(childComplexity, args["id"].(int64), args["version"].(int), args["reason"].(string)), true
+	case "Mutation.cancelPurchaseOrder":
+		if e.ComplexityRoot.Mutation.CancelPurchaseOrder == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_cancelPurchaseOrder_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CancelPurchaseOrder(childComplexity, args["id"].(int64), args["version"].(int), args["reason"].(string)), true
 	case "Mutation.cancelSalesOrder":
 		if e.ComplexityRoot.Mutation.CancelSalesOrder == nil {
 			break
@@ -657,6 +683,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CancelSalesOrder(childComplexity, args["id"].(int64), args["version"].(int), args["reason"].(string)), true
+	case "Mutation.closePurchaseOrder":
+		if e.ComplexityRoot.Mutation.ClosePurchaseOrder == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_closePurchaseOrder_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ClosePurchaseOrder(childComplexity, args["id"].(int64), args["version"].(int)), true
 	case "Mutation.createItem":
 		if e.ComplexityRoot.Mutation.CreateItem == nil {
 			break
@@ -811,6 +848,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RedeliverAll(childComplexity, args["filter"].(model.DeliveryFilter)), true
+	case "Mutation.releaseProductionOrder":
+		if e.ComplexityRoot.Mutation.ReleaseProductionOrder == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_releaseProductionOrder_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ReleaseProductionOrder(childComplexity, args["id"].(int64), args["version"].(int)), true
 	case "Mutation.resumeSubscriber":
 		if e.ComplexityRoot.Mutation.ResumeSubscriber == nil {
 			break

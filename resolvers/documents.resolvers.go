@@ -92,17 +92,33 @@ func (r *mutationResolver) CreatePurchaseOrder(ctx context.Context, input db.Pur
 }
 
 func (r *mutationResolver) CancelSalesOrder(ctx context.Context, id int64, version int, reason string) (*db.SalesOrder, error) {
-	v, err := versionArg(version)
-	if err != nil {
-		return nil, err
-	}
-	so, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) (db.SalesOrder, []db.Event, error) {
+	return transition(ctx, r.Outbox, version, func(tx pgx.Tx, v int32) (db.SalesOrder, []db.Event, error) {
 		return db.CancelSalesOrder(ctx, tx, actorID(ctx), id, v, reason)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return &so, nil
+}
+
+func (r *mutationResolver) ReleaseProductionOrder(ctx context.Context, id int64, version int) (*db.ProductionOrder, error) {
+	return transition(ctx, r.Outbox, version, func(tx pgx.Tx, v int32) (db.ProductionOrder, []db.Event, error) {
+		return db.ReleaseProductionOrder(ctx, tx, actorID(ctx), id, v)
+	})
+}
+
+func (r *mutationResolver) CancelProductionOrder(ctx context.Context, id int64, version int, reason string) (*db.ProductionOrder, error) {
+	return transition(ctx, r.Outbox, version, func(tx pgx.Tx, v int32) (db.ProductionOrder, []db.Event, error) {
+		return db.CancelProductionOrder(ctx, tx, actorID(ctx), id, v, reason)
+	})
+}
+
+func (r *mutationResolver) ClosePurchaseOrder(ctx context.Context, id int64, version int) (*db.PurchaseOrder, error) {
+	return transition(ctx, r.Outbox, version, func(tx pgx.Tx, v int32) (db.PurchaseOrder, []db.Event, error) {
+		return db.ClosePurchaseOrder(ctx, tx, actorID(ctx), id, v)
+	})
+}
+
+func (r *mutationResolver) CancelPurchaseOrder(ctx context.Context, id int64, version int, reason string) (*db.PurchaseOrder, error) {
+	return transition(ctx, r.Outbox, version, func(tx pgx.Tx, v int32) (db.PurchaseOrder, []db.Event, error) {
+		return db.CancelPurchaseOrder(ctx, tx, actorID(ctx), id, v, reason)
+	})
 }
 
 func (r *queryResolver) SalesOrder(ctx context.Context, id int64) (*db.SalesOrder, error) {

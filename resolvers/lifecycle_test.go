@@ -244,3 +244,138 @@ func TestOrderAcceptanceTransitionsOnceWhenRedelivered(t *testing.T) {
 		check()
 	}
 }
+
+const (
+	releaseProductionOrder = `mutation($id: ID!, $v: Int!) { releaseProductionOrder(id: $id, version: $v) { id number status version } }`
+	cancelProductionOrder  = `mutation($id: ID!, $v: Int!, $r: String!) { cancelProductionOrder(id: $id, version: $v, reason: $r) { id number status version } }`
+	closePurchaseOrder     = `mutation($id: ID!, $v: Int!) { closePurchaseOrder(id: $id, version: $v) { id number status version } }`
+	cancelPurchaseOrder    = `mutation($id: ID!, $v: Int!, $r: String!) { cancelPurchaseOrder(id: $id, version: $v, reason: $r) { id number status version } }`
+	salesOrderByID         = `query($id: ID!) { salesOrder(id: $id) { id number status version } }`
+)
+
+// mutate runs a transition as s's token and returns the document.
+func mutate(t *testing.T, s *apptest.Server, field, query string, vars map[string]any) docState {
+	t.Helper()
+	res := apptest.GQL[map[string]docState](t, s, query, vars)
+	return res[field]
+}
+
+// refused runs query, which must fail with code, and returns its error.
+func refused(t *testing.T, s *apptest.Server, query string, vars map[string]any, code string) apptest.Error {
+	t.Helper()
+	_, res := s.Do(t, s.Token, query, vars)
+	require.NotEmpty(t, res.Errors, "should have failed: %s", query)
+	require.Equal(t, code, res.Errors[0].Extensions["code"], res.Errors[0].Message)
+	return res.Errors[0]
+}
+
+func TestProductionOrderReleaseMovesItsSalesOrder(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	planner := s.As(apptest.RoleToken(t, s, "planner", "PLANNER"))
+	sales := s.As(apptest.RoleToken(t, s, "clerk", "SALES"))
+	so := createSalesOrder(t, s)
+	newPO := func() docState {
+		return apptest.GQL[struct {
+			CreateProductionOrder docState `json:"createProductionOrder"`
+		}](t, planner, `mutation($so: ID!) { createProductionOrder(input: {sku: "A1", quantity: "1", salesOrderId: $so}) { id number status version } }`,
+			map[string]any{"so": so.ID}).CreateProductionOrder
+	}
+	po, second := newPO(), newPO()
+	require.Equal(t, "planned", po.Status)
+
+	// A clerk may not release; nothing is written.
+	before := readJournal(t, s)
+	e := refused(t, sales, releaseProductionOrder, map[string]any{"id": po.ID, "v": 1}, "FORBIDDEN")
+	require.NotEmpty(t, e.Message)
+	require.Equal(t, before, readJournal(t, s))
+
+	got := mutate(t, planner, "releaseProductionOrder", releaseProductionOrder, map[string]any{"id": po.ID, "v": 1})
+	require.Equal(t, docState{ID: po.ID, Number: po.Number, Status: "released", Version: 2}, got)
+	soNow := apptest.GQL[struct{ SalesOrder docState }](t, s, salesOrderByID, map[string]any{"id": so.ID}).SalesOrder
+	require.Equal(t, "in_production", soNow.Status, "the first release puts the sales order in production")
+	require.Equal(t, 2, soNow.Version)
+	soEvents := statusEvents(t, s, "sales_orders", so.ID)
+	require.Len(t, soEvents, 1)
+	require.Equal(t, "new", soEvents[0].Payload["from"])
+	require.Equal(t, "in_production", soEvents[0].Payload["to"])
+	require.Equal(t, "planner", soEvents[0].Actor.Login, "the release moved it: the releasing planner is the actor")
+	poEvents := statusEvents(t, s, "plan_prod_orders", po.ID)
+	require.Len(t, poEvents, 1)
+	require.Equal(t, "prod_order", poEvents[0].Payload["entity"])
+
+	// The second release leaves the sales order where it is.
+	mutate(t, planner, "releaseProductionOrder", releaseProductionOrder, map[string]any{"id": second.ID, "v": 1})
+	require.Len(t, statusEvents(t, s, "sales_orders", so.ID), 1)
+
+	// Releasing again is a forbidden transition.
+	before = readJournal(t, s)
+	e = refused(t, s, releaseProductionOrder, map[string]any{"id": po.ID, "v": 2}, "CONFLICT")
+	require.Equal(t, "released", e.Extensions["currentStatus"])
+	require.Equal(t, before, readJournal(t, s))
+
+	// A sales order with released production orders cannot be cancelled:
+	// the error names them.
+	e = refused(t, sales, cancelSalesOrder, map[string]any{"id": so.ID, "v": 2, "r": "x"}, "CONFLICT")
+	require.Contains(t, e.Message, po.Number)
+	require.Contains(t, e.Message, second.Number)
+	require.Equal(t, "in_production", e.Extensions["currentStatus"])
+	require.InDelta(t, 2, e.Extensions["currentVersion"], 0)
+	require.Equal(t, before, readJournal(t, s))
+
+	// Cancelling both production orders lets the sales order go.
+	c := mutate(t, planner, "cancelProductionOrder", cancelProductionOrder, map[string]any{"id": po.ID, "v": 2, "r": "нет материала"})
+	require.Equal(t, "cancelled", c.Status)
+	require.Equal(t, 3, c.Version)
+	e = refused(t, sales, cancelSalesOrder, map[string]any{"id": so.ID, "v": 2, "r": "x"}, "CONFLICT")
+	require.Contains(t, e.Message, second.Number)
+	require.NotContains(t, e.Message, po.Number)
+	mutate(t, planner, "cancelProductionOrder", cancelProductionOrder, map[string]any{"id": second.ID, "v": 2, "r": "нет материала"})
+	cancelled := mutate(t, sales, "cancelSalesOrder", cancelSalesOrder, map[string]any{"id": so.ID, "v": 2, "r": "клиент отказался"})
+	require.Equal(t, "cancelled", cancelled.Status)
+
+	// A production order of a cancelled sales order cannot be released.
+	third := newPO()
+	before = readJournal(t, s)
+	e = refused(t, planner, releaseProductionOrder, map[string]any{"id": third.ID, "v": 1}, "CONFLICT")
+	require.Contains(t, e.Message, so.Number)
+	require.Equal(t, "planned", e.Extensions["currentStatus"])
+	require.Equal(t, before, readJournal(t, s))
+	apptest.WaitAllProcessed(t, s)
+}
+
+func TestPurchaseOrderCloseAndCancel(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	warehouse := s.As(apptest.RoleToken(t, s, "keeper", "WAREHOUSE"))
+	planner := s.As(apptest.RoleToken(t, s, "planner", "PLANNER"))
+	newPO := func() docState {
+		return apptest.GQL[struct {
+			CreatePurchaseOrder docState `json:"createPurchaseOrder"`
+		}](t, warehouse, `mutation { createPurchaseOrder(input: {supplier: "ООО Лес", lines: [{sku: "A1", quantity: "5"}]}) { id number status version } }`,
+			nil).CreatePurchaseOrder
+	}
+	a, b := newPO(), newPO()
+	require.Equal(t, docState{ID: a.ID, Number: a.Number, Status: "open", Version: 1}, a)
+	refused(t, planner, closePurchaseOrder, map[string]any{"id": a.ID, "v": 1}, "FORBIDDEN")
+	refused(t, warehouse, cancelPurchaseOrder, map[string]any{"id": a.ID, "v": 1, "r": ""}, "BAD_USER_INPUT")
+	refused(t, warehouse, closePurchaseOrder, map[string]any{"id": "424242", "v": 1}, "NOT_FOUND")
+
+	closed := mutate(t, warehouse, "closePurchaseOrder", closePurchaseOrder, map[string]any{"id": a.ID, "v": 1})
+	require.Equal(t, "closed", closed.Status)
+	require.Equal(t, 2, closed.Version)
+	e := refused(t, warehouse, cancelPurchaseOrder, map[string]any{"id": a.ID, "v": 2, "r": "x"}, "CONFLICT")
+	require.Equal(t, "closed", e.Extensions["currentStatus"])
+	require.Contains(t, e.Message, "final")
+
+	c := mutate(t, warehouse, "cancelPurchaseOrder", cancelPurchaseOrder, map[string]any{"id": b.ID, "v": 1, "r": "поставщик не отвечает"})
+	require.Equal(t, "cancelled", c.Status)
+	evs := statusEvents(t, s, "wh_purchase_orders", b.ID)
+	require.Len(t, evs, 1)
+	require.Equal(t, "purchase_order", evs[0].Payload["entity"])
+	require.Equal(t, "поставщик не отвечает", evs[0].Payload["reason"])
+	require.Equal(t, "keeper", evs[0].Actor.Login)
+	require.Len(t, statusEvents(t, s, "wh_purchase_orders", a.ID), 1)
+}

@@ -1,0 +1,25 @@
+package resolvers
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"erp/db"
+	"erp/jobs"
+)
+
+// transition runs one document transition of package db (fn, given the
+// checked version) in one outbox transaction: the status change, its
+// doc.status_changed events and their dispatch jobs commit together.
+func transition[T any](ctx context.Context, o *jobs.Outbox, version int, fn func(tx pgx.Tx, v int32) (T, []db.Event, error)) (*T, error) {
+	v, err := versionArg(version)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := jobs.Write(ctx, o, func(tx pgx.Tx) (T, []db.Event, error) { return fn(tx, v) })
+	if err != nil {
+		return nil, err
+	}
+	return &doc, nil
+}
