@@ -46,6 +46,7 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 		return 1 + child*n
 	}
 	cfg.Complexity.Query.Events = func(child int, _ *db.EventFilter, first *int, _ *string) int { return perPage(child, first) }
+	cfg.Complexity.Query.SalesOrders = func(child int, _ *model.SalesOrderFilter, first *int, _ *string) int { return perPage(child, first) }
 	cfg.Complexity.Query.Deliveries = func(child int, _ *model.DeliveryFilter, first *int, _ *string) int { return perPage(child, first) }
 	cfg.Complexity.Query.DeadDeliveries = func(child int, _ *string, first *int, _ *string) int { return perPage(child, first) }
 	gql := handler.New(graph.NewExecutableSchema(cfg))

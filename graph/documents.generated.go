@@ -862,6 +862,125 @@ func (ec *executionContext) fieldContext_SalesOrder_lines(_ context.Context, fie
 	return fc, nil
 }
 
+func (ec *executionContext) _SalesOrderConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.SalesOrderConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SalesOrderConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.SalesOrderEdge) graphql.Marshaler {
+			return ec.marshalNSalesOrderEdge2ᚕerpᚋgraphᚋmodelᚐSalesOrderEdgeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SalesOrderConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "SalesOrderConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_SalesOrderEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _SalesOrderConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *model.SalesOrderConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SalesOrderConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖerpᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SalesOrderConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "SalesOrderConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _SalesOrderEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.SalesOrderEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SalesOrderEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SalesOrderEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SalesOrderEdge", field, false, false, "String")
+}
+
+func (ec *executionContext) _SalesOrderEdge_node(ctx context.Context, field graphql.CollectedField, obj *model.SalesOrderEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SalesOrderEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *db.SalesOrder) graphql.Marshaler {
+			return ec.marshalNSalesOrder2ᚖerpᚋdbᚐSalesOrder(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SalesOrderEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "SalesOrderEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_SalesOrder(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _WarehouseMove_id(ctx context.Context, field graphql.CollectedField, obj *db.WarehouseMove) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -1375,6 +1494,90 @@ func UnmarshalReceiveOrderInput(ctx context.Context, raw any) (model.ReceiveOrde
 	return out, err
 }
 
+func (ec *executionContext) unmarshalInputSalesOrderFilter(ctx context.Context, obj any) (model.SalesOrderFilter, error) {
+	var it model.SalesOrderFilter
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"statuses", "number", "sku", "createdFrom", "createdTo", "customer", "source"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "statuses":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("statuses"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Statuses = data
+		case "number":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("number"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Number = data
+		case "sku":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sku"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Sku = data
+		case "createdFrom":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdFrom"))
+			data, err := ec.unmarshalODateTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedFrom = data
+		case "createdTo":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdTo"))
+			data, err := ec.unmarshalODateTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedTo = data
+		case "customer":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("customer"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Customer = data
+		case "source":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("source"))
+			data, err := ec.unmarshalOOrderSource2ᚖerpᚋgraphᚋmodelᚐOrderSource(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Source = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalSalesOrderFilter unmarshals raw into the SalesOrderFilter input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalSalesOrderFilter(ctx context.Context, raw any) (model.SalesOrderFilter, error) {
+	var out model.SalesOrderFilter
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "SalesOrderFilter", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputSalesOrderInput(ctx context.Context, obj any) (db.SalesOrderInput, error) {
 	var it db.SalesOrderInput
 	if obj == nil {
@@ -1824,6 +2027,82 @@ func (ec *executionContext) _SalesOrder(ctx context.Context, sel ast.SelectionSe
 	return out
 }
 
+var salesOrderConnectionImplementors = []string{"SalesOrderConnection"}
+
+func (ec *executionContext) _SalesOrderConnection(ctx context.Context, sel ast.SelectionSet, obj *model.SalesOrderConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, salesOrderConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("SalesOrderConnection")
+		case "edges":
+			out.Values[i] = ec._SalesOrderConnection_edges(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pageInfo":
+			out.Values[i] = ec._SalesOrderConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var salesOrderEdgeImplementors = []string{"SalesOrderEdge"}
+
+func (ec *executionContext) _SalesOrderEdge(ctx context.Context, sel ast.SelectionSet, obj *model.SalesOrderEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, salesOrderEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("SalesOrderEdge")
+		case "cursor":
+			out.Values[i] = ec._SalesOrderEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "node":
+			out.Values[i] = ec._SalesOrderEdge_node(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var warehouseMoveImplementors = []string{"WarehouseMove"}
 
 func (ec *executionContext) _WarehouseMove(ctx context.Context, sel ast.SelectionSet, obj *db.WarehouseMove) graphql.Marshaler {
@@ -2023,6 +2302,34 @@ func (ec *executionContext) marshalNSalesOrder2ᚖerpᚋdbᚐSalesOrder(ctx cont
 	return ec._SalesOrder(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalNSalesOrderConnection2ᚖerpᚋgraphᚋmodelᚐSalesOrderConnection(ctx context.Context, sel ast.SelectionSet, v *model.SalesOrderConnection) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "SalesOrderConnection!")
+		return graphql.Null
+	}
+	return ec._SalesOrderConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNSalesOrderEdge2erpᚋgraphᚋmodelᚐSalesOrderEdge(ctx context.Context, sel ast.SelectionSet, v model.SalesOrderEdge) graphql.Marshaler {
+	return ec._SalesOrderEdge(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNSalesOrderEdge2ᚕerpᚋgraphᚋmodelᚐSalesOrderEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []model.SalesOrderEdge) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNSalesOrderEdge2erpᚋgraphᚋmodelᚐSalesOrderEdge(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
 func (ec *executionContext) unmarshalNSalesOrderInput2erpᚋdbᚐSalesOrderInput(ctx context.Context, v any) (db.SalesOrderInput, error) {
 	res, err := ec.unmarshalInputSalesOrderInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -2039,6 +2346,22 @@ func (ec *executionContext) marshalNWarehouseMove2ᚖerpᚋdbᚐWarehouseMove(ct
 func (ec *executionContext) unmarshalNWarehouseMoveInput2erpᚋgraphᚋmodelᚐWarehouseMoveInput(ctx context.Context, v any) (model.WarehouseMoveInput, error) {
 	res, err := ec.unmarshalInputWarehouseMoveInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalOOrderSource2ᚖerpᚋgraphᚋmodelᚐOrderSource(ctx context.Context, v any) (*model.OrderSource, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(model.OrderSource)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOOrderSource2ᚖerpᚋgraphᚋmodelᚐOrderSource(ctx context.Context, sel ast.SelectionSet, v *model.OrderSource) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
 }
 
 func (ec *executionContext) marshalOProductionOrder2ᚖerpᚋdbᚐProductionOrder(ctx context.Context, sel ast.SelectionSet, v *db.ProductionOrder) graphql.Marshaler {
@@ -2060,6 +2383,14 @@ func (ec *executionContext) marshalOSalesOrder2ᚖerpᚋdbᚐSalesOrder(ctx cont
 		return graphql.Null
 	}
 	return ec._SalesOrder(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalOSalesOrderFilter2ᚖerpᚋgraphᚋmodelᚐSalesOrderFilter(ctx context.Context, v any) (*model.SalesOrderFilter, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := ec.unmarshalInputSalesOrderFilter(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) marshalOWarehouseMove2ᚖerpᚋdbᚐWarehouseMove(ctx context.Context, sel ast.SelectionSet, v *db.WarehouseMove) graphql.Marshaler {

@@ -201,6 +201,7 @@ type ComplexityRoot struct {
 		ProductionOrder func(childComplexity int, id int64) int
 		PurchaseOrder   func(childComplexity int, id int64) int
 		SalesOrder      func(childComplexity int, id int64) int
+		SalesOrders     func(childComplexity int, filter *model.SalesOrderFilter, first *int, after *string) int
 		Subscribers     func(childComplexity int) int
 		Tokens          func(childComplexity int, login *string) int
 		Users           func(childComplexity int) int
@@ -223,6 +224,16 @@ type ComplexityRoot struct {
 		Source     func(childComplexity int) int
 		Status     func(childComplexity int) int
 		Version    func(childComplexity int) int
+	}
+
+	SalesOrderConnection struct {
+		Edges    func(childComplexity int) int
+		PageInfo func(childComplexity int) int
+	}
+
+	SalesOrderEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
 	}
 
 	Subscriber struct {
@@ -1150,6 +1161,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.SalesOrder(childComplexity, args["id"].(int64)), true
+	case "Query.salesOrders":
+		if e.ComplexityRoot.Query.SalesOrders == nil {
+			break
+		}
+
+		args, err := ec.field_Query_salesOrders_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.SalesOrders(childComplexity, args["filter"].(*model.SalesOrderFilter), args["first"].(*int), args["after"].(*string)), true
 	case "Query.subscribers":
 		if e.ComplexityRoot.Query.Subscribers == nil {
 			break
@@ -1258,6 +1280,32 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.SalesOrder.Version(childComplexity), true
+
+	case "SalesOrderConnection.edges":
+		if e.ComplexityRoot.SalesOrderConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SalesOrderConnection.Edges(childComplexity), true
+	case "SalesOrderConnection.pageInfo":
+		if e.ComplexityRoot.SalesOrderConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SalesOrderConnection.PageInfo(childComplexity), true
+
+	case "SalesOrderEdge.cursor":
+		if e.ComplexityRoot.SalesOrderEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SalesOrderEdge.Cursor(childComplexity), true
+	case "SalesOrderEdge.node":
+		if e.ComplexityRoot.SalesOrderEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SalesOrderEdge.Node(childComplexity), true
 
 	case "Subscriber.condition":
 		if e.ComplexityRoot.Subscriber.Condition == nil {
@@ -1502,6 +1550,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("ProductionOrderInput", ec.unmarshalInputProductionOrderInput),
 			graphql.NewInputUnmarshaler("PurchaseOrderInput", ec.unmarshalInputPurchaseOrderInput),
 			graphql.NewInputUnmarshaler("ReceiveOrderInput", ec.unmarshalInputReceiveOrderInput),
+			graphql.NewInputUnmarshaler("SalesOrderFilter", ec.unmarshalInputSalesOrderFilter),
 			graphql.NewInputUnmarshaler("SalesOrderInput", ec.unmarshalInputSalesOrderInput),
 			graphql.NewInputUnmarshaler("UserInput", ec.unmarshalInputUserInput),
 			graphql.NewInputUnmarshaler("WarehouseInput", ec.unmarshalInputWarehouseInput),
@@ -1898,6 +1947,26 @@ func (ec *executionContext) childFields_SalesOrder(ctx context.Context, field gr
 		return ec.fieldContext_SalesOrder_lines(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type SalesOrder", field.Name)
+}
+
+func (ec *executionContext) childFields_SalesOrderConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_SalesOrderConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_SalesOrderConnection_pageInfo(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SalesOrderConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_SalesOrderEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_SalesOrderEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_SalesOrderEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SalesOrderEdge", field.Name)
 }
 
 func (ec *executionContext) childFields_Subscriber(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

@@ -62,6 +62,7 @@ type QueryResolver interface {
 	ProductionOrder(ctx context.Context, id int64) (*db.ProductionOrder, error)
 	WarehouseMove(ctx context.Context, id int64) (*db.WarehouseMove, error)
 	PurchaseOrder(ctx context.Context, id int64) (*db.PurchaseOrder, error)
+	SalesOrders(ctx context.Context, filter *model.SalesOrderFilter, first *int, after *string) (*model.SalesOrderConnection, error)
 	Events(ctx context.Context, filter *db.EventFilter, first *int, after *string) (*model.EventConnection, error)
 	Event(ctx context.Context, id int64) (*db.Event, error)
 	Me(ctx context.Context) (*db.User, error)
@@ -733,6 +734,36 @@ func (ec *executionContext) field_Query_salesOrder_args(ctx context.Context, raw
 		return nil, err
 	}
 	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_salesOrders_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "filter",
+		func(ctx context.Context, v any) (*model.SalesOrderFilter, error) {
+			return ec.unmarshalOSalesOrderFilter2ᚖerpᚋgraphᚋmodelᚐSalesOrderFilter(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["filter"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg2
 	return args, nil
 }
 
@@ -3049,6 +3080,68 @@ func (ec *executionContext) fieldContext_Query_purchaseOrder(ctx context.Context
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_salesOrders(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_salesOrders(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().SalesOrders(ctx, fc.Args["filter"].(*model.SalesOrderFilter), fc.Args["first"].(*int), fc.Args["after"].(*string))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{"VIEWER", "SALES", "WAREHOUSE", "PLANNER"})
+				if err != nil {
+					var zeroVal *model.SalesOrderConnection
+					return zeroVal, err
+				}
+				if ec.Directives.Allow == nil {
+					var zeroVal *model.SalesOrderConnection
+					return zeroVal, errors.New("directive allow is not implemented")
+				}
+				return ec.Directives.Allow(ctx, nil, directive0, roles)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *model.SalesOrderConnection) graphql.Marshaler {
+			return ec.marshalNSalesOrderConnection2ᚖerpᚋgraphᚋmodelᚐSalesOrderConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_salesOrders(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_SalesOrderConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_salesOrders_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query_events(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -4095,6 +4188,12 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, false,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_purchaseOrder(ctx, field)
+				})
+		case "salesOrders":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_salesOrders(ctx, field)
 				})
 		case "events":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,

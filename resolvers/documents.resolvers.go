@@ -137,6 +137,34 @@ func (r *queryResolver) PurchaseOrder(ctx context.Context, id int64) (*db.Purcha
 	return orNil(db.PurchaseOrderByID(ctx, r.Pool, id))
 }
 
+func (r *queryResolver) SalesOrders(ctx context.Context, filter *model.SalesOrderFilter, first *int, after *string) (*model.SalesOrderConnection, error) {
+	var f db.SalesOrderFilter
+	if filter != nil {
+		f = db.SalesOrderFilter{
+			DocFilter: db.DocFilter{Statuses: filter.Statuses, NumberPrefix: filter.Number, SKU: filter.Sku,
+				CreatedFrom: filter.CreatedFrom, CreatedTo: filter.CreatedTo},
+			Customer: filter.Customer,
+		}
+		if filter.Source != nil {
+			src := orderSources[*filter.Source]
+			f.Source = &src
+		}
+	}
+	page, err := db.ListSalesOrders(ctx, r.Pool, f, pageSize(first), deref(after))
+	if err != nil {
+		return nil, err
+	}
+	conn := &model.SalesOrderConnection{Edges: make([]model.SalesOrderEdge, len(page.SalesOrders)),
+		PageInfo: &model.PageInfo{HasNextPage: page.HasNextPage}}
+	for i := range page.SalesOrders {
+		conn.Edges[i] = model.SalesOrderEdge{Cursor: page.Cursors[i], Node: &page.SalesOrders[i]}
+	}
+	if n := len(page.Cursors); n > 0 {
+		conn.PageInfo.EndCursor = &page.Cursors[n-1]
+	}
+	return conn, nil
+}
+
 func (r *warehouseMoveResolver) Kind(ctx context.Context, obj *db.WarehouseMove) (model.MoveKind, error) {
 	for k, v := range moveKinds {
 		if v == obj.Kind {

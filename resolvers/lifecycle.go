@@ -23,3 +23,19 @@ func transition[T any](ctx context.Context, o *jobs.Outbox, version int, fn func
 	}
 	return &doc, nil
 }
+
+// pageSize is a list's `first`, defaultPageSize when not given.
+func pageSize(first *int) int {
+	if first == nil {
+		return defaultPageSize
+	}
+	return *first
+}
+
+// deref is s, or "" for nil.
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

@@ -97,3 +97,74 @@ SELECT number, status, version FROM sales_orders WHERE id = @id FOR NO KEY UPDAT
 -- SalesOrderSetStatus sets the status of sales order id, locked by
 -- SalesOrderLockStatus, and bumps its version; returns the new version.
 UPDATE sales_orders SET status = @status, version = version + 1 WHERE id = @id RETURNING version;
+
+-- The sales order list, newest first (id descending), a keyset page of
+-- max_rows rows with id < before_id. Each query is one filter shape that
+-- decides the index (docs/query-plans.md); the other filters, each
+-- optional (NULL: any), only filter rows. created_from is inclusive,
+-- created_to exclusive; number_prefix matches the number's start.
+
+-- name: SalesOrderListPage :many
+-- SalesOrderListPage reads sales_orders_pkey backward.
+SELECT s.* FROM sales_orders s
+WHERE s.id < @before_id
+  AND (sqlc.narg(number_prefix)::text IS NULL OR starts_with(s.number, sqlc.narg(number_prefix)::text))
+  AND (sqlc.narg(source)::text IS NULL OR s.source = sqlc.narg(source)::text)
+  AND (sqlc.narg(created_from)::timestamptz IS NULL OR s.created_at >= sqlc.narg(created_from)::timestamptz)
+  AND (sqlc.narg(created_to)::timestamptz IS NULL OR s.created_at < sqlc.narg(created_to)::timestamptz)
+ORDER BY s.id DESC
+LIMIT @max_rows;
+
+-- name: SalesOrderListPageByStatus :many
+-- SalesOrderListPageByStatus reads sales_orders_status backward once per
+-- status asked for (each at most max_rows rows) and merges them.
+SELECT s.* FROM unnest(@statuses::text[]) AS st(status)
+CROSS JOIN LATERAL (
+    SELECT o.* FROM sales_orders o
+    WHERE o.status = st.status AND o.id < @before_id
+      AND (sqlc.narg(number_prefix)::text IS NULL OR starts_with(o.number, sqlc.narg(number_prefix)::text))
+      AND (sqlc.narg(source)::text IS NULL OR o.source = sqlc.narg(source)::text)
+      AND (sqlc.narg(created_from)::timestamptz IS NULL OR o.created_at >= sqlc.narg(created_from)::timestamptz)
+      AND (sqlc.narg(created_to)::timestamptz IS NULL OR o.created_at < sqlc.narg(created_to)::timestamptz)
+    ORDER BY o.id DESC
+    LIMIT @max_rows
+) s
+ORDER BY s.id DESC
+LIMIT @max_rows;
+
+-- name: SalesOrderListPageByCustomer :many
+-- SalesOrderListPageByCustomer reads sales_orders_customer backward.
+SELECT s.* FROM sales_orders s
+WHERE s.customer = @customer AND s.id < @before_id
+  AND (sqlc.narg(statuses)::text[] IS NULL OR s.status = ANY (sqlc.narg(statuses)::text[]))
+  AND (sqlc.narg(number_prefix)::text IS NULL OR starts_with(s.number, sqlc.narg(number_prefix)::text))
+  AND (sqlc.narg(source)::text IS NULL OR s.source = sqlc.narg(source)::text)
+  AND (sqlc.narg(created_from)::timestamptz IS NULL OR s.created_at >= sqlc.narg(created_from)::timestamptz)
+  AND (sqlc.narg(created_to)::timestamptz IS NULL OR s.created_at < sqlc.narg(created_to)::timestamptz)
+ORDER BY s.id DESC
+LIMIT @max_rows;
+
+-- name: SalesOrderListPageBySKU :many
+-- SalesOrderListPageBySKU reads sales_order_lines_item backward from the
+-- item's lines, each order once (at its first line of the item).
+SELECT s.* FROM sales_order_lines l
+JOIN sales_orders s ON s.id = l.sales_order_id
+WHERE l.item_id = (SELECT i.id FROM items i WHERE i.sku = @sku) AND l.sales_order_id < @before_id
+  AND NOT EXISTS (SELECT 1 FROM sales_order_lines e
+                  WHERE e.sales_order_id = l.sales_order_id AND e.item_id = l.item_id AND e.line_no < l.line_no)
+  AND (sqlc.narg(statuses)::text[] IS NULL OR s.status = ANY (sqlc.narg(statuses)::text[]))
+  AND (sqlc.narg(customer)::text IS NULL OR s.customer = sqlc.narg(customer)::text)
+  AND (sqlc.narg(number_prefix)::text IS NULL OR starts_with(s.number, sqlc.narg(number_prefix)::text))
+  AND (sqlc.narg(source)::text IS NULL OR s.source = sqlc.narg(source)::text)
+  AND (sqlc.narg(created_from)::timestamptz IS NULL OR s.created_at >= sqlc.narg(created_from)::timestamptz)
+  AND (sqlc.narg(created_to)::timestamptz IS NULL OR s.created_at < sqlc.narg(created_to)::timestamptz)
+ORDER BY l.sales_order_id DESC
+LIMIT @max_rows;
+
+-- name: SalesOrderLineListByOrders :many
+-- SalesOrderLineListByOrders returns the lines of the sales orders ids,
+-- by order and line number: one query for a page of orders.
+SELECT l.sales_order_id, l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
+FROM sales_order_lines l JOIN items i ON i.id = l.item_id
+WHERE l.sales_order_id = ANY (@ids::bigint[])
+ORDER BY l.sales_order_id, l.line_no;

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 )
 
 type DeliveryConnection struct {
@@ -65,6 +66,32 @@ type ReceiveOrderResult struct {
 	Order *db.SalesOrder `json:"order"`
 	// True when this (source, externalId) had been received before.
 	Duplicate bool `json:"duplicate"`
+}
+
+type SalesOrderConnection struct {
+	Edges    []SalesOrderEdge `json:"edges"`
+	PageInfo *PageInfo        `json:"pageInfo"`
+}
+
+type SalesOrderEdge struct {
+	Cursor string         `json:"cursor"`
+	Node   *db.SalesOrder `json:"node"`
+}
+
+type SalesOrderFilter struct {
+	// Any of these statuses: new, accepted, in_production, shipped, cancelled.
+	Statuses []string `json:"statuses,omitempty"`
+	// The number starts with this, e.g. "ЗК-2026-0004".
+	Number *string `json:"number,omitempty"`
+	// A line is of this item.
+	Sku *string `json:"sku,omitempty"`
+	// Created at or after (inclusive).
+	CreatedFrom *time.Time `json:"createdFrom,omitempty"`
+	// Created before (exclusive).
+	CreatedTo *time.Time `json:"createdTo,omitempty"`
+	// The customer, exactly.
+	Customer *string      `json:"customer,omitempty"`
+	Source   *OrderSource `json:"source,omitempty"`
 }
 
 type Subscription struct {

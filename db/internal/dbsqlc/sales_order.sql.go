@@ -249,6 +249,53 @@ func (q *Queries) SalesOrderLineList(ctx context.Context, db DBTX, salesOrderID 
 	return items, nil
 }
 
+const salesOrderLineListByOrders = `-- name: SalesOrderLineListByOrders :many
+SELECT l.sales_order_id, l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
+FROM sales_order_lines l JOIN items i ON i.id = l.item_id
+WHERE l.sales_order_id = ANY ($1::bigint[])
+ORDER BY l.sales_order_id, l.line_no
+`
+
+type SalesOrderLineListByOrdersRow struct {
+	SalesOrderID int64
+	LineNo       int32
+	SKU          string
+	ItemName     string
+	Unit         string
+	Quantity     decimal.Decimal
+	Price        *decimal.Decimal
+}
+
+// SalesOrderLineListByOrders returns the lines of the sales orders ids,
+// by order and line number: one query for a page of orders.
+func (q *Queries) SalesOrderLineListByOrders(ctx context.Context, db DBTX, ids []int64) ([]SalesOrderLineListByOrdersRow, error) {
+	rows, err := db.Query(ctx, salesOrderLineListByOrders, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SalesOrderLineListByOrdersRow{}
+	for rows.Next() {
+		var i SalesOrderLineListByOrdersRow
+		if err := rows.Scan(
+			&i.SalesOrderID,
+			&i.LineNo,
+			&i.SKU,
+			&i.ItemName,
+			&i.Unit,
+			&i.Quantity,
+			&i.Price,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const salesOrderLineListToPlan = `-- name: SalesOrderLineListToPlan :many
 SELECT l.line_no, l.item_id, l.quantity FROM sales_order_lines l
 WHERE l.sales_order_id = $1
@@ -277,6 +324,269 @@ func (q *Queries) SalesOrderLineListToPlan(ctx context.Context, db DBTX, salesOr
 	for rows.Next() {
 		var i SalesOrderLineListToPlanRow
 		if err := rows.Scan(&i.LineNo, &i.ItemID, &i.Quantity); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const salesOrderListPage = `-- name: SalesOrderListPage :many
+
+SELECT s.id, s.number, s.customer, s.status, s.source, s.external_id, s.created_by, s.created_at, s.version FROM sales_orders s
+WHERE s.id < $1
+  AND ($2::text IS NULL OR starts_with(s.number, $2::text))
+  AND ($3::text IS NULL OR s.source = $3::text)
+  AND ($4::timestamptz IS NULL OR s.created_at >= $4::timestamptz)
+  AND ($5::timestamptz IS NULL OR s.created_at < $5::timestamptz)
+ORDER BY s.id DESC
+LIMIT $6
+`
+
+type SalesOrderListPageParams struct {
+	BeforeID     int64
+	NumberPrefix *string
+	Source       *string
+	CreatedFrom  *time.Time
+	CreatedTo    *time.Time
+	MaxRows      int32
+}
+
+// The sales order list, newest first (id descending), a keyset page of
+// max_rows rows with id < before_id. Each query is one filter shape that
+// decides the index (docs/query-plans.md); the other filters, each
+// optional (NULL: any), only filter rows. created_from is inclusive,
+// created_to exclusive; number_prefix matches the number's start.
+// SalesOrderListPage reads sales_orders_pkey backward.
+func (q *Queries) SalesOrderListPage(ctx context.Context, db DBTX, arg SalesOrderListPageParams) ([]SalesOrder, error) {
+	rows, err := db.Query(ctx, salesOrderListPage,
+		arg.BeforeID,
+		arg.NumberPrefix,
+		arg.Source,
+		arg.CreatedFrom,
+		arg.CreatedTo,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SalesOrder{}
+	for rows.Next() {
+		var i SalesOrder
+		if err := rows.Scan(
+			&i.ID,
+			&i.Number,
+			&i.Customer,
+			&i.Status,
+			&i.Source,
+			&i.ExternalID,
+			&i.CreatedBy,
+			&i.CreatedAt,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const salesOrderListPageByCustomer = `-- name: SalesOrderListPageByCustomer :many
+SELECT s.id, s.number, s.customer, s.status, s.source, s.external_id, s.created_by, s.created_at, s.version FROM sales_orders s
+WHERE s.customer = $1 AND s.id < $2
+  AND ($3::text[] IS NULL OR s.status = ANY ($3::text[]))
+  AND ($4::text IS NULL OR starts_with(s.number, $4::text))
+  AND ($5::text IS NULL OR s.source = $5::text)
+  AND ($6::timestamptz IS NULL OR s.created_at >= $6::timestamptz)
+  AND ($7::timestamptz IS NULL OR s.created_at < $7::timestamptz)
+ORDER BY s.id DESC
+LIMIT $8
+`
+
+type SalesOrderListPageByCustomerParams struct {
+	Customer     string
+	BeforeID     int64
+	Statuses     []string
+	NumberPrefix *string
+	Source       *string
+	CreatedFrom  *time.Time
+	CreatedTo    *time.Time
+	MaxRows      int32
+}
+
+// SalesOrderListPageByCustomer reads sales_orders_customer backward.
+func (q *Queries) SalesOrderListPageByCustomer(ctx context.Context, db DBTX, arg SalesOrderListPageByCustomerParams) ([]SalesOrder, error) {
+	rows, err := db.Query(ctx, salesOrderListPageByCustomer,
+		arg.Customer,
+		arg.BeforeID,
+		arg.Statuses,
+		arg.NumberPrefix,
+		arg.Source,
+		arg.CreatedFrom,
+		arg.CreatedTo,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SalesOrder{}
+	for rows.Next() {
+		var i SalesOrder
+		if err := rows.Scan(
+			&i.ID,
+			&i.Number,
+			&i.Customer,
+			&i.Status,
+			&i.Source,
+			&i.ExternalID,
+			&i.CreatedBy,
+			&i.CreatedAt,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const salesOrderListPageBySKU = `-- name: SalesOrderListPageBySKU :many
+SELECT s.id, s.number, s.customer, s.status, s.source, s.external_id, s.created_by, s.created_at, s.version FROM sales_order_lines l
+JOIN sales_orders s ON s.id = l.sales_order_id
+WHERE l.item_id = (SELECT i.id FROM items i WHERE i.sku = $1) AND l.sales_order_id < $2
+  AND NOT EXISTS (SELECT 1 FROM sales_order_lines e
+                  WHERE e.sales_order_id = l.sales_order_id AND e.item_id = l.item_id AND e.line_no < l.line_no)
+  AND ($3::text[] IS NULL OR s.status = ANY ($3::text[]))
+  AND ($4::text IS NULL OR s.customer = $4::text)
+  AND ($5::text IS NULL OR starts_with(s.number, $5::text))
+  AND ($6::text IS NULL OR s.source = $6::text)
+  AND ($7::timestamptz IS NULL OR s.created_at >= $7::timestamptz)
+  AND ($8::timestamptz IS NULL OR s.created_at < $8::timestamptz)
+ORDER BY l.sales_order_id DESC
+LIMIT $9
+`
+
+type SalesOrderListPageBySKUParams struct {
+	SKU          string
+	BeforeID     int64
+	Statuses     []string
+	Customer     *string
+	NumberPrefix *string
+	Source       *string
+	CreatedFrom  *time.Time
+	CreatedTo    *time.Time
+	MaxRows      int32
+}
+
+// SalesOrderListPageBySKU reads sales_order_lines_item backward from the
+// item's lines, each order once (at its first line of the item).
+func (q *Queries) SalesOrderListPageBySKU(ctx context.Context, db DBTX, arg SalesOrderListPageBySKUParams) ([]SalesOrder, error) {
+	rows, err := db.Query(ctx, salesOrderListPageBySKU,
+		arg.SKU,
+		arg.BeforeID,
+		arg.Statuses,
+		arg.Customer,
+		arg.NumberPrefix,
+		arg.Source,
+		arg.CreatedFrom,
+		arg.CreatedTo,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SalesOrder{}
+	for rows.Next() {
+		var i SalesOrder
+		if err := rows.Scan(
+			&i.ID,
+			&i.Number,
+			&i.Customer,
+			&i.Status,
+			&i.Source,
+			&i.ExternalID,
+			&i.CreatedBy,
+			&i.CreatedAt,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const salesOrderListPageByStatus = `-- name: SalesOrderListPageByStatus :many
+SELECT s.id, s.number, s.customer, s.status, s.source, s.external_id, s.created_by, s.created_at, s.version FROM unnest($1::text[]) AS st(status)
+CROSS JOIN LATERAL (
+    SELECT o.id, o.number, o.customer, o.status, o.source, o.external_id, o.created_by, o.created_at, o.version FROM sales_orders o
+    WHERE o.status = st.status AND o.id < $2
+      AND ($3::text IS NULL OR starts_with(o.number, $3::text))
+      AND ($4::text IS NULL OR o.source = $4::text)
+      AND ($5::timestamptz IS NULL OR o.created_at >= $5::timestamptz)
+      AND ($6::timestamptz IS NULL OR o.created_at < $6::timestamptz)
+    ORDER BY o.id DESC
+    LIMIT $7
+) s
+ORDER BY s.id DESC
+LIMIT $7
+`
+
+type SalesOrderListPageByStatusParams struct {
+	Statuses     []string
+	BeforeID     int64
+	NumberPrefix *string
+	Source       *string
+	CreatedFrom  *time.Time
+	CreatedTo    *time.Time
+	MaxRows      int32
+}
+
+// SalesOrderListPageByStatus reads sales_orders_status backward once per
+// status asked for (each at most max_rows rows) and merges them.
+func (q *Queries) SalesOrderListPageByStatus(ctx context.Context, db DBTX, arg SalesOrderListPageByStatusParams) ([]SalesOrder, error) {
+	rows, err := db.Query(ctx, salesOrderListPageByStatus,
+		arg.Statuses,
+		arg.BeforeID,
+		arg.NumberPrefix,
+		arg.Source,
+		arg.CreatedFrom,
+		arg.CreatedTo,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SalesOrder{}
+	for rows.Next() {
+		var i SalesOrder
+		if err := rows.Scan(
+			&i.ID,
+			&i.Number,
+			&i.Customer,
+			&i.Status,
+			&i.Source,
+			&i.ExternalID,
+			&i.CreatedBy,
+			&i.CreatedAt,
+			&i.Version,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

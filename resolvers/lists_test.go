@@ -1,0 +1,157 @@
+package resolvers_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"erp/app/apptest"
+)
+
+type salesOrderPage struct {
+	SalesOrders struct {
+		Edges []struct {
+			Cursor string
+			Node   struct {
+				ID, Number, Status, Customer string
+				Lines                        []struct{ SKU string }
+			}
+		}
+		PageInfo struct {
+			HasNextPage bool
+			EndCursor   *string
+		}
+	} `json:"salesOrders"`
+}
+
+const salesOrdersQuery = `query($f: SalesOrderFilter, $first: Int, $after: String) {
+	salesOrders(filter: $f, first: $first, after: $after) {
+		edges { cursor node { id number status customer lines { sku } } } pageInfo { hasNextPage endCursor } } }`
+
+// seedSalesOrders writes n sales orders of customer with one line of A1
+// in one statement, as a large history is set up; the lists read them
+// like any other.
+func seedSalesOrders(t *testing.T, s *apptest.Server, n int, customer string) {
+	t.Helper()
+	_, err := s.Pool.Exec(t.Context(), `
+		WITH so AS (
+			INSERT INTO sales_orders (number, customer)
+			SELECT 'ЗК-2025-' || lpad(g::text, 6, '0'), $2 FROM generate_series(1, $1::int) g
+			RETURNING id)
+		INSERT INTO sales_order_lines (sales_order_id, line_no, item_id, quantity)
+		SELECT so.id, 1, (SELECT id FROM items WHERE sku = 'A1'), 1 FROM so`, n, customer)
+	require.NoError(t, err)
+}
+
+// Paging through 500 sales orders while 4 writers add more returns every
+// order that existed before the first page exactly once.
+func TestSalesOrdersPagingWhileWritersAdd(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	seedSalesOrders(t, s, 500, "История")
+	var existing []string
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT array_agg(id::text ORDER BY id) FROM sales_orders`).Scan(&existing))
+	require.Len(t, existing, 500)
+
+	ctx, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	var added atomic.Int64
+	for w := range 4 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				_, res, err := s.Post(s.Token, apptest.CreateSalesOrder, map[string]any{"customer": fmt.Sprintf("writer %d", w)})
+				if err == nil && len(res.Errors) == 0 {
+					added.Add(1)
+				}
+			}
+		})
+	}
+	seen := map[string]int{}
+	var after *string
+	pages := 0
+	for {
+		p := apptest.GQL[salesOrderPage](t, s, salesOrdersQuery, map[string]any{"first": 37, "after": after})
+		pages++
+		for _, e := range p.SalesOrders.Edges {
+			seen[e.Node.ID]++
+		}
+		if !p.SalesOrders.PageInfo.HasNextPage {
+			break
+		}
+		after = p.SalesOrders.PageInfo.EndCursor
+	}
+	stop()
+	wg.Wait()
+	require.Positive(t, added.Load(), "the writers added orders while paging")
+	for _, id := range existing {
+		require.Equal(t, 1, seen[id], "order %s seen %d times", id, seen[id])
+	}
+	require.GreaterOrEqual(t, pages, 500/37)
+}
+
+func TestSalesOrdersFilters(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	apptest.GQL[map[string]any](t, s, `mutation { createItem(input: {sku: "B2", name: "Стул", unit: "шт"}) { id } }`, nil)
+	seedSalesOrders(t, s, 30, "Старый")
+	a := createSalesOrder(t, s)
+	b := apptest.GQL[struct {
+		CreateSalesOrder docState `json:"createSalesOrder"`
+	}](t, s, `mutation { createSalesOrder(input: {customer: "Петров", lines: [{sku: "B2", quantity: "1"}, {sku: "B2", quantity: "2"}]}) { id number status version } }`, nil).CreateSalesOrder
+	mutate(t, s, "cancelSalesOrder", cancelSalesOrder, map[string]any{"id": a.ID, "v": 1, "r": "x"})
+	received := apptest.GQL[struct {
+		ReceiveOrder struct{ Order docState } `json:"receiveOrder"`
+	}](t, s, `mutation { receiveOrder(input: {source: SHOP, externalId: "shop-1", customer: "Петров", lines: [{sku: "A1", quantity: "1"}]}) { order { id number status version } } }`, nil).ReceiveOrder.Order
+
+	ids := func(f map[string]any, first int) []string {
+		t.Helper()
+		p := apptest.GQL[salesOrderPage](t, s, salesOrdersQuery, map[string]any{"f": f, "first": first})
+		out := []string{}
+		for _, e := range p.SalesOrders.Edges {
+			out = append(out, e.Node.ID)
+		}
+		return out
+	}
+	require.Equal(t, []string{received.ID, b.ID, a.ID}, ids(nil, 3), "newest first")
+	require.Equal(t, []string{a.ID}, ids(map[string]any{"statuses": []string{"cancelled"}}, 50))
+	require.Equal(t, []string{received.ID, b.ID}, ids(map[string]any{"statuses": []string{"cancelled", "new", "accepted"}}, 2))
+	require.Equal(t, []string{received.ID, b.ID, a.ID, "30"}, ids(map[string]any{"statuses": []string{"cancelled", "new", "accepted"}}, 4))
+	require.Equal(t, []string{received.ID, b.ID}, ids(map[string]any{"customer": "Петров"}, 50))
+	require.Equal(t, []string{b.ID}, ids(map[string]any{"sku": "B2"}, 50), "an order with two lines of the item once")
+	require.Equal(t, []string{received.ID}, ids(map[string]any{"sku": "A1", "customer": "Петров"}, 50))
+	require.Equal(t, []string{received.ID}, ids(map[string]any{"source": "SHOP"}, 50))
+	require.Len(t, ids(map[string]any{"number": "ЗК-2025-00001"}, 50), 10)
+	require.Len(t, ids(map[string]any{"statuses": []string{"new"}, "number": "ЗК-2025-"}, 500), 30)
+	require.Empty(t, ids(map[string]any{"createdTo": "2000-01-01T00:00:00Z"}, 50))
+	require.Len(t, ids(map[string]any{"createdFrom": "2000-01-01T00:00:00Z"}, 500), 33)
+
+	before := readJournal(t, s)
+	for _, tt := range []struct {
+		vars  map[string]any
+		field string
+	}{
+		{map[string]any{"f": map[string]any{"statuses": []string{"open"}}}, "filter.statuses.0"},
+		{map[string]any{"first": 0}, "first"},
+		{map[string]any{"first": 501}, "first"},
+		{map[string]any{"after": "garbage"}, "after"},
+		{map[string]any{"f": map[string]any{"createdFrom": "2026-01-02T00:00:00Z", "createdTo": "2026-01-01T00:00:00Z"}}, "filter.createdTo"},
+	} {
+		e := refused(t, s, salesOrdersQuery, tt.vars, "BAD_USER_INPUT")
+		require.Equal(t, tt.field, e.Extensions["field"], e.Message)
+	}
+	require.Equal(t, before, readJournal(t, s))
+	// The complexity limit weighs first: ten aliases of 500 orders with
+	// their lines are refused before they run.
+	q := "{"
+	for i := range 10 {
+		q += fmt.Sprintf(" a%d: salesOrders(first: 500) { edges { node { id number lines { sku quantity } } } }", i)
+	}
+	e := refused(t, s, q+" }", nil, "COMPLEXITY_LIMIT_EXCEEDED")
+	require.NotEmpty(t, e.Message)
+}
