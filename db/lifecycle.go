@@ -53,7 +53,8 @@ type DocKind struct {
 	Noun string
 	// next maps a status to the statuses it may go to.
 	next map[string][]string
-	lock func(ctx context.Context, db dbsqlc.DBTX, id int64) (docState, error)
+	lock     func(ctx context.Context, db dbsqlc.DBTX, id int64) (docState, error)
+	byNumber func(ctx context.Context, db dbsqlc.DBTX, number string) (int64, error)
 	set  func(ctx context.Context, db dbsqlc.DBTX, status string, id int64) (int32, error)
 }
 
@@ -66,8 +67,9 @@ var (
 			SalesOrderAccepted:     {SalesOrderInProduction, SalesOrderShipped, SalesOrderCancelled},
 			SalesOrderInProduction: {SalesOrderShipped, SalesOrderCancelled},
 		},
-		lock: lockWith(queries.SalesOrderLockStatus),
-		set:  queries.SalesOrderSetStatus,
+		lock:     lockWith(queries.SalesOrderLockStatus),
+		set:      queries.SalesOrderSetStatus,
+		byNumber: queries.SalesOrderGetIDByNumber,
 	}
 	ProductionOrders = &DocKind{
 		Entity: EntityProdOrders, PayloadEntity: payloadProdOrder, Noun: "production order",
@@ -75,8 +77,9 @@ var (
 			ProductionPlanned:  {ProductionReleased, ProductionCancelled},
 			ProductionReleased: {ProductionCompleted, ProductionCancelled},
 		},
-		lock: lockWith(queries.ProductionOrderLockStatus),
-		set:  queries.ProductionOrderSetStatus,
+		lock:     lockWith(queries.ProductionOrderLockStatus),
+		set:      queries.ProductionOrderSetStatus,
+		byNumber: queries.ProductionOrderGetIDByNumber,
 	}
 	PurchaseOrders = &DocKind{
 		Entity: EntityPurchaseOrders, PayloadEntity: payloadPurchaseOrder, Noun: "purchase order",
@@ -85,8 +88,9 @@ var (
 			PurchasePartiallyReceived: {PurchaseReceived, PurchaseClosed},
 			PurchaseReceived:          {PurchaseClosed},
 		},
-		lock: lockWith(queries.PurchaseOrderLockStatus),
-		set:  queries.PurchaseOrderSetStatus,
+		lock:     lockWith(queries.PurchaseOrderLockStatus),
+		set:      queries.PurchaseOrderSetStatus,
+		byNumber: queries.PurchaseOrderGetIDByNumber,
 	}
 	WarehouseMoves = &DocKind{
 		Entity: EntityWarehouseMoves, PayloadEntity: payloadWarehouseMove, Noun: "warehouse move",
@@ -94,8 +98,9 @@ var (
 			MoveDraft:  {MovePosted},
 			MovePosted: {MoveReversed},
 		},
-		lock: lockWith(queries.WarehouseMoveLockStatus),
-		set:  queries.WarehouseMoveSetStatus,
+		lock:     lockWith(queries.WarehouseMoveLockStatus),
+		set:      queries.WarehouseMoveSetStatus,
+		byNumber: queries.WarehouseMoveGetIDByNumber,
 	}
 )
 
@@ -394,4 +399,14 @@ func CancelPurchaseOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int6
 	}
 	po, err := PurchaseOrderByID(ctx, tx, id)
 	return po, []Event{ev}, err
+}
+
+// IDByNumber returns the id of the document of kind k numbered number
+// ("ЗК-2026-000422"), or ErrNotFound.
+func (k *DocKind) IDByNumber(ctx context.Context, q Querier, number string) (int64, error) {
+	id, err := k.byNumber(ctx, q, strings.TrimSpace(number))
+	if err != nil {
+		return 0, fmt.Errorf("find %s %s: %w", k.Noun, number, translate(err))
+	}
+	return id, nil
 }

@@ -198,14 +198,14 @@ type ComplexityRoot struct {
 		Events          func(childComplexity int, filter *db.EventFilter, first *int, after *string) int
 		Items           func(childComplexity int) int
 		Me              func(childComplexity int) int
-		ProductionOrder func(childComplexity int, id int64) int
-		PurchaseOrder   func(childComplexity int, id int64) int
-		SalesOrder      func(childComplexity int, id int64) int
+		ProductionOrder func(childComplexity int, id *int64, number *string) int
+		PurchaseOrder   func(childComplexity int, id *int64, number *string) int
+		SalesOrder      func(childComplexity int, id *int64, number *string) int
 		SalesOrders     func(childComplexity int, filter *model.SalesOrderFilter, first *int, after *string) int
 		Subscribers     func(childComplexity int) int
 		Tokens          func(childComplexity int, login *string) int
 		Users           func(childComplexity int) int
-		WarehouseMove   func(childComplexity int, id int64) int
+		WarehouseMove   func(childComplexity int, id *int64, number *string) int
 		Warehouses      func(childComplexity int) int
 	}
 
@@ -1138,7 +1138,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.ProductionOrder(childComplexity, args["id"].(int64)), true
+		return e.ComplexityRoot.Query.ProductionOrder(childComplexity, args["id"].(*int64), args["number"].(*string)), true
 	case "Query.purchaseOrder":
 		if e.ComplexityRoot.Query.PurchaseOrder == nil {
 			break
@@ -1149,7 +1149,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.PurchaseOrder(childComplexity, args["id"].(int64)), true
+		return e.ComplexityRoot.Query.PurchaseOrder(childComplexity, args["id"].(*int64), args["number"].(*string)), true
 	case "Query.salesOrder":
 		if e.ComplexityRoot.Query.SalesOrder == nil {
 			break
@@ -1160,7 +1160,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.SalesOrder(childComplexity, args["id"].(int64)), true
+		return e.ComplexityRoot.Query.SalesOrder(childComplexity, args["id"].(*int64), args["number"].(*string)), true
 	case "Query.salesOrders":
 		if e.ComplexityRoot.Query.SalesOrders == nil {
 			break
@@ -1205,7 +1205,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.WarehouseMove(childComplexity, args["id"].(int64)), true
+		return e.ComplexityRoot.Query.WarehouseMove(childComplexity, args["id"].(*int64), args["number"].(*string)), true
 	case "Query.warehouses":
 		if e.ComplexityRoot.Query.Warehouses == nil {
 			break

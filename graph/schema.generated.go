@@ -58,10 +58,10 @@ type QueryResolver interface {
 	Subscribers(ctx context.Context) ([]db.Subscriber, error)
 	Deliveries(ctx context.Context, filter *model.DeliveryFilter, first *int, after *string) (*model.DeliveryConnection, error)
 	DeadDeliveries(ctx context.Context, subscriber *string, first *int, after *string) (*model.DeliveryConnection, error)
-	SalesOrder(ctx context.Context, id int64) (*db.SalesOrder, error)
-	ProductionOrder(ctx context.Context, id int64) (*db.ProductionOrder, error)
-	WarehouseMove(ctx context.Context, id int64) (*db.WarehouseMove, error)
-	PurchaseOrder(ctx context.Context, id int64) (*db.PurchaseOrder, error)
+	SalesOrder(ctx context.Context, id *int64, number *string) (*db.SalesOrder, error)
+	ProductionOrder(ctx context.Context, id *int64, number *string) (*db.ProductionOrder, error)
+	WarehouseMove(ctx context.Context, id *int64, number *string) (*db.WarehouseMove, error)
+	PurchaseOrder(ctx context.Context, id *int64, number *string) (*db.PurchaseOrder, error)
 	SalesOrders(ctx context.Context, filter *model.SalesOrderFilter, first *int, after *string) (*model.SalesOrderConnection, error)
 	Events(ctx context.Context, filter *db.EventFilter, first *int, after *string) (*model.EventConnection, error)
 	Event(ctx context.Context, id int64) (*db.Event, error)
@@ -699,13 +699,21 @@ func (ec *executionContext) field_Query_productionOrder_args(ctx context.Context
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
-		func(ctx context.Context, v any) (int64, error) {
-			return ec.unmarshalNID2int64(ctx, v)
+		func(ctx context.Context, v any) (*int64, error) {
+			return ec.unmarshalOID2ᚖint64(ctx, v)
 		})
 	if err != nil {
 		return nil, err
 	}
 	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "number",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["number"] = arg1
 	return args, nil
 }
 
@@ -713,13 +721,21 @@ func (ec *executionContext) field_Query_purchaseOrder_args(ctx context.Context, 
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
-		func(ctx context.Context, v any) (int64, error) {
-			return ec.unmarshalNID2int64(ctx, v)
+		func(ctx context.Context, v any) (*int64, error) {
+			return ec.unmarshalOID2ᚖint64(ctx, v)
 		})
 	if err != nil {
 		return nil, err
 	}
 	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "number",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["number"] = arg1
 	return args, nil
 }
 
@@ -727,13 +743,21 @@ func (ec *executionContext) field_Query_salesOrder_args(ctx context.Context, raw
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
-		func(ctx context.Context, v any) (int64, error) {
-			return ec.unmarshalNID2int64(ctx, v)
+		func(ctx context.Context, v any) (*int64, error) {
+			return ec.unmarshalOID2ᚖint64(ctx, v)
 		})
 	if err != nil {
 		return nil, err
 	}
 	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "number",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["number"] = arg1
 	return args, nil
 }
 
@@ -785,13 +809,21 @@ func (ec *executionContext) field_Query_warehouseMove_args(ctx context.Context, 
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
-		func(ctx context.Context, v any) (int64, error) {
-			return ec.unmarshalNID2int64(ctx, v)
+		func(ctx context.Context, v any) (*int64, error) {
+			return ec.unmarshalOID2ᚖint64(ctx, v)
 		})
 	if err != nil {
 		return nil, err
 	}
 	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "number",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["number"] = arg1
 	return args, nil
 }
 
@@ -2842,7 +2874,7 @@ func (ec *executionContext) _Query_salesOrder(ctx context.Context, field graphql
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Query().SalesOrder(ctx, fc.Args["id"].(int64))
+			return ec.Resolvers.Query().SalesOrder(ctx, fc.Args["id"].(*int64), fc.Args["number"].(*string))
 		},
 		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
 			directive0 := next
@@ -2904,7 +2936,7 @@ func (ec *executionContext) _Query_productionOrder(ctx context.Context, field gr
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Query().ProductionOrder(ctx, fc.Args["id"].(int64))
+			return ec.Resolvers.Query().ProductionOrder(ctx, fc.Args["id"].(*int64), fc.Args["number"].(*string))
 		},
 		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
 			directive0 := next
@@ -2966,7 +2998,7 @@ func (ec *executionContext) _Query_warehouseMove(ctx context.Context, field grap
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Query().WarehouseMove(ctx, fc.Args["id"].(int64))
+			return ec.Resolvers.Query().WarehouseMove(ctx, fc.Args["id"].(*int64), fc.Args["number"].(*string))
 		},
 		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
 			directive0 := next
@@ -3028,7 +3060,7 @@ func (ec *executionContext) _Query_purchaseOrder(ctx context.Context, field grap
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Query().PurchaseOrder(ctx, fc.Args["id"].(int64))
+			return ec.Resolvers.Query().PurchaseOrder(ctx, fc.Args["id"].(*int64), fc.Args["number"].(*string))
 		},
 		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
 			directive0 := next

@@ -121,20 +121,20 @@ func (r *mutationResolver) CancelPurchaseOrder(ctx context.Context, id int64, ve
 	})
 }
 
-func (r *queryResolver) SalesOrder(ctx context.Context, id int64) (*db.SalesOrder, error) {
-	return orNil(db.SalesOrderByID(ctx, r.Pool, id))
+func (r *queryResolver) SalesOrder(ctx context.Context, id *int64, number *string) (*db.SalesOrder, error) {
+	return byIDOrNumber(ctx, r.Pool, db.SalesOrders, id, number, db.SalesOrderByID)
 }
 
-func (r *queryResolver) ProductionOrder(ctx context.Context, id int64) (*db.ProductionOrder, error) {
-	return orNil(db.ProductionOrderByID(ctx, r.Pool, id))
+func (r *queryResolver) ProductionOrder(ctx context.Context, id *int64, number *string) (*db.ProductionOrder, error) {
+	return byIDOrNumber(ctx, r.Pool, db.ProductionOrders, id, number, db.ProductionOrderByID)
 }
 
-func (r *queryResolver) WarehouseMove(ctx context.Context, id int64) (*db.WarehouseMove, error) {
-	return orNil(db.WarehouseMoveByID(ctx, r.Pool, id))
+func (r *queryResolver) WarehouseMove(ctx context.Context, id *int64, number *string) (*db.WarehouseMove, error) {
+	return byIDOrNumber(ctx, r.Pool, db.WarehouseMoves, id, number, db.WarehouseMoveByID)
 }
 
-func (r *queryResolver) PurchaseOrder(ctx context.Context, id int64) (*db.PurchaseOrder, error) {
-	return orNil(db.PurchaseOrderByID(ctx, r.Pool, id))
+func (r *queryResolver) PurchaseOrder(ctx context.Context, id *int64, number *string) (*db.PurchaseOrder, error) {
+	return byIDOrNumber(ctx, r.Pool, db.PurchaseOrders, id, number, db.PurchaseOrderByID)
 }
 
 func (r *queryResolver) SalesOrders(ctx context.Context, filter *model.SalesOrderFilter, first *int, after *string) (*model.SalesOrderConnection, error) {

@@ -39,3 +39,20 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// byIDOrNumber reads a document by exactly one of id and number (of kind
+// k), nil when there is none; both or neither is BAD_USER_INPUT.
+func byIDOrNumber[T any](ctx context.Context, q db.Querier, k *db.DocKind, id *int64, number *string,
+	get func(context.Context, db.Querier, int64) (T, error)) (*T, error) {
+	if (id == nil) == (number == nil) {
+		return nil, &db.InputError{Field: "id", Msg: "give exactly one of id and number"}
+	}
+	if number != nil {
+		n, err := k.IDByNumber(ctx, q, *number)
+		if err != nil {
+			return orNil(*new(T), err)
+		}
+		id = &n
+	}
+	return orNil(get(ctx, q, *id))
+}

@@ -155,3 +155,36 @@ func TestSalesOrdersFilters(t *testing.T) {
 	e := refused(t, s, q+" }", nil, "COMPLEXITY_LIMIT_EXCEEDED")
 	require.NotEmpty(t, e.Message)
 }
+
+func TestDocumentsByNumber(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	so := createSalesOrder(t, s)
+	po := apptest.GQL[struct {
+		CreateProductionOrder docState `json:"createProductionOrder"`
+	}](t, s, `mutation { createProductionOrder(input: {sku: "A1", quantity: "1"}) { id number status version } }`, nil).CreateProductionOrder
+	pur := apptest.GQL[struct {
+		CreatePurchaseOrder docState `json:"createPurchaseOrder"`
+	}](t, s, `mutation { createPurchaseOrder(input: {supplier: "S", lines: [{sku: "A1", quantity: "1"}]}) { id number status version } }`, nil).CreatePurchaseOrder
+	mv := apptest.GQL[struct {
+		CreateWarehouseMove docState `json:"createWarehouseMove"`
+	}](t, s, `mutation { createWarehouseMove(input: {kind: RECEIPT, toWarehouse: "MAIN", lines: [{sku: "A1", quantity: "1"}]}) { id number status version } }`, nil).CreateWarehouseMove
+	for _, tt := range []struct {
+		field string
+		doc   docState
+	}{{"salesOrder", so}, {"productionOrder", po}, {"purchaseOrder", pur}, {"warehouseMove", mv}} {
+		byNumber := fmt.Sprintf(`query($n: String) { %s(number: $n) { id number status version } }`, tt.field)
+		got := apptest.GQL[map[string]*docState](t, s, byNumber, map[string]any{"n": tt.doc.Number})
+		require.Equal(t, tt.doc, *got[tt.field], tt.field)
+		got = apptest.GQL[map[string]*docState](t, s, byNumber, map[string]any{"n": "ЗК-1999-000001"})
+		require.Nil(t, got[tt.field], "%s: an unknown number is null", tt.field)
+		for _, q := range []string{
+			fmt.Sprintf(`{ %s { id } }`, tt.field),
+			fmt.Sprintf(`{ %s(id: "%s", number: "%s") { id } }`, tt.field, tt.doc.ID, tt.doc.Number),
+		} {
+			e := refused(t, s, q, nil, "BAD_USER_INPUT")
+			require.Contains(t, e.Message, "exactly one of id and number", tt.field)
+		}
+	}
+}

@@ -34,3 +34,6 @@ UPDATE plan_prod_orders SET status = @status, version = version + 1 WHERE id = @
 SELECT number FROM plan_prod_orders
 WHERE sales_order_id = @sales_order_id AND status = 'released'
 ORDER BY number;
+
+-- name: ProductionOrderGetIDByNumber :one
+SELECT id FROM plan_prod_orders WHERE number = @number;

@@ -33,3 +33,6 @@ SELECT number, status, version FROM wh_purchase_orders WHERE id = @id FOR NO KEY
 -- PurchaseOrderSetStatus sets the status of purchase order id, locked by
 -- PurchaseOrderLockStatus, and bumps its version; returns the new version.
 UPDATE wh_purchase_orders SET status = @status, version = version + 1 WHERE id = @id RETURNING version;
+
+-- name: PurchaseOrderGetIDByNumber :one
+SELECT id FROM wh_purchase_orders WHERE number = @number;

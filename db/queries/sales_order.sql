@@ -168,3 +168,6 @@ SELECT l.sales_order_id, l.line_no, i.sku, i.name AS item_name, i.unit, l.quanti
 FROM sales_order_lines l JOIN items i ON i.id = l.item_id
 WHERE l.sales_order_id = ANY (@ids::bigint[])
 ORDER BY l.sales_order_id, l.line_no;
+
+-- name: SalesOrderGetIDByNumber :one
+SELECT id FROM sales_orders WHERE number = @number;

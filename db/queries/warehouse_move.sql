@@ -42,3 +42,6 @@ SELECT number, status, version FROM wh_moves WHERE id = @id FOR NO KEY UPDATE;
 -- WarehouseMoveSetStatus sets the status of move id, locked by
 -- WarehouseMoveLockStatus, and bumps its version; returns the new version.
 UPDATE wh_moves SET status = @status, version = version + 1 WHERE id = @id RETURNING version;
+
+-- name: WarehouseMoveGetIDByNumber :one
+SELECT id FROM wh_moves WHERE number = @number;

@@ -63,6 +63,17 @@ func (q *Queries) ProductionOrderGetByID(ctx context.Context, db DBTX, id int64)
 	return i, err
 }
 
+const productionOrderGetIDByNumber = `-- name: ProductionOrderGetIDByNumber :one
+SELECT id FROM plan_prod_orders WHERE number = $1
+`
+
+func (q *Queries) ProductionOrderGetIDByNumber(ctx context.Context, db DBTX, number string) (int64, error) {
+	row := db.QueryRow(ctx, productionOrderGetIDByNumber, number)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
+}
+
 const productionOrderInsert = `-- name: ProductionOrderInsert :one
 INSERT INTO plan_prod_orders (number, item_id, quantity, sales_order_id, sales_order_line_no, created_by)
 VALUES ($1, $2, $3, $4, $5, $6)

@@ -50,6 +50,17 @@ func (q *Queries) PurchaseOrderGetByID(ctx context.Context, db DBTX, id int64) (
 	return i, err
 }
 
+const purchaseOrderGetIDByNumber = `-- name: PurchaseOrderGetIDByNumber :one
+SELECT id FROM wh_purchase_orders WHERE number = $1
+`
+
+func (q *Queries) PurchaseOrderGetIDByNumber(ctx context.Context, db DBTX, number string) (int64, error) {
+	row := db.QueryRow(ctx, purchaseOrderGetIDByNumber, number)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
+}
+
 const purchaseOrderInsert = `-- name: PurchaseOrderInsert :one
 INSERT INTO wh_purchase_orders (number, supplier, created_by)
 VALUES ($1, $2, $3)

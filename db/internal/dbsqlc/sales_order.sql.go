@@ -66,6 +66,17 @@ func (q *Queries) SalesOrderGetIDByExternalID(ctx context.Context, db DBTX, sour
 	return id, err
 }
 
+const salesOrderGetIDByNumber = `-- name: SalesOrderGetIDByNumber :one
+SELECT id FROM sales_orders WHERE number = $1
+`
+
+func (q *Queries) SalesOrderGetIDByNumber(ctx context.Context, db DBTX, number string) (int64, error) {
+	row := db.QueryRow(ctx, salesOrderGetIDByNumber, number)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
+}
+
 const salesOrderInsert = `-- name: SalesOrderInsert :many
 WITH so AS (
     INSERT INTO sales_orders (number, customer, created_by, source, external_id)

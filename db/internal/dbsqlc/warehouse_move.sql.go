@@ -55,6 +55,17 @@ func (q *Queries) WarehouseMoveGetByID(ctx context.Context, db DBTX, id int64) (
 	return i, err
 }
 
+const warehouseMoveGetIDByNumber = `-- name: WarehouseMoveGetIDByNumber :one
+SELECT id FROM wh_moves WHERE number = $1
+`
+
+func (q *Queries) WarehouseMoveGetIDByNumber(ctx context.Context, db DBTX, number string) (int64, error) {
+	row := db.QueryRow(ctx, warehouseMoveGetIDByNumber, number)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
+}
+
 const warehouseMoveGetIDBySourceEvent = `-- name: WarehouseMoveGetIDBySourceEvent :one
 SELECT id FROM wh_moves WHERE source_event_id = $1
 `
