@@ -52,10 +52,10 @@ type DocKind struct {
 	// Noun names it in error messages ("sales order").
 	Noun string
 	// next maps a status to the statuses it may go to.
-	next map[string][]string
+	next     map[string][]string
 	lock     func(ctx context.Context, db dbsqlc.DBTX, id int64) (docState, error)
 	byNumber func(ctx context.Context, db dbsqlc.DBTX, number string) (int64, error)
-	set  func(ctx context.Context, db dbsqlc.DBTX, status string, id int64) (int32, error)
+	set      func(ctx context.Context, db dbsqlc.DBTX, status string, id int64) (int32, error)
 }
 
 // The document kinds. A status not in a map is final.
