@@ -188,3 +188,28 @@ func TestDocumentsByNumber(t *testing.T) {
 		}
 	}
 }
+
+func TestEventFilterEntityTakesTableOrPayloadName(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	so := createSalesOrder(t, s)
+	apptest.GQL[map[string]any](t, s, `mutation { createPurchaseOrder(input: {supplier: "S", lines: [{sku: "A1", quantity: "1"}]}) { id } }`, nil)
+	type page struct {
+		Events struct {
+			Edges []struct{ Node struct{ Entity, EntityID string } }
+		}
+	}
+	const q = `query($e: String) { events(filter: {entity: $e}) { edges { node { entity entityId } } } }`
+	for _, name := range []string{"sales_orders", "sales_order", " sales_order "} {
+		got := apptest.GQL[page](t, s, q, map[string]any{"e": name})
+		require.Len(t, got.Events.Edges, 1, name)
+		require.Equal(t, "sales_orders", got.Events.Edges[0].Node.Entity, name)
+		require.Equal(t, so.ID, got.Events.Edges[0].Node.EntityID, name)
+	}
+	e := refused(t, s, q, map[string]any{"e": "sales"}, "BAD_USER_INPUT")
+	require.Equal(t, "filter.entity", e.Extensions["field"])
+	for _, known := range []string{"sales_orders", "sales_order", "prod_order", "wh_purchase_orders", "users"} {
+		require.Contains(t, e.Message, known)
+	}
+}
