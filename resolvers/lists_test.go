@@ -197,7 +197,9 @@ func TestEventFilterEntityTakesTableOrPayloadName(t *testing.T) {
 	apptest.GQL[map[string]any](t, s, `mutation { createPurchaseOrder(input: {supplier: "S", lines: [{sku: "A1", quantity: "1"}]}) { id } }`, nil)
 	type page struct {
 		Events struct {
-			Edges []struct{ Node struct{ Entity, EntityID string } }
+			Edges []struct {
+				Node struct{ Entity, EntityID string }
+			}
 		}
 	}
 	const q = `query($e: String) { events(filter: {entity: $e}) { edges { node { entity entityId } } } }`
