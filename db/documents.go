@@ -357,7 +357,13 @@ func InsertReceivedOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in Rece
 	}
 	if len(events) == 0 {
 		existing, err := salesOrderByExternalID(ctx, tx, in.Source, externalID)
-		return ReceivedOrder{Existing: existing, Duplicate: true}, nil, err
+		if err != nil {
+			return ReceivedOrder{}, nil, err
+		}
+		if err := sameOrder(existing, in.Source, externalID, customer, skus, in.Lines); err != nil {
+			return ReceivedOrder{}, nil, err
+		}
+		return ReceivedOrder{Existing: existing, Duplicate: true}, nil, nil
 	}
 	id := pending.order.ID
 	received, err := appendEvent(ctx, tx, actorID, EventOrderReceived, EntitySalesOrders, id, map[string]any{
@@ -766,4 +772,38 @@ func requireText(field, s string) (string, error) {
 		return "", inputErr(field, "at most %d characters", maxTextLen)
 	}
 	return s, nil
+}
+
+// sameOrder checks that an order sent again under a (source, external id)
+// received before is the same order: the customer and every line's item,
+// quantity and price. A difference is a conflicting *InputError naming
+// the first field that differs, since taking it as a duplicate would drop
+// the change silently.
+func sameOrder(existing SalesOrder, source, externalID, customer string, skus []string, lines []LineInput) error {
+	was := fmt.Sprintf("%s order %s was received before as %s", source, externalID, existing.Number)
+	if existing.Customer != customer {
+		return conflictOn("customer", "%s with customer %q, not %q", was, existing.Customer, customer)
+	}
+	if len(existing.Lines) != len(lines) {
+		return conflictOn("lines", "%s with %d lines, not %d", was, len(existing.Lines), len(lines))
+	}
+	for i, l := range existing.Lines {
+		in := lines[i]
+		switch {
+		case l.SKU != skus[i]:
+			return conflictOn(linePath("lines", i, "sku"), "%s with item %q on line %d, not %q", was, l.SKU, i+1, skus[i])
+		case !l.Quantity.Equal(in.Quantity):
+			return conflictOn(linePath("lines", i, "quantity"), "%s with quantity %s on line %d, not %s", was, l.Quantity, i+1, in.Quantity)
+		case (l.Price == nil) != (in.Price == nil) || (l.Price != nil && !l.Price.Equal(*in.Price)):
+			return conflictOn(linePath("lines", i, "price"), "%s with price %s on line %d, not %s", was, priceText(l.Price), i+1, priceText(in.Price))
+		}
+	}
+	return nil
+}
+
+func priceText(p *decimal.Decimal) string {
+	if p == nil {
+		return "none"
+	}
+	return p.String()
 }

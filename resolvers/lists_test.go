@@ -215,3 +215,45 @@ func TestEventFilterEntityTakesTableOrPayloadName(t *testing.T) {
 		require.Contains(t, e.Message, known)
 	}
 }
+
+func TestReceiveOrderAgainWithChangesIsConflict(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	const q = `mutation($c: String!, $lines: [LineInput!]!) { receiveOrder(input: {source: SHOP, externalId: "shop-7826d8468b3d", customer: $c, lines: $lines}) {
+		duplicate order { id number } } }`
+	type result struct {
+		ReceiveOrder struct {
+			Duplicate bool
+			Order     struct{ ID, Number string }
+		} `json:"receiveOrder"`
+	}
+	one := []map[string]any{{"sku": "A1", "quantity": "1.5", "price": "10"}}
+	first := apptest.GQL[result](t, s, q, map[string]any{"c": "Иванов", "lines": one}).ReceiveOrder
+	require.False(t, first.Duplicate)
+	again := apptest.GQL[result](t, s, q, map[string]any{"c": " Иванов ", "lines": []map[string]any{{"sku": "A1", "quantity": "1.500", "price": "10.00"}}}).ReceiveOrder
+	require.True(t, again.Duplicate, "the same order again, written differently")
+	require.Equal(t, first.Order, again.Order)
+
+	before := readJournal(t, s)
+	var orders int
+	for _, tt := range []struct {
+		name     string
+		vars     map[string]any
+		field    string
+		contains string
+	}{
+		{"customer", map[string]any{"c": "Петров", "lines": one}, "input.customer", `customer "Иванов", not "Петров"`},
+		{"quantity", map[string]any{"c": "Иванов", "lines": []map[string]any{{"sku": "A1", "quantity": "2", "price": "10"}}}, "input.lines.0.quantity", "quantity 1.5"},
+		{"price", map[string]any{"c": "Иванов", "lines": []map[string]any{{"sku": "A1", "quantity": "1.5"}}}, "input.lines.0.price", "price 10 on line 1, not none"},
+		{"lines", map[string]any{"c": "Иванов", "lines": append(one, map[string]any{"sku": "A1", "quantity": "1"})}, "input.lines", "1 lines, not 2"},
+	} {
+		e := refused(t, s, q, tt.vars, "CONFLICT")
+		require.Equal(t, tt.field, e.Extensions["field"], tt.name)
+		require.Contains(t, e.Message, tt.contains, tt.name)
+		require.Contains(t, e.Message, first.Order.Number, tt.name)
+	}
+	require.Equal(t, before, readJournal(t, s))
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM sales_orders`).Scan(&orders))
+	require.Equal(t, 1, orders)
+}
