@@ -181,6 +181,16 @@ type ComplexityRoot struct {
 		Version          func(childComplexity int) int
 	}
 
+	ProductionOrderConnection struct {
+		Edges    func(childComplexity int) int
+		PageInfo func(childComplexity int) int
+	}
+
+	ProductionOrderEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
 	PurchaseOrder struct {
 		CreatedAt func(childComplexity int) int
 		ID        func(childComplexity int) int
@@ -191,22 +201,35 @@ type ComplexityRoot struct {
 		Version   func(childComplexity int) int
 	}
 
+	PurchaseOrderConnection struct {
+		Edges    func(childComplexity int) int
+		PageInfo func(childComplexity int) int
+	}
+
+	PurchaseOrderEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
 	Query struct {
-		DeadDeliveries  func(childComplexity int, subscriber *string, first *int, after *string) int
-		Deliveries      func(childComplexity int, filter *model.DeliveryFilter, first *int, after *string) int
-		Event           func(childComplexity int, id int64) int
-		Events          func(childComplexity int, filter *db.EventFilter, first *int, after *string) int
-		Items           func(childComplexity int) int
-		Me              func(childComplexity int) int
-		ProductionOrder func(childComplexity int, id *int64, number *string) int
-		PurchaseOrder   func(childComplexity int, id *int64, number *string) int
-		SalesOrder      func(childComplexity int, id *int64, number *string) int
-		SalesOrders     func(childComplexity int, filter *model.SalesOrderFilter, first *int, after *string) int
-		Subscribers     func(childComplexity int) int
-		Tokens          func(childComplexity int, login *string) int
-		Users           func(childComplexity int) int
-		WarehouseMove   func(childComplexity int, id *int64, number *string) int
-		Warehouses      func(childComplexity int) int
+		DeadDeliveries   func(childComplexity int, subscriber *string, first *int, after *string) int
+		Deliveries       func(childComplexity int, filter *model.DeliveryFilter, first *int, after *string) int
+		Event            func(childComplexity int, id int64) int
+		Events           func(childComplexity int, filter *db.EventFilter, first *int, after *string) int
+		Items            func(childComplexity int) int
+		Me               func(childComplexity int) int
+		ProductionOrder  func(childComplexity int, id *int64, number *string) int
+		ProductionOrders func(childComplexity int, filter *model.ProductionOrderFilter, first *int, after *string) int
+		PurchaseOrder    func(childComplexity int, id *int64, number *string) int
+		PurchaseOrders   func(childComplexity int, filter *model.PurchaseOrderFilter, first *int, after *string) int
+		SalesOrder       func(childComplexity int, id *int64, number *string) int
+		SalesOrders      func(childComplexity int, filter *model.SalesOrderFilter, first *int, after *string) int
+		Subscribers      func(childComplexity int) int
+		Tokens           func(childComplexity int, login *string) int
+		Users            func(childComplexity int) int
+		WarehouseMove    func(childComplexity int, id *int64, number *string) int
+		WarehouseMoves   func(childComplexity int, filter *model.WarehouseMoveFilter, first *int, after *string) int
+		Warehouses       func(childComplexity int) int
 	}
 
 	ReceiveOrderResult struct {
@@ -285,6 +308,16 @@ type ComplexityRoot struct {
 		Status            func(childComplexity int) int
 		ToWarehouse       func(childComplexity int) int
 		Version           func(childComplexity int) int
+	}
+
+	WarehouseMoveConnection struct {
+		Edges    func(childComplexity int) int
+		PageInfo func(childComplexity int) int
+	}
+
+	WarehouseMoveEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
 	}
 }
 
@@ -1028,6 +1061,32 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.ProductionOrder.Version(childComplexity), true
 
+	case "ProductionOrderConnection.edges":
+		if e.ComplexityRoot.ProductionOrderConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProductionOrderConnection.Edges(childComplexity), true
+	case "ProductionOrderConnection.pageInfo":
+		if e.ComplexityRoot.ProductionOrderConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProductionOrderConnection.PageInfo(childComplexity), true
+
+	case "ProductionOrderEdge.cursor":
+		if e.ComplexityRoot.ProductionOrderEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProductionOrderEdge.Cursor(childComplexity), true
+	case "ProductionOrderEdge.node":
+		if e.ComplexityRoot.ProductionOrderEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProductionOrderEdge.Node(childComplexity), true
+
 	case "PurchaseOrder.createdAt":
 		if e.ComplexityRoot.PurchaseOrder.CreatedAt == nil {
 			break
@@ -1070,6 +1129,32 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.PurchaseOrder.Version(childComplexity), true
+
+	case "PurchaseOrderConnection.edges":
+		if e.ComplexityRoot.PurchaseOrderConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PurchaseOrderConnection.Edges(childComplexity), true
+	case "PurchaseOrderConnection.pageInfo":
+		if e.ComplexityRoot.PurchaseOrderConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PurchaseOrderConnection.PageInfo(childComplexity), true
+
+	case "PurchaseOrderEdge.cursor":
+		if e.ComplexityRoot.PurchaseOrderEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PurchaseOrderEdge.Cursor(childComplexity), true
+	case "PurchaseOrderEdge.node":
+		if e.ComplexityRoot.PurchaseOrderEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PurchaseOrderEdge.Node(childComplexity), true
 
 	case "Query.deadDeliveries":
 		if e.ComplexityRoot.Query.DeadDeliveries == nil {
@@ -1139,6 +1224,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.ProductionOrder(childComplexity, args["id"].(*int64), args["number"].(*string)), true
+	case "Query.productionOrders":
+		if e.ComplexityRoot.Query.ProductionOrders == nil {
+			break
+		}
+
+		args, err := ec.field_Query_productionOrders_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.ProductionOrders(childComplexity, args["filter"].(*model.ProductionOrderFilter), args["first"].(*int), args["after"].(*string)), true
 	case "Query.purchaseOrder":
 		if e.ComplexityRoot.Query.PurchaseOrder == nil {
 			break
@@ -1150,6 +1246,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.PurchaseOrder(childComplexity, args["id"].(*int64), args["number"].(*string)), true
+	case "Query.purchaseOrders":
+		if e.ComplexityRoot.Query.PurchaseOrders == nil {
+			break
+		}
+
+		args, err := ec.field_Query_purchaseOrders_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.PurchaseOrders(childComplexity, args["filter"].(*model.PurchaseOrderFilter), args["first"].(*int), args["after"].(*string)), true
 	case "Query.salesOrder":
 		if e.ComplexityRoot.Query.SalesOrder == nil {
 			break
@@ -1206,6 +1313,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.WarehouseMove(childComplexity, args["id"].(*int64), args["number"].(*string)), true
+	case "Query.warehouseMoves":
+		if e.ComplexityRoot.Query.WarehouseMoves == nil {
+			break
+		}
+
+		args, err := ec.field_Query_warehouseMoves_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.WarehouseMoves(childComplexity, args["filter"].(*model.WarehouseMoveFilter), args["first"].(*int), args["after"].(*string)), true
 	case "Query.warehouses":
 		if e.ComplexityRoot.Query.Warehouses == nil {
 			break
@@ -1533,6 +1651,32 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.WarehouseMove.Version(childComplexity), true
 
+	case "WarehouseMoveConnection.edges":
+		if e.ComplexityRoot.WarehouseMoveConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WarehouseMoveConnection.Edges(childComplexity), true
+	case "WarehouseMoveConnection.pageInfo":
+		if e.ComplexityRoot.WarehouseMoveConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WarehouseMoveConnection.PageInfo(childComplexity), true
+
+	case "WarehouseMoveEdge.cursor":
+		if e.ComplexityRoot.WarehouseMoveEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WarehouseMoveEdge.Cursor(childComplexity), true
+	case "WarehouseMoveEdge.node":
+		if e.ComplexityRoot.WarehouseMoveEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WarehouseMoveEdge.Node(childComplexity), true
+
 	}
 	return 0, false
 }
@@ -1547,13 +1691,16 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("EventFilter", ec.unmarshalInputEventFilter),
 			graphql.NewInputUnmarshaler("ItemInput", ec.unmarshalInputItemInput),
 			graphql.NewInputUnmarshaler("LineInput", ec.unmarshalInputLineInput),
+			graphql.NewInputUnmarshaler("ProductionOrderFilter", ec.unmarshalInputProductionOrderFilter),
 			graphql.NewInputUnmarshaler("ProductionOrderInput", ec.unmarshalInputProductionOrderInput),
+			graphql.NewInputUnmarshaler("PurchaseOrderFilter", ec.unmarshalInputPurchaseOrderFilter),
 			graphql.NewInputUnmarshaler("PurchaseOrderInput", ec.unmarshalInputPurchaseOrderInput),
 			graphql.NewInputUnmarshaler("ReceiveOrderInput", ec.unmarshalInputReceiveOrderInput),
 			graphql.NewInputUnmarshaler("SalesOrderFilter", ec.unmarshalInputSalesOrderFilter),
 			graphql.NewInputUnmarshaler("SalesOrderInput", ec.unmarshalInputSalesOrderInput),
 			graphql.NewInputUnmarshaler("UserInput", ec.unmarshalInputUserInput),
 			graphql.NewInputUnmarshaler("WarehouseInput", ec.unmarshalInputWarehouseInput),
+			graphql.NewInputUnmarshaler("WarehouseMoveFilter", ec.unmarshalInputWarehouseMoveFilter),
 			graphql.NewInputUnmarshaler("WarehouseMoveInput", ec.unmarshalInputWarehouseMoveInput),
 			graphql.NewInputUnmarshaler("WebhookSubscriberInput", ec.unmarshalInputWebhookSubscriberInput),
 			graphql.NewInputUnmarshaler("WebhookSubscriberUpdate", ec.unmarshalInputWebhookSubscriberUpdate),
@@ -1895,6 +2042,26 @@ func (ec *executionContext) childFields_ProductionOrder(ctx context.Context, fie
 	return nil, fmt.Errorf("no field named %q was found under type ProductionOrder", field.Name)
 }
 
+func (ec *executionContext) childFields_ProductionOrderConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_ProductionOrderConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_ProductionOrderConnection_pageInfo(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ProductionOrderConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_ProductionOrderEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_ProductionOrderEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_ProductionOrderEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ProductionOrderEdge", field.Name)
+}
+
 func (ec *executionContext) childFields_PurchaseOrder(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -1913,6 +2080,26 @@ func (ec *executionContext) childFields_PurchaseOrder(ctx context.Context, field
 		return ec.fieldContext_PurchaseOrder_lines(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type PurchaseOrder", field.Name)
+}
+
+func (ec *executionContext) childFields_PurchaseOrderConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_PurchaseOrderConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_PurchaseOrderConnection_pageInfo(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type PurchaseOrderConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_PurchaseOrderEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_PurchaseOrderEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_PurchaseOrderEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type PurchaseOrderEdge", field.Name)
 }
 
 func (ec *executionContext) childFields_ReceiveOrderResult(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2061,6 +2248,26 @@ func (ec *executionContext) childFields_WarehouseMove(ctx context.Context, field
 		return ec.fieldContext_WarehouseMove_sourceEventId(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type WarehouseMove", field.Name)
+}
+
+func (ec *executionContext) childFields_WarehouseMoveConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_WarehouseMoveConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_WarehouseMoveConnection_pageInfo(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type WarehouseMoveConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_WarehouseMoveEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_WarehouseMoveEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_WarehouseMoveEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type WarehouseMoveEdge", field.Name)
 }
 
 func (ec *executionContext) childFields___Directive(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

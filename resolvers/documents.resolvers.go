@@ -154,13 +154,63 @@ func (r *queryResolver) SalesOrders(ctx context.Context, filter *model.SalesOrde
 	if err != nil {
 		return nil, err
 	}
-	conn := &model.SalesOrderConnection{Edges: make([]model.SalesOrderEdge, len(page.SalesOrders)),
-		PageInfo: &model.PageInfo{HasNextPage: page.HasNextPage}}
-	for i := range page.SalesOrders {
-		conn.Edges[i] = model.SalesOrderEdge{Cursor: page.Cursors[i], Node: &page.SalesOrders[i]}
+	conn := &model.SalesOrderConnection{Edges: make([]model.SalesOrderEdge, len(page.Items)), PageInfo: pageInfo(page)}
+	for i := range page.Items {
+		conn.Edges[i] = model.SalesOrderEdge{Cursor: page.Cursors[i], Node: &page.Items[i]}
 	}
-	if n := len(page.Cursors); n > 0 {
-		conn.PageInfo.EndCursor = &page.Cursors[n-1]
+	return conn, nil
+}
+
+func (r *queryResolver) ProductionOrders(ctx context.Context, filter *model.ProductionOrderFilter, first *int, after *string) (*model.ProductionOrderConnection, error) {
+	var f db.ProductionOrderFilter
+	if filter != nil {
+		f = db.ProductionOrderFilter{DocFilter: db.DocFilter{Statuses: filter.Statuses, NumberPrefix: filter.Number, SKU: filter.Sku,
+			CreatedFrom: filter.CreatedFrom, CreatedTo: filter.CreatedTo}, SalesOrderID: filter.SalesOrderID}
+	}
+	page, err := db.ListProductionOrders(ctx, r.Pool, f, pageSize(first), deref(after))
+	if err != nil {
+		return nil, err
+	}
+	conn := &model.ProductionOrderConnection{Edges: make([]model.ProductionOrderEdge, len(page.Items)), PageInfo: pageInfo(page)}
+	for i := range page.Items {
+		conn.Edges[i] = model.ProductionOrderEdge{Cursor: page.Cursors[i], Node: &page.Items[i]}
+	}
+	return conn, nil
+}
+
+func (r *queryResolver) PurchaseOrders(ctx context.Context, filter *model.PurchaseOrderFilter, first *int, after *string) (*model.PurchaseOrderConnection, error) {
+	var f db.PurchaseOrderFilter
+	if filter != nil {
+		f = db.PurchaseOrderFilter{DocFilter: db.DocFilter{Statuses: filter.Statuses, NumberPrefix: filter.Number, SKU: filter.Sku,
+			CreatedFrom: filter.CreatedFrom, CreatedTo: filter.CreatedTo}, Supplier: filter.Supplier}
+	}
+	page, err := db.ListPurchaseOrders(ctx, r.Pool, f, pageSize(first), deref(after))
+	if err != nil {
+		return nil, err
+	}
+	conn := &model.PurchaseOrderConnection{Edges: make([]model.PurchaseOrderEdge, len(page.Items)), PageInfo: pageInfo(page)}
+	for i := range page.Items {
+		conn.Edges[i] = model.PurchaseOrderEdge{Cursor: page.Cursors[i], Node: &page.Items[i]}
+	}
+	return conn, nil
+}
+
+func (r *queryResolver) WarehouseMoves(ctx context.Context, filter *model.WarehouseMoveFilter, first *int, after *string) (*model.WarehouseMoveConnection, error) {
+	var f db.WarehouseMoveFilter
+	if filter != nil {
+		f = db.WarehouseMoveFilter{DocFilter: db.DocFilter{Statuses: filter.Statuses, NumberPrefix: filter.Number, SKU: filter.Sku,
+			CreatedFrom: filter.CreatedFrom, CreatedTo: filter.CreatedTo}, Warehouse: filter.Warehouse}
+		for _, k := range filter.Kinds {
+			f.Kinds = append(f.Kinds, moveKinds[k])
+		}
+	}
+	page, err := db.ListWarehouseMoves(ctx, r.Pool, f, pageSize(first), deref(after))
+	if err != nil {
+		return nil, err
+	}
+	conn := &model.WarehouseMoveConnection{Edges: make([]model.WarehouseMoveEdge, len(page.Items)), PageInfo: pageInfo(page)}
+	for i := range page.Items {
+		conn.Edges[i] = model.WarehouseMoveEdge{Cursor: page.Cursors[i], Node: &page.Items[i]}
 	}
 	return conn, nil
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"erp/db"
+	"erp/graph/model"
 	"erp/jobs"
 )
 
@@ -55,4 +56,13 @@ func byIDOrNumber[T any](ctx context.Context, q db.Querier, k *db.DocKind, id *i
 		id = &n
 	}
 	return orNil(get(ctx, q, *id))
+}
+
+// pageInfo is the Relay page info of a document list page.
+func pageInfo[T any](p db.DocPage[T]) *model.PageInfo {
+	info := &model.PageInfo{HasNextPage: p.HasNextPage}
+	if n := len(p.Cursors); n > 0 {
+		info.EndCursor = &p.Cursors[n-1]
+	}
+	return info
 }

@@ -257,3 +257,56 @@ func TestReceiveOrderAgainWithChangesIsConflict(t *testing.T) {
 	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM sales_orders`).Scan(&orders))
 	require.Equal(t, 1, orders)
 }
+
+func TestProductionPurchaseAndMoveLists(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	so := createSalesOrder(t, s)
+	mk := func(q string) docState {
+		t.Helper()
+		res := apptest.GQL[map[string]docState](t, s, q, nil)
+		for _, d := range res {
+			return d
+		}
+		t.Fatal("no document")
+		return docState{}
+	}
+	po1 := mk(fmt.Sprintf(`mutation { createProductionOrder(input: {sku: "A1", quantity: "1", salesOrderId: "%s"}) { id number status version } }`, so.ID))
+	po2 := mk(`mutation { createProductionOrder(input: {sku: "A1", quantity: "2"}) { id number status version } }`)
+	mutate(t, s, "releaseProductionOrder", releaseProductionOrder, map[string]any{"id": po2.ID, "v": 1})
+	zp1 := mk(`mutation { createPurchaseOrder(input: {supplier: "ООО Лес", lines: [{sku: "A1", quantity: "1"}]}) { id number status version } }`)
+	zp2 := mk(`mutation { createPurchaseOrder(input: {supplier: "ИП Гвоздь", lines: [{sku: "A1", quantity: "1"}]}) { id number status version } }`)
+	mv := mk(fmt.Sprintf(`mutation { createWarehouseMove(input: {kind: RECEIPT, toWarehouse: "MAIN", purchaseOrderId: "%s", lines: [{sku: "A1", quantity: "1"}]}) { id number status version } }`, zp1.ID))
+	mutate(t, s, "cancelPurchaseOrder", cancelPurchaseOrder, map[string]any{"id": zp2.ID, "v": 1, "r": "x"})
+
+	list := func(field, filterType string, f map[string]any) []string {
+		t.Helper()
+		q := fmt.Sprintf(`query($f: %s) { %s(filter: $f, first: 10) { edges { cursor node { id } } pageInfo { hasNextPage endCursor } } }`, filterType, field)
+		res := apptest.GQL[map[string]struct {
+			Edges []struct{ Node struct{ ID string } }
+		}](t, s, q, map[string]any{"f": f})
+		out := []string{}
+		for _, e := range res[field].Edges {
+			out = append(out, e.Node.ID)
+		}
+		return out
+	}
+	require.Equal(t, []string{po2.ID, po1.ID}, list("productionOrders", "ProductionOrderFilter", nil))
+	require.Equal(t, []string{po1.ID}, list("productionOrders", "ProductionOrderFilter", map[string]any{"salesOrderId": so.ID}))
+	require.Equal(t, []string{po2.ID}, list("productionOrders", "ProductionOrderFilter", map[string]any{"statuses": []string{"released"}}))
+	require.Equal(t, []string{po2.ID, po1.ID}, list("productionOrders", "ProductionOrderFilter", map[string]any{"sku": "A1", "number": "ПЗ-"}))
+	require.Equal(t, []string{zp2.ID, zp1.ID}, list("purchaseOrders", "PurchaseOrderFilter", nil))
+	require.Equal(t, []string{zp1.ID}, list("purchaseOrders", "PurchaseOrderFilter", map[string]any{"supplier": "ООО Лес"}))
+	require.Equal(t, []string{zp2.ID}, list("purchaseOrders", "PurchaseOrderFilter", map[string]any{"statuses": []string{"cancelled"}}))
+	require.Empty(t, list("purchaseOrders", "PurchaseOrderFilter", map[string]any{"sku": "NOPE"}))
+	require.Equal(t, []string{mv.ID}, list("warehouseMoves", "WarehouseMoveFilter", map[string]any{"kinds": []string{"RECEIPT"}, "warehouse": "MAIN", "statuses": []string{"posted"}}))
+	require.Empty(t, list("warehouseMoves", "WarehouseMoveFilter", map[string]any{"kinds": []string{"ISSUE_TO_PRODUCTION"}}))
+
+	e := refused(t, s, `{ warehouseMoves(filter: {statuses: ["open"]}) { edges { cursor } } }`, nil, "BAD_USER_INPUT")
+	require.Equal(t, "filter.statuses.0", e.Extensions["field"])
+	// A cursor of another list is refused.
+	soCursor := apptest.GQL[salesOrderPage](t, s, salesOrdersQuery, map[string]any{"first": 1}).SalesOrders.Edges[0].Cursor
+	e = refused(t, s, `query($a: String) { purchaseOrders(after: $a) { edges { cursor } } }`, map[string]any{"a": soCursor}, "BAD_USER_INPUT")
+	require.Equal(t, "after", e.Extensions["field"])
+}

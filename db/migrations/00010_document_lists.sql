@@ -7,14 +7,9 @@
 CREATE INDEX sales_orders_status ON sales_orders (status, id);
 CREATE INDEX sales_orders_customer ON sales_orders (customer, id);
 CREATE INDEX sales_order_lines_item ON sales_order_lines (item_id, sales_order_id);
-CREATE INDEX plan_prod_orders_status ON plan_prod_orders (status, id);
 CREATE INDEX plan_prod_orders_sales_order ON plan_prod_orders (sales_order_id, id);
-CREATE INDEX plan_prod_orders_item ON plan_prod_orders (item_id, id);
 CREATE INDEX wh_purchase_orders_supplier ON wh_purchase_orders (supplier, id);
-CREATE INDEX wh_purchase_order_lines_item ON wh_purchase_order_lines (item_id, purchase_order_id);
-CREATE INDEX wh_move_lines_item ON wh_move_lines (item_id, move_id);
 
 -- +goose Down
-DROP INDEX sales_orders_status, sales_orders_customer, sales_order_lines_item, plan_prod_orders_status,
-    plan_prod_orders_sales_order, plan_prod_orders_item, wh_purchase_orders_supplier,
-    wh_purchase_order_lines_item, wh_move_lines_item;
+DROP INDEX sales_orders_status, sales_orders_customer, sales_order_lines_item,
+    plan_prod_orders_sales_order, wh_purchase_orders_supplier;

@@ -146,12 +146,15 @@ LIMIT @max_rows;
 
 -- name: SalesOrderListPageBySKU :many
 -- SalesOrderListPageBySKU reads sales_order_lines_item backward from the
--- item's lines, each order once (at its first line of the item).
+-- item's lines, each order once (at its first line of the item). The
+-- first-line test is a scalar subquery, read per row through the lines'
+-- primary key, because as NOT EXISTS the planner makes it an anti-join
+-- that hashes every line of the item first.
 SELECT s.* FROM sales_order_lines l
 JOIN sales_orders s ON s.id = l.sales_order_id
 WHERE l.item_id = (SELECT i.id FROM items i WHERE i.sku = @sku) AND l.sales_order_id < @before_id
-  AND NOT EXISTS (SELECT 1 FROM sales_order_lines e
-                  WHERE e.sales_order_id = l.sales_order_id AND e.item_id = l.item_id AND e.line_no < l.line_no)
+  AND l.line_no = (SELECT min(e.line_no) FROM sales_order_lines e
+                   WHERE e.sales_order_id = l.sales_order_id AND e.item_id = l.item_id)
   AND (sqlc.narg(statuses)::text[] IS NULL OR s.status = ANY (sqlc.narg(statuses)::text[]))
   AND (sqlc.narg(customer)::text IS NULL OR s.customer = sqlc.narg(customer)::text)
   AND (sqlc.narg(number_prefix)::text IS NULL OR starts_with(s.number, sqlc.narg(number_prefix)::text))

@@ -103,6 +103,170 @@ func (q *Queries) ProductionOrderInsert(ctx context.Context, db DBTX, arg Produc
 	return id, err
 }
 
+const productionOrderListPage = `-- name: ProductionOrderListPage :many
+
+SELECT p.id, p.number, i.sku, i.name AS item_name, i.unit, p.quantity, p.sales_order_id,
+    p.status, p.created_at, p.sales_order_line_no, p.version
+FROM plan_prod_orders p JOIN items i ON i.id = p.item_id
+WHERE p.id < $1
+  AND ($2::text[] IS NULL OR p.status = ANY ($2::text[]))
+  AND ($3::text IS NULL OR starts_with(p.number, $3::text))
+  AND ($4::text IS NULL OR i.sku = $4::text)
+  AND ($5::timestamptz IS NULL OR p.created_at >= $5::timestamptz)
+  AND ($6::timestamptz IS NULL OR p.created_at < $6::timestamptz)
+ORDER BY p.id DESC
+LIMIT $7
+`
+
+type ProductionOrderListPageParams struct {
+	BeforeID     int64
+	Statuses     []string
+	NumberPrefix *string
+	SKU          *string
+	CreatedFrom  *time.Time
+	CreatedTo    *time.Time
+	MaxRows      int32
+}
+
+type ProductionOrderListPageRow struct {
+	ID               int64
+	Number           string
+	SKU              string
+	ItemName         string
+	Unit             string
+	Quantity         decimal.Decimal
+	SalesOrderID     *int64
+	Status           string
+	CreatedAt        time.Time
+	SalesOrderLineNo *int32
+	Version          int32
+}
+
+// The production order list, newest first, a keyset page as the sales
+// order list's (db/queries/sales_order.sql). sku is the order's item.
+// ProductionOrderListPage reads plan_prod_orders_pkey backward.
+func (q *Queries) ProductionOrderListPage(ctx context.Context, db DBTX, arg ProductionOrderListPageParams) ([]ProductionOrderListPageRow, error) {
+	rows, err := db.Query(ctx, productionOrderListPage,
+		arg.BeforeID,
+		arg.Statuses,
+		arg.NumberPrefix,
+		arg.SKU,
+		arg.CreatedFrom,
+		arg.CreatedTo,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ProductionOrderListPageRow{}
+	for rows.Next() {
+		var i ProductionOrderListPageRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Number,
+			&i.SKU,
+			&i.ItemName,
+			&i.Unit,
+			&i.Quantity,
+			&i.SalesOrderID,
+			&i.Status,
+			&i.CreatedAt,
+			&i.SalesOrderLineNo,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const productionOrderListPageBySalesOrder = `-- name: ProductionOrderListPageBySalesOrder :many
+SELECT p.id, p.number, i.sku, i.name AS item_name, i.unit, p.quantity, p.sales_order_id,
+    p.status, p.created_at, p.sales_order_line_no, p.version
+FROM plan_prod_orders p JOIN items i ON i.id = p.item_id
+WHERE p.sales_order_id = $1 AND p.id < $2
+  AND ($3::text[] IS NULL OR p.status = ANY ($3::text[]))
+  AND ($4::text IS NULL OR starts_with(p.number, $4::text))
+  AND ($5::text IS NULL OR i.sku = $5::text)
+  AND ($6::timestamptz IS NULL OR p.created_at >= $6::timestamptz)
+  AND ($7::timestamptz IS NULL OR p.created_at < $7::timestamptz)
+ORDER BY p.id DESC
+LIMIT $8
+`
+
+type ProductionOrderListPageBySalesOrderParams struct {
+	SalesOrderID *int64
+	BeforeID     int64
+	Statuses     []string
+	NumberPrefix *string
+	SKU          *string
+	CreatedFrom  *time.Time
+	CreatedTo    *time.Time
+	MaxRows      int32
+}
+
+type ProductionOrderListPageBySalesOrderRow struct {
+	ID               int64
+	Number           string
+	SKU              string
+	ItemName         string
+	Unit             string
+	Quantity         decimal.Decimal
+	SalesOrderID     *int64
+	Status           string
+	CreatedAt        time.Time
+	SalesOrderLineNo *int32
+	Version          int32
+}
+
+// ProductionOrderListPageBySalesOrder reads plan_prod_orders_sales_order
+// backward: the production orders of one sales order.
+func (q *Queries) ProductionOrderListPageBySalesOrder(ctx context.Context, db DBTX, arg ProductionOrderListPageBySalesOrderParams) ([]ProductionOrderListPageBySalesOrderRow, error) {
+	rows, err := db.Query(ctx, productionOrderListPageBySalesOrder,
+		arg.SalesOrderID,
+		arg.BeforeID,
+		arg.Statuses,
+		arg.NumberPrefix,
+		arg.SKU,
+		arg.CreatedFrom,
+		arg.CreatedTo,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ProductionOrderListPageBySalesOrderRow{}
+	for rows.Next() {
+		var i ProductionOrderListPageBySalesOrderRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Number,
+			&i.SKU,
+			&i.ItemName,
+			&i.Unit,
+			&i.Quantity,
+			&i.SalesOrderID,
+			&i.Status,
+			&i.CreatedAt,
+			&i.SalesOrderLineNo,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const productionOrderListReleasedNumbers = `-- name: ProductionOrderListReleasedNumbers :many
 SELECT number FROM plan_prod_orders
 WHERE sales_order_id = $1 AND status = 'released'

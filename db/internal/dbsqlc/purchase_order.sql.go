@@ -137,6 +137,177 @@ func (q *Queries) PurchaseOrderLineList(ctx context.Context, db DBTX, purchaseOr
 	return items, nil
 }
 
+const purchaseOrderLineListByOrders = `-- name: PurchaseOrderLineListByOrders :many
+SELECT l.purchase_order_id, l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
+FROM wh_purchase_order_lines l JOIN items i ON i.id = l.item_id
+WHERE l.purchase_order_id = ANY ($1::bigint[])
+ORDER BY l.purchase_order_id, l.line_no
+`
+
+type PurchaseOrderLineListByOrdersRow struct {
+	PurchaseOrderID int64
+	LineNo          int32
+	SKU             string
+	ItemName        string
+	Unit            string
+	Quantity        decimal.Decimal
+	Price           *decimal.Decimal
+}
+
+func (q *Queries) PurchaseOrderLineListByOrders(ctx context.Context, db DBTX, ids []int64) ([]PurchaseOrderLineListByOrdersRow, error) {
+	rows, err := db.Query(ctx, purchaseOrderLineListByOrders, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []PurchaseOrderLineListByOrdersRow{}
+	for rows.Next() {
+		var i PurchaseOrderLineListByOrdersRow
+		if err := rows.Scan(
+			&i.PurchaseOrderID,
+			&i.LineNo,
+			&i.SKU,
+			&i.ItemName,
+			&i.Unit,
+			&i.Quantity,
+			&i.Price,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const purchaseOrderListPage = `-- name: PurchaseOrderListPage :many
+
+SELECT p.id, p.number, p.supplier, p.status, p.created_by, p.created_at, p.version FROM wh_purchase_orders p
+WHERE p.id < $1
+  AND ($2::text[] IS NULL OR p.status = ANY ($2::text[]))
+  AND ($3::text IS NULL OR starts_with(p.number, $3::text))
+  AND ($4::text IS NULL OR EXISTS (SELECT 1 FROM wh_purchase_order_lines l JOIN items i ON i.id = l.item_id
+       WHERE l.purchase_order_id = p.id AND i.sku = $4::text))
+  AND ($5::timestamptz IS NULL OR p.created_at >= $5::timestamptz)
+  AND ($6::timestamptz IS NULL OR p.created_at < $6::timestamptz)
+ORDER BY p.id DESC
+LIMIT $7
+`
+
+type PurchaseOrderListPageParams struct {
+	BeforeID     int64
+	Statuses     []string
+	NumberPrefix *string
+	SKU          *string
+	CreatedFrom  *time.Time
+	CreatedTo    *time.Time
+	MaxRows      int32
+}
+
+// The purchase order list, newest first, a keyset page as the sales order
+// list's (db/queries/sales_order.sql).
+// PurchaseOrderListPage reads wh_purchase_orders_pkey backward.
+func (q *Queries) PurchaseOrderListPage(ctx context.Context, db DBTX, arg PurchaseOrderListPageParams) ([]WhPurchaseOrder, error) {
+	rows, err := db.Query(ctx, purchaseOrderListPage,
+		arg.BeforeID,
+		arg.Statuses,
+		arg.NumberPrefix,
+		arg.SKU,
+		arg.CreatedFrom,
+		arg.CreatedTo,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []WhPurchaseOrder{}
+	for rows.Next() {
+		var i WhPurchaseOrder
+		if err := rows.Scan(
+			&i.ID,
+			&i.Number,
+			&i.Supplier,
+			&i.Status,
+			&i.CreatedBy,
+			&i.CreatedAt,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const purchaseOrderListPageBySupplier = `-- name: PurchaseOrderListPageBySupplier :many
+SELECT p.id, p.number, p.supplier, p.status, p.created_by, p.created_at, p.version FROM wh_purchase_orders p
+WHERE p.supplier = $1 AND p.id < $2
+  AND ($3::text[] IS NULL OR p.status = ANY ($3::text[]))
+  AND ($4::text IS NULL OR starts_with(p.number, $4::text))
+  AND ($5::text IS NULL OR EXISTS (SELECT 1 FROM wh_purchase_order_lines l JOIN items i ON i.id = l.item_id
+       WHERE l.purchase_order_id = p.id AND i.sku = $5::text))
+  AND ($6::timestamptz IS NULL OR p.created_at >= $6::timestamptz)
+  AND ($7::timestamptz IS NULL OR p.created_at < $7::timestamptz)
+ORDER BY p.id DESC
+LIMIT $8
+`
+
+type PurchaseOrderListPageBySupplierParams struct {
+	Supplier     string
+	BeforeID     int64
+	Statuses     []string
+	NumberPrefix *string
+	SKU          *string
+	CreatedFrom  *time.Time
+	CreatedTo    *time.Time
+	MaxRows      int32
+}
+
+// PurchaseOrderListPageBySupplier reads wh_purchase_orders_supplier
+// backward.
+func (q *Queries) PurchaseOrderListPageBySupplier(ctx context.Context, db DBTX, arg PurchaseOrderListPageBySupplierParams) ([]WhPurchaseOrder, error) {
+	rows, err := db.Query(ctx, purchaseOrderListPageBySupplier,
+		arg.Supplier,
+		arg.BeforeID,
+		arg.Statuses,
+		arg.NumberPrefix,
+		arg.SKU,
+		arg.CreatedFrom,
+		arg.CreatedTo,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []WhPurchaseOrder{}
+	for rows.Next() {
+		var i WhPurchaseOrder
+		if err := rows.Scan(
+			&i.ID,
+			&i.Number,
+			&i.Supplier,
+			&i.Status,
+			&i.CreatedBy,
+			&i.CreatedAt,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const purchaseOrderLockStatus = `-- name: PurchaseOrderLockStatus :one
 SELECT number, status, version FROM wh_purchase_orders WHERE id = $1 FOR NO KEY UPDATE
 `

@@ -476,8 +476,8 @@ const salesOrderListPageBySKU = `-- name: SalesOrderListPageBySKU :many
 SELECT s.id, s.number, s.customer, s.status, s.source, s.external_id, s.created_by, s.created_at, s.version FROM sales_order_lines l
 JOIN sales_orders s ON s.id = l.sales_order_id
 WHERE l.item_id = (SELECT i.id FROM items i WHERE i.sku = $1) AND l.sales_order_id < $2
-  AND NOT EXISTS (SELECT 1 FROM sales_order_lines e
-                  WHERE e.sales_order_id = l.sales_order_id AND e.item_id = l.item_id AND e.line_no < l.line_no)
+  AND l.line_no = (SELECT min(e.line_no) FROM sales_order_lines e
+                   WHERE e.sales_order_id = l.sales_order_id AND e.item_id = l.item_id)
   AND ($3::text[] IS NULL OR s.status = ANY ($3::text[]))
   AND ($4::text IS NULL OR s.customer = $4::text)
   AND ($5::text IS NULL OR starts_with(s.number, $5::text))
@@ -501,7 +501,10 @@ type SalesOrderListPageBySKUParams struct {
 }
 
 // SalesOrderListPageBySKU reads sales_order_lines_item backward from the
-// item's lines, each order once (at its first line of the item).
+// item's lines, each order once (at its first line of the item). The
+// first-line test is a scalar subquery, read per row through the lines'
+// primary key, because as NOT EXISTS the planner makes it an anti-join
+// that hashes every line of the item first.
 func (q *Queries) SalesOrderListPageBySKU(ctx context.Context, db DBTX, arg SalesOrderListPageBySKUParams) ([]SalesOrder, error) {
 	rows, err := db.Query(ctx, salesOrderListPageBySKU,
 		arg.SKU,
