@@ -47,6 +47,12 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 		return 1 + child*n
 	}
 	cfg.Complexity.Query.Events = func(child int, _ *db.EventFilter, first *int, _ *string) int { return perPage(child, first) }
+	cfg.Complexity.Query.SalesOrders = func(child int, _ *model.SalesOrderFilter, first *int, _ *string) int { return perPage(child, first) }
+	cfg.Complexity.Query.ProductionOrders = func(child int, _ *model.ProductionOrderFilter, first *int, _ *string) int {
+		return perPage(child, first)
+	}
+	cfg.Complexity.Query.PurchaseOrders = func(child int, _ *model.PurchaseOrderFilter, first *int, _ *string) int { return perPage(child, first) }
+	cfg.Complexity.Query.WarehouseMoves = func(child int, _ *model.WarehouseMoveFilter, first *int, _ *string) int { return perPage(child, first) }
 	cfg.Complexity.Query.Deliveries = func(child int, _ *model.DeliveryFilter, first *int, _ *string) int { return perPage(child, first) }
 	cfg.Complexity.Query.DeadDeliveries = func(child int, _ *string, first *int, _ *string) int { return perPage(child, first) }
 	gql := handler.New(graph.NewExecutableSchema(cfg))

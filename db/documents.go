@@ -21,9 +21,6 @@ const (
 	SourceShop   = "shop"
 	SourceCRM    = "crm"
 
-	SalesOrderNew      = "new"
-	SalesOrderAccepted = "accepted"
-
 	MoveReceipt           = "receipt"
 	MoveIssueToProduction = "issue_to_production"
 
@@ -71,7 +68,10 @@ type SalesOrder struct {
 	// manual orders.
 	ExternalID *string
 	CreatedAt  time.Time
-	Lines      []DocLine
+	// Version is 1 at creation and grows by one with every transition
+	// (optimistic concurrency: a transition names the version it saw).
+	Version int32
+	Lines   []DocLine
 }
 
 // ProductionOrder is a row of plan_prod_orders.
@@ -88,6 +88,8 @@ type ProductionOrder struct {
 	// SalesOrderLineNo is the sales order line the order was planned for
 	// (PlanSalesOrder); nil for one created by hand.
 	SalesOrderLineNo *int32
+	// Version is as SalesOrder's.
+	Version int32
 }
 
 // PurchaseOrder is a row of wh_purchase_orders with its lines.
@@ -97,7 +99,9 @@ type PurchaseOrder struct {
 	Supplier  string
 	Status    string
 	CreatedAt time.Time
-	Lines     []DocLine
+	// Version is as SalesOrder's.
+	Version int32
+	Lines   []DocLine
 }
 
 // WarehouseMove is a row of wh_moves with its lines; warehouses by code.
@@ -115,6 +119,8 @@ type WarehouseMove struct {
 	// SourceEventID is the journal event an automatic move answers
 	// (IssueMaterials); nil for one created by hand.
 	SourceEventID *int64
+	// Version is as SalesOrder's.
+	Version int32
 }
 
 // SalesOrderInput creates a manual sales order.
@@ -246,7 +252,7 @@ func insertPendingSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, cus
 	first := got[0]
 	so := SalesOrder{
 		ID: first.ID, Customer: first.Customer, Status: first.Status,
-		Source: first.Source, ExternalID: first.ExternalID, CreatedAt: first.CreatedAt,
+		Source: first.Source, ExternalID: first.ExternalID, CreatedAt: first.CreatedAt, Version: first.Version,
 		Lines: make([]DocLine, len(got)),
 	}
 	for i, r := range got {
@@ -351,7 +357,13 @@ func InsertReceivedOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in Rece
 	}
 	if len(events) == 0 {
 		existing, err := salesOrderByExternalID(ctx, tx, in.Source, externalID)
-		return ReceivedOrder{Existing: existing, Duplicate: true}, nil, err
+		if err != nil {
+			return ReceivedOrder{}, nil, err
+		}
+		if err := sameOrder(existing, in.Source, externalID, customer, skus, in.Lines); err != nil {
+			return ReceivedOrder{}, nil, err
+		}
+		return ReceivedOrder{Existing: existing, Duplicate: true}, nil, nil
 	}
 	id := pending.order.ID
 	received, err := appendEvent(ctx, tx, actorID, EventOrderReceived, EntitySalesOrders, id, map[string]any{
@@ -364,16 +376,6 @@ func InsertReceivedOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in Rece
 		return ReceivedOrder{}, nil, err
 	}
 	return ReceivedOrder{Pending: pending}, append(events, received), nil
-}
-
-// AcceptSalesOrder moves a sales order from new to accepted; it reports
-// whether the status changed (false when it was accepted already).
-func AcceptSalesOrder(ctx context.Context, tx pgx.Tx, id int64) (bool, error) {
-	n, err := queries.SalesOrderSetStatus(ctx, tx, SalesOrderAccepted, id, SalesOrderNew)
-	if err != nil {
-		return false, fmt.Errorf("accept sales order %d: %w", id, translate(err))
-	}
-	return n == 1, nil
 }
 
 // CreateProductionOrder writes a production order (number ПЗ-…) and its
@@ -554,7 +556,7 @@ func SalesOrderByID(ctx context.Context, q Querier, id int64) (SalesOrder, error
 	}
 	return SalesOrder{
 		ID: r.ID, Number: r.Number, Customer: r.Customer, Status: r.Status, Source: r.Source,
-		ExternalID: r.ExternalID, CreatedAt: r.CreatedAt, Lines: docLines(lines),
+		ExternalID: r.ExternalID, CreatedAt: r.CreatedAt, Version: r.Version, Lines: docLines(lines),
 	}, nil
 }
 
@@ -587,7 +589,7 @@ func PurchaseOrderByID(ctx context.Context, q Querier, id int64) (PurchaseOrder,
 	}
 	return PurchaseOrder{
 		ID: r.ID, Number: r.Number, Supplier: r.Supplier, Status: r.Status, CreatedAt: r.CreatedAt,
-		Lines: docLines(lines),
+		Version: r.Version, Lines: docLines(lines),
 	}, nil
 }
 
@@ -604,7 +606,7 @@ func WarehouseMoveByID(ctx context.Context, q Querier, id int64) (WarehouseMove,
 	return WarehouseMove{
 		ID: r.ID, Number: r.Number, Kind: r.Kind, FromWarehouse: r.FromWarehouse, ToWarehouse: r.ToWarehouse,
 		PurchaseOrderID: r.PurchaseOrderID, ProductionOrderID: r.ProdOrderID, SourceEventID: r.SourceEventID,
-		Status: r.Status, CreatedAt: r.CreatedAt, Lines: docLines(lines),
+		Status: r.Status, CreatedAt: r.CreatedAt, Version: r.Version, Lines: docLines(lines),
 	}, nil
 }
 
@@ -770,4 +772,38 @@ func requireText(field, s string) (string, error) {
 		return "", inputErr(field, "at most %d characters", maxTextLen)
 	}
 	return s, nil
+}
+
+// sameOrder checks that an order sent again under a (source, external id)
+// received before is the same order: the customer and every line's item,
+// quantity and price. A difference is a conflicting *InputError naming
+// the first field that differs, since taking it as a duplicate would drop
+// the change silently.
+func sameOrder(existing SalesOrder, source, externalID, customer string, skus []string, lines []LineInput) error {
+	was := fmt.Sprintf("%s order %s was received before as %s", source, externalID, existing.Number)
+	if existing.Customer != customer {
+		return conflictOn("customer", "%s with customer %q, not %q", was, existing.Customer, customer)
+	}
+	if len(existing.Lines) != len(lines) {
+		return conflictOn("lines", "%s with %d lines, not %d", was, len(existing.Lines), len(lines))
+	}
+	for i, l := range existing.Lines {
+		in := lines[i]
+		switch {
+		case l.SKU != skus[i]:
+			return conflictOn(linePath("lines", i, "sku"), "%s with item %q on line %d, not %q", was, l.SKU, i+1, skus[i])
+		case !l.Quantity.Equal(in.Quantity):
+			return conflictOn(linePath("lines", i, "quantity"), "%s with quantity %s on line %d, not %s", was, l.Quantity, i+1, in.Quantity)
+		case (l.Price == nil) != (in.Price == nil) || (l.Price != nil && !l.Price.Equal(*in.Price)):
+			return conflictOn(linePath("lines", i, "price"), "%s with price %s on line %d, not %s", was, priceText(l.Price), i+1, priceText(in.Price))
+		}
+	}
+	return nil
+}
+
+func priceText(p *decimal.Decimal) string {
+	if p == nil {
+		return "none"
+	}
+	return p.String()
 }

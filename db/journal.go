@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -149,6 +150,40 @@ type EventFilter struct {
 	EntityID  *int64
 	ActorID   *int64
 	Processed *bool
+}
+
+// EntityNames maps every name a filter may give an entity by to the table
+// events.entity holds: the tables themselves and the "entity" names of
+// doc.created payloads (sales_order, prod_order, wh_move, purchase_order).
+func EntityNames() map[string]string {
+	return map[string]string{
+		EntitySalesOrders: EntitySalesOrders, payloadSalesOrder: EntitySalesOrders,
+		EntityProdOrders: EntityProdOrders, payloadProdOrder: EntityProdOrders,
+		EntityWarehouseMoves: EntityWarehouseMoves, payloadWarehouseMove: EntityWarehouseMoves,
+		EntityPurchaseOrders: EntityPurchaseOrders, payloadPurchaseOrder: EntityPurchaseOrders,
+		EntityUsers: EntityUsers, EntitySubscribers: EntitySubscribers,
+	}
+}
+
+// Normalize returns f with Entity as its table, given either the table
+// or the payload's name; an unknown one is an *InputError on field
+// (the filter's path) + ".entity" listing the known names.
+func (f EventFilter) Normalize(field string) (EventFilter, error) {
+	if f.Entity == nil {
+		return f, nil
+	}
+	names := EntityNames()
+	table, ok := names[strings.TrimSpace(*f.Entity)]
+	if !ok {
+		known := make([]string, 0, len(names))
+		for n := range names {
+			known = append(known, n)
+		}
+		slices.Sort(known)
+		return f, inputErr(field+".entity", "unknown entity %q; known: %s", *f.Entity, strings.Join(known, ", "))
+	}
+	f.Entity = &table
+	return f, nil
 }
 
 // Matches tells whether ev passes f, the same test the SQL of ListEvents

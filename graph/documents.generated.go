@@ -352,6 +352,29 @@ func (ec *executionContext) fieldContext_ProductionOrder_status(_ context.Contex
 	return graphql.NewScalarFieldContext("ProductionOrder", field, false, false, "String")
 }
 
+func (ec *executionContext) _ProductionOrder_version(ctx context.Context, field graphql.CollectedField, obj *db.ProductionOrder) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ProductionOrder_version(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Version, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int32) graphql.Marshaler {
+			return ec.marshalNInt2int32(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ProductionOrder_version(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ProductionOrder", field, false, false, "Int")
+}
+
 func (ec *executionContext) _ProductionOrder_createdAt(ctx context.Context, field graphql.CollectedField, obj *db.ProductionOrder) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -396,6 +419,125 @@ func (ec *executionContext) _ProductionOrder_salesOrderLineNo(ctx context.Contex
 }
 func (ec *executionContext) fieldContext_ProductionOrder_salesOrderLineNo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("ProductionOrder", field, false, false, "Int")
+}
+
+func (ec *executionContext) _ProductionOrderConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.ProductionOrderConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ProductionOrderConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.ProductionOrderEdge) graphql.Marshaler {
+			return ec.marshalNProductionOrderEdge2ᚕerpᚋgraphᚋmodelᚐProductionOrderEdgeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ProductionOrderConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ProductionOrderConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ProductionOrderEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ProductionOrderConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *model.ProductionOrderConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ProductionOrderConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖerpᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ProductionOrderConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ProductionOrderConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ProductionOrderEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.ProductionOrderEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ProductionOrderEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ProductionOrderEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ProductionOrderEdge", field, false, false, "String")
+}
+
+func (ec *executionContext) _ProductionOrderEdge_node(ctx context.Context, field graphql.CollectedField, obj *model.ProductionOrderEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ProductionOrderEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *db.ProductionOrder) graphql.Marshaler {
+			return ec.marshalNProductionOrder2ᚖerpᚋdbᚐProductionOrder(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ProductionOrderEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ProductionOrderEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ProductionOrder(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _PurchaseOrder_id(ctx context.Context, field graphql.CollectedField, obj *db.PurchaseOrder) (ret graphql.Marshaler) {
@@ -490,6 +632,29 @@ func (ec *executionContext) fieldContext_PurchaseOrder_status(_ context.Context,
 	return graphql.NewScalarFieldContext("PurchaseOrder", field, false, false, "String")
 }
 
+func (ec *executionContext) _PurchaseOrder_version(ctx context.Context, field graphql.CollectedField, obj *db.PurchaseOrder) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_PurchaseOrder_version(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Version, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int32) graphql.Marshaler {
+			return ec.marshalNInt2int32(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_PurchaseOrder_version(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("PurchaseOrder", field, false, false, "Int")
+}
+
 func (ec *executionContext) _PurchaseOrder_createdAt(ctx context.Context, field graphql.CollectedField, obj *db.PurchaseOrder) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -540,6 +705,125 @@ func (ec *executionContext) fieldContext_PurchaseOrder_lines(_ context.Context, 
 		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_DocumentLine(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _PurchaseOrderConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.PurchaseOrderConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_PurchaseOrderConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.PurchaseOrderEdge) graphql.Marshaler {
+			return ec.marshalNPurchaseOrderEdge2ᚕerpᚋgraphᚋmodelᚐPurchaseOrderEdgeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_PurchaseOrderConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "PurchaseOrderConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PurchaseOrderEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _PurchaseOrderConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *model.PurchaseOrderConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_PurchaseOrderConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖerpᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_PurchaseOrderConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "PurchaseOrderConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _PurchaseOrderEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.PurchaseOrderEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_PurchaseOrderEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_PurchaseOrderEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("PurchaseOrderEdge", field, false, false, "String")
+}
+
+func (ec *executionContext) _PurchaseOrderEdge_node(ctx context.Context, field graphql.CollectedField, obj *model.PurchaseOrderEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_PurchaseOrderEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *db.PurchaseOrder) graphql.Marshaler {
+			return ec.marshalNPurchaseOrder2ᚖerpᚋdbᚐPurchaseOrder(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_PurchaseOrderEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "PurchaseOrderEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PurchaseOrder(ctx, field)
 		},
 	}
 	return fc, nil
@@ -692,6 +976,29 @@ func (ec *executionContext) fieldContext_SalesOrder_status(_ context.Context, fi
 	return graphql.NewScalarFieldContext("SalesOrder", field, false, false, "String")
 }
 
+func (ec *executionContext) _SalesOrder_version(ctx context.Context, field graphql.CollectedField, obj *db.SalesOrder) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SalesOrder_version(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Version, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int32) graphql.Marshaler {
+			return ec.marshalNInt2int32(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SalesOrder_version(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SalesOrder", field, false, false, "Int")
+}
+
 func (ec *executionContext) _SalesOrder_source(ctx context.Context, field graphql.CollectedField, obj *db.SalesOrder) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -788,6 +1095,125 @@ func (ec *executionContext) fieldContext_SalesOrder_lines(_ context.Context, fie
 		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_DocumentLine(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _SalesOrderConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.SalesOrderConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SalesOrderConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.SalesOrderEdge) graphql.Marshaler {
+			return ec.marshalNSalesOrderEdge2ᚕerpᚋgraphᚋmodelᚐSalesOrderEdgeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SalesOrderConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "SalesOrderConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_SalesOrderEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _SalesOrderConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *model.SalesOrderConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SalesOrderConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖerpᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SalesOrderConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "SalesOrderConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _SalesOrderEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.SalesOrderEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SalesOrderEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SalesOrderEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SalesOrderEdge", field, false, false, "String")
+}
+
+func (ec *executionContext) _SalesOrderEdge_node(ctx context.Context, field graphql.CollectedField, obj *model.SalesOrderEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SalesOrderEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *db.SalesOrder) graphql.Marshaler {
+			return ec.marshalNSalesOrder2ᚖerpᚋdbᚐSalesOrder(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SalesOrderEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "SalesOrderEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_SalesOrder(ctx, field)
 		},
 	}
 	return fc, nil
@@ -977,6 +1403,29 @@ func (ec *executionContext) fieldContext_WarehouseMove_status(_ context.Context,
 	return graphql.NewScalarFieldContext("WarehouseMove", field, false, false, "String")
 }
 
+func (ec *executionContext) _WarehouseMove_version(ctx context.Context, field graphql.CollectedField, obj *db.WarehouseMove) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WarehouseMove_version(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Version, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int32) graphql.Marshaler {
+			return ec.marshalNInt2int32(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WarehouseMove_version(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WarehouseMove", field, false, false, "Int")
+}
+
 func (ec *executionContext) _WarehouseMove_createdAt(ctx context.Context, field graphql.CollectedField, obj *db.WarehouseMove) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -1055,6 +1504,125 @@ func (ec *executionContext) fieldContext_WarehouseMove_sourceEventId(_ context.C
 	return graphql.NewScalarFieldContext("WarehouseMove", field, false, false, "ID")
 }
 
+func (ec *executionContext) _WarehouseMoveConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.WarehouseMoveConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WarehouseMoveConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.WarehouseMoveEdge) graphql.Marshaler {
+			return ec.marshalNWarehouseMoveEdge2ᚕerpᚋgraphᚋmodelᚐWarehouseMoveEdgeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WarehouseMoveConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "WarehouseMoveConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WarehouseMoveEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _WarehouseMoveConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *model.WarehouseMoveConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WarehouseMoveConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖerpᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WarehouseMoveConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "WarehouseMoveConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _WarehouseMoveEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.WarehouseMoveEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WarehouseMoveEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WarehouseMoveEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WarehouseMoveEdge", field, false, false, "String")
+}
+
+func (ec *executionContext) _WarehouseMoveEdge_node(ctx context.Context, field graphql.CollectedField, obj *model.WarehouseMoveEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WarehouseMoveEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *db.WarehouseMove) graphql.Marshaler {
+			return ec.marshalNWarehouseMove2ᚖerpᚋdbᚐWarehouseMove(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WarehouseMoveEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "WarehouseMoveEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WarehouseMove(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 // endregion **************************** field.gotpl *****************************
 
 // region    **************************** input.gotpl *****************************
@@ -1115,6 +1683,83 @@ func UnmarshalLineInput(ctx context.Context, raw any) (db.LineInput, error) {
 	return out, err
 }
 
+func (ec *executionContext) unmarshalInputProductionOrderFilter(ctx context.Context, obj any) (model.ProductionOrderFilter, error) {
+	var it model.ProductionOrderFilter
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"statuses", "number", "sku", "createdFrom", "createdTo", "salesOrderId"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "statuses":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("statuses"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Statuses = data
+		case "number":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("number"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Number = data
+		case "sku":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sku"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Sku = data
+		case "createdFrom":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdFrom"))
+			data, err := ec.unmarshalODateTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedFrom = data
+		case "createdTo":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdTo"))
+			data, err := ec.unmarshalODateTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedTo = data
+		case "salesOrderId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("salesOrderId"))
+			data, err := ec.unmarshalOID2ᚖint64(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SalesOrderID = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalProductionOrderFilter unmarshals raw into the ProductionOrderFilter input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalProductionOrderFilter(ctx context.Context, raw any) (model.ProductionOrderFilter, error) {
+	var out model.ProductionOrderFilter
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "ProductionOrderFilter", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputProductionOrderInput(ctx context.Context, obj any) (db.ProductionOrderInput, error) {
 	var it db.ProductionOrderInput
 	if obj == nil {
@@ -1168,6 +1813,83 @@ func (ec *executionContext) unmarshalInputProductionOrderInput(ctx context.Conte
 func UnmarshalProductionOrderInput(ctx context.Context, raw any) (db.ProductionOrderInput, error) {
 	var out db.ProductionOrderInput
 	err := graphql.UnmarshalNamedInputFromContext(ctx, "ProductionOrderInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputPurchaseOrderFilter(ctx context.Context, obj any) (model.PurchaseOrderFilter, error) {
+	var it model.PurchaseOrderFilter
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"statuses", "number", "sku", "createdFrom", "createdTo", "supplier"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "statuses":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("statuses"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Statuses = data
+		case "number":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("number"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Number = data
+		case "sku":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sku"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Sku = data
+		case "createdFrom":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdFrom"))
+			data, err := ec.unmarshalODateTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedFrom = data
+		case "createdTo":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdTo"))
+			data, err := ec.unmarshalODateTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedTo = data
+		case "supplier":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("supplier"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Supplier = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalPurchaseOrderFilter unmarshals raw into the PurchaseOrderFilter input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalPurchaseOrderFilter(ctx context.Context, raw any) (model.PurchaseOrderFilter, error) {
+	var out model.PurchaseOrderFilter
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "PurchaseOrderFilter", raw, &out)
 	return out, err
 }
 
@@ -1283,6 +2005,90 @@ func UnmarshalReceiveOrderInput(ctx context.Context, raw any) (model.ReceiveOrde
 	return out, err
 }
 
+func (ec *executionContext) unmarshalInputSalesOrderFilter(ctx context.Context, obj any) (model.SalesOrderFilter, error) {
+	var it model.SalesOrderFilter
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"statuses", "number", "sku", "createdFrom", "createdTo", "customer", "source"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "statuses":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("statuses"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Statuses = data
+		case "number":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("number"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Number = data
+		case "sku":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sku"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Sku = data
+		case "createdFrom":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdFrom"))
+			data, err := ec.unmarshalODateTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedFrom = data
+		case "createdTo":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdTo"))
+			data, err := ec.unmarshalODateTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedTo = data
+		case "customer":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("customer"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Customer = data
+		case "source":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("source"))
+			data, err := ec.unmarshalOOrderSource2ᚖerpᚋgraphᚋmodelᚐOrderSource(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Source = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalSalesOrderFilter unmarshals raw into the SalesOrderFilter input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalSalesOrderFilter(ctx context.Context, raw any) (model.SalesOrderFilter, error) {
+	var out model.SalesOrderFilter
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "SalesOrderFilter", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputSalesOrderInput(ctx context.Context, obj any) (db.SalesOrderInput, error) {
 	var it db.SalesOrderInput
 	if obj == nil {
@@ -1329,6 +2135,90 @@ func (ec *executionContext) unmarshalInputSalesOrderInput(ctx context.Context, o
 func UnmarshalSalesOrderInput(ctx context.Context, raw any) (db.SalesOrderInput, error) {
 	var out db.SalesOrderInput
 	err := graphql.UnmarshalNamedInputFromContext(ctx, "SalesOrderInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputWarehouseMoveFilter(ctx context.Context, obj any) (model.WarehouseMoveFilter, error) {
+	var it model.WarehouseMoveFilter
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"statuses", "number", "sku", "createdFrom", "createdTo", "kinds", "warehouse"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "statuses":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("statuses"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Statuses = data
+		case "number":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("number"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Number = data
+		case "sku":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("sku"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Sku = data
+		case "createdFrom":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdFrom"))
+			data, err := ec.unmarshalODateTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedFrom = data
+		case "createdTo":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("createdTo"))
+			data, err := ec.unmarshalODateTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CreatedTo = data
+		case "kinds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("kinds"))
+			data, err := ec.unmarshalOMoveKind2ᚕerpᚋgraphᚋmodelᚐMoveKindᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Kinds = data
+		case "warehouse":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("warehouse"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Warehouse = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalWarehouseMoveFilter unmarshals raw into the WarehouseMoveFilter input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalWarehouseMoveFilter(ctx context.Context, raw any) (model.WarehouseMoveFilter, error) {
+	var out model.WarehouseMoveFilter
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "WarehouseMoveFilter", raw, &out)
 	return out, err
 }
 
@@ -1526,6 +2416,11 @@ func (ec *executionContext) _ProductionOrder(ctx context.Context, sel ast.Select
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "version":
+			out.Values[i] = ec._ProductionOrder_version(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "createdAt":
 			out.Values[i] = ec._ProductionOrder_createdAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -1534,6 +2429,82 @@ func (ec *executionContext) _ProductionOrder(ctx context.Context, sel ast.Select
 		case "salesOrderLineNo":
 			out.Values[i] = ec._ProductionOrder_salesOrderLineNo(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var productionOrderConnectionImplementors = []string{"ProductionOrderConnection"}
+
+func (ec *executionContext) _ProductionOrderConnection(ctx context.Context, sel ast.SelectionSet, obj *model.ProductionOrderConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, productionOrderConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ProductionOrderConnection")
+		case "edges":
+			out.Values[i] = ec._ProductionOrderConnection_edges(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pageInfo":
+			out.Values[i] = ec._ProductionOrderConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var productionOrderEdgeImplementors = []string{"ProductionOrderEdge"}
+
+func (ec *executionContext) _ProductionOrderEdge(ctx context.Context, sel ast.SelectionSet, obj *model.ProductionOrderEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, productionOrderEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ProductionOrderEdge")
+		case "cursor":
+			out.Values[i] = ec._ProductionOrderEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "node":
+			out.Values[i] = ec._ProductionOrderEdge_node(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
 		default:
@@ -1584,6 +2555,11 @@ func (ec *executionContext) _PurchaseOrder(ctx context.Context, sel ast.Selectio
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "version":
+			out.Values[i] = ec._PurchaseOrder_version(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "createdAt":
 			out.Values[i] = ec._PurchaseOrder_createdAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -1591,6 +2567,82 @@ func (ec *executionContext) _PurchaseOrder(ctx context.Context, sel ast.Selectio
 			}
 		case "lines":
 			out.Values[i] = ec._PurchaseOrder_lines(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var purchaseOrderConnectionImplementors = []string{"PurchaseOrderConnection"}
+
+func (ec *executionContext) _PurchaseOrderConnection(ctx context.Context, sel ast.SelectionSet, obj *model.PurchaseOrderConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, purchaseOrderConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("PurchaseOrderConnection")
+		case "edges":
+			out.Values[i] = ec._PurchaseOrderConnection_edges(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pageInfo":
+			out.Values[i] = ec._PurchaseOrderConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var purchaseOrderEdgeImplementors = []string{"PurchaseOrderEdge"}
+
+func (ec *executionContext) _PurchaseOrderEdge(ctx context.Context, sel ast.SelectionSet, obj *model.PurchaseOrderEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, purchaseOrderEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("PurchaseOrderEdge")
+		case "cursor":
+			out.Values[i] = ec._PurchaseOrderEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "node":
+			out.Values[i] = ec._PurchaseOrderEdge_node(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -1680,6 +2732,11 @@ func (ec *executionContext) _SalesOrder(ctx context.Context, sel ast.SelectionSe
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "version":
+			out.Values[i] = ec._SalesOrder_version(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "source":
 			out.Values[i] = ec._SalesOrder_source(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -1697,6 +2754,82 @@ func (ec *executionContext) _SalesOrder(ctx context.Context, sel ast.SelectionSe
 			}
 		case "lines":
 			out.Values[i] = ec._SalesOrder_lines(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var salesOrderConnectionImplementors = []string{"SalesOrderConnection"}
+
+func (ec *executionContext) _SalesOrderConnection(ctx context.Context, sel ast.SelectionSet, obj *model.SalesOrderConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, salesOrderConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("SalesOrderConnection")
+		case "edges":
+			out.Values[i] = ec._SalesOrderConnection_edges(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pageInfo":
+			out.Values[i] = ec._SalesOrderConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var salesOrderEdgeImplementors = []string{"SalesOrderEdge"}
+
+func (ec *executionContext) _SalesOrderEdge(ctx context.Context, sel ast.SelectionSet, obj *model.SalesOrderEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, salesOrderEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("SalesOrderEdge")
+		case "cursor":
+			out.Values[i] = ec._SalesOrderEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "node":
+			out.Values[i] = ec._SalesOrderEdge_node(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -1769,6 +2902,11 @@ func (ec *executionContext) _WarehouseMove(ctx context.Context, sel ast.Selectio
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "version":
+			out.Values[i] = ec._WarehouseMove_version(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "createdAt":
 			out.Values[i] = ec._WarehouseMove_createdAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -1783,6 +2921,82 @@ func (ec *executionContext) _WarehouseMove(ctx context.Context, sel ast.Selectio
 			out.Values[i] = ec._WarehouseMove_sourceEventId(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var warehouseMoveConnectionImplementors = []string{"WarehouseMoveConnection"}
+
+func (ec *executionContext) _WarehouseMoveConnection(ctx context.Context, sel ast.SelectionSet, obj *model.WarehouseMoveConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, warehouseMoveConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("WarehouseMoveConnection")
+		case "edges":
+			out.Values[i] = ec._WarehouseMoveConnection_edges(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pageInfo":
+			out.Values[i] = ec._WarehouseMoveConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var warehouseMoveEdgeImplementors = []string{"WarehouseMoveEdge"}
+
+func (ec *executionContext) _WarehouseMoveEdge(ctx context.Context, sel ast.SelectionSet, obj *model.WarehouseMoveEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, warehouseMoveEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("WarehouseMoveEdge")
+		case "cursor":
+			out.Values[i] = ec._WarehouseMoveEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "node":
+			out.Values[i] = ec._WarehouseMoveEdge_node(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
 			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -1872,6 +3086,34 @@ func (ec *executionContext) marshalNProductionOrder2ᚖerpᚋdbᚐProductionOrde
 	return ec._ProductionOrder(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalNProductionOrderConnection2ᚖerpᚋgraphᚋmodelᚐProductionOrderConnection(ctx context.Context, sel ast.SelectionSet, v *model.ProductionOrderConnection) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "ProductionOrderConnection!")
+		return graphql.Null
+	}
+	return ec._ProductionOrderConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNProductionOrderEdge2erpᚋgraphᚋmodelᚐProductionOrderEdge(ctx context.Context, sel ast.SelectionSet, v model.ProductionOrderEdge) graphql.Marshaler {
+	return ec._ProductionOrderEdge(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNProductionOrderEdge2ᚕerpᚋgraphᚋmodelᚐProductionOrderEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []model.ProductionOrderEdge) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNProductionOrderEdge2erpᚋgraphᚋmodelᚐProductionOrderEdge(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
 func (ec *executionContext) unmarshalNProductionOrderInput2erpᚋdbᚐProductionOrderInput(ctx context.Context, v any) (db.ProductionOrderInput, error) {
 	res, err := ec.unmarshalInputProductionOrderInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -1883,6 +3125,34 @@ func (ec *executionContext) marshalNPurchaseOrder2ᚖerpᚋdbᚐPurchaseOrder(ct
 		return graphql.Null
 	}
 	return ec._PurchaseOrder(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNPurchaseOrderConnection2ᚖerpᚋgraphᚋmodelᚐPurchaseOrderConnection(ctx context.Context, sel ast.SelectionSet, v *model.PurchaseOrderConnection) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "PurchaseOrderConnection!")
+		return graphql.Null
+	}
+	return ec._PurchaseOrderConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNPurchaseOrderEdge2erpᚋgraphᚋmodelᚐPurchaseOrderEdge(ctx context.Context, sel ast.SelectionSet, v model.PurchaseOrderEdge) graphql.Marshaler {
+	return ec._PurchaseOrderEdge(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNPurchaseOrderEdge2ᚕerpᚋgraphᚋmodelᚐPurchaseOrderEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []model.PurchaseOrderEdge) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNPurchaseOrderEdge2erpᚋgraphᚋmodelᚐPurchaseOrderEdge(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
 }
 
 func (ec *executionContext) unmarshalNPurchaseOrderInput2erpᚋdbᚐPurchaseOrderInput(ctx context.Context, v any) (db.PurchaseOrderInput, error) {
@@ -1911,6 +3181,34 @@ func (ec *executionContext) marshalNSalesOrder2ᚖerpᚋdbᚐSalesOrder(ctx cont
 	return ec._SalesOrder(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalNSalesOrderConnection2ᚖerpᚋgraphᚋmodelᚐSalesOrderConnection(ctx context.Context, sel ast.SelectionSet, v *model.SalesOrderConnection) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "SalesOrderConnection!")
+		return graphql.Null
+	}
+	return ec._SalesOrderConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNSalesOrderEdge2erpᚋgraphᚋmodelᚐSalesOrderEdge(ctx context.Context, sel ast.SelectionSet, v model.SalesOrderEdge) graphql.Marshaler {
+	return ec._SalesOrderEdge(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNSalesOrderEdge2ᚕerpᚋgraphᚋmodelᚐSalesOrderEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []model.SalesOrderEdge) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNSalesOrderEdge2erpᚋgraphᚋmodelᚐSalesOrderEdge(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
 func (ec *executionContext) unmarshalNSalesOrderInput2erpᚋdbᚐSalesOrderInput(ctx context.Context, v any) (db.SalesOrderInput, error) {
 	res, err := ec.unmarshalInputSalesOrderInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -1924,9 +3222,89 @@ func (ec *executionContext) marshalNWarehouseMove2ᚖerpᚋdbᚐWarehouseMove(ct
 	return ec._WarehouseMove(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalNWarehouseMoveConnection2ᚖerpᚋgraphᚋmodelᚐWarehouseMoveConnection(ctx context.Context, sel ast.SelectionSet, v *model.WarehouseMoveConnection) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "WarehouseMoveConnection!")
+		return graphql.Null
+	}
+	return ec._WarehouseMoveConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNWarehouseMoveEdge2erpᚋgraphᚋmodelᚐWarehouseMoveEdge(ctx context.Context, sel ast.SelectionSet, v model.WarehouseMoveEdge) graphql.Marshaler {
+	return ec._WarehouseMoveEdge(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNWarehouseMoveEdge2ᚕerpᚋgraphᚋmodelᚐWarehouseMoveEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []model.WarehouseMoveEdge) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNWarehouseMoveEdge2erpᚋgraphᚋmodelᚐWarehouseMoveEdge(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
 func (ec *executionContext) unmarshalNWarehouseMoveInput2erpᚋgraphᚋmodelᚐWarehouseMoveInput(ctx context.Context, v any) (model.WarehouseMoveInput, error) {
 	res, err := ec.unmarshalInputWarehouseMoveInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalOMoveKind2ᚕerpᚋgraphᚋmodelᚐMoveKindᚄ(ctx context.Context, v any) ([]model.MoveKind, error) {
+	if v == nil {
+		return nil, nil
+	}
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]model.MoveKind, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNMoveKind2erpᚋgraphᚋmodelᚐMoveKind(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) marshalOMoveKind2ᚕerpᚋgraphᚋmodelᚐMoveKindᚄ(ctx context.Context, sel ast.SelectionSet, v []model.MoveKind) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNMoveKind2erpᚋgraphᚋmodelᚐMoveKind(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) unmarshalOOrderSource2ᚖerpᚋgraphᚋmodelᚐOrderSource(ctx context.Context, v any) (*model.OrderSource, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(model.OrderSource)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOOrderSource2ᚖerpᚋgraphᚋmodelᚐOrderSource(ctx context.Context, sel ast.SelectionSet, v *model.OrderSource) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
 }
 
 func (ec *executionContext) marshalOProductionOrder2ᚖerpᚋdbᚐProductionOrder(ctx context.Context, sel ast.SelectionSet, v *db.ProductionOrder) graphql.Marshaler {
@@ -1936,11 +3314,27 @@ func (ec *executionContext) marshalOProductionOrder2ᚖerpᚋdbᚐProductionOrde
 	return ec._ProductionOrder(ctx, sel, v)
 }
 
+func (ec *executionContext) unmarshalOProductionOrderFilter2ᚖerpᚋgraphᚋmodelᚐProductionOrderFilter(ctx context.Context, v any) (*model.ProductionOrderFilter, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := ec.unmarshalInputProductionOrderFilter(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) marshalOPurchaseOrder2ᚖerpᚋdbᚐPurchaseOrder(ctx context.Context, sel ast.SelectionSet, v *db.PurchaseOrder) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return ec._PurchaseOrder(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalOPurchaseOrderFilter2ᚖerpᚋgraphᚋmodelᚐPurchaseOrderFilter(ctx context.Context, v any) (*model.PurchaseOrderFilter, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := ec.unmarshalInputPurchaseOrderFilter(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) marshalOSalesOrder2ᚖerpᚋdbᚐSalesOrder(ctx context.Context, sel ast.SelectionSet, v *db.SalesOrder) graphql.Marshaler {
@@ -1950,11 +3344,27 @@ func (ec *executionContext) marshalOSalesOrder2ᚖerpᚋdbᚐSalesOrder(ctx cont
 	return ec._SalesOrder(ctx, sel, v)
 }
 
+func (ec *executionContext) unmarshalOSalesOrderFilter2ᚖerpᚋgraphᚋmodelᚐSalesOrderFilter(ctx context.Context, v any) (*model.SalesOrderFilter, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := ec.unmarshalInputSalesOrderFilter(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) marshalOWarehouseMove2ᚖerpᚋdbᚐWarehouseMove(ctx context.Context, sel ast.SelectionSet, v *db.WarehouseMove) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return ec._WarehouseMove(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalOWarehouseMoveFilter2ᚖerpᚋgraphᚋmodelᚐWarehouseMoveFilter(ctx context.Context, v any) (*model.WarehouseMoveFilter, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := ec.unmarshalInputWarehouseMoveFilter(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
 // endregion ***************************** type.gotpl *****************************

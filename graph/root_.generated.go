@@ -135,7 +135,11 @@ type ComplexityRoot struct {
 	}
 
 	Mutation struct {
+		CancelProductionOrder   func(childComplexity int, id int64, version int, reason string) int
+		CancelPurchaseOrder     func(childComplexity int, id int64, version int, reason string) int
 		CancelReplay            func(childComplexity int, id int64) int
+		CancelSalesOrder        func(childComplexity int, id int64, version int, reason string) int
+		ClosePurchaseOrder      func(childComplexity int, id int64, version int) int
 		CreateItem              func(childComplexity int, input db.ItemInput) int
 		CreateProductionOrder   func(childComplexity int, input db.ProductionOrderInput) int
 		CreatePurchaseOrder     func(childComplexity int, input db.PurchaseOrderInput) int
@@ -150,6 +154,7 @@ type ComplexityRoot struct {
 		ReceiveOrder            func(childComplexity int, input model.ReceiveOrderInput) int
 		Redeliver               func(childComplexity int, eventID int64, subscriber string) int
 		RedeliverAll            func(childComplexity int, filter model.DeliveryFilter) int
+		ReleaseProductionOrder  func(childComplexity int, id int64, version int) int
 		ReplaySubscriber        func(childComplexity int, subscriber string, after *string, from *time.Time, to *time.Time) int
 		ResumeSubscriber        func(childComplexity int, id int64) int
 		RevokeToken             func(childComplexity int, id int64) int
@@ -176,6 +181,17 @@ type ComplexityRoot struct {
 		SalesOrderLineNo func(childComplexity int) int
 		Status           func(childComplexity int) int
 		Unit             func(childComplexity int) int
+		Version          func(childComplexity int) int
+	}
+
+	ProductionOrderConnection struct {
+		Edges    func(childComplexity int) int
+		PageInfo func(childComplexity int) int
+	}
+
+	ProductionOrderEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
 	}
 
 	PurchaseOrder struct {
@@ -185,24 +201,39 @@ type ComplexityRoot struct {
 		Number    func(childComplexity int) int
 		Status    func(childComplexity int) int
 		Supplier  func(childComplexity int) int
+		Version   func(childComplexity int) int
+	}
+
+	PurchaseOrderConnection struct {
+		Edges    func(childComplexity int) int
+		PageInfo func(childComplexity int) int
+	}
+
+	PurchaseOrderEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
 	}
 
 	Query struct {
-		DeadDeliveries  func(childComplexity int, subscriber *string, first *int, after *string) int
-		Deliveries      func(childComplexity int, filter *model.DeliveryFilter, first *int, after *string) int
-		Event           func(childComplexity int, id int64) int
-		Events          func(childComplexity int, filter *db.EventFilter, first *int, after *string) int
-		Items           func(childComplexity int) int
-		Me              func(childComplexity int) int
-		ProductionOrder func(childComplexity int, id int64) int
-		PurchaseOrder   func(childComplexity int, id int64) int
-		Replay          func(childComplexity int, id int64) int
-		SalesOrder      func(childComplexity int, id int64) int
-		Subscribers     func(childComplexity int) int
-		Tokens          func(childComplexity int, login *string) int
-		Users           func(childComplexity int) int
-		WarehouseMove   func(childComplexity int, id int64) int
-		Warehouses      func(childComplexity int) int
+		DeadDeliveries   func(childComplexity int, subscriber *string, first *int, after *string) int
+		Deliveries       func(childComplexity int, filter *model.DeliveryFilter, first *int, after *string) int
+		Event            func(childComplexity int, id int64) int
+		Events           func(childComplexity int, filter *db.EventFilter, first *int, after *string) int
+		Items            func(childComplexity int) int
+		Me               func(childComplexity int) int
+		ProductionOrder  func(childComplexity int, id *int64, number *string) int
+		ProductionOrders func(childComplexity int, filter *model.ProductionOrderFilter, first *int, after *string) int
+		PurchaseOrder    func(childComplexity int, id *int64, number *string) int
+		PurchaseOrders   func(childComplexity int, filter *model.PurchaseOrderFilter, first *int, after *string) int
+		Replay           func(childComplexity int, id int64) int
+		SalesOrder       func(childComplexity int, id *int64, number *string) int
+		SalesOrders      func(childComplexity int, filter *model.SalesOrderFilter, first *int, after *string) int
+		Subscribers      func(childComplexity int) int
+		Tokens           func(childComplexity int, login *string) int
+		Users            func(childComplexity int) int
+		WarehouseMove    func(childComplexity int, id *int64, number *string) int
+		WarehouseMoves   func(childComplexity int, filter *model.WarehouseMoveFilter, first *int, after *string) int
+		Warehouses       func(childComplexity int) int
 	}
 
 	ReceiveOrderResult struct {
@@ -230,6 +261,17 @@ type ComplexityRoot struct {
 		Number     func(childComplexity int) int
 		Source     func(childComplexity int) int
 		Status     func(childComplexity int) int
+		Version    func(childComplexity int) int
+	}
+
+	SalesOrderConnection struct {
+		Edges    func(childComplexity int) int
+		PageInfo func(childComplexity int) int
+	}
+
+	SalesOrderEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
 	}
 
 	Subscriber struct {
@@ -291,6 +333,17 @@ type ComplexityRoot struct {
 		SourceEventID     func(childComplexity int) int
 		Status            func(childComplexity int) int
 		ToWarehouse       func(childComplexity int) int
+		Version           func(childComplexity int) int
+	}
+
+	WarehouseMoveConnection struct {
+		Edges    func(childComplexity int) int
+		PageInfo func(childComplexity int) int
+	}
+
+	WarehouseMoveEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
 	}
 }
 
@@ -667,6 +720,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Item.Unit(childComplexity), true
 
+	case "Mutation.cancelProductionOrder":
+		if e.ComplexityRoot.Mutation.CancelProductionOrder == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_cancelProductionOrder_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CancelProductionOrder(childComplexity, args["id"].(int64), args["version"].(int), args["reason"].(string)), true
+	case "Mutation.cancelPurchaseOrder":
+		if e.ComplexityRoot.Mutation.CancelPurchaseOrder == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_cancelPurchaseOrder_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CancelPurchaseOrder(childComplexity, args["id"].(int64), args["version"].(int), args["reason"].(string)), true
 	case "Mutation.cancelReplay":
 		if e.ComplexityRoot.Mutation.CancelReplay == nil {
 			break
@@ -678,6 +753,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CancelReplay(childComplexity, args["id"].(int64)), true
+	case "Mutation.cancelSalesOrder":
+		if e.ComplexityRoot.Mutation.CancelSalesOrder == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_cancelSalesOrder_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CancelSalesOrder(childComplexity, args["id"].(int64), args["version"].(int), args["reason"].(string)), true
+	case "Mutation.closePurchaseOrder":
+		if e.ComplexityRoot.Mutation.ClosePurchaseOrder == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_closePurchaseOrder_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ClosePurchaseOrder(childComplexity, args["id"].(int64), args["version"].(int)), true
 	case "Mutation.createItem":
 		if e.ComplexityRoot.Mutation.CreateItem == nil {
 			break
@@ -832,6 +929,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RedeliverAll(childComplexity, args["filter"].(model.DeliveryFilter)), true
+	case "Mutation.releaseProductionOrder":
+		if e.ComplexityRoot.Mutation.ReleaseProductionOrder == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_releaseProductionOrder_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ReleaseProductionOrder(childComplexity, args["id"].(int64), args["version"].(int)), true
 	case "Mutation.replaySubscriber":
 		if e.ComplexityRoot.Mutation.ReplaySubscriber == nil {
 			break
@@ -994,6 +1102,38 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.ProductionOrder.Unit(childComplexity), true
+	case "ProductionOrder.version":
+		if e.ComplexityRoot.ProductionOrder.Version == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProductionOrder.Version(childComplexity), true
+
+	case "ProductionOrderConnection.edges":
+		if e.ComplexityRoot.ProductionOrderConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProductionOrderConnection.Edges(childComplexity), true
+	case "ProductionOrderConnection.pageInfo":
+		if e.ComplexityRoot.ProductionOrderConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProductionOrderConnection.PageInfo(childComplexity), true
+
+	case "ProductionOrderEdge.cursor":
+		if e.ComplexityRoot.ProductionOrderEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProductionOrderEdge.Cursor(childComplexity), true
+	case "ProductionOrderEdge.node":
+		if e.ComplexityRoot.ProductionOrderEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ProductionOrderEdge.Node(childComplexity), true
 
 	case "PurchaseOrder.createdAt":
 		if e.ComplexityRoot.PurchaseOrder.CreatedAt == nil {
@@ -1031,6 +1171,38 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.PurchaseOrder.Supplier(childComplexity), true
+	case "PurchaseOrder.version":
+		if e.ComplexityRoot.PurchaseOrder.Version == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PurchaseOrder.Version(childComplexity), true
+
+	case "PurchaseOrderConnection.edges":
+		if e.ComplexityRoot.PurchaseOrderConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PurchaseOrderConnection.Edges(childComplexity), true
+	case "PurchaseOrderConnection.pageInfo":
+		if e.ComplexityRoot.PurchaseOrderConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PurchaseOrderConnection.PageInfo(childComplexity), true
+
+	case "PurchaseOrderEdge.cursor":
+		if e.ComplexityRoot.PurchaseOrderEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PurchaseOrderEdge.Cursor(childComplexity), true
+	case "PurchaseOrderEdge.node":
+		if e.ComplexityRoot.PurchaseOrderEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PurchaseOrderEdge.Node(childComplexity), true
 
 	case "Query.deadDeliveries":
 		if e.ComplexityRoot.Query.DeadDeliveries == nil {
@@ -1099,7 +1271,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.ProductionOrder(childComplexity, args["id"].(int64)), true
+		return e.ComplexityRoot.Query.ProductionOrder(childComplexity, args["id"].(*int64), args["number"].(*string)), true
+	case "Query.productionOrders":
+		if e.ComplexityRoot.Query.ProductionOrders == nil {
+			break
+		}
+
+		args, err := ec.field_Query_productionOrders_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.ProductionOrders(childComplexity, args["filter"].(*model.ProductionOrderFilter), args["first"].(*int), args["after"].(*string)), true
 	case "Query.purchaseOrder":
 		if e.ComplexityRoot.Query.PurchaseOrder == nil {
 			break
@@ -1110,7 +1293,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.PurchaseOrder(childComplexity, args["id"].(int64)), true
+		return e.ComplexityRoot.Query.PurchaseOrder(childComplexity, args["id"].(*int64), args["number"].(*string)), true
+	case "Query.purchaseOrders":
+		if e.ComplexityRoot.Query.PurchaseOrders == nil {
+			break
+		}
+
+		args, err := ec.field_Query_purchaseOrders_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.PurchaseOrders(childComplexity, args["filter"].(*model.PurchaseOrderFilter), args["first"].(*int), args["after"].(*string)), true
 	case "Query.replay":
 		if e.ComplexityRoot.Query.Replay == nil {
 			break
@@ -1132,7 +1326,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.SalesOrder(childComplexity, args["id"].(int64)), true
+		return e.ComplexityRoot.Query.SalesOrder(childComplexity, args["id"].(*int64), args["number"].(*string)), true
+	case "Query.salesOrders":
+		if e.ComplexityRoot.Query.SalesOrders == nil {
+			break
+		}
+
+		args, err := ec.field_Query_salesOrders_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.SalesOrders(childComplexity, args["filter"].(*model.SalesOrderFilter), args["first"].(*int), args["after"].(*string)), true
 	case "Query.subscribers":
 		if e.ComplexityRoot.Query.Subscribers == nil {
 			break
@@ -1166,7 +1371,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.WarehouseMove(childComplexity, args["id"].(int64)), true
+		return e.ComplexityRoot.Query.WarehouseMove(childComplexity, args["id"].(*int64), args["number"].(*string)), true
+	case "Query.warehouseMoves":
+		if e.ComplexityRoot.Query.WarehouseMoves == nil {
+			break
+		}
+
+		args, err := ec.field_Query_warehouseMoves_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.WarehouseMoves(childComplexity, args["filter"].(*model.WarehouseMoveFilter), args["first"].(*int), args["after"].(*string)), true
 	case "Query.warehouses":
 		if e.ComplexityRoot.Query.Warehouses == nil {
 			break
@@ -1284,6 +1500,38 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.SalesOrder.Status(childComplexity), true
+	case "SalesOrder.version":
+		if e.ComplexityRoot.SalesOrder.Version == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SalesOrder.Version(childComplexity), true
+
+	case "SalesOrderConnection.edges":
+		if e.ComplexityRoot.SalesOrderConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SalesOrderConnection.Edges(childComplexity), true
+	case "SalesOrderConnection.pageInfo":
+		if e.ComplexityRoot.SalesOrderConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SalesOrderConnection.PageInfo(childComplexity), true
+
+	case "SalesOrderEdge.cursor":
+		if e.ComplexityRoot.SalesOrderEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SalesOrderEdge.Cursor(childComplexity), true
+	case "SalesOrderEdge.node":
+		if e.ComplexityRoot.SalesOrderEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SalesOrderEdge.Node(childComplexity), true
 
 	case "Subscriber.condition":
 		if e.ComplexityRoot.Subscriber.Condition == nil {
@@ -1553,6 +1801,38 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.WarehouseMove.ToWarehouse(childComplexity), true
+	case "WarehouseMove.version":
+		if e.ComplexityRoot.WarehouseMove.Version == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WarehouseMove.Version(childComplexity), true
+
+	case "WarehouseMoveConnection.edges":
+		if e.ComplexityRoot.WarehouseMoveConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WarehouseMoveConnection.Edges(childComplexity), true
+	case "WarehouseMoveConnection.pageInfo":
+		if e.ComplexityRoot.WarehouseMoveConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WarehouseMoveConnection.PageInfo(childComplexity), true
+
+	case "WarehouseMoveEdge.cursor":
+		if e.ComplexityRoot.WarehouseMoveEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WarehouseMoveEdge.Cursor(childComplexity), true
+	case "WarehouseMoveEdge.node":
+		if e.ComplexityRoot.WarehouseMoveEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WarehouseMoveEdge.Node(childComplexity), true
 
 	}
 	return 0, false
@@ -1568,12 +1848,16 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("EventFilter", ec.unmarshalInputEventFilter),
 			graphql.NewInputUnmarshaler("ItemInput", ec.unmarshalInputItemInput),
 			graphql.NewInputUnmarshaler("LineInput", ec.unmarshalInputLineInput),
+			graphql.NewInputUnmarshaler("ProductionOrderFilter", ec.unmarshalInputProductionOrderFilter),
 			graphql.NewInputUnmarshaler("ProductionOrderInput", ec.unmarshalInputProductionOrderInput),
+			graphql.NewInputUnmarshaler("PurchaseOrderFilter", ec.unmarshalInputPurchaseOrderFilter),
 			graphql.NewInputUnmarshaler("PurchaseOrderInput", ec.unmarshalInputPurchaseOrderInput),
 			graphql.NewInputUnmarshaler("ReceiveOrderInput", ec.unmarshalInputReceiveOrderInput),
+			graphql.NewInputUnmarshaler("SalesOrderFilter", ec.unmarshalInputSalesOrderFilter),
 			graphql.NewInputUnmarshaler("SalesOrderInput", ec.unmarshalInputSalesOrderInput),
 			graphql.NewInputUnmarshaler("UserInput", ec.unmarshalInputUserInput),
 			graphql.NewInputUnmarshaler("WarehouseInput", ec.unmarshalInputWarehouseInput),
+			graphql.NewInputUnmarshaler("WarehouseMoveFilter", ec.unmarshalInputWarehouseMoveFilter),
 			graphql.NewInputUnmarshaler("WarehouseMoveInput", ec.unmarshalInputWarehouseMoveInput),
 			graphql.NewInputUnmarshaler("WebhookSubscriberInput", ec.unmarshalInputWebhookSubscriberInput),
 			graphql.NewInputUnmarshaler("WebhookSubscriberUpdate", ec.unmarshalInputWebhookSubscriberUpdate),
@@ -1905,12 +2189,34 @@ func (ec *executionContext) childFields_ProductionOrder(ctx context.Context, fie
 		return ec.fieldContext_ProductionOrder_salesOrderId(ctx, field)
 	case "status":
 		return ec.fieldContext_ProductionOrder_status(ctx, field)
+	case "version":
+		return ec.fieldContext_ProductionOrder_version(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_ProductionOrder_createdAt(ctx, field)
 	case "salesOrderLineNo":
 		return ec.fieldContext_ProductionOrder_salesOrderLineNo(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type ProductionOrder", field.Name)
+}
+
+func (ec *executionContext) childFields_ProductionOrderConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_ProductionOrderConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_ProductionOrderConnection_pageInfo(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ProductionOrderConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_ProductionOrderEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_ProductionOrderEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_ProductionOrderEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ProductionOrderEdge", field.Name)
 }
 
 func (ec *executionContext) childFields_PurchaseOrder(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1923,12 +2229,34 @@ func (ec *executionContext) childFields_PurchaseOrder(ctx context.Context, field
 		return ec.fieldContext_PurchaseOrder_supplier(ctx, field)
 	case "status":
 		return ec.fieldContext_PurchaseOrder_status(ctx, field)
+	case "version":
+		return ec.fieldContext_PurchaseOrder_version(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_PurchaseOrder_createdAt(ctx, field)
 	case "lines":
 		return ec.fieldContext_PurchaseOrder_lines(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type PurchaseOrder", field.Name)
+}
+
+func (ec *executionContext) childFields_PurchaseOrderConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_PurchaseOrderConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_PurchaseOrderConnection_pageInfo(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type PurchaseOrderConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_PurchaseOrderEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_PurchaseOrderEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_PurchaseOrderEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type PurchaseOrderEdge", field.Name)
 }
 
 func (ec *executionContext) childFields_ReceiveOrderResult(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1973,6 +2301,8 @@ func (ec *executionContext) childFields_SalesOrder(ctx context.Context, field gr
 		return ec.fieldContext_SalesOrder_customer(ctx, field)
 	case "status":
 		return ec.fieldContext_SalesOrder_status(ctx, field)
+	case "version":
+		return ec.fieldContext_SalesOrder_version(ctx, field)
 	case "source":
 		return ec.fieldContext_SalesOrder_source(ctx, field)
 	case "externalId":
@@ -1983,6 +2313,26 @@ func (ec *executionContext) childFields_SalesOrder(ctx context.Context, field gr
 		return ec.fieldContext_SalesOrder_lines(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type SalesOrder", field.Name)
+}
+
+func (ec *executionContext) childFields_SalesOrderConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_SalesOrderConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_SalesOrderConnection_pageInfo(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SalesOrderConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_SalesOrderEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_SalesOrderEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_SalesOrderEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SalesOrderEdge", field.Name)
 }
 
 func (ec *executionContext) childFields_Subscriber(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2089,6 +2439,8 @@ func (ec *executionContext) childFields_WarehouseMove(ctx context.Context, field
 		return ec.fieldContext_WarehouseMove_productionOrderId(ctx, field)
 	case "status":
 		return ec.fieldContext_WarehouseMove_status(ctx, field)
+	case "version":
+		return ec.fieldContext_WarehouseMove_version(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_WarehouseMove_createdAt(ctx, field)
 	case "lines":
@@ -2097,6 +2449,26 @@ func (ec *executionContext) childFields_WarehouseMove(ctx context.Context, field
 		return ec.fieldContext_WarehouseMove_sourceEventId(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type WarehouseMove", field.Name)
+}
+
+func (ec *executionContext) childFields_WarehouseMoveConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_WarehouseMoveConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_WarehouseMoveConnection_pageInfo(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type WarehouseMoveConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_WarehouseMoveEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_WarehouseMoveEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_WarehouseMoveEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type WarehouseMoveEdge", field.Name)
 }
 
 func (ec *executionContext) childFields___Directive(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

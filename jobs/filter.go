@@ -47,7 +47,8 @@ var ErrFilterCostLimit = errors.New("condition stopped: cost limit exceeded")
 // filter's EventTypes may name unless Filters is given more.
 func DefaultEventTypes() []string {
 	return []string{
-		db.EventDocCreated, db.EventOrderReceived, db.EventRedelivered, db.EventReplayStarted, db.EventReplayFinished,
+		db.EventDocCreated, db.EventOrderReceived, db.EventStatusChanged, db.EventRedelivered,
+		db.EventReplayStarted, db.EventReplayFinished,
 		db.EventUserCreated, db.EventUserRoleChanged, db.EventTokenIssued, db.EventTokenRevoked,
 	}
 }
@@ -55,15 +56,7 @@ func DefaultEventTypes() []string {
 // defaultEntities maps every name a filter's Entities may use to the table
 // events.entity holds: the tables themselves and the "entity" names of
 // doc.created payloads.
-func defaultEntities() map[string]string {
-	return map[string]string{
-		db.EntitySalesOrders: db.EntitySalesOrders, "sales_order": db.EntitySalesOrders,
-		db.EntityProdOrders: db.EntityProdOrders, "prod_order": db.EntityProdOrders,
-		db.EntityWarehouseMoves: db.EntityWarehouseMoves, "wh_move": db.EntityWarehouseMoves,
-		db.EntityPurchaseOrders: db.EntityPurchaseOrders, "purchase_order": db.EntityPurchaseOrders,
-		db.EntityUsers: db.EntityUsers, db.EntitySubscribers: db.EntitySubscribers,
-	}
-}
+func defaultEntities() map[string]string { return db.EntityNames() }
 
 // FilterSpec is a subscriber filter as a client sends it and as it is
 // stored (subscribers.event_types, entities, condition). Empty EventTypes

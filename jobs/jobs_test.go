@@ -170,6 +170,10 @@ func TestOutOfOrderCommitsAreBothDispatched(t *testing.T) {
 
 	require.NoError(t, txA.Commit(b.ctx))
 	b.waitProcessed(t, eventsA[0].ID)
+	// order_acceptance journaled B's doc.status_changed while dispatching.
+	var accepted int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT id FROM events WHERE type = $1 AND entity_id = $2`, db.EventStatusChanged, soB.ID).Scan(&accepted))
+	b.waitProcessed(t, accepted)
 	require.Zero(t, b.count(t, `SELECT count(*) FROM events WHERE processed_at IS NULL`))
 	// The late commit got the later feed position: a feed cursor taken after
 	// B's events does not skip A's.
@@ -196,8 +200,9 @@ func TestSweepProcessesEventWhoseJobWasLost(t *testing.T) {
 		require.False(t, time.Now().After(deadline), "sweep did not process the orphaned events")
 		time.Sleep(20 * time.Millisecond)
 	}
-	require.Zero(t, b.count(t, `SELECT count(*) FROM river_job WHERE kind = $1`, jobs.DispatchArgs{}.Kind()),
-		"the sweep dispatches directly; it must not have needed dispatch jobs")
+	require.Zero(t, b.count(t, `SELECT count(*) FROM river_job j JOIN events e ON e.id = (j.args->>'event_id')::bigint
+		WHERE j.kind = $1 AND e.type <> $2`, jobs.DispatchArgs{}.Kind(), db.EventStatusChanged),
+		"the sweep dispatches directly; it must not have needed dispatch jobs (order_acceptance's doc.status_changed has its own)")
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM deliveries WHERE status = 'delivered'`))
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM sales_orders WHERE status = $1`, db.SalesOrderAccepted))
 }
@@ -501,7 +506,11 @@ func TestDispatchDeliversToBuiltinsInItsTransaction(t *testing.T) {
 	d := b.delivery(t, events[1].ID, "order_acceptance")
 	require.Equal(t, db.DeliveryDelivered, d.Status)
 	require.EqualValues(t, 1, d.Attempts)
-	require.Zero(t, b.count(t, `SELECT count(*) FROM events WHERE processed_at IS NULL`))
+	// What is left unprocessed is the doc.status_changed order_acceptance
+	// journaled in the delivery's transaction, with its dispatch job.
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM events e JOIN river_job j ON j.kind = $2 AND (j.args->>'event_id')::bigint = e.id
+		WHERE e.processed_at IS NULL AND e.type = $1 AND e.actor_id IS NULL`, db.EventStatusChanged, jobs.DispatchArgs{}.Kind()))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM events WHERE processed_at IS NULL`))
 	require.Zero(t, b.count(t, `SELECT count(*) FROM river_job WHERE kind = $1`, jobs.DeliverArgs{}.Kind()),
 		"a built-in delivery needs no deliver job")
 	// Feed positions follow the ids, with no gap.
@@ -564,12 +573,21 @@ func TestDispatchTakesOnBacklogInOneCommit(t *testing.T) {
 	dispatched, err = b.dispatcher.Dispatch(b.ctx, ids[1])
 	require.NoError(t, err)
 	require.Zero(t, dispatched)
-	// The job of the first event left takes on the rest.
+	// The job of the first event left takes on the rest: the three left
+	// and the doc.status_changed of the two orders the first batch
+	// accepted; the last two orders' acceptances come after.
 	dispatched, err = b.dispatcher.Dispatch(b.ctx, ids[5])
 	require.NoError(t, err)
-	require.Equal(t, 3, dispatched)
+	require.Equal(t, 5, dispatched)
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM events WHERE processed_at IS NULL AND type = $1`, db.EventStatusChanged))
+	var next int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT min(id) FROM events WHERE processed_at IS NULL`).Scan(&next))
+	dispatched, err = b.dispatcher.Dispatch(b.ctx, next)
+	require.NoError(t, err)
+	require.Equal(t, 2, dispatched)
 	require.Zero(t, b.count(t, `SELECT count(*) FROM events WHERE processed_at IS NULL`))
 	require.Equal(t, 4, b.count(t, `SELECT count(*) FROM sales_orders WHERE status = 'accepted'`))
+	require.Equal(t, 4, b.count(t, `SELECT count(*) FROM events WHERE type = $1`, db.EventStatusChanged))
 }
 
 // TestBacklogEventBehindALockIsLeftToItsJob: a backlog event whose

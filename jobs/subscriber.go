@@ -44,7 +44,10 @@ func isPermanent(err error) bool {
 
 // OrderAcceptance accepts every sales order received from an integration:
 // on order.received it moves the order (sales_orders, the event's entity)
-// from status "new" to "accepted". A repeat is a no-op.
+// from status "new" to "accepted" and journals doc.status_changed with no
+// actor (the system), in the delivery's transaction. A redelivery finds
+// the order no longer new and writes nothing, so the transition happens
+// once; an order cancelled before it was accepted stays cancelled.
 type OrderAcceptance struct{}
 
 // Name implements Subscriber.
@@ -60,6 +63,5 @@ func (OrderAcceptance) Handle(ctx context.Context, tx pgx.Tx, ev db.Event) ([]db
 	if ev.Entity != db.EntitySalesOrders {
 		return nil, Permanent(fmt.Errorf("order.received %d is about %s, want sales_orders", ev.ID, ev.Entity))
 	}
-	_, err := db.AcceptSalesOrder(ctx, tx, ev.EntityID)
-	return nil, err
+	return db.AcceptSalesOrder(ctx, tx, ev.EntityID)
 }

@@ -42,7 +42,7 @@ func TestEventPageDeliveriesMatchEachEvent(t *testing.T) {
 			}
 		} `json:"events"`
 	}](t, s, `{ events(first: 50) { edges { node { id type deliveries { status subscriber { name } } } } } }`, nil)
-	require.Len(t, page.Events.Edges, 6)
+	require.Len(t, page.Events.Edges, 9, "doc.created, order.received and order_acceptance's doc.status_changed of each order")
 	for _, e := range page.Events.Edges {
 		one := apptest.GQL[struct {
 			Event struct{ Deliveries []dl } `json:"event"`

@@ -91,20 +91,128 @@ func (r *mutationResolver) CreatePurchaseOrder(ctx context.Context, input db.Pur
 	return &po, nil
 }
 
-func (r *queryResolver) SalesOrder(ctx context.Context, id int64) (*db.SalesOrder, error) {
-	return orNil(db.SalesOrderByID(ctx, r.Pool, id))
+func (r *mutationResolver) CancelSalesOrder(ctx context.Context, id int64, version int, reason string) (*db.SalesOrder, error) {
+	return transition(ctx, r.Outbox, version, func(tx pgx.Tx, v int32) (db.SalesOrder, []db.Event, error) {
+		return db.CancelSalesOrder(ctx, tx, actorID(ctx), id, v, reason)
+	})
 }
 
-func (r *queryResolver) ProductionOrder(ctx context.Context, id int64) (*db.ProductionOrder, error) {
-	return orNil(db.ProductionOrderByID(ctx, r.Pool, id))
+func (r *mutationResolver) ReleaseProductionOrder(ctx context.Context, id int64, version int) (*db.ProductionOrder, error) {
+	return transition(ctx, r.Outbox, version, func(tx pgx.Tx, v int32) (db.ProductionOrder, []db.Event, error) {
+		return db.ReleaseProductionOrder(ctx, tx, actorID(ctx), id, v)
+	})
 }
 
-func (r *queryResolver) WarehouseMove(ctx context.Context, id int64) (*db.WarehouseMove, error) {
-	return orNil(db.WarehouseMoveByID(ctx, r.Pool, id))
+func (r *mutationResolver) CancelProductionOrder(ctx context.Context, id int64, version int, reason string) (*db.ProductionOrder, error) {
+	return transition(ctx, r.Outbox, version, func(tx pgx.Tx, v int32) (db.ProductionOrder, []db.Event, error) {
+		return db.CancelProductionOrder(ctx, tx, actorID(ctx), id, v, reason)
+	})
 }
 
-func (r *queryResolver) PurchaseOrder(ctx context.Context, id int64) (*db.PurchaseOrder, error) {
-	return orNil(db.PurchaseOrderByID(ctx, r.Pool, id))
+func (r *mutationResolver) ClosePurchaseOrder(ctx context.Context, id int64, version int) (*db.PurchaseOrder, error) {
+	return transition(ctx, r.Outbox, version, func(tx pgx.Tx, v int32) (db.PurchaseOrder, []db.Event, error) {
+		return db.ClosePurchaseOrder(ctx, tx, actorID(ctx), id, v)
+	})
+}
+
+func (r *mutationResolver) CancelPurchaseOrder(ctx context.Context, id int64, version int, reason string) (*db.PurchaseOrder, error) {
+	return transition(ctx, r.Outbox, version, func(tx pgx.Tx, v int32) (db.PurchaseOrder, []db.Event, error) {
+		return db.CancelPurchaseOrder(ctx, tx, actorID(ctx), id, v, reason)
+	})
+}
+
+func (r *queryResolver) SalesOrder(ctx context.Context, id *int64, number *string) (*db.SalesOrder, error) {
+	return byIDOrNumber(ctx, r.Pool, db.SalesOrders, id, number, db.SalesOrderByID)
+}
+
+func (r *queryResolver) ProductionOrder(ctx context.Context, id *int64, number *string) (*db.ProductionOrder, error) {
+	return byIDOrNumber(ctx, r.Pool, db.ProductionOrders, id, number, db.ProductionOrderByID)
+}
+
+func (r *queryResolver) WarehouseMove(ctx context.Context, id *int64, number *string) (*db.WarehouseMove, error) {
+	return byIDOrNumber(ctx, r.Pool, db.WarehouseMoves, id, number, db.WarehouseMoveByID)
+}
+
+func (r *queryResolver) PurchaseOrder(ctx context.Context, id *int64, number *string) (*db.PurchaseOrder, error) {
+	return byIDOrNumber(ctx, r.Pool, db.PurchaseOrders, id, number, db.PurchaseOrderByID)
+}
+
+func (r *queryResolver) SalesOrders(ctx context.Context, filter *model.SalesOrderFilter, first *int, after *string) (*model.SalesOrderConnection, error) {
+	var f db.SalesOrderFilter
+	if filter != nil {
+		f = db.SalesOrderFilter{
+			DocFilter: db.DocFilter{Statuses: filter.Statuses, NumberPrefix: filter.Number, SKU: filter.Sku,
+				CreatedFrom: filter.CreatedFrom, CreatedTo: filter.CreatedTo},
+			Customer: filter.Customer,
+		}
+		if filter.Source != nil {
+			src := orderSources[*filter.Source]
+			f.Source = &src
+		}
+	}
+	page, err := db.ListSalesOrders(ctx, r.Pool, f, pageSize(first), deref(after))
+	if err != nil {
+		return nil, err
+	}
+	conn := &model.SalesOrderConnection{Edges: make([]model.SalesOrderEdge, len(page.Items)), PageInfo: pageInfo(page)}
+	for i := range page.Items {
+		conn.Edges[i] = model.SalesOrderEdge{Cursor: page.Cursors[i], Node: &page.Items[i]}
+	}
+	return conn, nil
+}
+
+func (r *queryResolver) ProductionOrders(ctx context.Context, filter *model.ProductionOrderFilter, first *int, after *string) (*model.ProductionOrderConnection, error) {
+	var f db.ProductionOrderFilter
+	if filter != nil {
+		f = db.ProductionOrderFilter{DocFilter: db.DocFilter{Statuses: filter.Statuses, NumberPrefix: filter.Number, SKU: filter.Sku,
+			CreatedFrom: filter.CreatedFrom, CreatedTo: filter.CreatedTo}, SalesOrderID: filter.SalesOrderID}
+	}
+	page, err := db.ListProductionOrders(ctx, r.Pool, f, pageSize(first), deref(after))
+	if err != nil {
+		return nil, err
+	}
+	conn := &model.ProductionOrderConnection{Edges: make([]model.ProductionOrderEdge, len(page.Items)), PageInfo: pageInfo(page)}
+	for i := range page.Items {
+		conn.Edges[i] = model.ProductionOrderEdge{Cursor: page.Cursors[i], Node: &page.Items[i]}
+	}
+	return conn, nil
+}
+
+func (r *queryResolver) PurchaseOrders(ctx context.Context, filter *model.PurchaseOrderFilter, first *int, after *string) (*model.PurchaseOrderConnection, error) {
+	var f db.PurchaseOrderFilter
+	if filter != nil {
+		f = db.PurchaseOrderFilter{DocFilter: db.DocFilter{Statuses: filter.Statuses, NumberPrefix: filter.Number, SKU: filter.Sku,
+			CreatedFrom: filter.CreatedFrom, CreatedTo: filter.CreatedTo}, Supplier: filter.Supplier}
+	}
+	page, err := db.ListPurchaseOrders(ctx, r.Pool, f, pageSize(first), deref(after))
+	if err != nil {
+		return nil, err
+	}
+	conn := &model.PurchaseOrderConnection{Edges: make([]model.PurchaseOrderEdge, len(page.Items)), PageInfo: pageInfo(page)}
+	for i := range page.Items {
+		conn.Edges[i] = model.PurchaseOrderEdge{Cursor: page.Cursors[i], Node: &page.Items[i]}
+	}
+	return conn, nil
+}
+
+func (r *queryResolver) WarehouseMoves(ctx context.Context, filter *model.WarehouseMoveFilter, first *int, after *string) (*model.WarehouseMoveConnection, error) {
+	var f db.WarehouseMoveFilter
+	if filter != nil {
+		f = db.WarehouseMoveFilter{DocFilter: db.DocFilter{Statuses: filter.Statuses, NumberPrefix: filter.Number, SKU: filter.Sku,
+			CreatedFrom: filter.CreatedFrom, CreatedTo: filter.CreatedTo}, Warehouse: filter.Warehouse}
+		for _, k := range filter.Kinds {
+			f.Kinds = append(f.Kinds, moveKinds[k])
+		}
+	}
+	page, err := db.ListWarehouseMoves(ctx, r.Pool, f, pageSize(first), deref(after))
+	if err != nil {
+		return nil, err
+	}
+	conn := &model.WarehouseMoveConnection{Edges: make([]model.WarehouseMoveEdge, len(page.Items)), PageInfo: pageInfo(page)}
+	for i := range page.Items {
+		conn.Edges[i] = model.WarehouseMoveEdge{Cursor: page.Cursors[i], Node: &page.Items[i]}
+	}
+	return conn, nil
 }
 
 func (r *warehouseMoveResolver) Kind(ctx context.Context, obj *db.WarehouseMove) (model.MoveKind, error) {

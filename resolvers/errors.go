@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -37,7 +38,9 @@ func CodedError(msg, code string) *gqlerror.Error {
 // are BAD_USER_INPUT with extensions.field (the input path; a subscriber's
 // condition that does not compile adds extensions.line and
 // extensions.column, 1-based), db.ErrNotFound
-// NOT_FOUND, db.ErrConflict CONFLICT. Anything else unexpected is INTERNAL:
+// NOT_FOUND, db.ErrConflict CONFLICT (a refused transition, a
+// db.StatusConflictError, with extensions.currentStatus and
+// extensions.currentVersion of the document). Anything else unexpected is INTERNAL:
 // logged with a request id, which alone reaches the client.
 func ErrorPresenter(logger *slog.Logger) graphql.ErrorPresenterFunc {
 	return func(ctx context.Context, err error) *gqlerror.Error {
@@ -50,7 +53,13 @@ func ErrorPresenter(logger *slog.Logger) graphql.ErrorPresenterFunc {
 		}
 		var inputErr *db.InputError
 		var scalarErr *model.ScalarError
+		var statusErr *db.StatusConflictError
 		switch {
+		case errors.As(err, &statusErr):
+			gqlErr.Message = statusErr.Error()
+			setCode(CodeConflict)
+			gqlErr.Extensions["currentStatus"] = statusErr.Status
+			gqlErr.Extensions["currentVersion"] = statusErr.Version
 		case errors.As(err, &inputErr):
 			gqlErr.Message = inputErr.Error()
 			setCode(CodeBadUserInput)
@@ -154,4 +163,13 @@ func inArg(arg string, err error) error {
 		return &e
 	}
 	return err
+}
+
+// versionArg is a transition's `version` argument as db takes it; versions
+// start at 1, so anything else is BAD_USER_INPUT on field version.
+func versionArg(v int) (int32, error) {
+	if v < 1 || v > math.MaxInt32 {
+		return 0, &db.InputError{Field: "version", Msg: fmt.Sprintf("a document version is 1 or more, got %d", v)}
+	}
+	return int32(v), nil
 }

@@ -17,6 +17,10 @@ func (r *queryResolver) Events(ctx context.Context, filter *db.EventFilter, firs
 	if filter != nil {
 		f = *filter
 	}
+	f, err := f.Normalize("filter")
+	if err != nil {
+		return nil, err
+	}
 	n := defaultPageSize
 	if first != nil {
 		n = *first
@@ -51,6 +55,10 @@ func (r *subscriptionResolver) EventProcessed(ctx context.Context, filter *db.Ev
 	var f db.EventFilter
 	if filter != nil {
 		f = *filter
+	}
+	f, err := f.Normalize("filter")
+	if err != nil {
+		return nil, err
 	}
 	return r.liveEvents(ctx, f, after)
 }

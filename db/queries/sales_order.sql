@@ -12,7 +12,7 @@ WITH so AS (
     INSERT INTO sales_orders (number, customer, created_by, source, external_id)
     VALUES ('pending ' || gen_random_uuid(), @customer::text, sqlc.narg(actor_id)::bigint, @source::text, sqlc.narg(external_id)::text)
     ON CONFLICT (source, external_id) DO NOTHING
-    RETURNING id, customer, status, source, external_id, created_at
+    RETURNING id, customer, status, source, external_id, created_at, version
 ), l AS (
     INSERT INTO sales_order_lines (sales_order_id, line_no, item_id, quantity, price)
     SELECT so.id, t.ord, i.id, t.qty, NULLIF(t.price, '')::numeric
@@ -31,7 +31,7 @@ SELECT e.id AS event_id, e.type AS event_type, e.entity AS event_entity, e.entit
     e.payload AS event_payload, e.created_at AS event_created_at, e.dispatched_at AS event_dispatched_at,
     e.processed_at AS event_processed_at, e.feed_seq AS event_feed_seq, e.actor_id AS event_actor_id,
     u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role,
-    so.id, so.customer, so.status, so.source, so.external_id, so.created_at,
+    so.id, so.customer, so.status, so.source, so.external_id, so.created_at, so.version,
     l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
 FROM so CROSS JOIN e LEFT JOIN users u ON u.id = e.actor_id
 CROSS JOIN l JOIN items i ON i.id = l.item_id
@@ -56,7 +56,7 @@ WITH n AS (
 SELECT so.number, e.payload FROM so CROSS JOIN e;
 
 -- name: SalesOrderGetByID :one
-SELECT id, number, customer, status, source, external_id, created_at
+SELECT id, number, customer, status, source, external_id, created_at, version
 FROM sales_orders WHERE id = @id;
 
 -- name: SalesOrderGetIDByExternalID :one
@@ -64,11 +64,6 @@ SELECT id FROM sales_orders WHERE source = @source AND external_id = @external_i
 
 -- name: SalesOrderExists :one
 SELECT EXISTS (SELECT 1 FROM sales_orders WHERE id = @id);
-
--- name: SalesOrderSetStatus :execrows
--- SalesOrderSetStatus moves sales order id from status from to status to;
--- no row affected when it is not in status from.
-UPDATE sales_orders SET status = @to_status WHERE id = @id AND status = @from_status;
 
 -- name: SalesOrderLockByID :one
 -- SalesOrderLockByID locks sales order id against concurrent planning
@@ -91,3 +86,95 @@ WHERE l.sales_order_id = @sales_order_id
   AND NOT EXISTS (SELECT 1 FROM plan_prod_orders p
                   WHERE p.sales_order_id = l.sales_order_id AND p.sales_order_line_no = l.line_no)
 ORDER BY l.line_no;
+
+-- name: SalesOrderLockStatus :one
+-- SalesOrderLockStatus returns the number, status and version of sales
+-- order id, locked until the transaction ends (db.Transition). NO KEY
+-- UPDATE: production orders that reference the order may still be written.
+SELECT number, status, version FROM sales_orders WHERE id = @id FOR NO KEY UPDATE;
+
+-- name: SalesOrderSetStatus :one
+-- SalesOrderSetStatus sets the status of sales order id, locked by
+-- SalesOrderLockStatus, and bumps its version; returns the new version.
+UPDATE sales_orders SET status = @status, version = version + 1 WHERE id = @id RETURNING version;
+
+-- The sales order list, newest first (id descending), a keyset page of
+-- max_rows rows with id < before_id. Each query is one filter shape that
+-- decides the index (docs/query-plans.md); the other filters, each
+-- optional (NULL: any), only filter rows. created_from is inclusive,
+-- created_to exclusive; number_prefix matches the number's start.
+
+-- name: SalesOrderListPage :many
+-- SalesOrderListPage reads sales_orders_pkey backward.
+SELECT s.* FROM sales_orders s
+WHERE s.id < @before_id
+  AND (sqlc.narg(number_prefix)::text IS NULL OR starts_with(s.number, sqlc.narg(number_prefix)::text))
+  AND (sqlc.narg(source)::text IS NULL OR s.source = sqlc.narg(source)::text)
+  AND (sqlc.narg(created_from)::timestamptz IS NULL OR s.created_at >= sqlc.narg(created_from)::timestamptz)
+  AND (sqlc.narg(created_to)::timestamptz IS NULL OR s.created_at < sqlc.narg(created_to)::timestamptz)
+ORDER BY s.id DESC
+LIMIT @max_rows;
+
+-- name: SalesOrderListPageByStatus :many
+-- SalesOrderListPageByStatus reads sales_orders_status backward once per
+-- status asked for (each at most max_rows rows) and merges them.
+SELECT s.* FROM unnest(@statuses::text[]) AS st(status)
+CROSS JOIN LATERAL (
+    SELECT o.* FROM sales_orders o
+    WHERE o.status >= st.status AND o.status <= st.status AND o.id < @before_id
+      AND (sqlc.narg(number_prefix)::text IS NULL OR starts_with(o.number, sqlc.narg(number_prefix)::text))
+      AND (sqlc.narg(source)::text IS NULL OR o.source = sqlc.narg(source)::text)
+      AND (sqlc.narg(created_from)::timestamptz IS NULL OR o.created_at >= sqlc.narg(created_from)::timestamptz)
+      AND (sqlc.narg(created_to)::timestamptz IS NULL OR o.created_at < sqlc.narg(created_to)::timestamptz)
+    -- The status as a range, not an equality, and first in ORDER BY: only
+    -- sales_orders_status gives that order, so a generic plan (which
+    -- takes every status for a third of the orders) cannot prefer the
+    -- primary key, whose scan reads ~100 rows per row of a rare status.
+    ORDER BY o.status DESC, o.id DESC
+    LIMIT @max_rows
+) s
+ORDER BY s.id DESC
+LIMIT @max_rows;
+
+-- name: SalesOrderListPageByCustomer :many
+-- SalesOrderListPageByCustomer reads sales_orders_customer backward.
+SELECT s.* FROM sales_orders s
+WHERE s.customer = @customer AND s.id < @before_id
+  AND (sqlc.narg(statuses)::text[] IS NULL OR s.status = ANY (sqlc.narg(statuses)::text[]))
+  AND (sqlc.narg(number_prefix)::text IS NULL OR starts_with(s.number, sqlc.narg(number_prefix)::text))
+  AND (sqlc.narg(source)::text IS NULL OR s.source = sqlc.narg(source)::text)
+  AND (sqlc.narg(created_from)::timestamptz IS NULL OR s.created_at >= sqlc.narg(created_from)::timestamptz)
+  AND (sqlc.narg(created_to)::timestamptz IS NULL OR s.created_at < sqlc.narg(created_to)::timestamptz)
+ORDER BY s.id DESC
+LIMIT @max_rows;
+
+-- name: SalesOrderListPageBySKU :many
+-- SalesOrderListPageBySKU reads sales_order_lines_item backward from the
+-- item's lines, each order once (at its first line of the item). The
+-- first-line test is a scalar subquery, read per row through the lines'
+-- primary key, because as NOT EXISTS the planner makes it an anti-join
+-- that hashes every line of the item first.
+SELECT s.* FROM sales_order_lines l
+JOIN sales_orders s ON s.id = l.sales_order_id
+WHERE l.item_id = (SELECT i.id FROM items i WHERE i.sku = @sku) AND l.sales_order_id < @before_id
+  AND l.line_no = (SELECT min(e.line_no) FROM sales_order_lines e
+                   WHERE e.sales_order_id = l.sales_order_id AND e.item_id = l.item_id)
+  AND (sqlc.narg(statuses)::text[] IS NULL OR s.status = ANY (sqlc.narg(statuses)::text[]))
+  AND (sqlc.narg(customer)::text IS NULL OR s.customer = sqlc.narg(customer)::text)
+  AND (sqlc.narg(number_prefix)::text IS NULL OR starts_with(s.number, sqlc.narg(number_prefix)::text))
+  AND (sqlc.narg(source)::text IS NULL OR s.source = sqlc.narg(source)::text)
+  AND (sqlc.narg(created_from)::timestamptz IS NULL OR s.created_at >= sqlc.narg(created_from)::timestamptz)
+  AND (sqlc.narg(created_to)::timestamptz IS NULL OR s.created_at < sqlc.narg(created_to)::timestamptz)
+ORDER BY l.sales_order_id DESC
+LIMIT @max_rows;
+
+-- name: SalesOrderLineListByOrders :many
+-- SalesOrderLineListByOrders returns the lines of the sales orders ids,
+-- by order and line number: one query for a page of orders.
+SELECT l.sales_order_id, l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
+FROM sales_order_lines l JOIN items i ON i.id = l.item_id
+WHERE l.sales_order_id = ANY (@ids::bigint[])
+ORDER BY l.sales_order_id, l.line_no;
+
+-- name: SalesOrderGetIDByNumber :one
+SELECT id FROM sales_orders WHERE number = @number;

@@ -7,7 +7,7 @@ RETURNING id;
 -- name: WarehouseMoveGetByID :one
 -- WarehouseMoveGetByID returns move id with its warehouses by code.
 SELECT m.id, m.number, m.kind, wf.code AS from_warehouse, wt.code AS to_warehouse,
-    m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at
+    m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at, m.version
 FROM wh_moves m
 LEFT JOIN warehouses wf ON wf.id = m.from_warehouse_id
 LEFT JOIN warehouses wt ON wt.id = m.to_warehouse_id
@@ -32,3 +32,45 @@ SELECT l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
 FROM wh_move_lines l JOIN items i ON i.id = l.item_id
 WHERE l.move_id = @move_id
 ORDER BY l.line_no;
+
+-- name: WarehouseMoveLockStatus :one
+-- WarehouseMoveLockStatus returns the number, status and version of move
+-- id, locked until the transaction ends (db.Transition).
+SELECT number, status, version FROM wh_moves WHERE id = @id FOR NO KEY UPDATE;
+
+-- name: WarehouseMoveSetStatus :one
+-- WarehouseMoveSetStatus sets the status of move id, locked by
+-- WarehouseMoveLockStatus, and bumps its version; returns the new version.
+UPDATE wh_moves SET status = @status, version = version + 1 WHERE id = @id RETURNING version;
+
+-- name: WarehouseMoveGetIDByNumber :one
+SELECT id FROM wh_moves WHERE number = @number;
+
+-- The warehouse move list, newest first, a keyset page as the sales order
+-- list's (db/queries/sales_order.sql); warehouse is the code of the
+-- warehouse the goods leave or arrive at.
+
+-- name: WarehouseMoveListPage :many
+-- WarehouseMoveListPage reads wh_moves_pkey backward.
+SELECT m.id, m.number, m.kind, wf.code AS from_warehouse, wt.code AS to_warehouse,
+    m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at, m.version
+FROM wh_moves m
+LEFT JOIN warehouses wf ON wf.id = m.from_warehouse_id
+LEFT JOIN warehouses wt ON wt.id = m.to_warehouse_id
+WHERE m.id < @before_id
+  AND (sqlc.narg(statuses)::text[] IS NULL OR m.status = ANY (sqlc.narg(statuses)::text[]))
+  AND (sqlc.narg(kinds)::text[] IS NULL OR m.kind = ANY (sqlc.narg(kinds)::text[]))
+  AND (sqlc.narg(warehouse)::text IS NULL OR wf.code = sqlc.narg(warehouse)::text OR wt.code = sqlc.narg(warehouse)::text)
+  AND (sqlc.narg(number_prefix)::text IS NULL OR starts_with(m.number, sqlc.narg(number_prefix)::text))
+  AND (sqlc.narg(sku)::text IS NULL OR EXISTS (SELECT 1 FROM wh_move_lines l JOIN items i ON i.id = l.item_id
+       WHERE l.move_id = m.id AND i.sku = sqlc.narg(sku)::text))
+  AND (sqlc.narg(created_from)::timestamptz IS NULL OR m.created_at >= sqlc.narg(created_from)::timestamptz)
+  AND (sqlc.narg(created_to)::timestamptz IS NULL OR m.created_at < sqlc.narg(created_to)::timestamptz)
+ORDER BY m.id DESC
+LIMIT @max_rows;
+
+-- name: WarehouseMoveLineListByMoves :many
+SELECT l.move_id, l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
+FROM wh_move_lines l JOIN items i ON i.id = l.item_id
+WHERE l.move_id = ANY (@ids::bigint[])
+ORDER BY l.move_id, l.line_no;

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"time"
 )
 
 type DeliveryConnection struct {
@@ -51,6 +52,51 @@ type PageInfo struct {
 	EndCursor   *string `json:"endCursor,omitempty"`
 }
 
+type ProductionOrderConnection struct {
+	Edges    []ProductionOrderEdge `json:"edges"`
+	PageInfo *PageInfo             `json:"pageInfo"`
+}
+
+type ProductionOrderEdge struct {
+	Cursor string              `json:"cursor"`
+	Node   *db.ProductionOrder `json:"node"`
+}
+
+type ProductionOrderFilter struct {
+	// Any of: planned, released, completed, cancelled.
+	Statuses []string `json:"statuses,omitempty"`
+	// The number starts with this.
+	Number *string `json:"number,omitempty"`
+	// The order's item.
+	Sku         *string    `json:"sku,omitempty"`
+	CreatedFrom *time.Time `json:"createdFrom,omitempty"`
+	CreatedTo   *time.Time `json:"createdTo,omitempty"`
+	// Planned for this sales order.
+	SalesOrderID *int64 `json:"salesOrderId,omitempty"`
+}
+
+type PurchaseOrderConnection struct {
+	Edges    []PurchaseOrderEdge `json:"edges"`
+	PageInfo *PageInfo           `json:"pageInfo"`
+}
+
+type PurchaseOrderEdge struct {
+	Cursor string            `json:"cursor"`
+	Node   *db.PurchaseOrder `json:"node"`
+}
+
+type PurchaseOrderFilter struct {
+	// Any of: open, partially_received, received, closed, cancelled.
+	Statuses []string `json:"statuses,omitempty"`
+	Number   *string  `json:"number,omitempty"`
+	// A line is of this item.
+	Sku         *string    `json:"sku,omitempty"`
+	CreatedFrom *time.Time `json:"createdFrom,omitempty"`
+	CreatedTo   *time.Time `json:"createdTo,omitempty"`
+	// The supplier, exactly.
+	Supplier *string `json:"supplier,omitempty"`
+}
+
 type Query struct {
 }
 
@@ -67,6 +113,32 @@ type ReceiveOrderResult struct {
 	Duplicate bool `json:"duplicate"`
 }
 
+type SalesOrderConnection struct {
+	Edges    []SalesOrderEdge `json:"edges"`
+	PageInfo *PageInfo        `json:"pageInfo"`
+}
+
+type SalesOrderEdge struct {
+	Cursor string         `json:"cursor"`
+	Node   *db.SalesOrder `json:"node"`
+}
+
+type SalesOrderFilter struct {
+	// Any of these statuses: new, accepted, in_production, shipped, cancelled.
+	Statuses []string `json:"statuses,omitempty"`
+	// The number starts with this, e.g. "ЗК-2026-0004".
+	Number *string `json:"number,omitempty"`
+	// A line is of this item.
+	Sku *string `json:"sku,omitempty"`
+	// Created at or after (inclusive).
+	CreatedFrom *time.Time `json:"createdFrom,omitempty"`
+	// Created before (exclusive).
+	CreatedTo *time.Time `json:"createdTo,omitempty"`
+	// The customer, exactly.
+	Customer *string      `json:"customer,omitempty"`
+	Source   *OrderSource `json:"source,omitempty"`
+}
+
 type Subscription struct {
 }
 
@@ -75,6 +147,29 @@ type UserInput struct {
 	Login       string `json:"login"`
 	DisplayName string `json:"displayName"`
 	Role        Role   `json:"role"`
+}
+
+type WarehouseMoveConnection struct {
+	Edges    []WarehouseMoveEdge `json:"edges"`
+	PageInfo *PageInfo           `json:"pageInfo"`
+}
+
+type WarehouseMoveEdge struct {
+	Cursor string            `json:"cursor"`
+	Node   *db.WarehouseMove `json:"node"`
+}
+
+type WarehouseMoveFilter struct {
+	// Any of: draft, posted, reversed.
+	Statuses []string `json:"statuses,omitempty"`
+	Number   *string  `json:"number,omitempty"`
+	// A line is of this item.
+	Sku         *string    `json:"sku,omitempty"`
+	CreatedFrom *time.Time `json:"createdFrom,omitempty"`
+	CreatedTo   *time.Time `json:"createdTo,omitempty"`
+	Kinds       []MoveKind `json:"kinds,omitempty"`
+	// Warehouse code the goods leave or arrive at.
+	Warehouse *string `json:"warehouse,omitempty"`
 }
 
 type WarehouseMoveInput struct {

@@ -127,6 +127,7 @@ type PlanProdOrder struct {
 	CreatedBy        *int64
 	CreatedAt        time.Time
 	SalesOrderLineNo *int32
+	Version          int32
 }
 
 type Replay struct {
@@ -175,6 +176,7 @@ type SalesOrder struct {
 	ExternalID *string
 	CreatedBy  *int64
 	CreatedAt  time.Time
+	Version    int32
 }
 
 type SalesOrderLine struct {
@@ -265,6 +267,7 @@ type WhMove struct {
 	CreatedBy       *int64
 	CreatedAt       time.Time
 	SourceEventID   *int64
+	Version         int32
 }
 
 type WhMoveLine struct {
@@ -282,6 +285,7 @@ type WhPurchaseOrder struct {
 	Status    string
 	CreatedBy *int64
 	CreatedAt time.Time
+	Version   int32
 }
 
 type WhPurchaseOrderLine struct {

@@ -25,7 +25,7 @@ func (q *Queries) ProductionOrderExists(ctx context.Context, db DBTX, id int64) 
 
 const productionOrderGetByID = `-- name: ProductionOrderGetByID :one
 SELECT p.id, p.number, i.sku, i.name AS item_name, i.unit, p.quantity, p.sales_order_id,
-    p.status, p.created_at, p.sales_order_line_no
+    p.status, p.created_at, p.sales_order_line_no, p.version
 FROM plan_prod_orders p JOIN items i ON i.id = p.item_id
 WHERE p.id = $1
 `
@@ -41,6 +41,7 @@ type ProductionOrderGetByIDRow struct {
 	Status           string
 	CreatedAt        time.Time
 	SalesOrderLineNo *int32
+	Version          int32
 }
 
 func (q *Queries) ProductionOrderGetByID(ctx context.Context, db DBTX, id int64) (ProductionOrderGetByIDRow, error) {
@@ -57,8 +58,20 @@ func (q *Queries) ProductionOrderGetByID(ctx context.Context, db DBTX, id int64)
 		&i.Status,
 		&i.CreatedAt,
 		&i.SalesOrderLineNo,
+		&i.Version,
 	)
 	return i, err
+}
+
+const productionOrderGetIDByNumber = `-- name: ProductionOrderGetIDByNumber :one
+SELECT id FROM plan_prod_orders WHERE number = $1
+`
+
+func (q *Queries) ProductionOrderGetIDByNumber(ctx context.Context, db DBTX, number string) (int64, error) {
+	row := db.QueryRow(ctx, productionOrderGetIDByNumber, number)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
 }
 
 const productionOrderInsert = `-- name: ProductionOrderInsert :one
@@ -90,6 +103,198 @@ func (q *Queries) ProductionOrderInsert(ctx context.Context, db DBTX, arg Produc
 	return id, err
 }
 
+const productionOrderListPage = `-- name: ProductionOrderListPage :many
+
+SELECT p.id, p.number, i.sku, i.name AS item_name, i.unit, p.quantity, p.sales_order_id,
+    p.status, p.created_at, p.sales_order_line_no, p.version
+FROM plan_prod_orders p JOIN items i ON i.id = p.item_id
+WHERE p.id < $1
+  AND ($2::text[] IS NULL OR p.status = ANY ($2::text[]))
+  AND ($3::text IS NULL OR starts_with(p.number, $3::text))
+  AND ($4::text IS NULL OR i.sku = $4::text)
+  AND ($5::timestamptz IS NULL OR p.created_at >= $5::timestamptz)
+  AND ($6::timestamptz IS NULL OR p.created_at < $6::timestamptz)
+ORDER BY p.id DESC
+LIMIT $7
+`
+
+type ProductionOrderListPageParams struct {
+	BeforeID     int64
+	Statuses     []string
+	NumberPrefix *string
+	SKU          *string
+	CreatedFrom  *time.Time
+	CreatedTo    *time.Time
+	MaxRows      int32
+}
+
+type ProductionOrderListPageRow struct {
+	ID               int64
+	Number           string
+	SKU              string
+	ItemName         string
+	Unit             string
+	Quantity         decimal.Decimal
+	SalesOrderID     *int64
+	Status           string
+	CreatedAt        time.Time
+	SalesOrderLineNo *int32
+	Version          int32
+}
+
+// The production order list, newest first, a keyset page as the sales
+// order list's (db/queries/sales_order.sql). sku is the order's item.
+// ProductionOrderListPage reads plan_prod_orders_pkey backward.
+func (q *Queries) ProductionOrderListPage(ctx context.Context, db DBTX, arg ProductionOrderListPageParams) ([]ProductionOrderListPageRow, error) {
+	rows, err := db.Query(ctx, productionOrderListPage,
+		arg.BeforeID,
+		arg.Statuses,
+		arg.NumberPrefix,
+		arg.SKU,
+		arg.CreatedFrom,
+		arg.CreatedTo,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ProductionOrderListPageRow{}
+	for rows.Next() {
+		var i ProductionOrderListPageRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Number,
+			&i.SKU,
+			&i.ItemName,
+			&i.Unit,
+			&i.Quantity,
+			&i.SalesOrderID,
+			&i.Status,
+			&i.CreatedAt,
+			&i.SalesOrderLineNo,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const productionOrderListPageBySalesOrder = `-- name: ProductionOrderListPageBySalesOrder :many
+SELECT p.id, p.number, i.sku, i.name AS item_name, i.unit, p.quantity, p.sales_order_id,
+    p.status, p.created_at, p.sales_order_line_no, p.version
+FROM plan_prod_orders p JOIN items i ON i.id = p.item_id
+WHERE p.sales_order_id = $1 AND p.id < $2
+  AND ($3::text[] IS NULL OR p.status = ANY ($3::text[]))
+  AND ($4::text IS NULL OR starts_with(p.number, $4::text))
+  AND ($5::text IS NULL OR i.sku = $5::text)
+  AND ($6::timestamptz IS NULL OR p.created_at >= $6::timestamptz)
+  AND ($7::timestamptz IS NULL OR p.created_at < $7::timestamptz)
+ORDER BY p.id DESC
+LIMIT $8
+`
+
+type ProductionOrderListPageBySalesOrderParams struct {
+	SalesOrderID *int64
+	BeforeID     int64
+	Statuses     []string
+	NumberPrefix *string
+	SKU          *string
+	CreatedFrom  *time.Time
+	CreatedTo    *time.Time
+	MaxRows      int32
+}
+
+type ProductionOrderListPageBySalesOrderRow struct {
+	ID               int64
+	Number           string
+	SKU              string
+	ItemName         string
+	Unit             string
+	Quantity         decimal.Decimal
+	SalesOrderID     *int64
+	Status           string
+	CreatedAt        time.Time
+	SalesOrderLineNo *int32
+	Version          int32
+}
+
+// ProductionOrderListPageBySalesOrder reads plan_prod_orders_sales_order
+// backward: the production orders of one sales order.
+func (q *Queries) ProductionOrderListPageBySalesOrder(ctx context.Context, db DBTX, arg ProductionOrderListPageBySalesOrderParams) ([]ProductionOrderListPageBySalesOrderRow, error) {
+	rows, err := db.Query(ctx, productionOrderListPageBySalesOrder,
+		arg.SalesOrderID,
+		arg.BeforeID,
+		arg.Statuses,
+		arg.NumberPrefix,
+		arg.SKU,
+		arg.CreatedFrom,
+		arg.CreatedTo,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ProductionOrderListPageBySalesOrderRow{}
+	for rows.Next() {
+		var i ProductionOrderListPageBySalesOrderRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Number,
+			&i.SKU,
+			&i.ItemName,
+			&i.Unit,
+			&i.Quantity,
+			&i.SalesOrderID,
+			&i.Status,
+			&i.CreatedAt,
+			&i.SalesOrderLineNo,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const productionOrderListReleasedNumbers = `-- name: ProductionOrderListReleasedNumbers :many
+SELECT number FROM plan_prod_orders
+WHERE sales_order_id = $1 AND status = 'released'
+ORDER BY number
+`
+
+// ProductionOrderListReleasedNumbers returns the numbers of the released
+// production orders of sales order sales_order_id, in number order.
+func (q *Queries) ProductionOrderListReleasedNumbers(ctx context.Context, db DBTX, salesOrderID *int64) ([]string, error) {
+	rows, err := db.Query(ctx, productionOrderListReleasedNumbers, salesOrderID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var number string
+		if err := rows.Scan(&number); err != nil {
+			return nil, err
+		}
+		items = append(items, number)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const productionOrderLockByID = `-- name: ProductionOrderLockByID :one
 SELECT item_id, quantity, number FROM plan_prod_orders WHERE id = $1 FOR NO KEY UPDATE
 `
@@ -107,4 +312,37 @@ func (q *Queries) ProductionOrderLockByID(ctx context.Context, db DBTX, id int64
 	var i ProductionOrderLockByIDRow
 	err := row.Scan(&i.ItemID, &i.Quantity, &i.Number)
 	return i, err
+}
+
+const productionOrderLockStatus = `-- name: ProductionOrderLockStatus :one
+SELECT number, status, version FROM plan_prod_orders WHERE id = $1 FOR NO KEY UPDATE
+`
+
+type ProductionOrderLockStatusRow struct {
+	Number  string
+	Status  string
+	Version int32
+}
+
+// ProductionOrderLockStatus returns the number, status and version of
+// production order id, locked until the transaction ends (db.Transition).
+func (q *Queries) ProductionOrderLockStatus(ctx context.Context, db DBTX, id int64) (ProductionOrderLockStatusRow, error) {
+	row := db.QueryRow(ctx, productionOrderLockStatus, id)
+	var i ProductionOrderLockStatusRow
+	err := row.Scan(&i.Number, &i.Status, &i.Version)
+	return i, err
+}
+
+const productionOrderSetStatus = `-- name: ProductionOrderSetStatus :one
+UPDATE plan_prod_orders SET status = $1, version = version + 1 WHERE id = $2 RETURNING version
+`
+
+// ProductionOrderSetStatus sets the status of production order id, locked
+// by ProductionOrderLockStatus, and bumps its version; returns the new
+// version.
+func (q *Queries) ProductionOrderSetStatus(ctx context.Context, db DBTX, status string, iD int64) (int32, error) {
+	row := db.QueryRow(ctx, productionOrderSetStatus, status, iD)
+	var version int32
+	err := row.Scan(&version)
+	return version, err
 }

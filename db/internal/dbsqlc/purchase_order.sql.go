@@ -24,7 +24,7 @@ func (q *Queries) PurchaseOrderExists(ctx context.Context, db DBTX, id int64) (b
 }
 
 const purchaseOrderGetByID = `-- name: PurchaseOrderGetByID :one
-SELECT id, number, supplier, status, created_at FROM wh_purchase_orders WHERE id = $1
+SELECT id, number, supplier, status, created_at, version FROM wh_purchase_orders WHERE id = $1
 `
 
 type PurchaseOrderGetByIDRow struct {
@@ -33,6 +33,7 @@ type PurchaseOrderGetByIDRow struct {
 	Supplier  string
 	Status    string
 	CreatedAt time.Time
+	Version   int32
 }
 
 func (q *Queries) PurchaseOrderGetByID(ctx context.Context, db DBTX, id int64) (PurchaseOrderGetByIDRow, error) {
@@ -44,8 +45,20 @@ func (q *Queries) PurchaseOrderGetByID(ctx context.Context, db DBTX, id int64) (
 		&i.Supplier,
 		&i.Status,
 		&i.CreatedAt,
+		&i.Version,
 	)
 	return i, err
+}
+
+const purchaseOrderGetIDByNumber = `-- name: PurchaseOrderGetIDByNumber :one
+SELECT id FROM wh_purchase_orders WHERE number = $1
+`
+
+func (q *Queries) PurchaseOrderGetIDByNumber(ctx context.Context, db DBTX, number string) (int64, error) {
+	row := db.QueryRow(ctx, purchaseOrderGetIDByNumber, number)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
 }
 
 const purchaseOrderInsert = `-- name: PurchaseOrderInsert :one
@@ -122,4 +135,207 @@ func (q *Queries) PurchaseOrderLineList(ctx context.Context, db DBTX, purchaseOr
 		return nil, err
 	}
 	return items, nil
+}
+
+const purchaseOrderLineListByOrders = `-- name: PurchaseOrderLineListByOrders :many
+SELECT l.purchase_order_id, l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
+FROM wh_purchase_order_lines l JOIN items i ON i.id = l.item_id
+WHERE l.purchase_order_id = ANY ($1::bigint[])
+ORDER BY l.purchase_order_id, l.line_no
+`
+
+type PurchaseOrderLineListByOrdersRow struct {
+	PurchaseOrderID int64
+	LineNo          int32
+	SKU             string
+	ItemName        string
+	Unit            string
+	Quantity        decimal.Decimal
+	Price           *decimal.Decimal
+}
+
+func (q *Queries) PurchaseOrderLineListByOrders(ctx context.Context, db DBTX, ids []int64) ([]PurchaseOrderLineListByOrdersRow, error) {
+	rows, err := db.Query(ctx, purchaseOrderLineListByOrders, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []PurchaseOrderLineListByOrdersRow{}
+	for rows.Next() {
+		var i PurchaseOrderLineListByOrdersRow
+		if err := rows.Scan(
+			&i.PurchaseOrderID,
+			&i.LineNo,
+			&i.SKU,
+			&i.ItemName,
+			&i.Unit,
+			&i.Quantity,
+			&i.Price,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const purchaseOrderListPage = `-- name: PurchaseOrderListPage :many
+
+SELECT p.id, p.number, p.supplier, p.status, p.created_by, p.created_at, p.version FROM wh_purchase_orders p
+WHERE p.id < $1
+  AND ($2::text[] IS NULL OR p.status = ANY ($2::text[]))
+  AND ($3::text IS NULL OR starts_with(p.number, $3::text))
+  AND ($4::text IS NULL OR EXISTS (SELECT 1 FROM wh_purchase_order_lines l JOIN items i ON i.id = l.item_id
+       WHERE l.purchase_order_id = p.id AND i.sku = $4::text))
+  AND ($5::timestamptz IS NULL OR p.created_at >= $5::timestamptz)
+  AND ($6::timestamptz IS NULL OR p.created_at < $6::timestamptz)
+ORDER BY p.id DESC
+LIMIT $7
+`
+
+type PurchaseOrderListPageParams struct {
+	BeforeID     int64
+	Statuses     []string
+	NumberPrefix *string
+	SKU          *string
+	CreatedFrom  *time.Time
+	CreatedTo    *time.Time
+	MaxRows      int32
+}
+
+// The purchase order list, newest first, a keyset page as the sales order
+// list's (db/queries/sales_order.sql).
+// PurchaseOrderListPage reads wh_purchase_orders_pkey backward.
+func (q *Queries) PurchaseOrderListPage(ctx context.Context, db DBTX, arg PurchaseOrderListPageParams) ([]WhPurchaseOrder, error) {
+	rows, err := db.Query(ctx, purchaseOrderListPage,
+		arg.BeforeID,
+		arg.Statuses,
+		arg.NumberPrefix,
+		arg.SKU,
+		arg.CreatedFrom,
+		arg.CreatedTo,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []WhPurchaseOrder{}
+	for rows.Next() {
+		var i WhPurchaseOrder
+		if err := rows.Scan(
+			&i.ID,
+			&i.Number,
+			&i.Supplier,
+			&i.Status,
+			&i.CreatedBy,
+			&i.CreatedAt,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const purchaseOrderListPageBySupplier = `-- name: PurchaseOrderListPageBySupplier :many
+SELECT p.id, p.number, p.supplier, p.status, p.created_by, p.created_at, p.version FROM wh_purchase_orders p
+WHERE p.supplier = $1 AND p.id < $2
+  AND ($3::text[] IS NULL OR p.status = ANY ($3::text[]))
+  AND ($4::text IS NULL OR starts_with(p.number, $4::text))
+  AND ($5::text IS NULL OR EXISTS (SELECT 1 FROM wh_purchase_order_lines l JOIN items i ON i.id = l.item_id
+       WHERE l.purchase_order_id = p.id AND i.sku = $5::text))
+  AND ($6::timestamptz IS NULL OR p.created_at >= $6::timestamptz)
+  AND ($7::timestamptz IS NULL OR p.created_at < $7::timestamptz)
+ORDER BY p.id DESC
+LIMIT $8
+`
+
+type PurchaseOrderListPageBySupplierParams struct {
+	Supplier     string
+	BeforeID     int64
+	Statuses     []string
+	NumberPrefix *string
+	SKU          *string
+	CreatedFrom  *time.Time
+	CreatedTo    *time.Time
+	MaxRows      int32
+}
+
+// PurchaseOrderListPageBySupplier reads wh_purchase_orders_supplier
+// backward.
+func (q *Queries) PurchaseOrderListPageBySupplier(ctx context.Context, db DBTX, arg PurchaseOrderListPageBySupplierParams) ([]WhPurchaseOrder, error) {
+	rows, err := db.Query(ctx, purchaseOrderListPageBySupplier,
+		arg.Supplier,
+		arg.BeforeID,
+		arg.Statuses,
+		arg.NumberPrefix,
+		arg.SKU,
+		arg.CreatedFrom,
+		arg.CreatedTo,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []WhPurchaseOrder{}
+	for rows.Next() {
+		var i WhPurchaseOrder
+		if err := rows.Scan(
+			&i.ID,
+			&i.Number,
+			&i.Supplier,
+			&i.Status,
+			&i.CreatedBy,
+			&i.CreatedAt,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const purchaseOrderLockStatus = `-- name: PurchaseOrderLockStatus :one
+SELECT number, status, version FROM wh_purchase_orders WHERE id = $1 FOR NO KEY UPDATE
+`
+
+type PurchaseOrderLockStatusRow struct {
+	Number  string
+	Status  string
+	Version int32
+}
+
+// PurchaseOrderLockStatus returns the number, status and version of
+// purchase order id, locked until the transaction ends (db.Transition).
+func (q *Queries) PurchaseOrderLockStatus(ctx context.Context, db DBTX, id int64) (PurchaseOrderLockStatusRow, error) {
+	row := db.QueryRow(ctx, purchaseOrderLockStatus, id)
+	var i PurchaseOrderLockStatusRow
+	err := row.Scan(&i.Number, &i.Status, &i.Version)
+	return i, err
+}
+
+const purchaseOrderSetStatus = `-- name: PurchaseOrderSetStatus :one
+UPDATE wh_purchase_orders SET status = $1, version = version + 1 WHERE id = $2 RETURNING version
+`
+
+// PurchaseOrderSetStatus sets the status of purchase order id, locked by
+// PurchaseOrderLockStatus, and bumps its version; returns the new version.
+func (q *Queries) PurchaseOrderSetStatus(ctx context.Context, db DBTX, status string, iD int64) (int32, error) {
+	row := db.QueryRow(ctx, purchaseOrderSetStatus, status, iD)
+	var version int32
+	err := row.Scan(&version)
+	return version, err
 }

@@ -24,7 +24,7 @@ func (q *Queries) SalesOrderExists(ctx context.Context, db DBTX, id int64) (bool
 }
 
 const salesOrderGetByID = `-- name: SalesOrderGetByID :one
-SELECT id, number, customer, status, source, external_id, created_at
+SELECT id, number, customer, status, source, external_id, created_at, version
 FROM sales_orders WHERE id = $1
 `
 
@@ -36,6 +36,7 @@ type SalesOrderGetByIDRow struct {
 	Source     string
 	ExternalID *string
 	CreatedAt  time.Time
+	Version    int32
 }
 
 func (q *Queries) SalesOrderGetByID(ctx context.Context, db DBTX, id int64) (SalesOrderGetByIDRow, error) {
@@ -49,6 +50,7 @@ func (q *Queries) SalesOrderGetByID(ctx context.Context, db DBTX, id int64) (Sal
 		&i.Source,
 		&i.ExternalID,
 		&i.CreatedAt,
+		&i.Version,
 	)
 	return i, err
 }
@@ -64,12 +66,23 @@ func (q *Queries) SalesOrderGetIDByExternalID(ctx context.Context, db DBTX, sour
 	return id, err
 }
 
+const salesOrderGetIDByNumber = `-- name: SalesOrderGetIDByNumber :one
+SELECT id FROM sales_orders WHERE number = $1
+`
+
+func (q *Queries) SalesOrderGetIDByNumber(ctx context.Context, db DBTX, number string) (int64, error) {
+	row := db.QueryRow(ctx, salesOrderGetIDByNumber, number)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
+}
+
 const salesOrderInsert = `-- name: SalesOrderInsert :many
 WITH so AS (
     INSERT INTO sales_orders (number, customer, created_by, source, external_id)
     VALUES ('pending ' || gen_random_uuid(), $1::text, $2::bigint, $3::text, $4::text)
     ON CONFLICT (source, external_id) DO NOTHING
-    RETURNING id, customer, status, source, external_id, created_at
+    RETURNING id, customer, status, source, external_id, created_at, version
 ), l AS (
     INSERT INTO sales_order_lines (sales_order_id, line_no, item_id, quantity, price)
     SELECT so.id, t.ord, i.id, t.qty, NULLIF(t.price, '')::numeric
@@ -88,7 +101,7 @@ SELECT e.id AS event_id, e.type AS event_type, e.entity AS event_entity, e.entit
     e.payload AS event_payload, e.created_at AS event_created_at, e.dispatched_at AS event_dispatched_at,
     e.processed_at AS event_processed_at, e.feed_seq AS event_feed_seq, e.actor_id AS event_actor_id,
     u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role,
-    so.id, so.customer, so.status, so.source, so.external_id, so.created_at,
+    so.id, so.customer, so.status, so.source, so.external_id, so.created_at, so.version,
     l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
 FROM so CROSS JOIN e LEFT JOIN users u ON u.id = e.actor_id
 CROSS JOIN l JOIN items i ON i.id = l.item_id
@@ -128,6 +141,7 @@ type SalesOrderInsertRow struct {
 	Source            string
 	ExternalID        *string
 	CreatedAt         time.Time
+	Version           int32
 	LineNo            int32
 	SKU               string
 	ItemName          string
@@ -185,6 +199,7 @@ func (q *Queries) SalesOrderInsert(ctx context.Context, db DBTX, arg SalesOrderI
 			&i.Source,
 			&i.ExternalID,
 			&i.CreatedAt,
+			&i.Version,
 			&i.LineNo,
 			&i.SKU,
 			&i.ItemName,
@@ -245,6 +260,53 @@ func (q *Queries) SalesOrderLineList(ctx context.Context, db DBTX, salesOrderID 
 	return items, nil
 }
 
+const salesOrderLineListByOrders = `-- name: SalesOrderLineListByOrders :many
+SELECT l.sales_order_id, l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
+FROM sales_order_lines l JOIN items i ON i.id = l.item_id
+WHERE l.sales_order_id = ANY ($1::bigint[])
+ORDER BY l.sales_order_id, l.line_no
+`
+
+type SalesOrderLineListByOrdersRow struct {
+	SalesOrderID int64
+	LineNo       int32
+	SKU          string
+	ItemName     string
+	Unit         string
+	Quantity     decimal.Decimal
+	Price        *decimal.Decimal
+}
+
+// SalesOrderLineListByOrders returns the lines of the sales orders ids,
+// by order and line number: one query for a page of orders.
+func (q *Queries) SalesOrderLineListByOrders(ctx context.Context, db DBTX, ids []int64) ([]SalesOrderLineListByOrdersRow, error) {
+	rows, err := db.Query(ctx, salesOrderLineListByOrders, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SalesOrderLineListByOrdersRow{}
+	for rows.Next() {
+		var i SalesOrderLineListByOrdersRow
+		if err := rows.Scan(
+			&i.SalesOrderID,
+			&i.LineNo,
+			&i.SKU,
+			&i.ItemName,
+			&i.Unit,
+			&i.Quantity,
+			&i.Price,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const salesOrderLineListToPlan = `-- name: SalesOrderLineListToPlan :many
 SELECT l.line_no, l.item_id, l.quantity FROM sales_order_lines l
 WHERE l.sales_order_id = $1
@@ -283,6 +345,276 @@ func (q *Queries) SalesOrderLineListToPlan(ctx context.Context, db DBTX, salesOr
 	return items, nil
 }
 
+const salesOrderListPage = `-- name: SalesOrderListPage :many
+
+SELECT s.id, s.number, s.customer, s.status, s.source, s.external_id, s.created_by, s.created_at, s.version FROM sales_orders s
+WHERE s.id < $1
+  AND ($2::text IS NULL OR starts_with(s.number, $2::text))
+  AND ($3::text IS NULL OR s.source = $3::text)
+  AND ($4::timestamptz IS NULL OR s.created_at >= $4::timestamptz)
+  AND ($5::timestamptz IS NULL OR s.created_at < $5::timestamptz)
+ORDER BY s.id DESC
+LIMIT $6
+`
+
+type SalesOrderListPageParams struct {
+	BeforeID     int64
+	NumberPrefix *string
+	Source       *string
+	CreatedFrom  *time.Time
+	CreatedTo    *time.Time
+	MaxRows      int32
+}
+
+// The sales order list, newest first (id descending), a keyset page of
+// max_rows rows with id < before_id. Each query is one filter shape that
+// decides the index (docs/query-plans.md); the other filters, each
+// optional (NULL: any), only filter rows. created_from is inclusive,
+// created_to exclusive; number_prefix matches the number's start.
+// SalesOrderListPage reads sales_orders_pkey backward.
+func (q *Queries) SalesOrderListPage(ctx context.Context, db DBTX, arg SalesOrderListPageParams) ([]SalesOrder, error) {
+	rows, err := db.Query(ctx, salesOrderListPage,
+		arg.BeforeID,
+		arg.NumberPrefix,
+		arg.Source,
+		arg.CreatedFrom,
+		arg.CreatedTo,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SalesOrder{}
+	for rows.Next() {
+		var i SalesOrder
+		if err := rows.Scan(
+			&i.ID,
+			&i.Number,
+			&i.Customer,
+			&i.Status,
+			&i.Source,
+			&i.ExternalID,
+			&i.CreatedBy,
+			&i.CreatedAt,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const salesOrderListPageByCustomer = `-- name: SalesOrderListPageByCustomer :many
+SELECT s.id, s.number, s.customer, s.status, s.source, s.external_id, s.created_by, s.created_at, s.version FROM sales_orders s
+WHERE s.customer = $1 AND s.id < $2
+  AND ($3::text[] IS NULL OR s.status = ANY ($3::text[]))
+  AND ($4::text IS NULL OR starts_with(s.number, $4::text))
+  AND ($5::text IS NULL OR s.source = $5::text)
+  AND ($6::timestamptz IS NULL OR s.created_at >= $6::timestamptz)
+  AND ($7::timestamptz IS NULL OR s.created_at < $7::timestamptz)
+ORDER BY s.id DESC
+LIMIT $8
+`
+
+type SalesOrderListPageByCustomerParams struct {
+	Customer     string
+	BeforeID     int64
+	Statuses     []string
+	NumberPrefix *string
+	Source       *string
+	CreatedFrom  *time.Time
+	CreatedTo    *time.Time
+	MaxRows      int32
+}
+
+// SalesOrderListPageByCustomer reads sales_orders_customer backward.
+func (q *Queries) SalesOrderListPageByCustomer(ctx context.Context, db DBTX, arg SalesOrderListPageByCustomerParams) ([]SalesOrder, error) {
+	rows, err := db.Query(ctx, salesOrderListPageByCustomer,
+		arg.Customer,
+		arg.BeforeID,
+		arg.Statuses,
+		arg.NumberPrefix,
+		arg.Source,
+		arg.CreatedFrom,
+		arg.CreatedTo,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SalesOrder{}
+	for rows.Next() {
+		var i SalesOrder
+		if err := rows.Scan(
+			&i.ID,
+			&i.Number,
+			&i.Customer,
+			&i.Status,
+			&i.Source,
+			&i.ExternalID,
+			&i.CreatedBy,
+			&i.CreatedAt,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const salesOrderListPageBySKU = `-- name: SalesOrderListPageBySKU :many
+SELECT s.id, s.number, s.customer, s.status, s.source, s.external_id, s.created_by, s.created_at, s.version FROM sales_order_lines l
+JOIN sales_orders s ON s.id = l.sales_order_id
+WHERE l.item_id = (SELECT i.id FROM items i WHERE i.sku = $1) AND l.sales_order_id < $2
+  AND l.line_no = (SELECT min(e.line_no) FROM sales_order_lines e
+                   WHERE e.sales_order_id = l.sales_order_id AND e.item_id = l.item_id)
+  AND ($3::text[] IS NULL OR s.status = ANY ($3::text[]))
+  AND ($4::text IS NULL OR s.customer = $4::text)
+  AND ($5::text IS NULL OR starts_with(s.number, $5::text))
+  AND ($6::text IS NULL OR s.source = $6::text)
+  AND ($7::timestamptz IS NULL OR s.created_at >= $7::timestamptz)
+  AND ($8::timestamptz IS NULL OR s.created_at < $8::timestamptz)
+ORDER BY l.sales_order_id DESC
+LIMIT $9
+`
+
+type SalesOrderListPageBySKUParams struct {
+	SKU          string
+	BeforeID     int64
+	Statuses     []string
+	Customer     *string
+	NumberPrefix *string
+	Source       *string
+	CreatedFrom  *time.Time
+	CreatedTo    *time.Time
+	MaxRows      int32
+}
+
+// SalesOrderListPageBySKU reads sales_order_lines_item backward from the
+// item's lines, each order once (at its first line of the item). The
+// first-line test is a scalar subquery, read per row through the lines'
+// primary key, because as NOT EXISTS the planner makes it an anti-join
+// that hashes every line of the item first.
+func (q *Queries) SalesOrderListPageBySKU(ctx context.Context, db DBTX, arg SalesOrderListPageBySKUParams) ([]SalesOrder, error) {
+	rows, err := db.Query(ctx, salesOrderListPageBySKU,
+		arg.SKU,
+		arg.BeforeID,
+		arg.Statuses,
+		arg.Customer,
+		arg.NumberPrefix,
+		arg.Source,
+		arg.CreatedFrom,
+		arg.CreatedTo,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SalesOrder{}
+	for rows.Next() {
+		var i SalesOrder
+		if err := rows.Scan(
+			&i.ID,
+			&i.Number,
+			&i.Customer,
+			&i.Status,
+			&i.Source,
+			&i.ExternalID,
+			&i.CreatedBy,
+			&i.CreatedAt,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const salesOrderListPageByStatus = `-- name: SalesOrderListPageByStatus :many
+SELECT s.id, s.number, s.customer, s.status, s.source, s.external_id, s.created_by, s.created_at, s.version FROM unnest($1::text[]) AS st(status)
+CROSS JOIN LATERAL (
+    SELECT o.id, o.number, o.customer, o.status, o.source, o.external_id, o.created_by, o.created_at, o.version FROM sales_orders o
+    WHERE o.status >= st.status AND o.status <= st.status AND o.id < $2
+      AND ($3::text IS NULL OR starts_with(o.number, $3::text))
+      AND ($4::text IS NULL OR o.source = $4::text)
+      AND ($5::timestamptz IS NULL OR o.created_at >= $5::timestamptz)
+      AND ($6::timestamptz IS NULL OR o.created_at < $6::timestamptz)
+    -- The status as a range, not an equality, and first in ORDER BY: only
+    -- sales_orders_status gives that order, so a generic plan (which
+    -- takes every status for a third of the orders) cannot prefer the
+    -- primary key, whose scan reads ~100 rows per row of a rare status.
+    ORDER BY o.status DESC, o.id DESC
+    LIMIT $7
+) s
+ORDER BY s.id DESC
+LIMIT $7
+`
+
+type SalesOrderListPageByStatusParams struct {
+	Statuses     []string
+	BeforeID     int64
+	NumberPrefix *string
+	Source       *string
+	CreatedFrom  *time.Time
+	CreatedTo    *time.Time
+	MaxRows      int32
+}
+
+// SalesOrderListPageByStatus reads sales_orders_status backward once per
+// status asked for (each at most max_rows rows) and merges them.
+func (q *Queries) SalesOrderListPageByStatus(ctx context.Context, db DBTX, arg SalesOrderListPageByStatusParams) ([]SalesOrder, error) {
+	rows, err := db.Query(ctx, salesOrderListPageByStatus,
+		arg.Statuses,
+		arg.BeforeID,
+		arg.NumberPrefix,
+		arg.Source,
+		arg.CreatedFrom,
+		arg.CreatedTo,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SalesOrder{}
+	for rows.Next() {
+		var i SalesOrder
+		if err := rows.Scan(
+			&i.ID,
+			&i.Number,
+			&i.Customer,
+			&i.Status,
+			&i.Source,
+			&i.ExternalID,
+			&i.CreatedBy,
+			&i.CreatedAt,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const salesOrderLockByID = `-- name: SalesOrderLockByID :one
 SELECT id FROM sales_orders WHERE id = $1 FOR NO KEY UPDATE
 `
@@ -294,6 +626,26 @@ func (q *Queries) SalesOrderLockByID(ctx context.Context, db DBTX, id int64) (in
 	var id_2 int64
 	err := row.Scan(&id_2)
 	return id_2, err
+}
+
+const salesOrderLockStatus = `-- name: SalesOrderLockStatus :one
+SELECT number, status, version FROM sales_orders WHERE id = $1 FOR NO KEY UPDATE
+`
+
+type SalesOrderLockStatusRow struct {
+	Number  string
+	Status  string
+	Version int32
+}
+
+// SalesOrderLockStatus returns the number, status and version of sales
+// order id, locked until the transaction ends (db.Transition). NO KEY
+// UPDATE: production orders that reference the order may still be written.
+func (q *Queries) SalesOrderLockStatus(ctx context.Context, db DBTX, id int64) (SalesOrderLockStatusRow, error) {
+	row := db.QueryRow(ctx, salesOrderLockStatus, id)
+	var i SalesOrderLockStatusRow
+	err := row.Scan(&i.Number, &i.Status, &i.Version)
+	return i, err
 }
 
 const salesOrderSetNumber = `-- name: SalesOrderSetNumber :one
@@ -327,16 +679,15 @@ func (q *Queries) SalesOrderSetNumber(ctx context.Context, db DBTX, prefix strin
 	return i, err
 }
 
-const salesOrderSetStatus = `-- name: SalesOrderSetStatus :execrows
-UPDATE sales_orders SET status = $1 WHERE id = $2 AND status = $3
+const salesOrderSetStatus = `-- name: SalesOrderSetStatus :one
+UPDATE sales_orders SET status = $1, version = version + 1 WHERE id = $2 RETURNING version
 `
 
-// SalesOrderSetStatus moves sales order id from status from to status to;
-// no row affected when it is not in status from.
-func (q *Queries) SalesOrderSetStatus(ctx context.Context, db DBTX, toStatus string, iD int64, fromStatus string) (int64, error) {
-	result, err := db.Exec(ctx, salesOrderSetStatus, toStatus, iD, fromStatus)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+// SalesOrderSetStatus sets the status of sales order id, locked by
+// SalesOrderLockStatus, and bumps its version; returns the new version.
+func (q *Queries) SalesOrderSetStatus(ctx context.Context, db DBTX, status string, iD int64) (int32, error) {
+	row := db.QueryRow(ctx, salesOrderSetStatus, status, iD)
+	var version int32
+	err := row.Scan(&version)
+	return version, err
 }

@@ -14,7 +14,7 @@ import (
 
 const warehouseMoveGetByID = `-- name: WarehouseMoveGetByID :one
 SELECT m.id, m.number, m.kind, wf.code AS from_warehouse, wt.code AS to_warehouse,
-    m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at
+    m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at, m.version
 FROM wh_moves m
 LEFT JOIN warehouses wf ON wf.id = m.from_warehouse_id
 LEFT JOIN warehouses wt ON wt.id = m.to_warehouse_id
@@ -32,6 +32,7 @@ type WarehouseMoveGetByIDRow struct {
 	SourceEventID   *int64
 	Status          string
 	CreatedAt       time.Time
+	Version         int32
 }
 
 // WarehouseMoveGetByID returns move id with its warehouses by code.
@@ -49,8 +50,20 @@ func (q *Queries) WarehouseMoveGetByID(ctx context.Context, db DBTX, id int64) (
 		&i.SourceEventID,
 		&i.Status,
 		&i.CreatedAt,
+		&i.Version,
 	)
 	return i, err
+}
+
+const warehouseMoveGetIDByNumber = `-- name: WarehouseMoveGetIDByNumber :one
+SELECT id FROM wh_moves WHERE number = $1
+`
+
+func (q *Queries) WarehouseMoveGetIDByNumber(ctx context.Context, db DBTX, number string) (int64, error) {
+	row := db.QueryRow(ctx, warehouseMoveGetIDByNumber, number)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
 }
 
 const warehouseMoveGetIDBySourceEvent = `-- name: WarehouseMoveGetIDBySourceEvent :one
@@ -161,4 +174,173 @@ func (q *Queries) WarehouseMoveLineList(ctx context.Context, db DBTX, moveID int
 		return nil, err
 	}
 	return items, nil
+}
+
+const warehouseMoveLineListByMoves = `-- name: WarehouseMoveLineListByMoves :many
+SELECT l.move_id, l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
+FROM wh_move_lines l JOIN items i ON i.id = l.item_id
+WHERE l.move_id = ANY ($1::bigint[])
+ORDER BY l.move_id, l.line_no
+`
+
+type WarehouseMoveLineListByMovesRow struct {
+	MoveID   int64
+	LineNo   int32
+	SKU      string
+	ItemName string
+	Unit     string
+	Quantity decimal.Decimal
+	Price    *decimal.Decimal
+}
+
+func (q *Queries) WarehouseMoveLineListByMoves(ctx context.Context, db DBTX, ids []int64) ([]WarehouseMoveLineListByMovesRow, error) {
+	rows, err := db.Query(ctx, warehouseMoveLineListByMoves, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []WarehouseMoveLineListByMovesRow{}
+	for rows.Next() {
+		var i WarehouseMoveLineListByMovesRow
+		if err := rows.Scan(
+			&i.MoveID,
+			&i.LineNo,
+			&i.SKU,
+			&i.ItemName,
+			&i.Unit,
+			&i.Quantity,
+			&i.Price,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const warehouseMoveListPage = `-- name: WarehouseMoveListPage :many
+
+SELECT m.id, m.number, m.kind, wf.code AS from_warehouse, wt.code AS to_warehouse,
+    m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at, m.version
+FROM wh_moves m
+LEFT JOIN warehouses wf ON wf.id = m.from_warehouse_id
+LEFT JOIN warehouses wt ON wt.id = m.to_warehouse_id
+WHERE m.id < $1
+  AND ($2::text[] IS NULL OR m.status = ANY ($2::text[]))
+  AND ($3::text[] IS NULL OR m.kind = ANY ($3::text[]))
+  AND ($4::text IS NULL OR wf.code = $4::text OR wt.code = $4::text)
+  AND ($5::text IS NULL OR starts_with(m.number, $5::text))
+  AND ($6::text IS NULL OR EXISTS (SELECT 1 FROM wh_move_lines l JOIN items i ON i.id = l.item_id
+       WHERE l.move_id = m.id AND i.sku = $6::text))
+  AND ($7::timestamptz IS NULL OR m.created_at >= $7::timestamptz)
+  AND ($8::timestamptz IS NULL OR m.created_at < $8::timestamptz)
+ORDER BY m.id DESC
+LIMIT $9
+`
+
+type WarehouseMoveListPageParams struct {
+	BeforeID     int64
+	Statuses     []string
+	Kinds        []string
+	Warehouse    *string
+	NumberPrefix *string
+	SKU          *string
+	CreatedFrom  *time.Time
+	CreatedTo    *time.Time
+	MaxRows      int32
+}
+
+type WarehouseMoveListPageRow struct {
+	ID              int64
+	Number          string
+	Kind            string
+	FromWarehouse   *string
+	ToWarehouse     *string
+	PurchaseOrderID *int64
+	ProdOrderID     *int64
+	SourceEventID   *int64
+	Status          string
+	CreatedAt       time.Time
+	Version         int32
+}
+
+// The warehouse move list, newest first, a keyset page as the sales order
+// list's (db/queries/sales_order.sql); warehouse is the code of the
+// warehouse the goods leave or arrive at.
+// WarehouseMoveListPage reads wh_moves_pkey backward.
+func (q *Queries) WarehouseMoveListPage(ctx context.Context, db DBTX, arg WarehouseMoveListPageParams) ([]WarehouseMoveListPageRow, error) {
+	rows, err := db.Query(ctx, warehouseMoveListPage,
+		arg.BeforeID,
+		arg.Statuses,
+		arg.Kinds,
+		arg.Warehouse,
+		arg.NumberPrefix,
+		arg.SKU,
+		arg.CreatedFrom,
+		arg.CreatedTo,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []WarehouseMoveListPageRow{}
+	for rows.Next() {
+		var i WarehouseMoveListPageRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Number,
+			&i.Kind,
+			&i.FromWarehouse,
+			&i.ToWarehouse,
+			&i.PurchaseOrderID,
+			&i.ProdOrderID,
+			&i.SourceEventID,
+			&i.Status,
+			&i.CreatedAt,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const warehouseMoveLockStatus = `-- name: WarehouseMoveLockStatus :one
+SELECT number, status, version FROM wh_moves WHERE id = $1 FOR NO KEY UPDATE
+`
+
+type WarehouseMoveLockStatusRow struct {
+	Number  string
+	Status  string
+	Version int32
+}
+
+// WarehouseMoveLockStatus returns the number, status and version of move
+// id, locked until the transaction ends (db.Transition).
+func (q *Queries) WarehouseMoveLockStatus(ctx context.Context, db DBTX, id int64) (WarehouseMoveLockStatusRow, error) {
+	row := db.QueryRow(ctx, warehouseMoveLockStatus, id)
+	var i WarehouseMoveLockStatusRow
+	err := row.Scan(&i.Number, &i.Status, &i.Version)
+	return i, err
+}
+
+const warehouseMoveSetStatus = `-- name: WarehouseMoveSetStatus :one
+UPDATE wh_moves SET status = $1, version = version + 1 WHERE id = $2 RETURNING version
+`
+
+// WarehouseMoveSetStatus sets the status of move id, locked by
+// WarehouseMoveLockStatus, and bumps its version; returns the new version.
+func (q *Queries) WarehouseMoveSetStatus(ctx context.Context, db DBTX, status string, iD int64) (int32, error) {
+	row := db.QueryRow(ctx, warehouseMoveSetStatus, status, iD)
+	var version int32
+	err := row.Scan(&version)
+	return version, err
 }

@@ -1,0 +1,412 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"erp/db/internal/dbsqlc"
+)
+
+// EventStatusChanged is journaled by every document transition, with the
+// payload {"id", "no", "entity", "from", "to"} and "reason" when one was
+// given; entity is the doc.created payload's name (sales_order, …).
+const EventStatusChanged = "doc.status_changed"
+
+// Document statuses, as stored in the status column of each table.
+const (
+	SalesOrderNew          = "new"
+	SalesOrderAccepted     = "accepted"
+	SalesOrderInProduction = "in_production"
+	SalesOrderShipped      = "shipped"
+	SalesOrderCancelled    = "cancelled"
+
+	ProductionPlanned   = "planned"
+	ProductionReleased  = "released"
+	ProductionCompleted = "completed"
+	ProductionCancelled = "cancelled"
+
+	PurchaseOpen              = "open"
+	PurchasePartiallyReceived = "partially_received"
+	PurchaseReceived          = "received"
+	PurchaseClosed            = "closed"
+	PurchaseCancelled         = "cancelled"
+
+	MoveDraft    = "draft"
+	MovePosted   = "posted"
+	MoveReversed = "reversed"
+)
+
+// DocKind is one kind of document that has a lifecycle: its table, its
+// name in payloads, and the transitions its statuses allow. The four
+// values are SalesOrders, ProductionOrders, PurchaseOrders and
+// WarehouseMoves.
+type DocKind struct {
+	// Entity is the table (events.entity).
+	Entity string
+	// PayloadEntity is the name payloads give it ("sales_order").
+	PayloadEntity string
+	// Noun names it in error messages ("sales order").
+	Noun string
+	// next maps a status to the statuses it may go to.
+	next     map[string][]string
+	lock     func(ctx context.Context, db dbsqlc.DBTX, id int64) (docState, error)
+	byNumber func(ctx context.Context, db dbsqlc.DBTX, number string) (int64, error)
+	set      func(ctx context.Context, db dbsqlc.DBTX, status string, id int64) (int32, error)
+}
+
+// The document kinds. A status not in a map is final.
+var (
+	SalesOrders = &DocKind{
+		Entity: EntitySalesOrders, PayloadEntity: payloadSalesOrder, Noun: "sales order",
+		next: map[string][]string{
+			SalesOrderNew:          {SalesOrderAccepted, SalesOrderInProduction, SalesOrderShipped, SalesOrderCancelled},
+			SalesOrderAccepted:     {SalesOrderInProduction, SalesOrderShipped, SalesOrderCancelled},
+			SalesOrderInProduction: {SalesOrderShipped, SalesOrderCancelled},
+		},
+		lock:     lockWith(queries.SalesOrderLockStatus),
+		set:      queries.SalesOrderSetStatus,
+		byNumber: queries.SalesOrderGetIDByNumber,
+	}
+	ProductionOrders = &DocKind{
+		Entity: EntityProdOrders, PayloadEntity: payloadProdOrder, Noun: "production order",
+		next: map[string][]string{
+			ProductionPlanned:  {ProductionReleased, ProductionCancelled},
+			ProductionReleased: {ProductionCompleted, ProductionCancelled},
+		},
+		lock:     lockWith(queries.ProductionOrderLockStatus),
+		set:      queries.ProductionOrderSetStatus,
+		byNumber: queries.ProductionOrderGetIDByNumber,
+	}
+	PurchaseOrders = &DocKind{
+		Entity: EntityPurchaseOrders, PayloadEntity: payloadPurchaseOrder, Noun: "purchase order",
+		next: map[string][]string{
+			PurchaseOpen:              {PurchasePartiallyReceived, PurchaseReceived, PurchaseClosed, PurchaseCancelled},
+			PurchasePartiallyReceived: {PurchaseReceived, PurchaseClosed},
+			PurchaseReceived:          {PurchaseClosed},
+		},
+		lock:     lockWith(queries.PurchaseOrderLockStatus),
+		set:      queries.PurchaseOrderSetStatus,
+		byNumber: queries.PurchaseOrderGetIDByNumber,
+	}
+	WarehouseMoves = &DocKind{
+		Entity: EntityWarehouseMoves, PayloadEntity: payloadWarehouseMove, Noun: "warehouse move",
+		next: map[string][]string{
+			MoveDraft:  {MovePosted},
+			MovePosted: {MoveReversed},
+		},
+		lock:     lockWith(queries.WarehouseMoveLockStatus),
+		set:      queries.WarehouseMoveSetStatus,
+		byNumber: queries.WarehouseMoveGetIDByNumber,
+	}
+)
+
+// Allows reports whether a document of kind k in status from may go to
+// status to.
+func (k *DocKind) Allows(from, to string) bool { return slices.Contains(k.next[from], to) }
+
+// docState is a locked document's number, status and version.
+type docState struct {
+	Number  string
+	Status  string
+	Version int32
+}
+
+type lockRow interface {
+	dbsqlc.SalesOrderLockStatusRow | dbsqlc.ProductionOrderLockStatusRow |
+		dbsqlc.PurchaseOrderLockStatusRow | dbsqlc.WarehouseMoveLockStatusRow
+}
+
+func lockWith[R lockRow](lock func(context.Context, dbsqlc.DBTX, int64) (R, error)) func(context.Context, dbsqlc.DBTX, int64) (docState, error) {
+	return func(ctx context.Context, q dbsqlc.DBTX, id int64) (docState, error) {
+		r, err := lock(ctx, q, id)
+		return docState(r), err
+	}
+}
+
+// StatusConflictError is a transition refused because the document is no
+// longer at the version the client saw, or its status does not allow the
+// transition (or a rule about another document, named in Msg, forbids it).
+// Status and Version are the document's current ones, for the client to
+// reload and decide again. errors.Is(err, ErrConflict) holds.
+type StatusConflictError struct {
+	Kind    *DocKind
+	ID      int64
+	Number  string
+	Status  string
+	Version int32
+	Msg     string
+}
+
+func (e *StatusConflictError) Error() string { return e.Msg }
+
+// Is makes a StatusConflictError match ErrConflict.
+func (e *StatusConflictError) Is(target error) bool { return target == ErrConflict }
+
+// StatusChange is a transition written: the document's number, the
+// statuses before and after and its new version.
+type StatusChange struct {
+	ID      int64
+	Number  string
+	From    string
+	To      string
+	Version int32
+}
+
+type statusChangedPayload struct {
+	ID     int64   `json:"id"`
+	No     string  `json:"no"`
+	Entity string  `json:"entity"`
+	From   string  `json:"from"`
+	To     string  `json:"to"`
+	Reason *string `json:"reason,omitempty"`
+}
+
+// Transition moves document id of kind k to status to, for a client that
+// saw it at version: it locks the row until tx ends, and unless it is still
+// at that version and its status allows to, returns a *StatusConflictError
+// with the current status and version and writes nothing. Otherwise it
+// sets the status, bumps the version and journals doc.status_changed with
+// actorID (nil: the system) and reason (omitted when nil), returning the
+// event for the caller to enqueue in tx. An unknown id is ErrNotFound.
+func Transition(ctx context.Context, tx pgx.Tx, actorID *int64, k *DocKind, id int64, version int32, to string, reason *string) (StatusChange, Event, error) {
+	d, err := LockDocumentAt(ctx, tx, k, id, version)
+	if err != nil {
+		return StatusChange{}, Event{}, err
+	}
+	return d.MoveTo(ctx, tx, actorID, to, reason)
+}
+
+// LockDocumentAt is LockDocument for a client that saw the document at
+// version: another version is a *StatusConflictError with the current
+// status and version.
+func LockDocumentAt(ctx context.Context, tx pgx.Tx, k *DocKind, id int64, version int32) (LockedDocument, error) {
+	d, err := LockDocument(ctx, tx, k, id)
+	if err != nil {
+		return LockedDocument{}, err
+	}
+	if d.Version != version {
+		return LockedDocument{}, d.conflict("%s %s was changed: it is at version %d (status %s), not %d",
+			k.Noun, d.Number, d.Version, d.Status, version)
+	}
+	return d, nil
+}
+
+// LockedDocument is a document LockDocument locked in a transaction, with
+// the number, status and version it has there.
+type LockedDocument struct {
+	Kind    *DocKind
+	ID      int64
+	Number  string
+	Status  string
+	Version int32
+}
+
+// LockDocument locks document id of kind k until tx ends (FOR NO KEY
+// UPDATE: rows that reference it may still be written) and returns its
+// state, for a transition that checks more than Transition does. An
+// unknown id is ErrNotFound.
+func LockDocument(ctx context.Context, tx pgx.Tx, k *DocKind, id int64) (LockedDocument, error) {
+	st, err := k.lock(ctx, tx, id)
+	if err != nil {
+		return LockedDocument{}, fmt.Errorf("lock %s %d: %w", k.Noun, id, translate(err))
+	}
+	return LockedDocument{Kind: k, ID: id, Number: st.Number, Status: st.Status, Version: st.Version}, nil
+}
+
+// Conflict is a *StatusConflictError about d with its current state and
+// the message format gives.
+func (d LockedDocument) Conflict(format string, args ...any) error {
+	return d.conflict(format, args...)
+}
+
+func (d LockedDocument) conflict(format string, args ...any) *StatusConflictError {
+	return &StatusConflictError{Kind: d.Kind, ID: d.ID, Number: d.Number, Status: d.Status, Version: d.Version,
+		Msg: fmt.Sprintf(format, args...)}
+}
+
+// MoveTo writes the transition of locked document d to status to, as
+// Transition does after its version check: a status that does not allow
+// it is a *StatusConflictError, otherwise the status and version change
+// and doc.status_changed is journaled.
+func (d LockedDocument) MoveTo(ctx context.Context, tx pgx.Tx, actorID *int64, to string, reason *string) (StatusChange, Event, error) {
+	if !d.Kind.Allows(d.Status, to) {
+		allowed := "none: it is final"
+		if next := d.Kind.next[d.Status]; len(next) > 0 {
+			allowed = strings.Join(next, ", ")
+		}
+		return StatusChange{}, Event{}, d.conflict("%s %s is %s and cannot become %s (allowed: %s)",
+			d.Kind.Noun, d.Number, d.Status, to, allowed)
+	}
+	v, err := d.Kind.set(ctx, tx, to, d.ID)
+	if err != nil {
+		return StatusChange{}, Event{}, fmt.Errorf("set status of %s %s to %s: %w", d.Kind.Noun, d.Number, to, translate(err))
+	}
+	ev, err := appendEvent(ctx, tx, actorID, EventStatusChanged, d.Kind.Entity, d.ID, statusChangedPayload{
+		ID: d.ID, No: d.Number, Entity: d.Kind.PayloadEntity, From: d.Status, To: to, Reason: reason,
+	})
+	if err != nil {
+		return StatusChange{}, Event{}, err
+	}
+	return StatusChange{ID: d.ID, Number: d.Number, From: d.Status, To: to, Version: v}, ev, nil
+}
+
+// TransitionIf is a system transition: it moves document id of kind k
+// from status from to status to, journaling doc.status_changed with
+// actorID (nil for the system), when it is in status from, and otherwise
+// does nothing (ok false, no event). A built-in subscriber calls it, so a
+// redelivered event finds the document moved already and changes nothing.
+func TransitionIf(ctx context.Context, tx pgx.Tx, actorID *int64, k *DocKind, id int64, from, to string) (StatusChange, *Event, error) {
+	d, err := LockDocument(ctx, tx, k, id)
+	if err != nil || d.Status != from {
+		return StatusChange{}, nil, err
+	}
+	ch, ev, err := d.MoveTo(ctx, tx, actorID, to, nil)
+	if err != nil {
+		return StatusChange{}, nil, err
+	}
+	return ch, &ev, nil
+}
+
+// CancelSalesOrder cancels sales order id, seen at version, for reason
+// (required, at most 200 characters): new, accepted and in_production
+// orders may be cancelled, unless a production order of theirs is
+// released (a *StatusConflictError naming them: cancel or complete them
+// first). It journals doc.status_changed and returns the order as stored.
+func CancelSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, version int32, reason string) (SalesOrder, []Event, error) {
+	why, err := requireText("reason", reason)
+	if err != nil {
+		return SalesOrder{}, nil, err
+	}
+	d, err := LockDocumentAt(ctx, tx, SalesOrders, id, version)
+	if err != nil {
+		return SalesOrder{}, nil, err
+	}
+	if d.Kind.Allows(d.Status, SalesOrderCancelled) {
+		released, err := queries.ProductionOrderListReleasedNumbers(ctx, tx, &id)
+		if err != nil {
+			return SalesOrder{}, nil, fmt.Errorf("list released production orders of sales order %s: %w", d.Number, translate(err))
+		}
+		if len(released) > 0 {
+			return SalesOrder{}, nil, d.conflict("sales order %s has released production orders %s: cancel or complete them first",
+				d.Number, strings.Join(released, ", "))
+		}
+	}
+	_, ev, err := d.MoveTo(ctx, tx, actorID, SalesOrderCancelled, &why)
+	if err != nil {
+		return SalesOrder{}, nil, err
+	}
+	so, err := SalesOrderByID(ctx, tx, id)
+	return so, []Event{ev}, err
+}
+
+// AcceptSalesOrder moves a sales order from new to accepted as the
+// system, journaling doc.status_changed with no actor; an order no longer
+// new (accepted already, cancelled meanwhile) is left as it is and nothing
+// is journaled. It returns the events written.
+func AcceptSalesOrder(ctx context.Context, tx pgx.Tx, id int64) ([]Event, error) {
+	_, ev, err := TransitionIf(ctx, tx, nil, SalesOrders, id, SalesOrderNew, SalesOrderAccepted)
+	if err != nil || ev == nil {
+		return nil, err
+	}
+	return []Event{*ev}, nil
+}
+
+// ReleaseProductionOrder releases production order id, seen at version,
+// to the shop floor (planned → released). When it was planned for a sales
+// order, that order is locked too (after the production order: the one
+// lock order of every transition that takes both) and must not be
+// cancelled or shipped (a *StatusConflictError about the production
+// order); a new or accepted sales order goes in_production in the same
+// transaction, journaled with the same actor, since the release is what
+// moves it. It returns the production order as stored and the events.
+func ReleaseProductionOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, version int32) (ProductionOrder, []Event, error) {
+	d, err := LockDocumentAt(ctx, tx, ProductionOrders, id, version)
+	if err != nil {
+		return ProductionOrder{}, nil, err
+	}
+	_, ev, err := d.MoveTo(ctx, tx, actorID, ProductionReleased, nil)
+	if err != nil {
+		return ProductionOrder{}, nil, err
+	}
+	events := []Event{ev}
+	po, err := ProductionOrderByID(ctx, tx, id)
+	if err != nil {
+		return ProductionOrder{}, nil, err
+	}
+	if po.SalesOrderID != nil {
+		so, err := LockDocument(ctx, tx, SalesOrders, *po.SalesOrderID)
+		if err != nil {
+			return ProductionOrder{}, nil, err
+		}
+		switch so.Status {
+		case SalesOrderCancelled, SalesOrderShipped:
+			return ProductionOrder{}, nil, d.conflict("production order %s is for sales order %s, which is %s: it cannot be released",
+				d.Number, so.Number, so.Status)
+		case SalesOrderNew, SalesOrderAccepted:
+			_, soEv, err := so.MoveTo(ctx, tx, actorID, SalesOrderInProduction, nil)
+			if err != nil {
+				return ProductionOrder{}, nil, err
+			}
+			events = append(events, soEv)
+		}
+	}
+	return po, events, nil
+}
+
+// CancelProductionOrder cancels production order id (planned or
+// released), seen at version, for reason (required, at most 200
+// characters), journaling doc.status_changed.
+func CancelProductionOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, version int32, reason string) (ProductionOrder, []Event, error) {
+	why, err := requireText("reason", reason)
+	if err != nil {
+		return ProductionOrder{}, nil, err
+	}
+	_, ev, err := Transition(ctx, tx, actorID, ProductionOrders, id, version, ProductionCancelled, &why)
+	if err != nil {
+		return ProductionOrder{}, nil, err
+	}
+	po, err := ProductionOrderByID(ctx, tx, id)
+	return po, []Event{ev}, err
+}
+
+// ClosePurchaseOrder closes purchase order id (open, partially received
+// or received: nothing more is expected from the supplier), seen at
+// version, journaling doc.status_changed.
+func ClosePurchaseOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, version int32) (PurchaseOrder, []Event, error) {
+	_, ev, err := Transition(ctx, tx, actorID, PurchaseOrders, id, version, PurchaseClosed, nil)
+	if err != nil {
+		return PurchaseOrder{}, nil, err
+	}
+	po, err := PurchaseOrderByID(ctx, tx, id)
+	return po, []Event{ev}, err
+}
+
+// CancelPurchaseOrder cancels purchase order id while nothing of it was
+// received (open), seen at version, for reason (required, at most 200
+// characters), journaling doc.status_changed.
+func CancelPurchaseOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, version int32, reason string) (PurchaseOrder, []Event, error) {
+	why, err := requireText("reason", reason)
+	if err != nil {
+		return PurchaseOrder{}, nil, err
+	}
+	_, ev, err := Transition(ctx, tx, actorID, PurchaseOrders, id, version, PurchaseCancelled, &why)
+	if err != nil {
+		return PurchaseOrder{}, nil, err
+	}
+	po, err := PurchaseOrderByID(ctx, tx, id)
+	return po, []Event{ev}, err
+}
+
+// IDByNumber returns the id of the document of kind k numbered number
+// ("ЗК-2026-000422"), or ErrNotFound.
+func (k *DocKind) IDByNumber(ctx context.Context, q Querier, number string) (int64, error) {
+	id, err := k.byNumber(ctx, q, strings.TrimSpace(number))
+	if err != nil {
+		return 0, fmt.Errorf("find %s %s: %w", k.Noun, number, translate(err))
+	}
+	return id, nil
+}
