@@ -236,7 +236,7 @@ func IssueMaterials(ctx context.Context, tx pgx.Tx, prodOrderID, sourceEventID i
 		itemIDs[i], lines[i] = c.ComponentItemID, LineInput{Quantity: q}
 	}
 	mv, events, err = insertWarehouseMove(ctx, tx, nil, moveRow{
-		kind: MoveIssueToProduction, prefix: PrefixIssueToProduction, fromID: &warehouseID,
+		kind: MoveIssueToProduction, prefix: PrefixIssueToProduction, status: MoveDraft, fromID: &warehouseID,
 		prodOrderID: &prodOrderID, sourceEventID: &sourceEventID,
 	}, itemIDs, lines)
 	if err != nil {

@@ -33,3 +33,10 @@ SELECT number, status, version FROM wh_purchase_orders WHERE id = @id FOR NO KEY
 -- PurchaseOrderSetStatus sets the status of purchase order id, locked by
 -- PurchaseOrderLockStatus, and bumps its version; returns the new version.
 UPDATE wh_purchase_orders SET status = @status, version = version + 1 WHERE id = @id RETURNING version;
+
+-- name: PurchaseOrderLineSumByItem :many
+-- PurchaseOrderLineSumByItem sums the ordered quantity of purchase order
+-- purchase_order_id per item.
+SELECT item_id, sum(quantity)::numeric AS quantity
+FROM wh_purchase_order_lines WHERE purchase_order_id = @purchase_order_id
+GROUP BY item_id;

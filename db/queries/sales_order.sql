@@ -97,3 +97,10 @@ SELECT number, status, version FROM sales_orders WHERE id = @id FOR NO KEY UPDAT
 -- SalesOrderSetStatus sets the status of sales order id, locked by
 -- SalesOrderLockStatus, and bumps its version; returns the new version.
 UPDATE sales_orders SET status = @status, version = version + 1 WHERE id = @id RETURNING version;
+
+-- name: SalesOrderLineSumByItem :many
+-- SalesOrderLineSumByItem sums the ordered quantity of sales order
+-- sales_order_id per item.
+SELECT item_id, sum(quantity)::numeric AS quantity
+FROM sales_order_lines WHERE sales_order_id = @sales_order_id
+GROUP BY item_id;
