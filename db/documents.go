@@ -562,7 +562,7 @@ func lockOrderForMove(ctx context.Context, tx pgx.Tx, k *DocKind, field string, 
 		return err
 	}
 	switch d.Status {
-	case SalesOrderCancelled, PurchaseClosed, SalesOrderShipped:
+	case SalesOrderCancelled, SalesOrderShipped, PurchaseClosed: // PurchaseCancelled is SalesOrderCancelled
 		return inputErr(field, "%s %s is %s: it takes no more warehouse moves", k.Noun, d.Number, d.Status)
 	}
 	return nil

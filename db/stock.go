@@ -162,7 +162,7 @@ func lockOrderToPost(ctx context.Context, tx pgx.Tx, k *DocKind, id int64, mv Wa
 		return LockedDocument{}, err
 	}
 	switch d.Status {
-	case SalesOrderCancelled, SalesOrderShipped, PurchaseClosed:
+	case SalesOrderCancelled, SalesOrderShipped, PurchaseClosed: // PurchaseCancelled is SalesOrderCancelled
 		return LockedDocument{}, fmt.Errorf("%w: %s %s of warehouse move %s is %s: it takes no more warehouse moves",
 			ErrConflict, k.Noun, d.Number, mv.Number, d.Status)
 	}
@@ -223,9 +223,6 @@ func checkReceipt(ctx context.Context, tx pgx.Tx, actorID *int64, mv WarehouseMo
 	po, err := lockOrderToPost(ctx, tx, PurchaseOrders, *mv.PurchaseOrderID, mv)
 	if err != nil {
 		return nil, err
-	}
-	if po.Status == PurchaseCancelled {
-		return nil, fmt.Errorf("%w: purchase order %s of warehouse move %s is cancelled", ErrConflict, po.Number, mv.Number)
 	}
 	return func() ([]Event, error) {
 		ordered, err := sumByItem(queries.PurchaseOrderLineSumByItem(ctx, tx, po.ID))

@@ -459,6 +459,7 @@ func TestCompleteProductionOrderPostsReceipt(t *testing.T) {
 	e := apptest.GQLErr(t, s, complete, map[string]any{"id": po.ID, "v": po.Version, "wh": "MAIN"})
 	require.Equal(t, "CONFLICT", e.Extensions["code"], "a planned order is not completed: %s", e.Message)
 	require.Equal(t, "planned", e.Extensions["currentStatus"])
+	require.Equal(t, before, readWrites(t, s), "a refused completion writes nothing")
 	rel := apptest.GQL[struct{ ReleaseProductionOrder docState }](t, s,
 		`mutation($id: ID!, $v: Int!) { releaseProductionOrder(id: $id, version: $v) { id number status version } }`,
 		map[string]any{"id": po.ID, "v": po.Version}).ReleaseProductionOrder
