@@ -23,6 +23,7 @@ const (
 
 	MoveReceipt           = "receipt"
 	MoveIssueToProduction = "issue_to_production"
+	MoveShipment          = "shipment"
 
 	maxLines         = 1000
 	maxTextLen       = 200
@@ -121,6 +122,11 @@ type WarehouseMove struct {
 	SourceEventID *int64
 	// Version is as SalesOrder's.
 	Version int32
+	// SalesOrderID is the sales order a shipment ships.
+	SalesOrderID *int64
+	// ReversalOfID, on a reversal move, is the move it reverses: its
+	// lines are the original's, negated in the stock ledger.
+	ReversalOfID *int64
 }
 
 // SalesOrderInput creates a manual sales order.
@@ -155,7 +161,9 @@ type PurchaseOrderInput struct {
 
 // WarehouseMoveInput moves stock. Kind MoveReceipt needs ToWarehouse and
 // may name its purchase order; MoveIssueToProduction needs FromWarehouse and
-// may name its production order. Warehouses are given by code.
+// may name its production order; MoveShipment needs FromWarehouse and
+// SalesOrderID. Warehouses are given by code. Draft creates the move
+// without posting it (no stock moves until PostWarehouseMove).
 type WarehouseMoveInput struct {
 	Kind              string
 	FromWarehouse     *string
@@ -163,6 +171,8 @@ type WarehouseMoveInput struct {
 	Lines             []LineInput
 	PurchaseOrderID   *int64
 	ProductionOrderID *int64
+	SalesOrderID      *int64
+	Draft             bool
 }
 
 type docCreatedPayload struct {
@@ -450,7 +460,13 @@ func CreatePurchaseOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in Purc
 }
 
 // CreateWarehouseMove writes a warehouse move (ПР-… for a receipt, ВЦ-… for
-// an issue to production) with its lines and doc.created event in tx.
+// an issue to production, ОТ-… for a shipment) with its lines and
+// doc.created event in tx. Unless in.Draft it is created posted: its stock
+// ledger rows and balances are written too (postMove), and a line that
+// would take on hand below zero is an *InputError on lines.N.quantity. A
+// posted shipment that covers its sales order ships it, a posted receipt
+// of a purchase order moves that to partially_received or received (each
+// journaling doc.status_changed by actorID).
 func CreateWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, in WarehouseMoveInput) (WarehouseMove, []Event, error) {
 	var prefix string
 	switch in.Kind {
@@ -476,8 +492,28 @@ func CreateWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, in Ware
 		if in.PurchaseOrderID != nil {
 			return WarehouseMove{}, nil, inputErr("purchaseOrderId", "only a receipt references a purchase order")
 		}
+	case MoveShipment:
+		prefix = PrefixShipment
+		if in.FromWarehouse == nil {
+			return WarehouseMove{}, nil, inputErr("fromWarehouse", "a shipment needs the warehouse it leaves")
+		}
+		if in.ToWarehouse != nil {
+			return WarehouseMove{}, nil, inputErr("toWarehouse", "a shipment goes to the customer, not a warehouse")
+		}
+		if in.SalesOrderID == nil {
+			return WarehouseMove{}, nil, inputErr("salesOrderId", "a shipment needs the sales order it ships")
+		}
+		if in.PurchaseOrderID != nil {
+			return WarehouseMove{}, nil, inputErr("purchaseOrderId", "only a receipt references a purchase order")
+		}
+		if in.ProductionOrderID != nil {
+			return WarehouseMove{}, nil, inputErr("productionOrderId", "only an issue to production references a production order")
+		}
 	default:
 		return WarehouseMove{}, nil, inputErr("kind", "unknown move kind %q", in.Kind)
+	}
+	if in.SalesOrderID != nil && in.Kind != MoveShipment {
+		return WarehouseMove{}, nil, inputErr("salesOrderId", "only a shipment references a sales order")
 	}
 	fromID, err := warehouseIDByCode(ctx, tx, "fromWarehouse", in.FromWarehouse)
 	if err != nil {
@@ -487,8 +523,16 @@ func CreateWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, in Ware
 	if err != nil {
 		return WarehouseMove{}, nil, err
 	}
+	// The order a move refers to is locked before the number series and the
+	// stock balances: the one lock order of every posting (order, series,
+	// balances), so that none waits on another in a circle.
 	if in.PurchaseOrderID != nil {
-		if err := requireRow(ctx, tx, "purchaseOrderId", "wh_purchase_orders", *in.PurchaseOrderID, queries.PurchaseOrderExists); err != nil {
+		if err := lockOrderForMove(ctx, tx, PurchaseOrders, "purchaseOrderId", *in.PurchaseOrderID); err != nil {
+			return WarehouseMove{}, nil, err
+		}
+	}
+	if in.SalesOrderID != nil {
+		if err := lockOrderForMove(ctx, tx, SalesOrders, "salesOrderId", *in.SalesOrderID); err != nil {
 			return WarehouseMove{}, nil, err
 		}
 	}
@@ -501,23 +545,50 @@ func CreateWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, in Ware
 	if err != nil {
 		return WarehouseMove{}, nil, err
 	}
+	status := MovePosted
+	if in.Draft {
+		status = MoveDraft
+	}
 	return insertWarehouseMove(ctx, tx, actorID, moveRow{
-		kind: in.Kind, prefix: prefix, fromID: fromID, toID: toID,
-		purchaseOrderID: in.PurchaseOrderID, prodOrderID: in.ProductionOrderID,
+		kind: in.Kind, prefix: prefix, status: status, fromID: fromID, toID: toID,
+		purchaseOrderID: in.PurchaseOrderID, prodOrderID: in.ProductionOrderID, salesOrderID: in.SalesOrderID,
 	}, itemIDs, in.Lines)
+}
+
+// lockOrderForMove locks order id of kind k (a purchase or sales order)
+// that a new move refers to, on input field field: an unknown id, or an
+// order that takes no more moves (cancelled, closed, shipped), is an
+// *InputError on field.
+func lockOrderForMove(ctx context.Context, tx pgx.Tx, k *DocKind, field string, id int64) error {
+	d, err := LockDocument(ctx, tx, k, id)
+	if errors.Is(err, ErrNotFound) {
+		return inputErr(field, "no %s with id %d", k.Noun, id)
+	}
+	if err != nil {
+		return err
+	}
+	switch d.Status {
+	case SalesOrderCancelled, SalesOrderShipped, PurchaseClosed: // PurchaseCancelled is SalesOrderCancelled
+		return inputErr(field, "%s %s is %s: it takes no more warehouse moves", k.Noun, d.Number, d.Status)
+	}
+	return nil
 }
 
 // moveRow is a validated wh_moves row before it has a number.
 type moveRow struct {
 	kind, prefix    string
+	status          string
 	fromID, toID    *int64
 	purchaseOrderID *int64
 	prodOrderID     *int64
+	salesOrderID    *int64
 	sourceEventID   *int64
+	reversalOfID    *int64
 }
 
 // insertWarehouseMove writes a validated warehouse move with its number,
-// lines and doc.created event and reads it back.
+// lines and doc.created event, posts it when its status is posted, and
+// reads it back.
 func insertWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, m moveRow, itemIDs []int64, lines []LineInput) (WarehouseMove, []Event, error) {
 	no, err := nextNumber(ctx, tx, m.prefix)
 	if err != nil {
@@ -526,7 +597,7 @@ func insertWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, m moveR
 	id, err := queries.WarehouseMoveInsert(ctx, tx, dbsqlc.WarehouseMoveInsertParams{
 		Number: no, Kind: m.kind, FromWarehouseID: m.fromID, ToWarehouseID: m.toID,
 		PurchaseOrderID: m.purchaseOrderID, ProdOrderID: m.prodOrderID, SourceEventID: m.sourceEventID,
-		CreatedBy: actorID,
+		CreatedBy: actorID, Status: m.status, SalesOrderID: m.salesOrderID, ReversalOfID: m.reversalOfID,
 	})
 	if err != nil {
 		return WarehouseMove{}, nil, fmt.Errorf("insert warehouse move %s: %w", no, translate(err))
@@ -540,8 +611,19 @@ func insertWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, m moveR
 	if err != nil {
 		return WarehouseMove{}, nil, err
 	}
+	events := []Event{ev}
 	mv, err := WarehouseMoveByID(ctx, tx, id)
-	return mv, []Event{ev}, err
+	if err != nil {
+		return WarehouseMove{}, nil, err
+	}
+	if m.status == MovePosted {
+		more, err := postMove(ctx, tx, actorID, mv)
+		if err != nil {
+			return WarehouseMove{}, nil, err
+		}
+		events = append(events, more...)
+	}
+	return mv, events, nil
 }
 
 // SalesOrderByID returns a sales order with its lines, or ErrNotFound.
@@ -607,6 +689,7 @@ func WarehouseMoveByID(ctx context.Context, q Querier, id int64) (WarehouseMove,
 		ID: r.ID, Number: r.Number, Kind: r.Kind, FromWarehouse: r.FromWarehouse, ToWarehouse: r.ToWarehouse,
 		PurchaseOrderID: r.PurchaseOrderID, ProductionOrderID: r.ProdOrderID, SourceEventID: r.SourceEventID,
 		Status: r.Status, CreatedAt: r.CreatedAt, Version: r.Version, Lines: docLines(lines),
+		SalesOrderID: r.SalesOrderID, ReversalOfID: r.ReversalOfID,
 	}, nil
 }
 

@@ -16,10 +16,11 @@ const (
 	PrefixPurchaseOrder     = "ЗП"
 	PrefixReceipt           = "ПР"
 	PrefixIssueToProduction = "ВЦ"
+	PrefixShipment          = "ОТ"
 )
 
 // Prefixes lists every document prefix.
-var Prefixes = []string{PrefixSalesOrder, PrefixProductionOrder, PrefixPurchaseOrder, PrefixReceipt, PrefixIssueToProduction}
+var Prefixes = []string{PrefixSalesOrder, PrefixProductionOrder, PrefixPurchaseOrder, PrefixReceipt, PrefixIssueToProduction, PrefixShipment}
 
 // nextNumber takes the next number of prefix's series for the current year
 // (database clock, session time zone), formatted "ЗК-2026-000422". The

@@ -189,6 +189,9 @@ func PlanSalesOrder(ctx context.Context, tx pgx.Tx, salesOrderID int64) ([]Produ
 // to the production order, one line per component of the item's bill of
 // materials for the ordered quantity (rounded up to 0.001), with its
 // doc.created event ({"entity": "wh_move"}) by the system (actor null).
+// The move is a draft: it moves no stock until the warehouse posts it
+// (PostWarehouseMove), so a shortage of materials never fails the
+// planning chain; it fails the posting instead, where a person can act.
 //
 // It is idempotent per source event: when a move answering sourceEventID
 // exists, it returns that move with created false and writes nothing.
@@ -236,7 +239,7 @@ func IssueMaterials(ctx context.Context, tx pgx.Tx, prodOrderID, sourceEventID i
 		itemIDs[i], lines[i] = c.ComponentItemID, LineInput{Quantity: q}
 	}
 	mv, events, err = insertWarehouseMove(ctx, tx, nil, moveRow{
-		kind: MoveIssueToProduction, prefix: PrefixIssueToProduction, fromID: &warehouseID,
+		kind: MoveIssueToProduction, prefix: PrefixIssueToProduction, status: MoveDraft, fromID: &warehouseID,
 		prodOrderID: &prodOrderID, sourceEventID: &sourceEventID,
 	}, itemIDs, lines)
 	if err != nil {

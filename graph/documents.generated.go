@@ -1380,6 +1380,52 @@ func (ec *executionContext) fieldContext_WarehouseMove_productionOrderId(_ conte
 	return graphql.NewScalarFieldContext("WarehouseMove", field, false, false, "ID")
 }
 
+func (ec *executionContext) _WarehouseMove_salesOrderId(ctx context.Context, field graphql.CollectedField, obj *db.WarehouseMove) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WarehouseMove_salesOrderId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.SalesOrderID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int64) graphql.Marshaler {
+			return ec.marshalOID2ᚖint64(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_WarehouseMove_salesOrderId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WarehouseMove", field, false, false, "ID")
+}
+
+func (ec *executionContext) _WarehouseMove_reversalOfId(ctx context.Context, field graphql.CollectedField, obj *db.WarehouseMove) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WarehouseMove_reversalOfId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ReversalOfID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int64) graphql.Marshaler {
+			return ec.marshalOID2ᚖint64(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_WarehouseMove_reversalOfId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WarehouseMove", field, false, false, "ID")
+}
+
 func (ec *executionContext) _WarehouseMove_status(ctx context.Context, field graphql.CollectedField, obj *db.WarehouseMove) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -2233,7 +2279,11 @@ func (ec *executionContext) unmarshalInputWarehouseMoveInput(ctx context.Context
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"kind", "fromWarehouse", "toWarehouse", "lines", "purchaseOrderId", "productionOrderId"}
+	if _, present := asMap["draft"]; !present {
+		asMap["draft"] = false
+	}
+
+	fieldsInOrder := [...]string{"kind", "fromWarehouse", "toWarehouse", "lines", "purchaseOrderId", "productionOrderId", "salesOrderId", "draft"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -2282,6 +2332,20 @@ func (ec *executionContext) unmarshalInputWarehouseMoveInput(ctx context.Context
 				return it, err
 			}
 			it.ProductionOrderID = data
+		case "salesOrderId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("salesOrderId"))
+			data, err := ec.unmarshalOID2ᚖint64(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SalesOrderID = data
+		case "draft":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("draft"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Draft = data
 		}
 	}
 	return it, nil
@@ -2894,6 +2958,16 @@ func (ec *executionContext) _WarehouseMove(ctx context.Context, sel ast.Selectio
 			}
 		case "productionOrderId":
 			out.Values[i] = ec._WarehouseMove_productionOrderId(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "salesOrderId":
+			out.Values[i] = ec._WarehouseMove_salesOrderId(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "reversalOfId":
+			out.Values[i] = ec._WarehouseMove_reversalOfId(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/shopspring/decimal"
 	gqlparser "github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 )
@@ -32,6 +33,7 @@ type ResolverRoot interface {
 	Mutation() MutationResolver
 	Query() QueryResolver
 	Replay() ReplayResolver
+	StockEntry() StockEntryResolver
 	Subscriber() SubscriberResolver
 	Subscription() SubscriptionResolver
 	User() UserResolver
@@ -140,6 +142,7 @@ type ComplexityRoot struct {
 		CancelReplay            func(childComplexity int, id int64) int
 		CancelSalesOrder        func(childComplexity int, id int64, version int, reason string) int
 		ClosePurchaseOrder      func(childComplexity int, id int64, version int) int
+		CompleteProductionOrder func(childComplexity int, id int64, version int, toWarehouse string, quantity *decimal.Decimal) int
 		CreateItem              func(childComplexity int, input db.ItemInput) int
 		CreateProductionOrder   func(childComplexity int, input db.ProductionOrderInput) int
 		CreatePurchaseOrder     func(childComplexity int, input db.PurchaseOrderInput) int
@@ -150,6 +153,7 @@ type ComplexityRoot struct {
 		CreateWebhookSubscriber func(childComplexity int, input model.WebhookSubscriberInput) int
 		IssueToken              func(childComplexity int, login string, name *string, expiresAt *time.Time) int
 		PauseSubscriber         func(childComplexity int, id int64) int
+		PostWarehouseMove       func(childComplexity int, id int64, version int) int
 		PurgeDeadDeliveries     func(childComplexity int, olderThan time.Time, subscriber *string) int
 		ReceiveOrder            func(childComplexity int, input model.ReceiveOrderInput) int
 		Redeliver               func(childComplexity int, eventID int64, subscriber string) int
@@ -157,6 +161,7 @@ type ComplexityRoot struct {
 		ReleaseProductionOrder  func(childComplexity int, id int64, version int) int
 		ReplaySubscriber        func(childComplexity int, subscriber string, after *string, from *time.Time, to *time.Time) int
 		ResumeSubscriber        func(childComplexity int, id int64) int
+		ReverseWarehouseMove    func(childComplexity int, id int64, version int, reason string) int
 		RevokeToken             func(childComplexity int, id int64) int
 		SetBillOfMaterials      func(childComplexity int, sku string, components []db.ComponentInput) int
 		SetNumberSeriesStart    func(childComplexity int, prefix string, year int, start int) int
@@ -228,6 +233,8 @@ type ComplexityRoot struct {
 		Replay           func(childComplexity int, id int64) int
 		SalesOrder       func(childComplexity int, id *int64, number *string) int
 		SalesOrders      func(childComplexity int, filter *model.SalesOrderFilter, first *int, after *string) int
+		StockBalances    func(childComplexity int, filter *db.StockFilter, first *int, after *string) int
+		StockLedger      func(childComplexity int, sku string, warehouse *string, first *int, after *string) int
 		Subscribers      func(childComplexity int) int
 		Tokens           func(childComplexity int, login *string) int
 		Users            func(childComplexity int) int
@@ -270,6 +277,43 @@ type ComplexityRoot struct {
 	}
 
 	SalesOrderEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
+	StockBalance struct {
+		ItemName  func(childComplexity int) int
+		OnHand    func(childComplexity int) int
+		SKU       func(childComplexity int) int
+		Unit      func(childComplexity int) int
+		Warehouse func(childComplexity int) int
+	}
+
+	StockBalanceConnection struct {
+		Edges    func(childComplexity int) int
+		PageInfo func(childComplexity int) int
+	}
+
+	StockBalanceEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
+	StockEntry struct {
+		At           func(childComplexity int) int
+		BalanceAfter func(childComplexity int) int
+		LineNo       func(childComplexity int) int
+		Move         func(childComplexity int) int
+		Quantity     func(childComplexity int) int
+		Warehouse    func(childComplexity int) int
+	}
+
+	StockEntryConnection struct {
+		Edges    func(childComplexity int) int
+		PageInfo func(childComplexity int) int
+	}
+
+	StockEntryEdge struct {
 		Cursor func(childComplexity int) int
 		Node   func(childComplexity int) int
 	}
@@ -330,6 +374,8 @@ type ComplexityRoot struct {
 		Number            func(childComplexity int) int
 		ProductionOrderID func(childComplexity int) int
 		PurchaseOrderID   func(childComplexity int) int
+		ReversalOfID      func(childComplexity int) int
+		SalesOrderID      func(childComplexity int) int
 		SourceEventID     func(childComplexity int) int
 		Status            func(childComplexity int) int
 		ToWarehouse       func(childComplexity int) int
@@ -775,6 +821,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.ClosePurchaseOrder(childComplexity, args["id"].(int64), args["version"].(int)), true
+	case "Mutation.completeProductionOrder":
+		if e.ComplexityRoot.Mutation.CompleteProductionOrder == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_completeProductionOrder_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CompleteProductionOrder(childComplexity, args["id"].(int64), args["version"].(int), args["toWarehouse"].(string), args["quantity"].(*decimal.Decimal)), true
 	case "Mutation.createItem":
 		if e.ComplexityRoot.Mutation.CreateItem == nil {
 			break
@@ -885,6 +942,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.PauseSubscriber(childComplexity, args["id"].(int64)), true
+	case "Mutation.postWarehouseMove":
+		if e.ComplexityRoot.Mutation.PostWarehouseMove == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_postWarehouseMove_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.PostWarehouseMove(childComplexity, args["id"].(int64), args["version"].(int)), true
 	case "Mutation.purgeDeadDeliveries":
 		if e.ComplexityRoot.Mutation.PurgeDeadDeliveries == nil {
 			break
@@ -962,6 +1030,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.ResumeSubscriber(childComplexity, args["id"].(int64)), true
+	case "Mutation.reverseWarehouseMove":
+		if e.ComplexityRoot.Mutation.ReverseWarehouseMove == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_reverseWarehouseMove_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ReverseWarehouseMove(childComplexity, args["id"].(int64), args["version"].(int), args["reason"].(string)), true
 	case "Mutation.revokeToken":
 		if e.ComplexityRoot.Mutation.RevokeToken == nil {
 			break
@@ -1338,6 +1417,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.SalesOrders(childComplexity, args["filter"].(*model.SalesOrderFilter), args["first"].(*int), args["after"].(*string)), true
+	case "Query.stockBalances":
+		if e.ComplexityRoot.Query.StockBalances == nil {
+			break
+		}
+
+		args, err := ec.field_Query_stockBalances_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.StockBalances(childComplexity, args["filter"].(*db.StockFilter), args["first"].(*int), args["after"].(*string)), true
+	case "Query.stockLedger":
+		if e.ComplexityRoot.Query.StockLedger == nil {
+			break
+		}
+
+		args, err := ec.field_Query_stockLedger_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.StockLedger(childComplexity, args["sku"].(string), args["warehouse"].(*string), args["first"].(*int), args["after"].(*string)), true
 	case "Query.subscribers":
 		if e.ComplexityRoot.Query.Subscribers == nil {
 			break
@@ -1532,6 +1633,126 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.SalesOrderEdge.Node(childComplexity), true
+
+	case "StockBalance.itemName":
+		if e.ComplexityRoot.StockBalance.ItemName == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StockBalance.ItemName(childComplexity), true
+	case "StockBalance.onHand":
+		if e.ComplexityRoot.StockBalance.OnHand == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StockBalance.OnHand(childComplexity), true
+	case "StockBalance.sku":
+		if e.ComplexityRoot.StockBalance.SKU == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StockBalance.SKU(childComplexity), true
+	case "StockBalance.unit":
+		if e.ComplexityRoot.StockBalance.Unit == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StockBalance.Unit(childComplexity), true
+	case "StockBalance.warehouse":
+		if e.ComplexityRoot.StockBalance.Warehouse == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StockBalance.Warehouse(childComplexity), true
+
+	case "StockBalanceConnection.edges":
+		if e.ComplexityRoot.StockBalanceConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StockBalanceConnection.Edges(childComplexity), true
+	case "StockBalanceConnection.pageInfo":
+		if e.ComplexityRoot.StockBalanceConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StockBalanceConnection.PageInfo(childComplexity), true
+
+	case "StockBalanceEdge.cursor":
+		if e.ComplexityRoot.StockBalanceEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StockBalanceEdge.Cursor(childComplexity), true
+	case "StockBalanceEdge.node":
+		if e.ComplexityRoot.StockBalanceEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StockBalanceEdge.Node(childComplexity), true
+
+	case "StockEntry.at":
+		if e.ComplexityRoot.StockEntry.At == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StockEntry.At(childComplexity), true
+	case "StockEntry.balanceAfter":
+		if e.ComplexityRoot.StockEntry.BalanceAfter == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StockEntry.BalanceAfter(childComplexity), true
+	case "StockEntry.lineNo":
+		if e.ComplexityRoot.StockEntry.LineNo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StockEntry.LineNo(childComplexity), true
+	case "StockEntry.move":
+		if e.ComplexityRoot.StockEntry.Move == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StockEntry.Move(childComplexity), true
+	case "StockEntry.quantity":
+		if e.ComplexityRoot.StockEntry.Quantity == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StockEntry.Quantity(childComplexity), true
+	case "StockEntry.warehouse":
+		if e.ComplexityRoot.StockEntry.Warehouse == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StockEntry.Warehouse(childComplexity), true
+
+	case "StockEntryConnection.edges":
+		if e.ComplexityRoot.StockEntryConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StockEntryConnection.Edges(childComplexity), true
+	case "StockEntryConnection.pageInfo":
+		if e.ComplexityRoot.StockEntryConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StockEntryConnection.PageInfo(childComplexity), true
+
+	case "StockEntryEdge.cursor":
+		if e.ComplexityRoot.StockEntryEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StockEntryEdge.Cursor(childComplexity), true
+	case "StockEntryEdge.node":
+		if e.ComplexityRoot.StockEntryEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StockEntryEdge.Node(childComplexity), true
 
 	case "Subscriber.condition":
 		if e.ComplexityRoot.Subscriber.Condition == nil {
@@ -1783,6 +2004,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.WarehouseMove.PurchaseOrderID(childComplexity), true
+	case "WarehouseMove.reversalOfId":
+		if e.ComplexityRoot.WarehouseMove.ReversalOfID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WarehouseMove.ReversalOfID(childComplexity), true
+	case "WarehouseMove.salesOrderId":
+		if e.ComplexityRoot.WarehouseMove.SalesOrderID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WarehouseMove.SalesOrderID(childComplexity), true
 	case "WarehouseMove.sourceEventId":
 		if e.ComplexityRoot.WarehouseMove.SourceEventID == nil {
 			break
@@ -1855,6 +2088,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("ReceiveOrderInput", ec.unmarshalInputReceiveOrderInput),
 			graphql.NewInputUnmarshaler("SalesOrderFilter", ec.unmarshalInputSalesOrderFilter),
 			graphql.NewInputUnmarshaler("SalesOrderInput", ec.unmarshalInputSalesOrderInput),
+			graphql.NewInputUnmarshaler("StockFilter", ec.unmarshalInputStockFilter),
 			graphql.NewInputUnmarshaler("UserInput", ec.unmarshalInputUserInput),
 			graphql.NewInputUnmarshaler("WarehouseInput", ec.unmarshalInputWarehouseInput),
 			graphql.NewInputUnmarshaler("WarehouseMoveFilter", ec.unmarshalInputWarehouseMoveFilter),
@@ -1953,7 +2187,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "deliveries.graphqls" "documents.graphqls" "events.graphqls" "ops.graphqls" "planning.graphqls" "schema.graphqls" "users.graphqls"
+//go:embed "deliveries.graphqls" "documents.graphqls" "events.graphqls" "ops.graphqls" "planning.graphqls" "schema.graphqls" "stock.graphqls" "users.graphqls"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -1971,6 +2205,7 @@ var sources = []*ast.Source{
 	{Name: "ops.graphqls", Input: sourceData("ops.graphqls"), BuiltIn: false},
 	{Name: "planning.graphqls", Input: sourceData("planning.graphqls"), BuiltIn: false},
 	{Name: "schema.graphqls", Input: sourceData("schema.graphqls"), BuiltIn: false},
+	{Name: "stock.graphqls", Input: sourceData("stock.graphqls"), BuiltIn: false},
 	{Name: "users.graphqls", Input: sourceData("users.graphqls"), BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
@@ -2335,6 +2570,80 @@ func (ec *executionContext) childFields_SalesOrderEdge(ctx context.Context, fiel
 	return nil, fmt.Errorf("no field named %q was found under type SalesOrderEdge", field.Name)
 }
 
+func (ec *executionContext) childFields_StockBalance(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "sku":
+		return ec.fieldContext_StockBalance_sku(ctx, field)
+	case "itemName":
+		return ec.fieldContext_StockBalance_itemName(ctx, field)
+	case "unit":
+		return ec.fieldContext_StockBalance_unit(ctx, field)
+	case "warehouse":
+		return ec.fieldContext_StockBalance_warehouse(ctx, field)
+	case "onHand":
+		return ec.fieldContext_StockBalance_onHand(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type StockBalance", field.Name)
+}
+
+func (ec *executionContext) childFields_StockBalanceConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_StockBalanceConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_StockBalanceConnection_pageInfo(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type StockBalanceConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_StockBalanceEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_StockBalanceEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_StockBalanceEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type StockBalanceEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_StockEntry(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "move":
+		return ec.fieldContext_StockEntry_move(ctx, field)
+	case "lineNo":
+		return ec.fieldContext_StockEntry_lineNo(ctx, field)
+	case "warehouse":
+		return ec.fieldContext_StockEntry_warehouse(ctx, field)
+	case "quantity":
+		return ec.fieldContext_StockEntry_quantity(ctx, field)
+	case "balanceAfter":
+		return ec.fieldContext_StockEntry_balanceAfter(ctx, field)
+	case "at":
+		return ec.fieldContext_StockEntry_at(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type StockEntry", field.Name)
+}
+
+func (ec *executionContext) childFields_StockEntryConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_StockEntryConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_StockEntryConnection_pageInfo(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type StockEntryConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_StockEntryEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_StockEntryEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_StockEntryEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type StockEntryEdge", field.Name)
+}
+
 func (ec *executionContext) childFields_Subscriber(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -2437,6 +2746,10 @@ func (ec *executionContext) childFields_WarehouseMove(ctx context.Context, field
 		return ec.fieldContext_WarehouseMove_purchaseOrderId(ctx, field)
 	case "productionOrderId":
 		return ec.fieldContext_WarehouseMove_productionOrderId(ctx, field)
+	case "salesOrderId":
+		return ec.fieldContext_WarehouseMove_salesOrderId(ctx, field)
+	case "reversalOfId":
+		return ec.fieldContext_WarehouseMove_reversalOfId(ctx, field)
 	case "status":
 		return ec.fieldContext_WarehouseMove_status(ctx, field)
 	case "version":

@@ -43,6 +43,8 @@ func (ProductionPlanning) Handle(ctx context.Context, tx pgx.Tx, ev db.Event) ([
 // warehouse move ВЦ (wh_moves) from the warehouse that supplies production,
 // with the components of the item's bill of materials for the ordered
 // quantity, and its doc.created event, as the system (db.IssueMaterials).
+// The move is a draft, posted later by the warehouse, so a shortage of
+// stock never makes the delivery fail.
 // The move remembers the event it answers, so a redelivery issues nothing
 // twice. Production orders of items without a bill of materials need
 // nothing.

@@ -71,6 +71,8 @@ func (r *mutationResolver) CreateWarehouseMove(ctx context.Context, input model.
 		Lines:             input.Lines,
 		PurchaseOrderID:   input.PurchaseOrderID,
 		ProductionOrderID: input.ProductionOrderID,
+		SalesOrderID:      input.SalesOrderID,
+		Draft:             input.Draft != nil && *input.Draft,
 	}
 	mv, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) (db.WarehouseMove, []db.Event, error) {
 		return db.CreateWarehouseMove(ctx, tx, actorID(ctx), in)

@@ -20,6 +20,20 @@ var orderSources = map[model.OrderSource]string{
 var moveKinds = map[model.MoveKind]string{
 	model.MoveKindReceipt:           db.MoveReceipt,
 	model.MoveKindIssueToProduction: db.MoveIssueToProduction,
+	model.MoveKindShipment:          db.MoveShipment,
+}
+
+// pageArgs is a connection's first and after as package db takes them:
+// the default page size and "" (the first page) when not given.
+func pageArgs(first *int, after *string) (int, string) {
+	n, cursor := defaultPageSize, ""
+	if first != nil {
+		n = *first
+	}
+	if after != nil {
+		cursor = *after
+	}
+	return n, cursor
 }
 
 // orNil turns a by-id lookup into the nullable GraphQL answer: ErrNotFound

@@ -80,13 +80,15 @@ func TestPlanningThroughTheAPI(t *testing.T) {
 		FromWarehouse     string `json:"fromWarehouse"`
 		ProductionOrderID string `json:"productionOrderId"`
 		SourceEventID     string `json:"sourceEventId"`
+		Status            string
+		Version           int
 		Lines             []struct{ SKU, Quantity string }
 	}
 	var issue move
 	apptest.WaitFor(t, 10*time.Second, "the material issue", func() bool {
 		res := apptest.GQL[struct {
 			WarehouseMove *move `json:"warehouseMove"`
-		}](t, s, `{ warehouseMove(id: 1) { number kind fromWarehouse productionOrderId sourceEventId lines { sku quantity } } }`, nil)
+		}](t, s, `{ warehouseMove(id: 1) { number kind fromWarehouse productionOrderId sourceEventId status version lines { sku quantity } } }`, nil)
 		if res.WarehouseMove != nil {
 			issue = *res.WarehouseMove
 		}
@@ -96,6 +98,19 @@ func TestPlanningThroughTheAPI(t *testing.T) {
 	require.Equal(t, "W2", issue.FromWarehouse)
 	require.Equal(t, []struct{ SKU, Quantity string }{{"M2", "1.000"}, {"M1", "4.000"}}, issue.Lines)
 	require.NotEmpty(t, issue.SourceEventID)
+	require.Equal(t, "draft", issue.Status, "a shortage must not fail the chain: the issue waits as a draft")
+
+	// Posting it needs the materials on hand at W2.
+	const post = `mutation { postWarehouseMove(id: 1, version: 1) { status version } }`
+	e = apptest.GQLErr(t, s, post, nil)
+	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], e.Message)
+	require.Equal(t, "lines.0.quantity", e.Extensions["field"])
+	apptest.GQL[map[string]any](t, s, `mutation { createWarehouseMove(input: {kind: RECEIPT, toWarehouse: "W2",
+		lines: [{sku: "M1", quantity: "4"}, {sku: "M2", quantity: "1"}]}) { id } }`, nil)
+	posted := apptest.GQL[struct {
+		PostWarehouseMove struct{ Status string } `json:"postWarehouseMove"`
+	}](t, s, post, nil).PostWarehouseMove
+	require.Equal(t, "posted", posted.Status)
 
 	po := apptest.GQL[struct {
 		ProductionOrder struct {

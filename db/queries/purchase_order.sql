@@ -72,3 +72,10 @@ SELECT l.purchase_order_id, l.line_no, i.sku, i.name AS item_name, i.unit, l.qua
 FROM wh_purchase_order_lines l JOIN items i ON i.id = l.item_id
 WHERE l.purchase_order_id = ANY (@ids::bigint[])
 ORDER BY l.purchase_order_id, l.line_no;
+
+-- name: PurchaseOrderLineSumByItem :many
+-- PurchaseOrderLineSumByItem sums the ordered quantity of purchase order
+-- purchase_order_id per item.
+SELECT item_id, sum(quantity)::numeric AS quantity
+FROM wh_purchase_order_lines WHERE purchase_order_id = @purchase_order_id
+GROUP BY item_id;

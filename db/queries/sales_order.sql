@@ -178,3 +178,10 @@ ORDER BY l.sales_order_id, l.line_no;
 
 -- name: SalesOrderGetIDByNumber :one
 SELECT id FROM sales_orders WHERE number = @number;
+
+-- name: SalesOrderLineSumByItem :many
+-- SalesOrderLineSumByItem sums the ordered quantity of sales order
+-- sales_order_id per item.
+SELECT item_id, sum(quantity)::numeric AS quantity
+FROM sales_order_lines WHERE sales_order_id = @sales_order_id
+GROUP BY item_id;

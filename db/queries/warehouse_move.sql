@@ -1,13 +1,16 @@
 -- name: WarehouseMoveInsert :one
-INSERT INTO wh_moves (number, kind, from_warehouse_id, to_warehouse_id, purchase_order_id, prod_order_id, source_event_id, created_by)
+INSERT INTO wh_moves (number, kind, from_warehouse_id, to_warehouse_id, purchase_order_id, prod_order_id, source_event_id,
+    created_by, status, sales_order_id, reversal_of_id)
 VALUES (@number, @kind, sqlc.narg(from_warehouse_id), sqlc.narg(to_warehouse_id), sqlc.narg(purchase_order_id),
-    sqlc.narg(prod_order_id), sqlc.narg(source_event_id), sqlc.narg(created_by))
+    sqlc.narg(prod_order_id), sqlc.narg(source_event_id), sqlc.narg(created_by), @status, sqlc.narg(sales_order_id),
+    sqlc.narg(reversal_of_id))
 RETURNING id;
 
 -- name: WarehouseMoveGetByID :one
 -- WarehouseMoveGetByID returns move id with its warehouses by code.
 SELECT m.id, m.number, m.kind, wf.code AS from_warehouse, wt.code AS to_warehouse,
-    m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at, m.version
+    m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at, m.version,
+    m.sales_order_id, m.reversal_of_id
 FROM wh_moves m
 LEFT JOIN warehouses wf ON wf.id = m.from_warehouse_id
 LEFT JOIN warehouses wt ON wt.id = m.to_warehouse_id
@@ -74,3 +77,37 @@ SELECT l.move_id, l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.p
 FROM wh_move_lines l JOIN items i ON i.id = l.item_id
 WHERE l.move_id = ANY (@ids::bigint[])
 ORDER BY l.move_id, l.line_no;
+
+-- name: WarehouseMoveLineListToPost :many
+-- WarehouseMoveLineListToPost returns the lines of move move_id with what
+-- posting needs: item and warehouse ids for the ledger, SKU, unit and
+-- warehouse codes for error messages.
+SELECT l.line_no, l.item_id, i.sku, i.unit, l.quantity, l.price,
+    m.from_warehouse_id, wf.code AS from_warehouse, m.to_warehouse_id, wt.code AS to_warehouse
+FROM wh_move_lines l
+JOIN wh_moves m ON m.id = l.move_id
+JOIN items i ON i.id = l.item_id
+LEFT JOIN warehouses wf ON wf.id = m.from_warehouse_id
+LEFT JOIN warehouses wt ON wt.id = m.to_warehouse_id
+WHERE l.move_id = @move_id
+ORDER BY l.line_no;
+
+-- name: WarehouseMoveShippedBySalesOrder :many
+-- WarehouseMoveShippedBySalesOrder sums, per item, what the posted
+-- shipments of sales order sales_order_id took (reversed shipments and
+-- reversals left out), except move except_move_id (the one being posted).
+SELECT l.item_id, sum(l.quantity)::numeric AS quantity
+FROM wh_moves m JOIN wh_move_lines l ON l.move_id = m.id
+WHERE m.sales_order_id = @sales_order_id AND m.kind = 'shipment' AND m.status = 'posted'
+    AND m.reversal_of_id IS NULL AND m.id <> @except_move_id
+GROUP BY l.item_id;
+
+-- name: WarehouseMoveReceivedByPurchaseOrder :many
+-- WarehouseMoveReceivedByPurchaseOrder sums, per item, what the posted
+-- receipts of purchase order purchase_order_id brought (reversed receipts
+-- and reversals left out).
+SELECT l.item_id, sum(l.quantity)::numeric AS quantity
+FROM wh_moves m JOIN wh_move_lines l ON l.move_id = m.id
+WHERE m.purchase_order_id = @purchase_order_id AND m.kind = 'receipt' AND m.status = 'posted'
+    AND m.reversal_of_id IS NULL
+GROUP BY l.item_id;

@@ -139,6 +139,26 @@ type SalesOrderFilter struct {
 	Source   *OrderSource `json:"source,omitempty"`
 }
 
+type StockBalanceConnection struct {
+	Edges    []StockBalanceEdge `json:"edges"`
+	PageInfo *PageInfo          `json:"pageInfo"`
+}
+
+type StockBalanceEdge struct {
+	Cursor string           `json:"cursor"`
+	Node   *db.StockBalance `json:"node"`
+}
+
+type StockEntryConnection struct {
+	Edges    []StockEntryEdge `json:"edges"`
+	PageInfo *PageInfo        `json:"pageInfo"`
+}
+
+type StockEntryEdge struct {
+	Cursor string         `json:"cursor"`
+	Node   *db.StockEntry `json:"node"`
+}
+
 type Subscription struct {
 }
 
@@ -174,15 +194,19 @@ type WarehouseMoveFilter struct {
 
 type WarehouseMoveInput struct {
 	Kind MoveKind `json:"kind"`
-	// Warehouse code; required for ISSUE_TO_PRODUCTION, refused for RECEIPT.
+	// Warehouse code; required for ISSUE_TO_PRODUCTION and SHIPMENT, refused for RECEIPT.
 	FromWarehouse *string `json:"fromWarehouse,omitempty"`
-	// Warehouse code; required for RECEIPT, refused for ISSUE_TO_PRODUCTION.
+	// Warehouse code; required for RECEIPT, refused for ISSUE_TO_PRODUCTION and SHIPMENT.
 	ToWarehouse *string        `json:"toWarehouse,omitempty"`
 	Lines       []db.LineInput `json:"lines"`
 	// A receipt may reference its purchase order.
 	PurchaseOrderID *int64 `json:"purchaseOrderId,omitempty"`
 	// An issue may reference its production order.
 	ProductionOrderID *int64 `json:"productionOrderId,omitempty"`
+	// A shipment ships this sales order (required for SHIPMENT).
+	SalesOrderID *int64 `json:"salesOrderId,omitempty"`
+	// True: created as a draft, nothing posted until postWarehouseMove.
+	Draft *bool `json:"draft,omitempty"`
 }
 
 type WebhookSubscriberInput struct {
@@ -308,16 +332,19 @@ const (
 	MoveKindReceipt MoveKind = "RECEIPT"
 	// Materials leave a warehouse for the shop floor (ВЦ).
 	MoveKindIssueToProduction MoveKind = "ISSUE_TO_PRODUCTION"
+	// Goods leave a warehouse for the customer of a sales order (ОТ).
+	MoveKindShipment MoveKind = "SHIPMENT"
 )
 
 var AllMoveKind = []MoveKind{
 	MoveKindReceipt,
 	MoveKindIssueToProduction,
+	MoveKindShipment,
 }
 
 func (e MoveKind) IsValid() bool {
 	switch e {
-	case MoveKindReceipt, MoveKindIssueToProduction:
+	case MoveKindReceipt, MoveKindIssueToProduction, MoveKindShipment:
 		return true
 	}
 	return false

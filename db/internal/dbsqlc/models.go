@@ -187,6 +187,23 @@ type SalesOrderLine struct {
 	Price        *decimal.Decimal
 }
 
+type StockBalance struct {
+	ItemID      int64
+	WarehouseID int64
+	OnHand      decimal.Decimal
+}
+
+type StockLedger struct {
+	ID           int64
+	MoveID       int64
+	LineNo       int32
+	ItemID       int64
+	WarehouseID  int64
+	Quantity     decimal.Decimal
+	BalanceAfter decimal.Decimal
+	At           time.Time
+}
+
 type Subscriber struct {
 	ID            int64
 	Name          string
@@ -268,6 +285,8 @@ type WhMove struct {
 	CreatedAt       time.Time
 	SourceEventID   *int64
 	Version         int32
+	SalesOrderID    *int64
+	ReversalOfID    *int64
 }
 
 type WhMoveLine struct {

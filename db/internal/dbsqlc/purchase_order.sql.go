@@ -182,6 +182,39 @@ func (q *Queries) PurchaseOrderLineListByOrders(ctx context.Context, db DBTX, id
 	return items, nil
 }
 
+const purchaseOrderLineSumByItem = `-- name: PurchaseOrderLineSumByItem :many
+SELECT item_id, sum(quantity)::numeric AS quantity
+FROM wh_purchase_order_lines WHERE purchase_order_id = $1
+GROUP BY item_id
+`
+
+type PurchaseOrderLineSumByItemRow struct {
+	ItemID   int64
+	Quantity decimal.Decimal
+}
+
+// PurchaseOrderLineSumByItem sums the ordered quantity of purchase order
+// purchase_order_id per item.
+func (q *Queries) PurchaseOrderLineSumByItem(ctx context.Context, db DBTX, purchaseOrderID int64) ([]PurchaseOrderLineSumByItemRow, error) {
+	rows, err := db.Query(ctx, purchaseOrderLineSumByItem, purchaseOrderID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []PurchaseOrderLineSumByItemRow{}
+	for rows.Next() {
+		var i PurchaseOrderLineSumByItemRow
+		if err := rows.Scan(&i.ItemID, &i.Quantity); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const purchaseOrderListPage = `-- name: PurchaseOrderListPage :many
 
 SELECT p.id, p.number, p.supplier, p.status, p.created_by, p.created_at, p.version FROM wh_purchase_orders p

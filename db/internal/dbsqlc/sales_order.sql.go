@@ -345,6 +345,39 @@ func (q *Queries) SalesOrderLineListToPlan(ctx context.Context, db DBTX, salesOr
 	return items, nil
 }
 
+const salesOrderLineSumByItem = `-- name: SalesOrderLineSumByItem :many
+SELECT item_id, sum(quantity)::numeric AS quantity
+FROM sales_order_lines WHERE sales_order_id = $1
+GROUP BY item_id
+`
+
+type SalesOrderLineSumByItemRow struct {
+	ItemID   int64
+	Quantity decimal.Decimal
+}
+
+// SalesOrderLineSumByItem sums the ordered quantity of sales order
+// sales_order_id per item.
+func (q *Queries) SalesOrderLineSumByItem(ctx context.Context, db DBTX, salesOrderID int64) ([]SalesOrderLineSumByItemRow, error) {
+	rows, err := db.Query(ctx, salesOrderLineSumByItem, salesOrderID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SalesOrderLineSumByItemRow{}
+	for rows.Next() {
+		var i SalesOrderLineSumByItemRow
+		if err := rows.Scan(&i.ItemID, &i.Quantity); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const salesOrderListPage = `-- name: SalesOrderListPage :many
 
 SELECT s.id, s.number, s.customer, s.status, s.source, s.external_id, s.created_by, s.created_at, s.version FROM sales_orders s

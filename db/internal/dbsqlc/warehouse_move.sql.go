@@ -14,7 +14,8 @@ import (
 
 const warehouseMoveGetByID = `-- name: WarehouseMoveGetByID :one
 SELECT m.id, m.number, m.kind, wf.code AS from_warehouse, wt.code AS to_warehouse,
-    m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at, m.version
+    m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at, m.version,
+    m.sales_order_id, m.reversal_of_id
 FROM wh_moves m
 LEFT JOIN warehouses wf ON wf.id = m.from_warehouse_id
 LEFT JOIN warehouses wt ON wt.id = m.to_warehouse_id
@@ -33,6 +34,8 @@ type WarehouseMoveGetByIDRow struct {
 	Status          string
 	CreatedAt       time.Time
 	Version         int32
+	SalesOrderID    *int64
+	ReversalOfID    *int64
 }
 
 // WarehouseMoveGetByID returns move id with its warehouses by code.
@@ -51,6 +54,8 @@ func (q *Queries) WarehouseMoveGetByID(ctx context.Context, db DBTX, id int64) (
 		&i.Status,
 		&i.CreatedAt,
 		&i.Version,
+		&i.SalesOrderID,
+		&i.ReversalOfID,
 	)
 	return i, err
 }
@@ -80,9 +85,11 @@ func (q *Queries) WarehouseMoveGetIDBySourceEvent(ctx context.Context, db DBTX, 
 }
 
 const warehouseMoveInsert = `-- name: WarehouseMoveInsert :one
-INSERT INTO wh_moves (number, kind, from_warehouse_id, to_warehouse_id, purchase_order_id, prod_order_id, source_event_id, created_by)
+INSERT INTO wh_moves (number, kind, from_warehouse_id, to_warehouse_id, purchase_order_id, prod_order_id, source_event_id,
+    created_by, status, sales_order_id, reversal_of_id)
 VALUES ($1, $2, $3, $4, $5,
-    $6, $7, $8)
+    $6, $7, $8, $9, $10,
+    $11)
 RETURNING id
 `
 
@@ -95,6 +102,9 @@ type WarehouseMoveInsertParams struct {
 	ProdOrderID     *int64
 	SourceEventID   *int64
 	CreatedBy       *int64
+	Status          string
+	SalesOrderID    *int64
+	ReversalOfID    *int64
 }
 
 func (q *Queries) WarehouseMoveInsert(ctx context.Context, db DBTX, arg WarehouseMoveInsertParams) (int64, error) {
@@ -107,6 +117,9 @@ func (q *Queries) WarehouseMoveInsert(ctx context.Context, db DBTX, arg Warehous
 		arg.ProdOrderID,
 		arg.SourceEventID,
 		arg.CreatedBy,
+		arg.Status,
+		arg.SalesOrderID,
+		arg.ReversalOfID,
 	)
 	var id int64
 	err := row.Scan(&id)
@@ -210,6 +223,65 @@ func (q *Queries) WarehouseMoveLineListByMoves(ctx context.Context, db DBTX, ids
 			&i.Unit,
 			&i.Quantity,
 			&i.Price,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const warehouseMoveLineListToPost = `-- name: WarehouseMoveLineListToPost :many
+SELECT l.line_no, l.item_id, i.sku, i.unit, l.quantity, l.price,
+    m.from_warehouse_id, wf.code AS from_warehouse, m.to_warehouse_id, wt.code AS to_warehouse
+FROM wh_move_lines l
+JOIN wh_moves m ON m.id = l.move_id
+JOIN items i ON i.id = l.item_id
+LEFT JOIN warehouses wf ON wf.id = m.from_warehouse_id
+LEFT JOIN warehouses wt ON wt.id = m.to_warehouse_id
+WHERE l.move_id = $1
+ORDER BY l.line_no
+`
+
+type WarehouseMoveLineListToPostRow struct {
+	LineNo          int32
+	ItemID          int64
+	SKU             string
+	Unit            string
+	Quantity        decimal.Decimal
+	Price           *decimal.Decimal
+	FromWarehouseID *int64
+	FromWarehouse   *string
+	ToWarehouseID   *int64
+	ToWarehouse     *string
+}
+
+// WarehouseMoveLineListToPost returns the lines of move move_id with what
+// posting needs: item and warehouse ids for the ledger, SKU, unit and
+// warehouse codes for error messages.
+func (q *Queries) WarehouseMoveLineListToPost(ctx context.Context, db DBTX, moveID int64) ([]WarehouseMoveLineListToPostRow, error) {
+	rows, err := db.Query(ctx, warehouseMoveLineListToPost, moveID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []WarehouseMoveLineListToPostRow{}
+	for rows.Next() {
+		var i WarehouseMoveLineListToPostRow
+		if err := rows.Scan(
+			&i.LineNo,
+			&i.ItemID,
+			&i.SKU,
+			&i.Unit,
+			&i.Quantity,
+			&i.Price,
+			&i.FromWarehouseID,
+			&i.FromWarehouse,
+			&i.ToWarehouseID,
+			&i.ToWarehouse,
 		); err != nil {
 			return nil, err
 		}
@@ -332,6 +404,42 @@ func (q *Queries) WarehouseMoveLockStatus(ctx context.Context, db DBTX, id int64
 	return i, err
 }
 
+const warehouseMoveReceivedByPurchaseOrder = `-- name: WarehouseMoveReceivedByPurchaseOrder :many
+SELECT l.item_id, sum(l.quantity)::numeric AS quantity
+FROM wh_moves m JOIN wh_move_lines l ON l.move_id = m.id
+WHERE m.purchase_order_id = $1 AND m.kind = 'receipt' AND m.status = 'posted'
+    AND m.reversal_of_id IS NULL
+GROUP BY l.item_id
+`
+
+type WarehouseMoveReceivedByPurchaseOrderRow struct {
+	ItemID   int64
+	Quantity decimal.Decimal
+}
+
+// WarehouseMoveReceivedByPurchaseOrder sums, per item, what the posted
+// receipts of purchase order purchase_order_id brought (reversed receipts
+// and reversals left out).
+func (q *Queries) WarehouseMoveReceivedByPurchaseOrder(ctx context.Context, db DBTX, purchaseOrderID *int64) ([]WarehouseMoveReceivedByPurchaseOrderRow, error) {
+	rows, err := db.Query(ctx, warehouseMoveReceivedByPurchaseOrder, purchaseOrderID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []WarehouseMoveReceivedByPurchaseOrderRow{}
+	for rows.Next() {
+		var i WarehouseMoveReceivedByPurchaseOrderRow
+		if err := rows.Scan(&i.ItemID, &i.Quantity); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const warehouseMoveSetStatus = `-- name: WarehouseMoveSetStatus :one
 UPDATE wh_moves SET status = $1, version = version + 1 WHERE id = $2 RETURNING version
 `
@@ -343,4 +451,40 @@ func (q *Queries) WarehouseMoveSetStatus(ctx context.Context, db DBTX, status st
 	var version int32
 	err := row.Scan(&version)
 	return version, err
+}
+
+const warehouseMoveShippedBySalesOrder = `-- name: WarehouseMoveShippedBySalesOrder :many
+SELECT l.item_id, sum(l.quantity)::numeric AS quantity
+FROM wh_moves m JOIN wh_move_lines l ON l.move_id = m.id
+WHERE m.sales_order_id = $1 AND m.kind = 'shipment' AND m.status = 'posted'
+    AND m.reversal_of_id IS NULL AND m.id <> $2
+GROUP BY l.item_id
+`
+
+type WarehouseMoveShippedBySalesOrderRow struct {
+	ItemID   int64
+	Quantity decimal.Decimal
+}
+
+// WarehouseMoveShippedBySalesOrder sums, per item, what the posted
+// shipments of sales order sales_order_id took (reversed shipments and
+// reversals left out), except move except_move_id (the one being posted).
+func (q *Queries) WarehouseMoveShippedBySalesOrder(ctx context.Context, db DBTX, salesOrderID *int64, exceptMoveID int64) ([]WarehouseMoveShippedBySalesOrderRow, error) {
+	rows, err := db.Query(ctx, warehouseMoveShippedBySalesOrder, salesOrderID, exceptMoveID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []WarehouseMoveShippedBySalesOrderRow{}
+	for rows.Next() {
+		var i WarehouseMoveShippedBySalesOrderRow
+		if err := rows.Scan(&i.ItemID, &i.Quantity); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
