@@ -130,9 +130,9 @@ func TestProcessKillDuringDispatchLosesNothing(t *testing.T) {
 	// Restart: the sweep runs at start (RunOnStart) and picks up the rest.
 	startChild(t, url, token, "DISPATCH_INTERVAL=1s")
 	waitDBProcessed(t, url)
-	// Every acknowledged order exists with its three events (created,
-	// received, and accepted by the built-in subscriber exactly once),
-	// processed; that subscriber's delivery happened once per event.
+	// Every acknowledged order exists with its three events (doc.created,
+	// order.received, order_acceptance's doc.status_changed), processed;
+	// the built-in subscriber's delivery happened once per event.
 	require.Equal(t, ackedN, countRows(t, url, fmt.Sprintf(`SELECT count(*) FROM sales_orders WHERE external_id = ANY(ARRAY[%s])`, quotedKeys(acked))))
 	require.Zero(t, countRows(t, url, `SELECT count(*) FROM sales_orders so WHERE (SELECT count(*) FROM events e WHERE e.entity = 'sales_orders' AND e.entity_id = so.id) <> 3`))
 	require.Zero(t, countRows(t, url, `SELECT count(*) FROM sales_orders so WHERE (SELECT count(*) FROM events e WHERE e.entity = 'sales_orders' AND e.entity_id = so.id AND e.type = 'doc.status_changed') <> 1`))

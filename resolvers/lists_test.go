@@ -234,6 +234,7 @@ func TestReceiveOrderAgainWithChangesIsConflict(t *testing.T) {
 	again := apptest.GQL[result](t, s, q, map[string]any{"c": " Иванов ", "lines": []map[string]any{{"sku": "A1", "quantity": "1.500", "price": "10.00"}}}).ReceiveOrder
 	require.True(t, again.Duplicate, "the same order again, written differently")
 	require.Equal(t, first.Order, again.Order)
+	apptest.WaitAllProcessed(t, s) // order_acceptance has moved it
 
 	before := readJournal(t, s)
 	var orders int
