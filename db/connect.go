@@ -44,7 +44,8 @@ const probeTimeout = 2 * time.Second
 
 // Open connects to url (DATABASE_URL) and, when directURL
 // (DATABASE_DIRECT_URL) is set, to it as the session connection; a set
-// directURL means url is a transaction pooler. Without one, Open asks the
+// directURL means url is a transaction pooler, and directURL must not be
+// one (checked as below; the error names DATABASE_DIRECT_URL). Without one, Open asks the
 // database whether url keeps sessions: it LISTENs on one connection and
 // NOTIFYs from another; a notification that does not arrive within 2 s
 // means a transaction pooler. Through a pooler the query mode is always
@@ -75,6 +76,16 @@ func Open(ctx context.Context, url, directURL string) (*Database, error) {
 	case !pooled:
 		d.Session = pool
 	case directURL != "":
+		// The session connection must keep its sessions: a pooler there too
+		// would LISTEN where no notification ever arrives, and the feed
+		// would wait in silence.
+		if directPooled, err := transactionPooled(ctx, directURL); err != nil || directPooled {
+			pool.Close()
+			if err == nil {
+				err = errors.New("it is a transaction pooler too (a LISTEN there heard nothing): point it at PostgreSQL itself or a session-mode pooler")
+			}
+			return nil, fmt.Errorf("DATABASE_DIRECT_URL: %w", err)
+		}
 		d.Session, err = Connect(ctx, directURL, func(c *pgxpool.Config) { c.MaxConns = sessionConns })
 		if err != nil {
 			pool.Close()

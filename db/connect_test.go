@@ -35,6 +35,9 @@ func TestOpenTellsAPoolerFromADirectConnection(t *testing.T) {
 	require.Nil(t, pooled.Session)
 	require.Equal(t, "transaction pooler, polling", pooled.Mode())
 
+	_, err = db.Open(t.Context(), bouncer, bouncer)
+	require.ErrorContains(t, err, "DATABASE_DIRECT_URL: it is a transaction pooler too", "a pooler as the session connection is refused")
+
 	both, err := db.Open(t.Context(), bouncer, url)
 	require.NoError(t, err)
 	defer both.Close()

@@ -70,8 +70,9 @@ type DeliveryKey struct {
 }
 
 // LockOpenDelivery locks delivery k for an attempt if it is open (pending or
-// failed). ErrNotFound means there is nothing to do: it is delivered or
-// dead, or another worker holds it right now (SKIP LOCKED).
+// failed) and due (next_attempt_at passed). ErrNotFound means there is
+// nothing to do now: it is delivered or dead, its retry is not due (its
+// own job comes then), or another worker holds it right now (SKIP LOCKED).
 func LockOpenDelivery(ctx context.Context, tx pgx.Tx, k DeliveryKey) (Delivery, error) {
 	row, err := queries.DeliveryLockOpen(ctx, tx, k.EventID, k.SubscriberID)
 	if err != nil {

@@ -9,10 +9,13 @@ SELECT event_id, subscriber_id FROM deliveries
 WHERE subscriber_id = @subscriber_id AND status IN ('pending', 'failed') ORDER BY event_id;
 
 -- name: DeliveryLockOpen :one
--- Skips a delivery another worker holds right now.
+-- Skips a delivery another worker holds right now, and one not due yet: a
+-- failed attempt's retry waits for its own job at next_attempt_at, however
+-- many other jobs (a release by an earlier event, a duplicate) name it.
 WITH d AS (
     SELECT * FROM deliveries WHERE event_id = @event_id AND subscriber_id = @subscriber_id
-      AND status IN ('pending', 'failed') FOR UPDATE SKIP LOCKED
+      AND status IN ('pending', 'failed') AND next_attempt_at <= clock_timestamp()
+    FOR UPDATE SKIP LOCKED
 )
 SELECT d.*, s.name AS subscriber_name FROM d JOIN subscribers s ON s.id = d.subscriber_id;
 

@@ -72,9 +72,11 @@ INSERT INTO replay_deliveries (replay_id, event_id, subscriber_id)
 SELECT @replay_id, unnest(@event_ids::bigint[]), @subscriber_id;
 
 -- name: ReplayDeliveryLockOpen :one
--- Skips a record another worker holds right now.
+-- Skips a record another worker holds right now, and one not due yet (as
+-- DeliveryLockOpen).
 SELECT * FROM replay_deliveries WHERE replay_id = @replay_id AND event_id = @event_id
-  AND status IN ('pending', 'failed') FOR UPDATE SKIP LOCKED;
+  AND status IN ('pending', 'failed') AND next_attempt_at <= clock_timestamp()
+FOR UPDATE SKIP LOCKED;
 
 -- name: ReplayDeliveryRecordAttempt :one
 UPDATE replay_deliveries SET

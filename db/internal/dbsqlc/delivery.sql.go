@@ -251,7 +251,8 @@ func (q *Queries) DeliveryListPage(ctx context.Context, db DBTX, arg DeliveryLis
 const deliveryLockOpen = `-- name: DeliveryLockOpen :one
 WITH d AS (
     SELECT event_id, subscriber_id, status, attempts, last_error, response_status, response_body, next_attempt_at, delivered_at, duration_ms, created_at, updated_at FROM deliveries WHERE event_id = $1 AND subscriber_id = $2
-      AND status IN ('pending', 'failed') FOR UPDATE SKIP LOCKED
+      AND status IN ('pending', 'failed') AND next_attempt_at <= clock_timestamp()
+    FOR UPDATE SKIP LOCKED
 )
 SELECT d.event_id, d.subscriber_id, d.status, d.attempts, d.last_error, d.response_status, d.response_body, d.next_attempt_at, d.delivered_at, d.duration_ms, d.created_at, d.updated_at, s.name AS subscriber_name FROM d JOIN subscribers s ON s.id = d.subscriber_id
 `
@@ -272,7 +273,9 @@ type DeliveryLockOpenRow struct {
 	SubscriberName string
 }
 
-// Skips a delivery another worker holds right now.
+// Skips a delivery another worker holds right now, and one not due yet: a
+// failed attempt's retry waits for its own job at next_attempt_at, however
+// many other jobs (a release by an earlier event, a duplicate) name it.
 func (q *Queries) DeliveryLockOpen(ctx context.Context, db DBTX, eventID int64, subscriberID int64) (DeliveryLockOpenRow, error) {
 	row := db.QueryRow(ctx, deliveryLockOpen, eventID, subscriberID)
 	var i DeliveryLockOpenRow
