@@ -72,8 +72,9 @@ func TraceStatements(tp trace.TracerProvider) func(*pgxpool.Config) {
 // leading "-- name: EventInsert :one" comment, else the SQL keyword.
 func statementName(ctx context.Context, sql string) string {
 	if rest, ok := strings.CutPrefix(sql, "-- name: "); ok {
-		if name, _, ok := strings.Cut(rest, " "); ok && name != "" {
-			return name
+		line, _, _ := strings.Cut(rest, "\n")
+		if fields := strings.Fields(line); len(fields) > 0 {
+			return fields[0]
 		}
 	}
 	return otelpgx.SQLOperationName(ctx, sql)
