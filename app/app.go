@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/trace"
 	"riverqueue.com/riverui"
 
 	"erp/app/config"
@@ -107,12 +108,16 @@ type App struct {
 	// database; migrated is cached once it first passes.
 	riverStarted atomic.Bool
 	migrated     atomic.Bool
+	// tracer makes the GraphQL operations' spans; nil: tracing off.
+	tracer trace.Tracer
 }
 
 // New wires the application on pool (already migrated) from cfg: of it,
 // New reads DispatchInterval, AllowedOrigins, Introspection, Playground,
 // TimeZone, WebhookAllowPrivate, ShutdownTimeout, Retention and the tuning fields (KeepAlive,
-// InitTimeout, APIOnly, FeedBuffer; zero takes the default). It starts
+// InitTimeout, APIOnly, FeedBuffer; zero takes the default), and TracerProvider
+// (nil: no spans; the pool's statements are traced only if d's pool was
+// opened with db.TraceStatements). It starts
 // nothing; the error names a bad setting (ALLOWED_ORIGINS, TIME_ZONE) or
 // what failed to build.
 func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
@@ -136,9 +141,10 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 		}
 		return out, err
 	})
-	webhooks := jobs.NewWebhookSender(jobs.WithAllowPrivate(cfg.WebhookAllowPrivate))
+	webhooks := jobs.NewWebhookSender(jobs.WithAllowPrivate(cfg.WebhookAllowPrivate),
+		jobs.WithWebhookTracing(cfg.TracerProvider))
 	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger, Metrics: m, Webhooks: webhooks,
-		ReplayBatch: cfg.ReplayBatch},
+		ReplayBatch: cfg.ReplayBatch, TracerProvider: cfg.TracerProvider},
 		jobs.OrderAcceptance{}, jobs.ProductionPlanning{}, jobs.MaterialIssue{})
 	riverClient, err := jobs.NewRiverClient(pool, dispatcher, jobs.RiverConfig{
 		ID:               instanceID(),
@@ -148,6 +154,7 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 		Session:          d.Session,
 		PollOnly:         d.Session == nil,
 		Logger:           logger,
+		TracerProvider:   cfg.TracerProvider,
 	})
 	if err != nil {
 		return nil, err
@@ -202,6 +209,9 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 		shutdownTimeout: cmp.Or(cfg.ShutdownTimeout, defaultShutdownTimeout),
 		metrics:         m,
 		registry:        registry,
+	}
+	if cfg.TracerProvider != nil {
+		a.tracer = cfg.TracerProvider.Tracer("erp/app/httpapi")
 	}
 	a.handler = httpapi.RequestLog(logger, a.routes(cfg, page))
 	return a, nil

@@ -2,12 +2,19 @@ package app_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"erp/app/apptest"
+	"erp/app/config"
+	"erp/db"
+	"erp/db/pgtest"
 )
 
 // BenchmarkCreateSalesOrder drives createSalesOrder (one line) over HTTP
@@ -16,7 +23,24 @@ import (
 // where the server's CPU goes per mutation (the profile includes this
 // client and River working the resulting jobs).
 func BenchmarkCreateSalesOrder(b *testing.B) {
-	s := apptest.New(b)
+	benchmarkCreateSalesOrder(b, apptest.New(b))
+}
+
+// BenchmarkCreateSalesOrderTraced is BenchmarkCreateSalesOrder with every
+// span made (the operation's, each statement's, River's, the dispatch's)
+// and batched to an exporter that drops them: the cost of tracing on.
+func BenchmarkCreateSalesOrderTraced(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	b.Cleanup(func() { _ = tp.Shutdown(context.WithoutCancel(b.Context())) })
+	pool, err := db.Connect(b.Context(), pgtest.NewDB(b), db.TraceStatements(tp))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	benchmarkCreateSalesOrder(b, apptest.NewOn(b, pool, func(c *config.Config) { c.TracerProvider = tp }))
+}
+
+func benchmarkCreateSalesOrder(b *testing.B, s *apptest.Server) {
 	apptest.GQL[map[string]any](b, s, `mutation { createItem(input: {sku: "BENCH-1", name: "Стол", unit: "шт"}) { id } }`, nil)
 	body, err := json.Marshal(map[string]any{
 		"query":     `mutation($c: String!) { createSalesOrder(input: {customer: $c, lines: [{sku: "BENCH-1", quantity: "1", price: "10"}]}) { id number } }`,

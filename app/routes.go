@@ -80,6 +80,9 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	}
 	gql.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](100)})
 	gql.Use(httpapi.Observer{Metrics: a.metrics})
+	if a.tracer != nil {
+		gql.Use(httpapi.Tracing{Tracer: a.tracer})
+	}
 	// Inside Observer, so that shared payloads still get their request id.
 	gql.Use(resolvers.NewSharedFeedPayloads())
 	gql.SetErrorPresenter(resolvers.ErrorPresenter(res.Logger))

@@ -35,7 +35,22 @@ const AdminTokenFile = "admin-token"
 // the pool and the private PostgreSQL. stdout receives a generated admin
 // token, once.
 func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout io.Writer) error {
-	return withDatabase(ctx, cfg, logger, func(ctx context.Context, d *db.Database) error {
+	tp, stopTracing, err := StartTracing(ctx, logger)
+	if err != nil {
+		return err
+	}
+	var traced []func(*pgxpool.Config)
+	if tp != nil {
+		cfg.TracerProvider = tp
+		traced = append(traced, db.TraceStatements(tp))
+	}
+	defer func() {
+		// Normally done in the shutdown below; this covers a failed start.
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = stopTracing(stopCtx)
+	}()
+	return withDatabase(ctx, cfg, logger, traced, func(ctx context.Context, d *db.Database) error {
 		if err := ensureAdminToken(ctx, d.Pool, cfg, logger, stdout); err != nil {
 			return err
 		}
@@ -66,7 +81,13 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 		}
 		logger.Info("serving", slog.String("addr", ln.Addr().String()),
 			slog.String("graphql", "/graphql"), slog.String("playground", "/playground"))
-		err = a.Serve(ctx, ln, a.Stop)
+		err = a.Serve(ctx, ln, func(ctx context.Context) {
+			a.Stop(ctx)
+			// After River: the spans of the jobs it let finish are flushed.
+			if err := stopTracing(ctx); err != nil {
+				logger.Warn("tracing shutdown", slog.String("error", err.Error()))
+			}
+		})
 		logger.Info("stopped serving; closing the pool")
 		return err
 	})
@@ -76,7 +97,7 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 // (starting the private PostgreSQL in DATA_DIR/pg when DATABASE_URL is
 // empty), migrates it to the embedded migrations' head, and closes it.
 func Migrate(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
-	return withDatabase(ctx, cfg, logger, func(context.Context, *db.Database) error { return nil })
+	return withDatabase(ctx, cfg, logger, nil, func(context.Context, *db.Database) error { return nil })
 }
 
 // CreateUser is the user subcommand: it creates the user cfg.User names
@@ -84,16 +105,16 @@ func Migrate(ctx context.Context, cfg config.Config, logger *slog.Logger) error 
 // without a running server. The journal events it writes are dispatched
 // when a server runs.
 func CreateUser(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout io.Writer) error {
-	return withDatabase(ctx, cfg, logger, func(ctx context.Context, d *db.Database) error {
+	return withDatabase(ctx, cfg, logger, nil, func(ctx context.Context, d *db.Database) error {
 		return createUser(ctx, d.Pool, cfg.User, logger, stdout)
 	})
 }
 
 // withDatabase opens the configured database (starting the private
 // PostgreSQL when DATABASE_URL is empty; through a transaction pooler when
-// DATABASE_URL is one, see db.Open), migrates it, runs fn, and closes
-// everything in reverse order.
-func withDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger, fn func(context.Context, *db.Database) error) (err error) {
+// DATABASE_URL is one, see db.Open; configure applies to its pool),
+// migrates it, runs fn, and closes everything in reverse order.
+func withDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger, configure []func(*pgxpool.Config), fn func(context.Context, *db.Database) error) (err error) {
 	url := cfg.DatabaseURL
 	if url == "" {
 		cluster, err := localpg.Start(ctx, localpg.Config{Dir: filepath.Join(cfg.DataDir, "pg"), DBName: "erp", Logger: logger})
@@ -111,7 +132,7 @@ func withDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger, f
 		url = cluster.URL()
 		logger.Info("private PostgreSQL started", slog.String("dir", filepath.Join(cfg.DataDir, "pg")))
 	}
-	d, err := db.Open(ctx, url, cfg.DatabaseDirectURL)
+	d, err := db.Open(ctx, url, cfg.DatabaseDirectURL, configure...)
 	if err != nil {
 		return err
 	}

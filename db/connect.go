@@ -52,8 +52,10 @@ const probeTimeout = 2 * time.Second
 // pgx's cache_describe, whatever default_query_exec_mode url names: the
 // statement cache breaks there (prepared statements outlive their server
 // session), and exec or simple_protocol would leave pgx guessing the types
-// of numeric, JSON and array parameters. It does not migrate.
-func Open(ctx context.Context, url, directURL string) (*Database, error) {
+// of numeric, JSON and array parameters. configure, if any, changes the
+// main pool's config (TraceStatements); the session pool keeps its own. It
+// does not migrate.
+func Open(ctx context.Context, url, directURL string, configure ...func(*pgxpool.Config)) (*Database, error) {
 	pooled := directURL != ""
 	if !pooled {
 		var err error
@@ -61,7 +63,6 @@ func Open(ctx context.Context, url, directURL string) (*Database, error) {
 			return nil, err
 		}
 	}
-	var configure []func(*pgxpool.Config)
 	if pooled {
 		configure = append(configure, func(c *pgxpool.Config) {
 			c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe

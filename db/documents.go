@@ -243,6 +243,7 @@ func insertPendingSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, cus
 		Customer: customer, ActorID: actorID, Source: source, ExternalID: externalID,
 		Skus: skus, Quantities: qty, Prices: price,
 		EventType: EventDocCreated, EventEntity: EntitySalesOrders, PayloadEntity: payloadSalesOrder,
+		TraceParent: traceParent(ctx),
 	})
 	if err != nil {
 		return PendingSalesOrder{}, nil, fmt.Errorf("insert %s sales order: %w", source, translate(err))
@@ -273,6 +274,7 @@ func insertPendingSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, cus
 		Payload: first.EventPayload, CreatedAt: first.EventCreatedAt, DispatchedAt: first.EventDispatchedAt,
 		ProcessedAt: first.EventProcessedAt, FeedSeq: first.EventFeedSeq, ActorID: first.EventActorID,
 		ActorLogin: first.ActorLogin, ActorName: first.ActorName, ActorRole: first.ActorRole,
+		TraceParent: first.EventTraceParent,
 	}
 	return PendingSalesOrder{order: so, event: ev}, []Event{ev}, nil
 }

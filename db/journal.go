@@ -68,6 +68,10 @@ type Event struct {
 	ActorLogin *string `db:"actor_login"`
 	ActorName  *string `db:"actor_name"`
 	ActorRole  *string `db:"actor_role"`
+	// TraceParent is the W3C traceparent of the span that wrote the event
+	// (events.trace_parent); nil when it was written untraced. See
+	// SpanContext.
+	TraceParent *string `db:"trace_parent"`
 }
 
 // Object names the event's row as people read it: "sales_orders #22".
@@ -339,14 +343,15 @@ func EventsByIDs(ctx context.Context, q Querier, ids []int64) ([]Event, error) {
 }
 
 // appendEvent writes one journal row in tx, the document's transaction; the
-// payload must marshal to a JSON object. created_at is the database clock.
+// payload must marshal to a JSON object. created_at is the database clock;
+// trace_parent is the span in ctx, if any.
 func appendEvent(ctx context.Context, tx pgx.Tx, actorID *int64, typ, entity string, entityID int64, payload any) (Event, error) {
 	body, err := json.Marshal(payload)
 	if err != nil {
 		return Event{}, fmt.Errorf("marshal %s payload: %w", typ, err)
 	}
 	row, err := queries.EventInsert(ctx, tx, dbsqlc.EventInsertParams{Type: typ, Entity: entity, EntityID: entityID,
-		Payload: body, ActorID: actorID})
+		Payload: body, ActorID: actorID, TraceParent: traceParent(ctx)})
 	if err != nil {
 		return Event{}, fmt.Errorf("append %s for %s #%d: %w", typ, entity, entityID, translate(err))
 	}
@@ -357,5 +362,6 @@ func appendEvent(ctx context.Context, tx pgx.Tx, actorID *int64, typ, entity str
 func eventFrom(r dbsqlc.EventRow) Event {
 	return Event{ID: r.ID, Type: r.Type, Entity: r.Entity, EntityID: r.EntityID, Payload: r.Payload,
 		CreatedAt: r.CreatedAt, DispatchedAt: r.DispatchedAt, ProcessedAt: r.ProcessedAt, FeedSeq: r.FeedSeq,
-		ActorID: r.ActorID, ActorLogin: r.ActorLogin, ActorName: r.ActorName, ActorRole: r.ActorRole}
+		ActorID: r.ActorID, ActorLogin: r.ActorLogin, ActorName: r.ActorName, ActorRole: r.ActorRole,
+		TraceParent: r.TraceParent}
 }

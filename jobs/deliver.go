@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/trace"
 
 	"erp/db"
 )
@@ -214,14 +215,14 @@ func (d *Dispatcher) deliver(ctx context.Context, k db.DeliveryKey) (txWork, err
 	return w, nil
 }
 
-// attempt calls the subscriber once; attemptNo counts this attempt, msgID
+// attemptOnce calls the subscriber once; attemptNo counts this attempt, msgID
 // is a webhook request's webhook-id. A
 // built-in subscriber runs in tx, in a savepoint with savepoint (its
 // failure undoes its writes but not the transaction); without, its failure
 // is a *rerun carrying the attempt: the transaction must roll back. Any
 // other error means the attempt could not be made at all (the context
 // ended, a lock wait ran out): nothing is recorded.
-func (d *Dispatcher) attempt(ctx context.Context, tx pgx.Tx, sub db.Subscriber, ev db.Event, attemptNo int32, savepoint bool, msgID string) (db.Attempt, []db.Event, error) {
+func (d *Dispatcher) attemptOnce(ctx context.Context, tx pgx.Tx, sub db.Subscriber, ev db.Event, attemptNo int32, savepoint bool, msgID string) (db.Attempt, []db.Event, error) {
 	timeout := time.Duration(sub.TimeoutMs) * time.Millisecond
 	var a db.Attempt
 	var newEvents []db.Event
@@ -338,6 +339,9 @@ type txWork struct {
 	replayNow     []db.ReplayKey
 	replayRetries []replayRetry
 	replayBatches []int64
+	// links are to the spans that wrote the events dispatched (tracing
+	// on only).
+	links []trace.Link
 }
 
 type deliveryOutcome struct {

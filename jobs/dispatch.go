@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/trace"
 
 	"erp/db"
 	"erp/metrics"
@@ -38,6 +39,8 @@ type Dispatcher struct {
 	replayBatch int
 	// backlogAfter: see DispatcherConfig.BacklogAfter.
 	backlogAfter time.Duration
+	// tracer makes the dispatch and delivery spans; nil: tracing off.
+	tracer trace.Tracer
 }
 
 // DispatcherConfig configures NewDispatcher; zero fields take defaults.
@@ -63,6 +66,9 @@ type DispatcherConfig struct {
 	// ReplayBatch is how many events one replay batch goes through
 	// (default DefaultReplayBatch).
 	ReplayBatch int
+	// TracerProvider, when set, traces dispatches and delivery attempts
+	// (see spanDispatch, spanDeliver); nil: no spans, no cost.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultBacklogAfter: an event dispatched within 20 ms of its commit means
@@ -127,6 +133,9 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig, builtins ...Subscri
 	d := &Dispatcher{pool: pool, logger: cfg.Logger, retry: cfg.Retry, webhooks: cfg.Webhooks,
 		builtins: map[string]Subscriber{}, metrics: cfg.Metrics, batch: cfg.DispatchBatch, replayBatch: cfg.ReplayBatch,
 		backlogAfter: cfg.BacklogAfter}
+	if cfg.TracerProvider != nil {
+		d.tracer = cfg.TracerProvider.Tracer(tracerName)
+	}
 	known := defaultEntities()
 	var opts []FiltersOption
 	for _, s := range builtins {
@@ -203,10 +212,11 @@ func (d *Dispatcher) Dispatch(ctx context.Context, id int64) (int, error) {
 	return len(w.dispatched), err
 }
 
-// dispatch is Dispatch returning the transaction's work. While another
-// transaction holds the event or an earlier event of its document it tries
-// again without holding a connection, busyRetries times, and then waits.
-func (d *Dispatcher) dispatch(ctx context.Context, id int64) (txWork, error) {
+// dispatchLoop is Dispatch returning the transaction's work (dispatch
+// adds its span). While another transaction holds the event or an earlier
+// event of its document it tries again without holding a connection,
+// busyRetries times, and then waits.
+func (d *Dispatcher) dispatchLoop(ctx context.Context, id int64) (txWork, error) {
 	for try := 0; ; try++ {
 		w, err := d.dispatchTx(ctx, id, try < busyRetries)
 		if !errors.Is(err, db.ErrLocked) || try >= busyRetries {
@@ -355,6 +365,7 @@ func (d *Dispatcher) dispatchOnce(ctx context.Context, id int64, l *lessons) (tx
 			}
 			events = append(events, backlog...)
 		}
+		w.links = d.writerLinks(events)
 		done, err := d.deliverEvents(ctx, tx, &w, l, events, restore != "")
 		if err != nil {
 			return err

@@ -10,6 +10,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // River fetch tuning. River wakes a queue's producer on LISTEN/NOTIFY when a
@@ -45,6 +47,9 @@ type RiverConfig struct {
 	// listening: behind a transaction pooler with no session pool.
 	PollOnly bool
 	Logger   *slog.Logger
+	// TracerProvider, when set, traces River's inserts and jobs
+	// (RiverTracing); nil: no middleware at all.
+	TracerProvider trace.TracerProvider
 }
 
 // sessionDriver is River's pgx driver whose LISTEN runs on a session pool
@@ -79,12 +84,17 @@ func NewRiverClient(pool *pgxpool.Pool, d *Dispatcher, cfg RiverConfig) (*river.
 	if cfg.Session != nil && cfg.Session != pool {
 		driver = sessionDriver{Driver: riverpgxv5.New(pool), session: riverpgxv5.New(cfg.Session)}
 	}
+	var middleware []rivertype.Middleware
+	if cfg.TracerProvider != nil {
+		middleware = append(middleware, RiverTracing(cfg.TracerProvider))
+	}
 	client, err := river.NewClient(driver, &river.Config{
-		ID:       cfg.ID,
-		PollOnly: cfg.PollOnly,
-		Logger:   cfg.Logger,
-		Workers:  workers,
-		Queues:   map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
+		Middleware: middleware,
+		ID:         cfg.ID,
+		PollOnly:   cfg.PollOnly,
+		Logger:     cfg.Logger,
+		Workers:    workers,
+		Queues:     map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
 		// A job of a process that was killed stays "running" until rescued;
 		// the sweep makes its work anyway (rows, not jobs, hold the state),
 		// so an early rescue only tidies up.

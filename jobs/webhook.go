@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // MaxWebhookBody is how many bytes (4 KiB) of a receiver's response body Send
@@ -118,10 +120,11 @@ type WebhookSender struct {
 type WebhookSenderOption func(*webhookSenderOptions)
 
 type webhookSenderOptions struct {
-	allowPrivate bool
-	resolver     WebhookResolver
-	dialer       WebhookDialer
-	source       string
+	allowPrivate   bool
+	resolver       WebhookResolver
+	dialer         WebhookDialer
+	source         string
+	tracerProvider trace.TracerProvider
 }
 
 // WithAllowPrivate sets whether the sender may connect to any address; it
@@ -201,9 +204,13 @@ func NewWebhookSender(opts ...WebhookSenderOption) *WebhookSender {
 		IdleConnTimeout:        90 * time.Second,
 		MaxResponseHeaderBytes: 64 << 10,
 	}
+	var rt http.RoundTripper = transport
+	if o.tracerProvider != nil {
+		rt = tracedTransport(transport, o.tracerProvider)
+	}
 	return &WebhookSender{
 		client: &http.Client{
-			Transport: transport,
+			Transport: rt,
 			// A redirect is answered as it is: following it could reach an
 			// internal address (SSRF) or loop.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },

@@ -25,6 +25,7 @@ import (
 
 	"github.com/caarlos0/env/v11"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"erp/db"
 	"erp/graph/wsgorilla"
@@ -98,6 +99,11 @@ type Config struct {
 	// FeedBuffer is how far, in events, a live subscriber may fall behind
 	// before its socket is closed; 0: resolvers.DefaultFeedBuffer.
 	FeedBuffer int
+	// TracerProvider traces GraphQL operations, dispatches, deliveries,
+	// River jobs and webhook requests (app.New); nil: tracing off. Serve
+	// sets it from the OTEL_* variables (app.StartTracing); a test sets
+	// one with an in-memory exporter.
+	TracerProvider trace.TracerProvider
 }
 
 // User is what the user subcommand creates: a user (unless the login

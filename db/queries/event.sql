@@ -13,8 +13,8 @@ SELECT e.* FROM event_rows e WHERE e.id = ANY(@ids::bigint[]) ORDER BY e.id;
 -- The inserted row is not visible to event_rows in the same statement:
 -- its actor is joined to what INSERT returns, in the view's column order.
 WITH e AS (
-    INSERT INTO events (type, entity, entity_id, payload, actor_id)
-    VALUES (@type, @entity, @entity_id, @payload, @actor_id)
+    INSERT INTO events (type, entity, entity_id, payload, actor_id, trace_parent)
+    VALUES (@type, @entity, @entity_id, @payload, @actor_id, sqlc.narg(trace_parent)::text)
     RETURNING *
 )
 SELECT e.*, u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role

@@ -21,16 +21,17 @@ WITH so AS (
     JOIN items i ON i.sku = t.sku
     RETURNING line_no, item_id, quantity, price
 ), e AS (
-    INSERT INTO events (type, entity, entity_id, payload, actor_id)
+    INSERT INTO events (type, entity, entity_id, payload, actor_id, trace_parent)
     SELECT @event_type::text, @event_entity::text, so.id,
-        jsonb_build_object('id', so.id, 'entity', @payload_entity::text), sqlc.narg(actor_id)::bigint
+        jsonb_build_object('id', so.id, 'entity', @payload_entity::text), sqlc.narg(actor_id)::bigint,
+        sqlc.narg(trace_parent)::text
     FROM so
     RETURNING *
 )
 SELECT e.id AS event_id, e.type AS event_type, e.entity AS event_entity, e.entity_id AS event_entity_id,
     e.payload AS event_payload, e.created_at AS event_created_at, e.dispatched_at AS event_dispatched_at,
     e.processed_at AS event_processed_at, e.feed_seq AS event_feed_seq, e.actor_id AS event_actor_id,
-    u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role,
+    e.trace_parent AS event_trace_parent, u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role,
     so.id, so.customer, so.status, so.source, so.external_id, so.created_at, so.version,
     l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
 FROM so CROSS JOIN e LEFT JOIN users u ON u.id = e.actor_id

@@ -75,7 +75,7 @@ WITH c AS (
     WHERE e.dispatched_at IS NULL AND e.processed_at IS NULL AND e.id > $1 AND e.id <> ALL($2::bigint[])
     ORDER BY e.id LIMIT $3 FOR UPDATE SKIP LOCKED
 )
-SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, actor_login, actor_name, actor_role FROM event_rows WHERE event_rows.id IN (SELECT c.id FROM c) ORDER BY event_rows.id
+SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, trace_parent, actor_login, actor_name, actor_role FROM event_rows WHERE event_rows.id IN (SELECT c.id FROM c) ORDER BY event_rows.id
 `
 
 // The oldest undispatched events after @after_id (index
@@ -101,6 +101,7 @@ func (q *Queries) EventClaimBacklog(ctx context.Context, db DBTX, afterID int64,
 			&i.FeedSeq,
 			&i.DispatchedAt,
 			&i.DispatchJobID,
+			&i.TraceParent,
 			&i.ActorLogin,
 			&i.ActorName,
 			&i.ActorRole,
@@ -187,7 +188,7 @@ const eventLockForDispatch = `-- name: EventLockForDispatch :one
 WITH l AS (
     SELECT e.id FROM events e WHERE e.id = $1 AND e.dispatched_at IS NULL AND e.processed_at IS NULL FOR UPDATE
 )
-SELECT event_rows.id, event_rows.type, event_rows.entity, event_rows.entity_id, event_rows.payload, event_rows.actor_id, event_rows.created_at, event_rows.processed_at, event_rows.feed_seq, event_rows.dispatched_at, event_rows.dispatch_job_id, event_rows.actor_login, event_rows.actor_name, event_rows.actor_role, extract(epoch FROM clock_timestamp() - event_rows.created_at)::float8 AS waited_s
+SELECT event_rows.id, event_rows.type, event_rows.entity, event_rows.entity_id, event_rows.payload, event_rows.actor_id, event_rows.created_at, event_rows.processed_at, event_rows.feed_seq, event_rows.dispatched_at, event_rows.dispatch_job_id, event_rows.trace_parent, event_rows.actor_login, event_rows.actor_name, event_rows.actor_role, extract(epoch FROM clock_timestamp() - event_rows.created_at)::float8 AS waited_s
 FROM event_rows WHERE event_rows.id IN (SELECT l.id FROM l)
 `
 
@@ -217,6 +218,7 @@ func (q *Queries) EventLockForDispatch(ctx context.Context, db DBTX, id int64) (
 		&i.EventRow.FeedSeq,
 		&i.EventRow.DispatchedAt,
 		&i.EventRow.DispatchJobID,
+		&i.EventRow.TraceParent,
 		&i.EventRow.ActorLogin,
 		&i.EventRow.ActorName,
 		&i.EventRow.ActorRole,
@@ -229,7 +231,7 @@ const eventLockForDispatchNowait = `-- name: EventLockForDispatchNowait :one
 WITH l AS (
     SELECT e.id FROM events e WHERE e.id = $1 AND e.dispatched_at IS NULL AND e.processed_at IS NULL FOR UPDATE NOWAIT
 )
-SELECT event_rows.id, event_rows.type, event_rows.entity, event_rows.entity_id, event_rows.payload, event_rows.actor_id, event_rows.created_at, event_rows.processed_at, event_rows.feed_seq, event_rows.dispatched_at, event_rows.dispatch_job_id, event_rows.actor_login, event_rows.actor_name, event_rows.actor_role, extract(epoch FROM clock_timestamp() - event_rows.created_at)::float8 AS waited_s
+SELECT event_rows.id, event_rows.type, event_rows.entity, event_rows.entity_id, event_rows.payload, event_rows.actor_id, event_rows.created_at, event_rows.processed_at, event_rows.feed_seq, event_rows.dispatched_at, event_rows.dispatch_job_id, event_rows.trace_parent, event_rows.actor_login, event_rows.actor_name, event_rows.actor_role, extract(epoch FROM clock_timestamp() - event_rows.created_at)::float8 AS waited_s
 FROM event_rows WHERE event_rows.id IN (SELECT l.id FROM l)
 `
 
@@ -254,6 +256,7 @@ func (q *Queries) EventLockForDispatchNowait(ctx context.Context, db DBTX, id in
 		&i.EventRow.FeedSeq,
 		&i.EventRow.DispatchedAt,
 		&i.EventRow.DispatchJobID,
+		&i.EventRow.TraceParent,
 		&i.EventRow.ActorLogin,
 		&i.EventRow.ActorName,
 		&i.EventRow.ActorRole,

@@ -12,7 +12,7 @@ import (
 
 const eventGetByID = `-- name: EventGetByID :one
 
-SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, actor_login, actor_name, actor_role FROM event_rows WHERE id = $1
+SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, trace_parent, actor_login, actor_name, actor_role FROM event_rows WHERE id = $1
 `
 
 // Journal reads and writes (table events, read through view event_rows,
@@ -34,6 +34,7 @@ func (q *Queries) EventGetByID(ctx context.Context, db DBTX, id int64) (EventRow
 		&i.FeedSeq,
 		&i.DispatchedAt,
 		&i.DispatchJobID,
+		&i.TraceParent,
 		&i.ActorLogin,
 		&i.ActorName,
 		&i.ActorRole,
@@ -54,20 +55,21 @@ func (q *Queries) EventGetLastFeedSeq(ctx context.Context, db DBTX) (int64, erro
 
 const eventInsert = `-- name: EventInsert :one
 WITH e AS (
-    INSERT INTO events (type, entity, entity_id, payload, actor_id)
-    VALUES ($1, $2, $3, $4, $5)
-    RETURNING id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id
+    INSERT INTO events (type, entity, entity_id, payload, actor_id, trace_parent)
+    VALUES ($1, $2, $3, $4, $5, $6::text)
+    RETURNING id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, trace_parent
 )
-SELECT e.id, e.type, e.entity, e.entity_id, e.payload, e.actor_id, e.created_at, e.processed_at, e.feed_seq, e.dispatched_at, e.dispatch_job_id, u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role
+SELECT e.id, e.type, e.entity, e.entity_id, e.payload, e.actor_id, e.created_at, e.processed_at, e.feed_seq, e.dispatched_at, e.dispatch_job_id, e.trace_parent, u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role
 FROM e LEFT JOIN users u ON u.id = e.actor_id
 `
 
 type EventInsertParams struct {
-	Type     string
-	Entity   string
-	EntityID int64
-	Payload  []byte
-	ActorID  *int64
+	Type        string
+	Entity      string
+	EntityID    int64
+	Payload     []byte
+	ActorID     *int64
+	TraceParent *string
 }
 
 type EventInsertRow struct {
@@ -82,6 +84,7 @@ type EventInsertRow struct {
 	FeedSeq       *int64
 	DispatchedAt  *time.Time
 	DispatchJobID *int64
+	TraceParent   *string
 	ActorLogin    *string
 	ActorName     *string
 	ActorRole     *string
@@ -96,6 +99,7 @@ func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParam
 		arg.EntityID,
 		arg.Payload,
 		arg.ActorID,
+		arg.TraceParent,
 	)
 	var i EventInsertRow
 	err := row.Scan(
@@ -110,6 +114,7 @@ func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParam
 		&i.FeedSeq,
 		&i.DispatchedAt,
 		&i.DispatchJobID,
+		&i.TraceParent,
 		&i.ActorLogin,
 		&i.ActorName,
 		&i.ActorRole,
@@ -118,7 +123,7 @@ func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParam
 }
 
 const eventListByIDs = `-- name: EventListByIDs :many
-SELECT e.id, e.type, e.entity, e.entity_id, e.payload, e.actor_id, e.created_at, e.processed_at, e.feed_seq, e.dispatched_at, e.dispatch_job_id, e.actor_login, e.actor_name, e.actor_role FROM event_rows e WHERE e.id = ANY($1::bigint[]) ORDER BY e.id
+SELECT e.id, e.type, e.entity, e.entity_id, e.payload, e.actor_id, e.created_at, e.processed_at, e.feed_seq, e.dispatched_at, e.dispatch_job_id, e.trace_parent, e.actor_login, e.actor_name, e.actor_role FROM event_rows e WHERE e.id = ANY($1::bigint[]) ORDER BY e.id
 `
 
 func (q *Queries) EventListByIDs(ctx context.Context, db DBTX, ids []int64) ([]EventRow, error) {
@@ -142,6 +147,7 @@ func (q *Queries) EventListByIDs(ctx context.Context, db DBTX, ids []int64) ([]E
 			&i.FeedSeq,
 			&i.DispatchedAt,
 			&i.DispatchJobID,
+			&i.TraceParent,
 			&i.ActorLogin,
 			&i.ActorName,
 			&i.ActorRole,
@@ -157,7 +163,7 @@ func (q *Queries) EventListByIDs(ctx context.Context, db DBTX, ids []int64) ([]E
 }
 
 const eventListPage = `-- name: EventListPage :many
-SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, actor_login, actor_name, actor_role FROM event_rows
+SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, trace_parent, actor_login, actor_name, actor_role FROM event_rows
 WHERE id < $1
   AND ($2::bigint IS NULL OR actor_id = $2)
   AND ($3::boolean IS NULL OR (processed_at IS NOT NULL) = $3)
@@ -191,6 +197,7 @@ func (q *Queries) EventListPage(ctx context.Context, db DBTX, beforeID int64, ac
 			&i.FeedSeq,
 			&i.DispatchedAt,
 			&i.DispatchJobID,
+			&i.TraceParent,
 			&i.ActorLogin,
 			&i.ActorName,
 			&i.ActorRole,
@@ -206,7 +213,7 @@ func (q *Queries) EventListPage(ctx context.Context, db DBTX, beforeID int64, ac
 }
 
 const eventListPageByEntity = `-- name: EventListPageByEntity :many
-SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, actor_login, actor_name, actor_role FROM event_rows
+SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, trace_parent, actor_login, actor_name, actor_role FROM event_rows
 WHERE entity = $1 AND id < $2
   AND ($3::text[] IS NULL OR type = ANY($3::text[]))
   AND ($4::bigint IS NULL OR actor_id = $4)
@@ -252,6 +259,7 @@ func (q *Queries) EventListPageByEntity(ctx context.Context, db DBTX, arg EventL
 			&i.FeedSeq,
 			&i.DispatchedAt,
 			&i.DispatchJobID,
+			&i.TraceParent,
 			&i.ActorLogin,
 			&i.ActorName,
 			&i.ActorRole,
@@ -267,7 +275,7 @@ func (q *Queries) EventListPageByEntity(ctx context.Context, db DBTX, arg EventL
 }
 
 const eventListPageByEntityID = `-- name: EventListPageByEntityID :many
-SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, actor_login, actor_name, actor_role FROM event_rows
+SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, trace_parent, actor_login, actor_name, actor_role FROM event_rows
 WHERE entity = $1 AND entity_id = $2 AND id < $3
   AND ($4::text[] IS NULL OR type = ANY($4::text[]))
   AND ($5::bigint IS NULL OR actor_id = $5)
@@ -315,6 +323,7 @@ func (q *Queries) EventListPageByEntityID(ctx context.Context, db DBTX, arg Even
 			&i.FeedSeq,
 			&i.DispatchedAt,
 			&i.DispatchJobID,
+			&i.TraceParent,
 			&i.ActorLogin,
 			&i.ActorName,
 			&i.ActorRole,
@@ -330,7 +339,7 @@ func (q *Queries) EventListPageByEntityID(ctx context.Context, db DBTX, arg Even
 }
 
 const eventListPageByType = `-- name: EventListPageByType :many
-SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, actor_login, actor_name, actor_role FROM event_rows
+SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, trace_parent, actor_login, actor_name, actor_role FROM event_rows
 WHERE type = ANY($1::text[]) AND id < $2
   AND ($3::bigint IS NULL OR actor_id = $3)
   AND ($4::boolean IS NULL OR (processed_at IS NOT NULL) = $4)
@@ -373,6 +382,7 @@ func (q *Queries) EventListPageByType(ctx context.Context, db DBTX, arg EventLis
 			&i.FeedSeq,
 			&i.DispatchedAt,
 			&i.DispatchJobID,
+			&i.TraceParent,
 			&i.ActorLogin,
 			&i.ActorName,
 			&i.ActorRole,
@@ -388,7 +398,7 @@ func (q *Queries) EventListPageByType(ctx context.Context, db DBTX, arg EventLis
 }
 
 const eventListPageUnprocessed = `-- name: EventListPageUnprocessed :many
-SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, actor_login, actor_name, actor_role FROM event_rows
+SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, trace_parent, actor_login, actor_name, actor_role FROM event_rows
 WHERE processed_at IS NULL AND id < $1
   AND ($2::bigint IS NULL OR actor_id = $2)
 ORDER BY id DESC LIMIT $3
@@ -416,6 +426,7 @@ func (q *Queries) EventListPageUnprocessed(ctx context.Context, db DBTX, beforeI
 			&i.FeedSeq,
 			&i.DispatchedAt,
 			&i.DispatchJobID,
+			&i.TraceParent,
 			&i.ActorLogin,
 			&i.ActorName,
 			&i.ActorRole,
@@ -431,7 +442,7 @@ func (q *Queries) EventListPageUnprocessed(ctx context.Context, db DBTX, beforeI
 }
 
 const eventListProcessedAfter = `-- name: EventListProcessedAfter :many
-SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, actor_login, actor_name, actor_role FROM event_rows
+SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, trace_parent, actor_login, actor_name, actor_role FROM event_rows
 WHERE feed_seq > $1::bigint
   AND ($2::text[] IS NULL OR type = ANY($2::text[]))
   AND ($3::text IS NULL OR entity = $3)
@@ -482,6 +493,7 @@ func (q *Queries) EventListProcessedAfter(ctx context.Context, db DBTX, arg Even
 			&i.FeedSeq,
 			&i.DispatchedAt,
 			&i.DispatchJobID,
+			&i.TraceParent,
 			&i.ActorLogin,
 			&i.ActorName,
 			&i.ActorRole,

@@ -65,6 +65,7 @@ type Event struct {
 	FeedSeq       *int64
 	DispatchedAt  *time.Time
 	DispatchJobID *int64
+	TraceParent   *string
 }
 
 type EventRow struct {
@@ -79,6 +80,7 @@ type EventRow struct {
 	FeedSeq       *int64
 	DispatchedAt  *time.Time
 	DispatchJobID *int64
+	TraceParent   *string
 	ActorLogin    *string
 	ActorName     *string
 	ActorRole     *string

@@ -537,7 +537,7 @@ func (q *Queries) ReplayInsert(ctx context.Context, db DBTX, arg ReplayInsertPar
 }
 
 const replayListCandidates = `-- name: ReplayListCandidates :many
-SELECT e.id, e.type, e.entity, e.entity_id, e.payload, e.actor_id, e.created_at, e.processed_at, e.feed_seq, e.dispatched_at, e.dispatch_job_id, e.actor_login, e.actor_name, e.actor_role FROM replays r JOIN event_rows e ON e.id > r.cursor_id
+SELECT e.id, e.type, e.entity, e.entity_id, e.payload, e.actor_id, e.created_at, e.processed_at, e.feed_seq, e.dispatched_at, e.dispatch_job_id, e.trace_parent, e.actor_login, e.actor_name, e.actor_role FROM replays r JOIN event_rows e ON e.id > r.cursor_id
 WHERE r.id = $1
   AND e.feed_seq > r.after_seq AND e.feed_seq <= r.last_seq
   AND (r.created_from IS NULL OR e.created_at >= r.created_from)
@@ -570,6 +570,7 @@ func (q *Queries) ReplayListCandidates(ctx context.Context, db DBTX, iD int64, m
 			&i.FeedSeq,
 			&i.DispatchedAt,
 			&i.DispatchJobID,
+			&i.TraceParent,
 			&i.ActorLogin,
 			&i.ActorName,
 			&i.ActorRole,

@@ -91,16 +91,17 @@ WITH so AS (
     JOIN items i ON i.sku = t.sku
     RETURNING line_no, item_id, quantity, price
 ), e AS (
-    INSERT INTO events (type, entity, entity_id, payload, actor_id)
+    INSERT INTO events (type, entity, entity_id, payload, actor_id, trace_parent)
     SELECT $8::text, $9::text, so.id,
-        jsonb_build_object('id', so.id, 'entity', $10::text), $2::bigint
+        jsonb_build_object('id', so.id, 'entity', $10::text), $2::bigint,
+        $11::text
     FROM so
-    RETURNING id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id
+    RETURNING id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, trace_parent
 )
 SELECT e.id AS event_id, e.type AS event_type, e.entity AS event_entity, e.entity_id AS event_entity_id,
     e.payload AS event_payload, e.created_at AS event_created_at, e.dispatched_at AS event_dispatched_at,
     e.processed_at AS event_processed_at, e.feed_seq AS event_feed_seq, e.actor_id AS event_actor_id,
-    u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role,
+    e.trace_parent AS event_trace_parent, u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role,
     so.id, so.customer, so.status, so.source, so.external_id, so.created_at, so.version,
     l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
 FROM so CROSS JOIN e LEFT JOIN users u ON u.id = e.actor_id
@@ -119,6 +120,7 @@ type SalesOrderInsertParams struct {
 	EventType     string
 	EventEntity   string
 	PayloadEntity string
+	TraceParent   *string
 }
 
 type SalesOrderInsertRow struct {
@@ -132,6 +134,7 @@ type SalesOrderInsertRow struct {
 	EventProcessedAt  *time.Time
 	EventFeedSeq      *int64
 	EventActorID      *int64
+	EventTraceParent  *string
 	ActorLogin        *string
 	ActorName         *string
 	ActorRole         *string
@@ -171,6 +174,7 @@ func (q *Queries) SalesOrderInsert(ctx context.Context, db DBTX, arg SalesOrderI
 		arg.EventType,
 		arg.EventEntity,
 		arg.PayloadEntity,
+		arg.TraceParent,
 	)
 	if err != nil {
 		return nil, err
@@ -190,6 +194,7 @@ func (q *Queries) SalesOrderInsert(ctx context.Context, db DBTX, arg SalesOrderI
 			&i.EventProcessedAt,
 			&i.EventFeedSeq,
 			&i.EventActorID,
+			&i.EventTraceParent,
 			&i.ActorLogin,
 			&i.ActorName,
 			&i.ActorRole,
