@@ -222,9 +222,10 @@ func TestBrowserEventsPage(t *testing.T) {
 
 	live := run.Steps[steps["live order"]]
 	require.NotNil(t, live.Order)
-	require.Len(t, live.Top, 2)
-	// The order's two events, in the order they were processed (different
-	// subscribers take them, so either may come first).
+	// The order's events at the top, in the order they were processed
+	// (different subscribers take them, so either may come first), with
+	// order_acceptance's doc.status_changed when it is already processed.
+	require.GreaterOrEqual(t, len(live.Top), 2)
 	byType := map[string]string{}
 	for _, r := range live.Top {
 		require.Equal(t, "sales_orders #"+live.Order.ID, r.Object)
@@ -238,7 +239,7 @@ func TestBrowserEventsPage(t *testing.T) {
 	require.Equal(t, "1", dead.LagDead, "the subscribers panel counts the dead letter")
 
 	drop := run.Steps[steps["network drop"]]
-	require.Len(t, drop.EventIDs, 2)
+	require.GreaterOrEqual(t, len(drop.EventIDs), 2, "the order's events (doc.created, order.received, and its acceptance once processed)")
 	require.True(t, drop.MissingWhileDown, "the order was made while the browser was cut off")
 	require.Zero(t, drop.Duplicates, "resumed without repeats")
 	require.True(t, drop.NewestFirst)

@@ -86,7 +86,8 @@ func TestProcessThroughPgBouncer(t *testing.T) {
 				require.Greater(t, seq, last, "feed order")
 				last = seq
 			}
-			require.Zero(t, countRows(t, url, `SELECT count(*) FROM events WHERE processed_at IS NULL`))
+			// order_acceptance's doc.status_changed events come after.
+			waitDBProcessed(t, url)
 			require.Equal(t, orders, countRows(t, url, `SELECT count(*) FROM deliveries WHERE subscriber_id = (SELECT id FROM subscribers WHERE name = 'order_acceptance') AND status = 'delivered'`))
 			require.Equal(t, orders, countRows(t, url, `SELECT count(*) FROM sales_orders WHERE status = 'accepted'`))
 		})
