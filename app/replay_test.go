@@ -294,19 +294,23 @@ func TestReplayBadInputWritesNothing(t *testing.T) {
 	cases := []struct {
 		name, query, code, field string
 		vars                     map[string]any
+		message                  string // what the message says, when it matters
 	}{
-		{"unknown subscriber", `mutation { replaySubscriber(subscriber: "nobody") { id } }`, "NOT_FOUND", "", nil},
-		{"bad cursor", `mutation { replaySubscriber(subscriber: "hook", after: "not-a-cursor") { id } }`, "BAD_USER_INPUT", "after", nil},
+		{"unknown subscriber", `mutation { replaySubscriber(subscriber: "nobody") { id } }`, "NOT_FOUND", "", nil, ""},
+		{"bad cursor", `mutation { replaySubscriber(subscriber: "hook", after: "not-a-cursor") { id } }`, "BAD_USER_INPUT", "after", nil, ""},
 		{"from after to", `mutation { replaySubscriber(subscriber: "hook", from: "2026-12-02T00:00:00Z", to: "2026-12-01T00:00:00Z") { id } }`,
-			"BAD_USER_INPUT", "from", nil},
-		{"built-in subscriber", `mutation { replaySubscriber(subscriber: "production_planning") { id } }`, "BAD_USER_INPUT", "subscriber", nil},
-		{"unknown replay", `mutation { cancelReplay(id: "999") { id } }`, "NOT_FOUND", "", nil},
+			"BAD_USER_INPUT", "from", nil, ""},
+		{"built-in subscriber", `mutation { replaySubscriber(subscriber: "production_planning") { id } }`, "BAD_USER_INPUT", "subscriber", nil, ""},
+		{"unknown replay", `mutation { cancelReplay(id: "999") { id } }`, "NOT_FOUND", "", nil, "there is no replay 999: not found"},
 	}
 	for _, c := range cases {
 		e := apptest.GQLErr(t, s, c.query, c.vars)
 		require.Equal(t, c.code, e.Extensions["code"], "%s: %s", c.name, e.Message)
 		if c.field != "" {
 			require.Equal(t, c.field, e.Extensions["field"], c.name)
+		}
+		if c.message != "" {
+			require.Equal(t, c.message, e.Message, c.name)
 		}
 	}
 	_, res := s.Do(t, sales, `mutation { replaySubscriber(subscriber: "hook") { id } }`, nil)

@@ -110,6 +110,9 @@ func (d *Dispatcher) CancelReplay(ctx context.Context, actorID *int64, id int64)
 		}
 		return d.enqueue(ctx, tx, &w)
 	})
+	if errors.Is(err, db.ErrNotFound) {
+		return db.Replay{}, fmt.Errorf("there is no replay %d: %w", id, db.ErrNotFound)
+	}
 	if err != nil {
 		return db.Replay{}, fmt.Errorf("cancel replay %d: %w", id, err)
 	}
