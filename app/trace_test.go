@@ -131,8 +131,16 @@ func TestTraceFromMutationToWebhook(t *testing.T) {
 				work = append(work, sp)
 			}
 		}
+		// The job's span ends after the delivery's, when River completes
+		// the job: wait for it too.
+		deliverJob := false
+		for _, w := range work {
+			if w.Name == "river.work/deliver_event" && linksTo(deliver, w.SpanContext) {
+				deliverJob = true
+			}
+		}
 		return op.SpanContext.IsValid() && dispatch.SpanContext.IsValid() && deliver.SpanContext.IsValid() &&
-			request.SpanContext.IsValid() && len(insert) == 1
+			request.SpanContext.IsValid() && len(insert) == 1 && deliverJob
 	}
 	apptest.WaitFor(t, 10*time.Second, "the spans of the event path", found)
 	traceID := op.SpanContext.TraceID()
