@@ -36,6 +36,9 @@ type journal struct{ statusChanged, dispatchJobs, cancelled, versions int }
 
 func readJournal(t *testing.T, s *apptest.Server) journal {
 	t.Helper()
+	// Dispatch in flight deletes the jobs of events a batch takes on, so
+	// the job count is read once every event is processed.
+	apptest.WaitAllProcessed(t, s)
 	var j journal
 	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT
 		(SELECT count(*) FROM events WHERE type = 'doc.status_changed'),
