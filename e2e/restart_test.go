@@ -103,31 +103,13 @@ func TestProcessPostgresRestartMidLoad(t *testing.T) {
 		require.Equal(t, 1, countRows(t, url, fmt.Sprintf(`SELECT count(*) FROM sales_orders WHERE source = 'crm' AND external_id = '%s'`, id)),
 			"acknowledged order %s is not in the journal", id)
 	}
-	journal := journalOrderEvents(t, url)
-	require.GreaterOrEqual(t, len(journal), len(acked))
-	sub.waitFor(len(journal))
-	require.Equal(t, journal, sub.ids, "the subscriber has every event once, in feed order")
-}
-
-// journalOrderEvents lists the ids of processed order.received events in
-// feed order.
-func journalOrderEvents(t *testing.T, url string) []string {
-	t.Helper()
-	n := countRows(t, url, `SELECT count(*) FROM events WHERE type = 'order.received'`)
-	ids := make([]string, 0, n)
 	pool, err := db.Connect(t.Context(), url)
 	require.NoError(t, err)
 	defer pool.Close()
-	rows, err := pool.Query(t.Context(), `SELECT id::text FROM events WHERE type = 'order.received' AND feed_seq IS NOT NULL ORDER BY feed_seq`)
-	require.NoError(t, err)
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		require.NoError(t, rows.Scan(&id))
-		ids = append(ids, id)
-	}
-	require.NoError(t, rows.Err())
-	return ids
+	journal := apptest.JournalIDs(t, pool, "order.received")
+	require.GreaterOrEqual(t, len(journal), len(acked))
+	sub.waitFor(len(journal))
+	require.Equal(t, journal, sub.ids, "the subscriber has every event once, in feed order")
 }
 
 // resumingSubscriber follows order.received on the live feed and, when

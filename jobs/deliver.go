@@ -72,6 +72,30 @@ func (d *Dispatcher) Deliver(ctx context.Context, k db.DeliveryKey) (string, err
 	return w.outcome, err
 }
 
+// readyToAttempt reads, in the attempt's transaction, the subscriber and
+// event of delivery k (live or replayed) and says whether to attempt it
+// now: not when the subscriber is paused (outcome skipped) or an earlier
+// event of the document comes first for it (w.outcome = OutcomeBlocked).
+func (d *Dispatcher) readyToAttempt(ctx context.Context, tx pgx.Tx, w *txWork, k db.DeliveryKey) (db.Subscriber, db.Event, bool, error) {
+	sub, err := db.SubscriberByID(ctx, tx, k.SubscriberID)
+	if err != nil || sub.Paused {
+		return sub, db.Event{}, false, err
+	}
+	ev, err := db.EventByID(ctx, tx, k.EventID)
+	if err != nil {
+		return sub, ev, false, err
+	}
+	blocked, err := db.DeliveryBlocked(ctx, tx, ev, sub.ID)
+	if err != nil {
+		return sub, ev, false, err
+	}
+	if blocked {
+		w.outcome = OutcomeBlocked
+		return sub, ev, false, nil
+	}
+	return sub, ev, true, nil
+}
+
 // throttledError is deliver's error when a webhook's limits leave no room
 // now: retryIn is when a rate token is due, 0 when a lease slot is (no one
 // knows when a request in flight ends).
@@ -154,24 +178,9 @@ func (d *Dispatcher) deliver(ctx context.Context, k db.DeliveryKey) (txWork, err
 		if err != nil {
 			return err
 		}
-		sub, err := db.SubscriberByID(ctx, tx, k.SubscriberID)
-		if err != nil {
+		sub, ev, ready, err := d.readyToAttempt(ctx, tx, &w, k)
+		if err != nil || !ready {
 			return err
-		}
-		if sub.Paused {
-			return nil
-		}
-		ev, err := db.EventByID(ctx, tx, k.EventID)
-		if err != nil {
-			return err
-		}
-		blocked, err := db.DeliveryBlocked(ctx, tx, ev, sub.ID)
-		if err != nil {
-			return err
-		}
-		if blocked {
-			w.outcome = OutcomeBlocked
-			return nil
 		}
 		attempt, written, err := d.attempt(ctx, tx, sub, ev, del.Attempts+1, true, WebhookMessageID(ev.ID, sub.ID))
 		if err != nil {

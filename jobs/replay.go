@@ -297,24 +297,9 @@ func (d *Dispatcher) deliverReplayed(ctx context.Context, k db.ReplayKey) (txWor
 		if r.Status != db.ReplayRunning {
 			return nil
 		}
-		sub, err := db.SubscriberByID(ctx, tx, rec.SubscriberID)
-		if err != nil {
+		sub, ev, ready, err := d.readyToAttempt(ctx, tx, &w, db.DeliveryKey{EventID: k.EventID, SubscriberID: rec.SubscriberID})
+		if err != nil || !ready {
 			return err
-		}
-		if sub.Paused {
-			return nil
-		}
-		ev, err := db.EventByID(ctx, tx, k.EventID)
-		if err != nil {
-			return err
-		}
-		blocked, err := db.DeliveryBlocked(ctx, tx, ev, sub.ID)
-		if err != nil {
-			return err
-		}
-		if blocked {
-			w.outcome = OutcomeBlocked
-			return nil
 		}
 		a, _, err := d.attempt(ctx, tx, sub, ev, rec.Attempts+1, true, ReplayMessageID(k.ReplayID, ev.ID, sub.ID))
 		if err != nil {
