@@ -132,10 +132,11 @@ func TestTraceFromMutationToWebhook(t *testing.T) {
 			}
 		}
 		// The job's span ends after the delivery's, when River completes
-		// the job: wait for it too.
+		// the job: wait for it too. Usually the delivery's own
+		// deliver_event job; the sweep or a release may make the attempt.
 		deliverJob := false
 		for _, w := range work {
-			if w.Name == "river.work/deliver_event" && linksTo(deliver, w.SpanContext) {
+			if linksTo(deliver, w.SpanContext) {
 				deliverJob = true
 			}
 		}
@@ -160,11 +161,11 @@ func TestTraceFromMutationToWebhook(t *testing.T) {
 	require.Equal(t, "delivered", attr(deliver, "erp.delivery.status").AsString())
 	var deliverJob bool
 	for _, w := range work {
-		if w.Name == "river.work/deliver_event" && linksTo(deliver, w.SpanContext) {
+		if linksTo(deliver, w.SpanContext) {
 			deliverJob = true
 		}
 	}
-	require.True(t, deliverJob, "the delivery links to its river.work/deliver_event span")
+	require.True(t, deliverJob, "the delivery links to the span of the River job that made it")
 	// The webhook request is the delivery's child, and the receiver got
 	// its context: the mutation's trace id.
 	require.Equal(t, deliver.SpanContext.SpanID(), request.Parent.SpanID(), "request's parent is the delivery")
