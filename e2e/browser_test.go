@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"erp/app/apptest"
+	"erp/db"
 )
 
 // The browser test drives Debian's Chromium with playwright-core (Node).
@@ -67,6 +68,12 @@ type browserRun struct {
 		MissingWhileDown bool         `json:"missingWhileDown"`
 		Duplicates       int          `json:"duplicates"`
 		NewestFirst      bool         `json:"newestFirst"`
+		// status history
+		Reason      string           `json:"reason"`
+		Summary     string           `json:"summary"`
+		StatusShown string           `json:"statusShown"`
+		History     []historyRow     `json:"history"`
+		Journal     []historyJournal `json:"journal"`
 		// dead delivery
 		Shown string `json:"shown"`
 		// payload
@@ -104,6 +111,14 @@ type browserRow struct {
 	ID, Type, Object, Payload, Created, Processed, Actor string
 	WaitsFor                                             string // pending deliveries of an unprocessed event
 }
+
+// historyRow is one row of the document dialog's "История статусов", as shown.
+type historyRow struct{ ID, From, To, Reason, Actor, When string }
+
+// historyJournal is one doc.created or doc.status_changed event of the
+// document as the API lists it, oldest first; empty strings for what the
+// payload lacks and for the system as actor.
+type historyJournal struct{ ID, Type, From, To, Reason, Actor, CreatedAt string }
 
 // requireBrowserTools fails (CI=true) or skips (otherwise) when Chromium,
 // node or the script's npm packages are missing, saying how to get them.
@@ -179,7 +194,7 @@ func TestBrowserEventsPage(t *testing.T) {
 		steps[st.Name] = i
 		t.Logf("step %-26s %5d ms", st.Name, st.MS)
 	}
-	wantSteps := []string{"sign in", "rows", "live order", "dead delivery", "network drop", "payload", "filter order.received", "open object", "unprocessed", "more", "playground query", "playground subscription"}
+	wantSteps := []string{"sign in", "rows", "live order", "status history", "dead delivery", "network drop", "payload", "filter order.received", "open object", "unprocessed", "more", "playground query", "playground subscription"}
 	for _, name := range wantSteps {
 		require.Contains(t, steps, name, "step %q did not run", name)
 	}
@@ -217,7 +232,11 @@ func TestBrowserEventsPage(t *testing.T) {
 		}
 		require.Equal(t, wantActor, r.Actor, "event %s actor", r.ID)
 		require.Regexp(t, `^(sales_orders|plan_prod_orders|wh_moves|wh_purchase_orders) #\d+$`, r.Object)
-		require.True(t, strings.HasPrefix(r.Payload, "{\"") && strings.Contains(r.Payload, `": `), "seed-style payload %q", r.Payload)
+		if r.Type == "doc.status_changed" {
+			require.Regexp(t, `^[А-Я]{2}-\d{4}-\d{6}: \S.* → \S`, r.Payload, "a status change reads as number: from → to")
+		} else {
+			require.True(t, strings.HasPrefix(r.Payload, "{\"") && strings.Contains(r.Payload, `": `), "seed-style payload %q", r.Payload)
+		}
 	}
 
 	live := run.Steps[steps["live order"]]
@@ -233,6 +252,45 @@ func TestBrowserEventsPage(t *testing.T) {
 	}
 	require.Contains(t, byType, "order.received")
 	require.Contains(t, byType["doc.created"], live.Order.Number)
+
+	// The live order was created and accepted, then cancelled by the admin:
+	// its dialog lists exactly the journal's doc.created and
+	// doc.status_changed of it, oldest first, in Russian, Moscow time.
+	hist := run.Steps[steps["status history"]]
+	require.Equal(t, live.Order.Number+": принят → отменён, причина: "+hist.Reason, hist.Summary, "the cancellation's Данные cell")
+	require.Equal(t, "отменён", hist.StatusShown, "the dialog's status")
+	require.Len(t, hist.Journal, 3, "doc.created, accepted, cancelled")
+	require.Len(t, hist.History, len(hist.Journal), "one history row per journal event of the order")
+	statusRU := map[string]string{"new": "новый", "accepted": "принят", "cancelled": "отменён"}
+	for i, j := range hist.Journal {
+		row := hist.History[i]
+		require.Equal(t, j.ID, row.ID, "history row %d is journal event %s", i, j.ID)
+		created, err := time.Parse(time.RFC3339Nano, j.CreatedAt)
+		require.NoError(t, err)
+		require.Equal(t, created.In(moscow).Format("02.01.2006 15:04"), row.When, "row %d time", i)
+		wantActor, wantReason := j.Actor, j.Reason
+		if wantActor == "" {
+			wantActor = "—"
+		}
+		if wantReason == "" {
+			wantReason = "—"
+		}
+		require.Equal(t, wantActor, row.Actor, "row %d actor", i)
+		require.Equal(t, wantReason, row.Reason, "row %d reason", i)
+		if i == 0 {
+			require.Equal(t, "doc.created", j.Type)
+			require.Equal(t, historyRow{ID: j.ID, From: "создан", To: "новый", Reason: "—", Actor: wantActor, When: row.When}, row,
+				"creation first, in the status the first change left")
+			continue
+		}
+		require.Equal(t, "doc.status_changed", j.Type)
+		require.Equal(t, statusRU[j.From], row.From, "row %d from %s", i, j.From)
+		require.Equal(t, statusRU[j.To], row.To, "row %d to %s", i, j.To)
+	}
+	require.Equal(t, historyRow{ID: hist.Journal[1].ID, From: "новый", To: "принят", Reason: "—", Actor: "—", When: hist.History[1].When},
+		hist.History[1], "order_acceptance accepted it: the system")
+	require.Equal(t, db.AdminDisplayName, hist.History[2].Actor, "the admin cancelled it")
+	require.Equal(t, hist.Reason, hist.History[2].Reason)
 
 	dead := run.Steps[steps["dead delivery"]]
 	require.Regexp(t, `^e2e-refuser: не доставлено, попыток 1 — .*410`, dead.Shown, "a dead delivery shows on its event")

@@ -79,6 +79,19 @@ async function waitProcessed(orderID) {
   }
 }
 
+const CANCEL_REASON = 'клиент передумал';
+
+/** Waits until sales order id is in status and returns it with its version. */
+async function waitStatus(id, status) {
+  const deadline = Date.now() + STEP_TIMEOUT;
+  for (;;) {
+    const { salesOrder } = await api(`query($id: ID!) { salesOrder(id: $id) { status version } }`, { id });
+    if (salesOrder.status === status) return salesOrder;
+    if (Date.now() > deadline) throw new Error(`order ${id}: still ${salesOrder.status}, not ${status}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 async function allEvents(filter = {}) {
   const data = await api(`query($f: EventFilter) { events(filter: $f, first: 500) { edges { node { id type } } } }`, { f: filter });
   return data.events.edges.map((e) => e.node);
@@ -199,7 +212,7 @@ try {
     };
   });
 
-  await step('live order', async () => {
+  const { order: liveOrder } = await step('live order', async () => {
     const started = Date.now();
     const order = await receiveShopOrder();
     const want = `sales_orders #${order.id}`;
@@ -216,6 +229,51 @@ try {
     );
     const rows = await tableRows(page);
     return { order, seenAfterMs: Date.now() - started, top: rows.slice(0, 3).filter((r) => r.object === want) };
+  });
+
+  await step('status history', async () => {
+    // The live order, accepted by the system, is cancelled by the admin
+    // while the page is open: the cancellation comes live, and the order's
+    // dialog lists its creation and both changes, oldest first.
+    const so = await waitStatus(liveOrder.id, 'accepted');
+    await api(
+      `mutation($id: ID!, $v: Int!, $r: String!) { cancelSalesOrder(id: $id, version: $v, reason: $r) { status } }`,
+      { id: liveOrder.id, v: so.version, r: CANCEL_REASON },
+    );
+    const data = await api(
+      `query($id: ID!) { events(filter: { types: ["doc.created", "doc.status_changed"], entity: "sales_orders", entityId: $id }, first: 500) {
+        edges { node { id type payload createdAt actor { displayName } } } } }`,
+      { id: liveOrder.id },
+    );
+    const journal = data.events.edges.map(({ node: e }) => ({
+      id: e.id,
+      type: e.type,
+      from: e.payload.from ?? '',
+      to: e.payload.to ?? '',
+      reason: e.payload.reason ?? '',
+      actor: e.actor?.displayName ?? '',
+      createdAt: e.createdAt,
+    })).reverse();
+    const cancel = journal.at(-1);
+    const row = page.locator(`table.events tbody tr[data-id="${cancel.id}"]`);
+    await row.waitFor();
+    const summary = (await row.locator('summary').textContent()).trim();
+    await row.locator('td.object button').click();
+    await page.waitForSelector('#details[open] table.history tbody tr');
+    const history = await page.$$eval('#details table.history tbody tr', (trs) =>
+      trs.map((tr) => {
+        const td = [...tr.cells].map((c) => c.textContent.trim());
+        return { id: tr.dataset.id, from: td[0], to: td[1], reason: td[2], actor: td[3], when: td[4] };
+      }),
+    );
+    const statusShown = await page.$eval('#details dl', (dl) =>
+      [...dl.querySelectorAll('dt')].find((dt) => dt.textContent === 'Статус')?.nextElementSibling?.textContent ?? '',
+    );
+    await page.screenshot({ path: `${screenshotBase}-history.png` });
+    result.screenshots.push(`${screenshotBase}-history.png`);
+    await page.keyboard.press('Escape');
+    await page.waitForFunction(() => !document.querySelector('#details').open);
+    return { order: liveOrder, reason: CANCEL_REASON, summary, statusShown, history, journal };
   });
 
   await step('dead delivery', async () => {

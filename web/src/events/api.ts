@@ -35,6 +35,8 @@ export const EVENT_FIELDS = `
 export interface EventFilter {
   types?: string[];
   entity?: string;
+  /** Row id in entity's table; the server refuses it without entity. */
+  entityId?: string;
   processed?: boolean;
 }
 

@@ -1,8 +1,9 @@
-// The document behind an event's object cell, in a dialog.
+// The document behind an event's object cell, in a dialog: its fields,
+// its lines and its status history from the journal.
 
-import { gql } from './api';
+import { gql, listEvents, type JournalEvent } from './api';
 import { h } from './dom';
-import { NONE } from './format';
+import { EVENT_CREATED, EVENT_STATUS_CHANGED, NONE, named, type StatusChangedPayload } from './format';
 
 interface Line {
   lineNo: number;
@@ -40,9 +41,17 @@ const documents: Record<string, { field: string; select: string; title: string; 
   },
   wh_moves: {
     field: 'warehouseMove',
-    select: `kind fromWarehouse toWarehouse purchaseOrderId productionOrderId ${LINES}`,
+    select: `kind fromWarehouse toWarehouse purchaseOrderId productionOrderId salesOrderId reversalOfId ${LINES}`,
     title: 'Складское движение',
-    fields: [['Вид', 'kind'], ['Со склада', 'fromWarehouse'], ['На склад', 'toWarehouse'], ['Заказ поставщику (id)', 'purchaseOrderId'], ['Производственный заказ (id)', 'productionOrderId']],
+    fields: [
+      ['Вид', 'kind'],
+      ['Со склада', 'fromWarehouse'],
+      ['На склад', 'toWarehouse'],
+      ['Заказ поставщику (id)', 'purchaseOrderId'],
+      ['Производственный заказ (id)', 'productionOrderId'],
+      ['Заказ клиента (id)', 'salesOrderId'],
+      ['Сторнирует движение (id)', 'reversalOfId'],
+    ],
   },
   wh_purchase_orders: {
     field: 'purchaseOrder',
@@ -52,19 +61,16 @@ const documents: Record<string, { field: string; select: string; title: string; 
   },
 };
 
-/** Russian names of the API's codes, by field; an unknown code shows as it is. */
-const names: Record<string, Record<string, string>> = {
-  status: { new: 'новый', accepted: 'принят', planned: 'запланирован', posted: 'проведён', open: 'открыт' },
-  source: { manual: 'вручную', shop: 'интернет-магазин', crm: 'CRM' },
-  kind: { RECEIPT: 'приход (ПР)', ISSUE_TO_PRODUCTION: 'выдача в цех (ВЦ)' },
-};
+/** Events of one document read per request; the API's most. */
+const HISTORY_PAGE = 500;
 
-function show(key: string, v: unknown): string {
-  if (v == null) return NONE;
-  return names[key]?.[String(v)] ?? String(v);
-}
+/**
+ * Counts showDocument calls: a slow answer for a document the reader has
+ * since left for another must not overwrite the other's dialog.
+ */
+let opened = 0;
 
-/** Loads the document entity #id and shows it in dialog. */
+/** Loads the document entity #id with its status history and shows it in dialog. */
 export async function showDocument(
   dialog: HTMLDialogElement,
   token: string,
@@ -72,6 +78,7 @@ export async function showDocument(
   id: string,
   time: (rfc3339: string) => string,
 ): Promise<void> {
+  const mine = ++opened;
   const body = dialog.querySelector('.body')!;
   const kind = documents[entity];
   if (!kind) {
@@ -81,6 +88,8 @@ export async function showDocument(
   }
   body.replaceChildren(h('p', { class: 'loading' }, 'Загрузка…'));
   dialog.showModal();
+  // Asked for together with the document; its failure only costs the history.
+  const history = historyOf(token, entity, id).catch((err: Error) => err);
   let doc: Doc | null;
   try {
     const data = await gql<Record<string, Doc | null>>(
@@ -90,24 +99,83 @@ export async function showDocument(
     );
     doc = data.doc;
   } catch (err) {
-    body.replaceChildren(h('p', { class: 'error' }, `Не удалось загрузить: ${(err as Error).message}`));
+    if (mine === opened) body.replaceChildren(h('p', { class: 'error' }, `Не удалось загрузить: ${(err as Error).message}`));
     return;
   }
+  if (mine !== opened) return;
   if (!doc) {
     body.replaceChildren(h('p', {}, `${entity} #${id} не найден.`));
     return;
   }
   const rows: [string, string][] = [
-    ['Статус', show('status', doc.status)],
+    ['Статус', named('status', doc.status)],
     ['Создан', time(doc.createdAt)],
-    ...kind.fields.map(([label, key]): [string, string] => [label, show(key, doc[key])]),
+    ...kind.fields.map(([label, key]): [string, string] => [label, named(key, doc[key])]),
   ];
+  const historyEl = h('section', { class: 'history' }, h('h3', {}, 'История статусов'), h('p', { class: 'loading' }, 'Загрузка…'));
   body.replaceChildren(
     h('h2', {}, `${kind.title} `, h('span', { class: 'doc-number' }, doc.number)),
     h('p', { class: 'object-ref' }, `${entity} #${doc.id}`),
     h('dl', {}, ...rows.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])),
+    historyEl,
   );
-  if (doc.lines?.length) body.append(linesTable(doc.lines));
+  if (doc.lines?.length) historyEl.before(linesTable(doc.lines));
+  const events = await history;
+  if (mine !== opened) return;
+  historyEl.lastElementChild!.replaceWith(
+    events instanceof Error
+      ? h('p', { class: 'error' }, `Не удалось загрузить историю: ${events.message}`)
+      : historyTable(events, doc.status, time),
+  );
+}
+
+/**
+ * The document's doc.created and doc.status_changed events, oldest first,
+ * every page of them: the journal lists newest first.
+ */
+async function historyOf(token: string, entity: string, id: string): Promise<JournalEvent[]> {
+  const filter = { types: [EVENT_CREATED, EVENT_STATUS_CHANGED], entity, entityId: id };
+  const events: JournalEvent[] = [];
+  let after: string | null = null;
+  do {
+    const page = await listEvents(token, filter, HISTORY_PAGE, after);
+    events.push(...page.events);
+    after = page.hasNextPage ? page.endCursor : null;
+  } while (after);
+  return events.reverse();
+}
+
+/**
+ * One row per event: from → to, reason, who, when. doc.created carries no
+ * status, so its row shows the one the document was created in: the first
+ * change's "from", or the current status when it never changed.
+ */
+function historyTable(events: JournalEvent[], current: string, time: (rfc3339: string) => string): HTMLElement {
+  if (!events.length) return h('p', {}, 'В журнале нет событий этого документа.');
+  const changes = events.filter((ev) => ev.type === EVENT_STATUS_CHANGED);
+  const initial = (changes[0]?.payload as StatusChangedPayload | undefined)?.from ?? current;
+  return h(
+    'table',
+    { class: 'history' },
+    h('thead', {}, h('tr', {}, ...['Было', 'Стало', 'Причина', 'Кто', 'Когда'].map((t) => h('th', {}, t)))),
+    h(
+      'tbody',
+      {},
+      ...events.map((ev) => {
+        const p = ev.payload as Partial<StatusChangedPayload>;
+        const created = ev.type === EVENT_CREATED;
+        return h(
+          'tr',
+          { 'data-id': ev.id, 'data-type': ev.type },
+          h('td', { class: created ? 'created' : undefined }, created ? 'создан' : named('status', p.from)),
+          h('td', {}, named('status', created ? initial : p.to)),
+          h('td', {}, p.reason ?? NONE),
+          h('td', {}, ev.actor?.displayName ?? NONE),
+          h('td', { class: 'time' }, time(ev.createdAt)),
+        );
+      }),
+    ),
+  );
 }
 
 function linesTable(lines: Line[]): HTMLTableElement {

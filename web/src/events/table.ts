@@ -3,7 +3,7 @@
 
 import type { Delivery, JournalEvent } from './api';
 import { h } from './dom';
-import { NONE, deliveryStatus, prettyJSON, seedJSON } from './format';
+import { NONE, deliveryStatus, payloadSummary, prettyJSON } from './format';
 
 export class EventTable {
   private rows = new Map<string, { ev: JournalEvent; tr: HTMLTableRowElement }>();
@@ -73,7 +73,7 @@ export class EventTable {
       h(
         'td',
         { class: 'payload' },
-        h('details', {}, h('summary', {}, seedJSON(ev.payload)), h('pre', {}, prettyJSON(ev.payload))),
+        h('details', {}, h('summary', {}, payloadSummary(ev.type, ev.payload)), h('pre', {}, prettyJSON(ev.payload))),
         this.problems(ev),
       ),
       h('td', { class: 'time' }, this.time(ev.createdAt)),
