@@ -171,9 +171,14 @@ func EntityNames() map[string]string {
 
 // Normalize returns f with Entity as its table, given either the table
 // or the payload's name; an unknown one is an *InputError on field
-// (the filter's path) + ".entity" listing the known names.
+// (the filter's path) + ".entity" listing the known names. EntityID
+// without Entity is an *InputError on field + ".entityId": ids are per
+// table, and no query of ListEvents reads entity_id without entity.
 func (f EventFilter) Normalize(field string) (EventFilter, error) {
 	if f.Entity == nil {
+		if f.EntityID != nil {
+			return f, inputErr(field+".entityId", "needs entity: an id names a row of one table")
+		}
 		return f, nil
 	}
 	names := EntityNames()

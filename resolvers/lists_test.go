@@ -216,6 +216,50 @@ func TestEventFilterEntityTakesTableOrPayloadName(t *testing.T) {
 	}
 }
 
+// The status history the events page shows: one document's events by
+// entity and entityId, on every page, and nothing of its neighbours. An
+// id alone names no row (ids are per table), so it is refused rather than
+// ignored (the live feed's filter goes through the same check).
+func TestEventFilterEntityID(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	so := createSalesOrder(t, s)
+	createSalesOrder(t, s) // a neighbour the filter must leave out
+	sales := s.As(apptest.RoleToken(t, s, "clerk", "SALES"))
+	apptest.GQL[map[string]any](t, sales, `mutation($id: ID!, $v: Int!) { cancelSalesOrder(id: $id, version: $v, reason: "дубль") { id } }`,
+		map[string]any{"id": so.ID, "v": so.Version})
+	type page struct {
+		Events struct {
+			Edges    []struct{ Node struct{ ID, Type, EntityID string } }
+			PageInfo struct {
+				HasNextPage bool
+				EndCursor   *string
+			}
+		}
+	}
+	const q = `query($id: ID!, $after: String) { events(filter: {entity: "sales_order", entityId: $id, types: ["doc.created", "doc.status_changed"]}, first: 1, after: $after) {
+		edges { node { id type entityId } } pageInfo { hasNextPage endCursor } } }`
+	var types []string
+	var after *string
+	for {
+		got := apptest.GQL[page](t, s, q, map[string]any{"id": so.ID, "after": after})
+		for _, e := range got.Events.Edges {
+			require.Equal(t, so.ID, e.Node.EntityID)
+			types = append(types, e.Node.Type)
+		}
+		if !got.Events.PageInfo.HasNextPage {
+			break
+		}
+		after = got.Events.PageInfo.EndCursor
+	}
+	require.Equal(t, []string{"doc.status_changed", "doc.created"}, types, "the order's own events, newest first, one per page")
+
+	e := refused(t, s, `query($id: ID!) { events(filter: {entityId: $id}) { edges { node { id } } } }`, map[string]any{"id": so.ID}, "BAD_USER_INPUT")
+	require.Equal(t, "filter.entityId", e.Extensions["field"])
+	require.Contains(t, e.Message, "entity")
+}
+
 func TestReceiveOrderAgainWithChangesIsConflict(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t)
