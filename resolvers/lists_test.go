@@ -231,7 +231,9 @@ func TestEventFilterEntityID(t *testing.T) {
 		map[string]any{"id": so.ID, "v": so.Version})
 	type page struct {
 		Events struct {
-			Edges    []struct{ Node struct{ ID, Type, EntityID string } }
+			Edges []struct {
+				Node struct{ ID, Type, EntityID string }
+			}
 			PageInfo struct {
 				HasNextPage bool
 				EndCursor   *string
