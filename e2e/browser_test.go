@@ -150,8 +150,8 @@ func requireBrowserTools(t *testing.T) string {
 
 // TestBrowserEventsPage replays the demo day on a real server and
 // database, then drives headless Chromium through the events page (sign
-// in, seed columns, a live order, a network drop, filter, object details,
-// more rows) and the playground with every non-localhost request blocked.
+// in, seed columns, a live order, its cancellation and the order's status
+// history, a network drop, filter, object details, more rows) and the playground with every non-localhost request blocked.
 func TestBrowserEventsPage(t *testing.T) {
 	t.Parallel()
 	node := requireBrowserTools(t)

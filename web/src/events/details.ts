@@ -112,7 +112,7 @@ export async function showDocument(
     ['Создан', time(doc.createdAt)],
     ...kind.fields.map(([label, key]): [string, string] => [label, named(key, doc[key])]),
   ];
-  const historyEl = h('section', { class: 'history' }, h('h3', {}, 'История статусов'), h('p', { class: 'loading' }, 'Загрузка…'));
+  const historyEl = h('section', { class: 'status-history' }, h('h3', {}, 'История статусов'), h('p', { class: 'loading' }, 'Загрузка…'));
   body.replaceChildren(
     h('h2', {}, `${kind.title} `, h('span', { class: 'doc-number' }, doc.number)),
     h('p', { class: 'object-ref' }, `${entity} #${doc.id}`),
