@@ -306,14 +306,19 @@ const benchDocBase = 1_000_000_000
 // batch, deliveries created) → processed_at (built-in deliveries made,
 // stamped just before commit) → websocket.
 func (e *env) breakdown(committed, received map[int64]time.Time) {
-	ids := make([]int64, 0, len(committed))
-	for id := range committed {
+	fmt.Println("   ", e.breakdownOf("commit", committed, received))
+}
+
+// breakdownOf is breakdown's line, by event id: from (the commit, or the
+// mutation's answer) at start → dispatched_at → processed_at → received.
+func (e *env) breakdownOf(from string, start, received map[int64]time.Time) string {
+	ids := make([]int64, 0, len(start))
+	for id := range start {
 		ids = append(ids, id)
 	}
 	rows, err := e.pool.Query(e.ctx, `SELECT id, dispatched_at, processed_at FROM events WHERE id = ANY($1)`, ids)
 	if err != nil {
-		fmt.Println("    breakdown:", err)
-		return
+		return "breakdown: " + err.Error()
 	}
 	defer rows.Close()
 	var toDispatched, dispatchedToProcessed, processedToWS []time.Duration
@@ -321,11 +326,10 @@ func (e *env) breakdown(committed, received map[int64]time.Time) {
 		var id int64
 		var dispatched, processed *time.Time
 		if err := rows.Scan(&id, &dispatched, &processed); err != nil {
-			fmt.Println("    breakdown:", err)
-			return
+			return "breakdown: " + err.Error()
 		}
 		if dispatched != nil {
-			toDispatched = append(toDispatched, dispatched.Sub(committed[id]))
+			toDispatched = append(toDispatched, dispatched.Sub(start[id]))
 		}
 		if dispatched != nil && processed != nil {
 			dispatchedToProcessed = append(dispatchedToProcessed, processed.Sub(*dispatched))
@@ -337,8 +341,8 @@ func (e *env) breakdown(committed, received map[int64]time.Time) {
 	f := func(name string, d []time.Duration) string {
 		return fmt.Sprintf("%s p50 %.1f p99 %.1f", name, ms(pct(d, 50)), ms(pct(d, 99)))
 	}
-	fmt.Printf("    breakdown (ms): %s; %s; %s\n",
-		f("commit→dispatched_at", toDispatched),
+	return fmt.Sprintf("breakdown (ms): %s; %s; %s",
+		f(from+"→dispatched_at", toDispatched),
 		f("dispatched_at→processed_at", dispatchedToProcessed),
 		f("processed_at→websocket", processedToWS))
 }

@@ -11,7 +11,7 @@
 // scheduler apart from the load generator's, at the price of not reading
 // its runtime/metrics.
 //
-//	go run ./bench -figures A,B,E          # full sizes
+//	go run ./bench -figures A,B,E,G        # full sizes
 //	go run ./bench -figures A,B,E -quick   # a few seconds each
 package main
 
@@ -82,7 +82,7 @@ func main() {
 		os.Exit(runRefWS(os.Args[2:]))
 	}
 	var o options
-	flag.StringVar(&o.figures, "figures", "A,B,C,D,E", "comma-separated figures to run (A,B,C,D,E)")
+	flag.StringVar(&o.figures, "figures", "A,B,C,D,E,G", "comma-separated figures to run (A,B,C,D,E,G)")
 	flag.BoolVar(&o.quick, "quick", false, "tiny sizes and short runs (a smoke test)")
 	flag.StringVar(&o.out, "out", "bench/results", "directory for the JSON results")
 	flag.IntVar(&o.poolMax, "pool", 0, "server pool_max_conns (0: the product default, pgxpool's max(4, NumCPU))")
@@ -183,6 +183,8 @@ func run(ctx context.Context, o options) (err error) {
 			ferr = e.figureE()
 		case "C":
 			ferr = e.figureC()
+		case "G":
+			ferr = e.figureG()
 		case "":
 		default:
 			ferr = fmt.Errorf("unknown figure %q", f)

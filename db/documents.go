@@ -687,12 +687,58 @@ func WarehouseMoveByID(ctx context.Context, q Querier, id int64) (WarehouseMove,
 	if err != nil {
 		return WarehouseMove{}, fmt.Errorf("get lines of warehouse move %d: %w", id, translate(err))
 	}
+	mv := moveFrom(r)
+	mv.Lines = docLines(lines)
+	return mv, nil
+}
+
+// WarehouseMovesByIDs returns the warehouse moves ids with their lines, in
+// no order, in two statements whatever their number; an unknown id is left
+// out.
+func WarehouseMovesByIDs(ctx context.Context, q Querier, ids []int64) ([]WarehouseMove, error) {
+	rows, err := queries.WarehouseMoveListByIDs(ctx, q, ids)
+	if err != nil {
+		return nil, fmt.Errorf("get %d warehouse moves: %w", len(ids), translate(err))
+	}
+	moves := mapRows(rows, func(r dbsqlc.WarehouseMoveListByIDsRow) WarehouseMove {
+		return moveFrom(dbsqlc.WarehouseMoveGetByIDRow(r))
+	})
+	if err := addMoveLines(ctx, q, moves); err != nil {
+		return nil, err
+	}
+	return moves, nil
+}
+
+// moveFrom maps a wh_moves row with its warehouses' codes; Lines is empty.
+func moveFrom(r dbsqlc.WarehouseMoveGetByIDRow) WarehouseMove {
 	return WarehouseMove{
 		ID: r.ID, Number: r.Number, Kind: r.Kind, FromWarehouse: r.FromWarehouse, ToWarehouse: r.ToWarehouse,
 		PurchaseOrderID: r.PurchaseOrderID, ProductionOrderID: r.ProdOrderID, SourceEventID: r.SourceEventID,
-		Status: r.Status, CreatedAt: r.CreatedAt, Version: r.Version, Lines: docLines(lines),
+		Status: r.Status, CreatedAt: r.CreatedAt, Version: r.Version, Lines: []DocLine{},
 		SalesOrderID: r.SalesOrderID, ReversalOfID: r.ReversalOfID,
-	}, nil
+	}
+}
+
+// addMoveLines reads the lines of moves in one statement and appends them
+// to each move in line order.
+func addMoveLines(ctx context.Context, q Querier, moves []WarehouseMove) error {
+	if len(moves) == 0 {
+		return nil
+	}
+	at := make(map[int64]int, len(moves))
+	ids := make([]int64, len(moves))
+	for i, m := range moves {
+		ids[i], at[m.ID] = m.ID, i
+	}
+	lines, err := queries.WarehouseMoveLineListByMoves(ctx, q, ids)
+	if err != nil {
+		return fmt.Errorf("list lines of %d warehouse moves: %w", len(ids), translate(err))
+	}
+	for _, l := range lines {
+		m := &moves[at[l.MoveID]]
+		m.Lines = append(m.Lines, DocLine{LineNo: l.LineNo, SKU: l.SKU, ItemName: l.ItemName, Unit: l.Unit, Quantity: l.Quantity, Price: l.Price})
+	}
+	return nil
 }
 
 // lineRow is a document line as the line list queries return it, with

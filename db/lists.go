@@ -306,25 +306,10 @@ func ListWarehouseMoves(ctx context.Context, q Querier, f WarehouseMoveFilter, f
 		return DocPage[WarehouseMove]{}, fmt.Errorf("list warehouse moves: %w", translate(err))
 	}
 	page := newPage(rows, first, "mv", func(r dbsqlc.WarehouseMoveListPageRow) WarehouseMove {
-		return WarehouseMove{ID: r.ID, Number: r.Number, Kind: r.Kind, FromWarehouse: r.FromWarehouse, ToWarehouse: r.ToWarehouse,
-			PurchaseOrderID: r.PurchaseOrderID, ProductionOrderID: r.ProdOrderID, SourceEventID: r.SourceEventID,
-			Status: r.Status, CreatedAt: r.CreatedAt, Version: r.Version, Lines: []DocLine{}}
+		return moveFrom(dbsqlc.WarehouseMoveGetByIDRow(r))
 	}, func(m WarehouseMove) int64 { return m.ID })
-	if len(page.Items) == 0 {
-		return page, nil
-	}
-	at := make(map[int64]int, len(page.Items))
-	ids := make([]int64, len(page.Items))
-	for i, m := range page.Items {
-		ids[i], at[m.ID] = m.ID, i
-	}
-	lines, err := queries.WarehouseMoveLineListByMoves(ctx, q, ids)
-	if err != nil {
-		return DocPage[WarehouseMove]{}, fmt.Errorf("list lines of %d warehouse moves: %w", len(ids), translate(err))
-	}
-	for _, l := range lines {
-		m := &page.Items[at[l.MoveID]]
-		m.Lines = append(m.Lines, DocLine{LineNo: l.LineNo, SKU: l.SKU, ItemName: l.ItemName, Unit: l.Unit, Quantity: l.Quantity, Price: l.Price})
+	if err := addMoveLines(ctx, q, page.Items); err != nil {
+		return DocPage[WarehouseMove]{}, err
 	}
 	return page, nil
 }

@@ -158,12 +158,18 @@ func SetProductionWarehouse(ctx context.Context, tx pgx.Tx, code string) (Wareho
 // line, each with its doc.created event ({"id", "no", "entity":
 // "prod_order"}) by the system (actor null). Lines planned before are
 // skipped, so a repeat plans nothing twice; the order row is locked first,
-// so concurrent calls for one order wait for each other. It returns the new
-// production orders and their events; ErrNotFound when the order does not
-// exist.
+// so concurrent calls for one order wait for each other and for a
+// cancellation. An order cancelled or shipped before its planning runs
+// gets no production: nothing is written and no event returned. It
+// returns the new production orders and their events; ErrNotFound when
+// the order does not exist.
 func PlanSalesOrder(ctx context.Context, tx pgx.Tx, salesOrderID int64) ([]ProductionOrder, []Event, error) {
-	if _, err := queries.SalesOrderLockByID(ctx, tx, salesOrderID); err != nil {
-		return nil, nil, fmt.Errorf("plan sales order %d: %w", salesOrderID, translate(err))
+	so, err := LockDocument(ctx, tx, SalesOrders, salesOrderID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("plan sales order %d: %w", salesOrderID, err)
+	}
+	if so.Status == SalesOrderCancelled || so.Status == SalesOrderShipped {
+		return nil, nil, nil
 	}
 	lines, err := queries.SalesOrderLineListToPlan(ctx, tx, salesOrderID)
 	if err != nil {

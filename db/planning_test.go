@@ -109,6 +109,24 @@ func TestPlanSalesOrderPlansEachLineOnce(t *testing.T) {
 	require.ErrorIs(t, err, db.ErrNotFound)
 }
 
+func TestPlanSalesOrderPlansNothingForACancelledOrder(t *testing.T) {
+	t.Parallel()
+	b := setupPlanning(t, false)
+	so := b.salesOrder(t, db.LineInput{SKU: "P1", Quantity: qty("2")})
+	// The clerk cancels before the planning chain reaches the order.
+	b.inTx(t, func(tx pgx.Tx) error {
+		_, _, err := db.CancelSalesOrder(b.ctx, tx, nil, so.ID, so.Version, "клиент передумал")
+		return err
+	})
+	events := b.count(t, "events")
+
+	pos, evs := b.plan(t, so.ID)
+	require.Empty(t, pos)
+	require.Empty(t, evs)
+	require.Zero(t, b.count(t, "plan_prod_orders"))
+	require.Equal(t, events, b.count(t, "events"), "planning a cancelled order journals nothing")
+}
+
 func TestIssueMaterialsOncePerSourceEvent(t *testing.T) {
 	t.Parallel()
 	b := setupPlanning(t, false)

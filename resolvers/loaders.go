@@ -15,7 +15,8 @@ import (
 // loaders, so that a page of 50 events asking for their deliveries costs
 // one query, not 50, and so does a page of deliveries asking for their
 // events (and another for their subscribers), and the subscribers list
-// asking for each one's lag. They batch only (no cache): a subscription streams
+// asking for each one's lag, and a page of the stock ledger asking for
+// each entry's move. They batch only (no cache): a subscription streams
 // new events for hours, and each is read once anyway.
 type Loaders struct{ Pool *pgxpool.Pool }
 
@@ -31,6 +32,7 @@ type loaders struct {
 	events      *dataloadgen.Loader[int64, db.Event]
 	subscribers *dataloadgen.Loader[int64, db.Subscriber]
 	lags        *dataloadgen.Loader[int64, db.SubscriberLag]
+	moves       *dataloadgen.Loader[int64, db.WarehouseMove]
 }
 
 // ExtensionName implements graphql.HandlerExtension.
@@ -56,6 +58,7 @@ func (l Loaders) InterceptOperation(ctx context.Context, next graphql.OperationH
 		events:      byID(l.Pool, db.EventsByIDs, func(e db.Event) int64 { return e.ID }, "event"),
 		subscribers: byID(l.Pool, db.SubscribersByIDs, func(s db.Subscriber) int64 { return s.ID }, "subscriber"),
 		lags:        byID(l.Pool, db.SubscriberLagsByIDs, func(s db.SubscriberLag) int64 { return s.SubscriberID }, "subscriber"),
+		moves:       byID(l.Pool, db.WarehouseMovesByIDs, func(m db.WarehouseMove) int64 { return m.ID }, "warehouse move"),
 	}
 	return next(context.WithValue(ctx, loadersKey{}, ls))
 }
@@ -128,4 +131,13 @@ func (r *Resolver) lagOf(ctx context.Context, id int64) (db.SubscriberLag, error
 		return db.SubscriberLag{}, fmt.Errorf("get lag of subscriber %d: %w", id, db.ErrNotFound)
 	}
 	return lags[0], nil
+}
+
+// moveOf returns warehouse move id (a stock ledger entry's), batched when
+// the operation has loaders.
+func (r *Resolver) moveOf(ctx context.Context, id int64) (db.WarehouseMove, error) {
+	if ls, ok := ctx.Value(loadersKey{}).(*loaders); ok {
+		return ls.moves.Load(ctx, id)
+	}
+	return db.WarehouseMoveByID(ctx, r.Pool, id)
 }

@@ -78,7 +78,7 @@ func (r *queryResolver) StockLedger(ctx context.Context, sku string, warehouse *
 }
 
 func (r *stockEntryResolver) Move(ctx context.Context, obj *db.StockEntry) (*db.WarehouseMove, error) {
-	mv, err := db.WarehouseMoveByID(ctx, r.Pool, obj.MoveID)
+	mv, err := r.moveOf(ctx, obj.MoveID)
 	if err != nil {
 		return nil, err
 	}

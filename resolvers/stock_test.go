@@ -6,10 +6,13 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
 
 	"erp/app/apptest"
+	"erp/db"
+	"erp/db/pgtest"
 )
 
 const createMove = `mutation($in: WarehouseMoveInput!) {
@@ -534,4 +537,55 @@ func TestStockBalancesPages(t *testing.T) {
 	require.Len(t, apptest.GQL[page](t, viewer, q, nil).StockBalances.Edges, 2)
 	e = apptest.GQLErr(t, viewer, createMove, map[string]any{"in": receipt(line("A1", "1"))})
 	require.Equal(t, "FORBIDDEN", e.Extensions["code"])
+}
+
+// A page of the stock ledger that shows each entry's move reads the moves
+// in one batch, and what it shows of each move is what warehouseMove(id)
+// and the warehouseMoves list show.
+func TestStockLedgerPageBatchesMoves(t *testing.T) {
+	t.Parallel()
+	statements := &statementLog{}
+	pool, err := db.Connect(t.Context(), pgtest.NewDB(t), func(c *pgxpool.Config) { c.ConnConfig.Tracer = statements })
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s := apptest.NewOn(t, pool)
+	seedStock(t, s)
+	for range 3 {
+		mustMove(t, s, receipt(line("A1", "5"), line("B1", "1")))
+	}
+	mv := mustMove(t, s, issue(line("A1", "2")))
+	apptest.GQL[map[string]any](t, s, reverseMove, map[string]any{"id": mv.ID, "v": mv.Version, "r": "ошибка"})
+
+	const fields = `id number kind status version fromWarehouse toWarehouse reversalOfId salesOrderId lines { lineNo sku quantity }`
+	mark := statements.mark()
+	page := apptest.GQL[struct {
+		StockLedger struct {
+			Edges []struct{ Node struct{ Move map[string]any } }
+		}
+	}](t, s, `{ stockLedger(sku: "A1", first: 50) { edges { node { move { `+fields+` } } } } }`, nil)
+	require.Len(t, page.StockLedger.Edges, 5, "three receipts, the issue and its reversal")
+	require.Equal(t, 1, statements.count(mark, "FROM wh_moves m", "m.id = ANY"), "the moves of the page")
+	require.Equal(t, 1, statements.count(mark, "FROM wh_move_lines l", "l.move_id = ANY"), "their lines")
+
+	list := apptest.GQL[struct {
+		WarehouseMoves struct {
+			Edges []struct{ Node map[string]any }
+		}
+	}](t, s, `{ warehouseMoves(first: 50) { edges { node { `+fields+` } } } }`, nil)
+	listed := map[any]map[string]any{}
+	for _, e := range list.WarehouseMoves.Edges {
+		listed[e.Node["id"]] = e.Node
+	}
+	reversals := 0
+	for _, e := range page.StockLedger.Edges {
+		single := apptest.GQL[struct{ WarehouseMove map[string]any }](t, s, `query($id: ID!) { warehouseMove(id: $id) { `+fields+` } }`,
+			map[string]any{"id": e.Node.Move["id"]}).WarehouseMove
+		require.Equal(t, single, e.Node.Move, "move %v: the batched page and warehouseMove disagree", e.Node.Move["id"])
+		require.Equal(t, single, listed[e.Node.Move["id"]], "move %v: the list and warehouseMove disagree", e.Node.Move["id"])
+		if e.Node.Move["reversalOfId"] != nil {
+			require.Equal(t, mv.ID, e.Node.Move["reversalOfId"])
+			reversals++
+		}
+	}
+	require.Equal(t, 1, reversals)
 }

@@ -66,11 +66,6 @@ SELECT id FROM sales_orders WHERE source = @source AND external_id = @external_i
 -- name: SalesOrderExists :one
 SELECT EXISTS (SELECT 1 FROM sales_orders WHERE id = @id);
 
--- name: SalesOrderLockByID :one
--- SalesOrderLockByID locks sales order id against concurrent planning
--- until the transaction ends.
-SELECT id FROM sales_orders WHERE id = @id FOR NO KEY UPDATE;
-
 -- name: SalesOrderLineList :many
 SELECT l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
 FROM sales_order_lines l JOIN items i ON i.id = l.item_id
@@ -151,21 +146,30 @@ LIMIT @max_rows;
 
 -- name: SalesOrderListPageBySKU :many
 -- SalesOrderListPageBySKU reads sales_order_lines_item backward from the
--- item's lines, each order once (at its first line of the item). The
--- first-line test is a scalar subquery, read per row through the lines'
--- primary key, because as NOT EXISTS the planner makes it an anti-join
--- that hashes every line of the item first.
+-- item's lines, each order once (at its first line of the item), and
+-- looks each order up by its primary key. The order's optional filters
+-- sit in a LATERAL subquery that OFFSET 0 keeps from being flattened:
+-- in the generic plan, catch-all filters on the joined orders are
+-- estimated to keep almost no row, and the planner then scanned every
+-- order to join it to the item's lines. The first-line test is a scalar
+-- subquery, read per row through the lines' primary key, because as NOT
+-- EXISTS the planner makes it an anti-join that hashes every line of the
+-- item first.
 SELECT s.* FROM sales_order_lines l
-JOIN sales_orders s ON s.id = l.sales_order_id
+CROSS JOIN LATERAL (
+    SELECT o.* FROM sales_orders o
+    WHERE o.id = l.sales_order_id
+      AND (sqlc.narg(statuses)::text[] IS NULL OR o.status = ANY (sqlc.narg(statuses)::text[]))
+      AND (sqlc.narg(customer)::text IS NULL OR o.customer = sqlc.narg(customer)::text)
+      AND (sqlc.narg(number_prefix)::text IS NULL OR starts_with(o.number, sqlc.narg(number_prefix)::text))
+      AND (sqlc.narg(source)::text IS NULL OR o.source = sqlc.narg(source)::text)
+      AND (sqlc.narg(created_from)::timestamptz IS NULL OR o.created_at >= sqlc.narg(created_from)::timestamptz)
+      AND (sqlc.narg(created_to)::timestamptz IS NULL OR o.created_at < sqlc.narg(created_to)::timestamptz)
+    OFFSET 0
+) s
 WHERE l.item_id = (SELECT i.id FROM items i WHERE i.sku = @sku) AND l.sales_order_id < @before_id
   AND l.line_no = (SELECT min(e.line_no) FROM sales_order_lines e
                    WHERE e.sales_order_id = l.sales_order_id AND e.item_id = l.item_id)
-  AND (sqlc.narg(statuses)::text[] IS NULL OR s.status = ANY (sqlc.narg(statuses)::text[]))
-  AND (sqlc.narg(customer)::text IS NULL OR s.customer = sqlc.narg(customer)::text)
-  AND (sqlc.narg(number_prefix)::text IS NULL OR starts_with(s.number, sqlc.narg(number_prefix)::text))
-  AND (sqlc.narg(source)::text IS NULL OR s.source = sqlc.narg(source)::text)
-  AND (sqlc.narg(created_from)::timestamptz IS NULL OR s.created_at >= sqlc.narg(created_from)::timestamptz)
-  AND (sqlc.narg(created_to)::timestamptz IS NULL OR s.created_at < sqlc.narg(created_to)::timestamptz)
 ORDER BY l.sales_order_id DESC
 LIMIT @max_rows;
 

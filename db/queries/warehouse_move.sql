@@ -16,6 +16,17 @@ LEFT JOIN warehouses wf ON wf.id = m.from_warehouse_id
 LEFT JOIN warehouses wt ON wt.id = m.to_warehouse_id
 WHERE m.id = @id;
 
+-- name: WarehouseMoveListByIDs :many
+-- WarehouseMoveListByIDs returns the moves ids (any order) as
+-- WarehouseMoveGetByID does: one query for a page's moves.
+SELECT m.id, m.number, m.kind, wf.code AS from_warehouse, wt.code AS to_warehouse,
+    m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at, m.version,
+    m.sales_order_id, m.reversal_of_id
+FROM wh_moves m
+LEFT JOIN warehouses wf ON wf.id = m.from_warehouse_id
+LEFT JOIN warehouses wt ON wt.id = m.to_warehouse_id
+WHERE m.id = ANY (@ids::bigint[]);
+
 -- name: WarehouseMoveGetIDBySourceEvent :one
 -- WarehouseMoveGetIDBySourceEvent returns the move that answers journal
 -- event source_event_id (no row when none does).
@@ -56,7 +67,8 @@ SELECT id FROM wh_moves WHERE number = @number;
 -- name: WarehouseMoveListPage :many
 -- WarehouseMoveListPage reads wh_moves_pkey backward.
 SELECT m.id, m.number, m.kind, wf.code AS from_warehouse, wt.code AS to_warehouse,
-    m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at, m.version
+    m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at, m.version,
+    m.sales_order_id, m.reversal_of_id
 FROM wh_moves m
 LEFT JOIN warehouses wf ON wf.id = m.from_warehouse_id
 LEFT JOIN warehouses wt ON wt.id = m.to_warehouse_id

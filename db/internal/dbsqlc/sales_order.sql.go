@@ -512,47 +512,56 @@ func (q *Queries) SalesOrderListPageByCustomer(ctx context.Context, db DBTX, arg
 
 const salesOrderListPageBySKU = `-- name: SalesOrderListPageBySKU :many
 SELECT s.id, s.number, s.customer, s.status, s.source, s.external_id, s.created_by, s.created_at, s.version FROM sales_order_lines l
-JOIN sales_orders s ON s.id = l.sales_order_id
-WHERE l.item_id = (SELECT i.id FROM items i WHERE i.sku = $1) AND l.sales_order_id < $2
+CROSS JOIN LATERAL (
+    SELECT o.id, o.number, o.customer, o.status, o.source, o.external_id, o.created_by, o.created_at, o.version FROM sales_orders o
+    WHERE o.id = l.sales_order_id
+      AND ($1::text[] IS NULL OR o.status = ANY ($1::text[]))
+      AND ($2::text IS NULL OR o.customer = $2::text)
+      AND ($3::text IS NULL OR starts_with(o.number, $3::text))
+      AND ($4::text IS NULL OR o.source = $4::text)
+      AND ($5::timestamptz IS NULL OR o.created_at >= $5::timestamptz)
+      AND ($6::timestamptz IS NULL OR o.created_at < $6::timestamptz)
+    OFFSET 0
+) s
+WHERE l.item_id = (SELECT i.id FROM items i WHERE i.sku = $7) AND l.sales_order_id < $8
   AND l.line_no = (SELECT min(e.line_no) FROM sales_order_lines e
                    WHERE e.sales_order_id = l.sales_order_id AND e.item_id = l.item_id)
-  AND ($3::text[] IS NULL OR s.status = ANY ($3::text[]))
-  AND ($4::text IS NULL OR s.customer = $4::text)
-  AND ($5::text IS NULL OR starts_with(s.number, $5::text))
-  AND ($6::text IS NULL OR s.source = $6::text)
-  AND ($7::timestamptz IS NULL OR s.created_at >= $7::timestamptz)
-  AND ($8::timestamptz IS NULL OR s.created_at < $8::timestamptz)
 ORDER BY l.sales_order_id DESC
 LIMIT $9
 `
 
 type SalesOrderListPageBySKUParams struct {
-	SKU          string
-	BeforeID     int64
 	Statuses     []string
 	Customer     *string
 	NumberPrefix *string
 	Source       *string
 	CreatedFrom  *time.Time
 	CreatedTo    *time.Time
+	SKU          string
+	BeforeID     int64
 	MaxRows      int32
 }
 
 // SalesOrderListPageBySKU reads sales_order_lines_item backward from the
-// item's lines, each order once (at its first line of the item). The
-// first-line test is a scalar subquery, read per row through the lines'
-// primary key, because as NOT EXISTS the planner makes it an anti-join
-// that hashes every line of the item first.
+// item's lines, each order once (at its first line of the item), and
+// looks each order up by its primary key. The order's optional filters
+// sit in a LATERAL subquery that OFFSET 0 keeps from being flattened:
+// in the generic plan, catch-all filters on the joined orders are
+// estimated to keep almost no row, and the planner then scanned every
+// order to join it to the item's lines. The first-line test is a scalar
+// subquery, read per row through the lines' primary key, because as NOT
+// EXISTS the planner makes it an anti-join that hashes every line of the
+// item first.
 func (q *Queries) SalesOrderListPageBySKU(ctx context.Context, db DBTX, arg SalesOrderListPageBySKUParams) ([]SalesOrder, error) {
 	rows, err := db.Query(ctx, salesOrderListPageBySKU,
-		arg.SKU,
-		arg.BeforeID,
 		arg.Statuses,
 		arg.Customer,
 		arg.NumberPrefix,
 		arg.Source,
 		arg.CreatedFrom,
 		arg.CreatedTo,
+		arg.SKU,
+		arg.BeforeID,
 		arg.MaxRows,
 	)
 	if err != nil {
@@ -651,19 +660,6 @@ func (q *Queries) SalesOrderListPageByStatus(ctx context.Context, db DBTX, arg S
 		return nil, err
 	}
 	return items, nil
-}
-
-const salesOrderLockByID = `-- name: SalesOrderLockByID :one
-SELECT id FROM sales_orders WHERE id = $1 FOR NO KEY UPDATE
-`
-
-// SalesOrderLockByID locks sales order id against concurrent planning
-// until the transaction ends.
-func (q *Queries) SalesOrderLockByID(ctx context.Context, db DBTX, id int64) (int64, error) {
-	row := db.QueryRow(ctx, salesOrderLockByID, id)
-	var id_2 int64
-	err := row.Scan(&id_2)
-	return id_2, err
 }
 
 const salesOrderLockStatus = `-- name: SalesOrderLockStatus :one

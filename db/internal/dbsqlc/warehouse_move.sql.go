@@ -293,10 +293,73 @@ func (q *Queries) WarehouseMoveLineListToPost(ctx context.Context, db DBTX, move
 	return items, nil
 }
 
+const warehouseMoveListByIDs = `-- name: WarehouseMoveListByIDs :many
+SELECT m.id, m.number, m.kind, wf.code AS from_warehouse, wt.code AS to_warehouse,
+    m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at, m.version,
+    m.sales_order_id, m.reversal_of_id
+FROM wh_moves m
+LEFT JOIN warehouses wf ON wf.id = m.from_warehouse_id
+LEFT JOIN warehouses wt ON wt.id = m.to_warehouse_id
+WHERE m.id = ANY ($1::bigint[])
+`
+
+type WarehouseMoveListByIDsRow struct {
+	ID              int64
+	Number          string
+	Kind            string
+	FromWarehouse   *string
+	ToWarehouse     *string
+	PurchaseOrderID *int64
+	ProdOrderID     *int64
+	SourceEventID   *int64
+	Status          string
+	CreatedAt       time.Time
+	Version         int32
+	SalesOrderID    *int64
+	ReversalOfID    *int64
+}
+
+// WarehouseMoveListByIDs returns the moves ids (any order) as
+// WarehouseMoveGetByID does: one query for a page's moves.
+func (q *Queries) WarehouseMoveListByIDs(ctx context.Context, db DBTX, ids []int64) ([]WarehouseMoveListByIDsRow, error) {
+	rows, err := db.Query(ctx, warehouseMoveListByIDs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []WarehouseMoveListByIDsRow{}
+	for rows.Next() {
+		var i WarehouseMoveListByIDsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Number,
+			&i.Kind,
+			&i.FromWarehouse,
+			&i.ToWarehouse,
+			&i.PurchaseOrderID,
+			&i.ProdOrderID,
+			&i.SourceEventID,
+			&i.Status,
+			&i.CreatedAt,
+			&i.Version,
+			&i.SalesOrderID,
+			&i.ReversalOfID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const warehouseMoveListPage = `-- name: WarehouseMoveListPage :many
 
 SELECT m.id, m.number, m.kind, wf.code AS from_warehouse, wt.code AS to_warehouse,
-    m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at, m.version
+    m.purchase_order_id, m.prod_order_id, m.source_event_id, m.status, m.created_at, m.version,
+    m.sales_order_id, m.reversal_of_id
 FROM wh_moves m
 LEFT JOIN warehouses wf ON wf.id = m.from_warehouse_id
 LEFT JOIN warehouses wt ON wt.id = m.to_warehouse_id
@@ -337,6 +400,8 @@ type WarehouseMoveListPageRow struct {
 	Status          string
 	CreatedAt       time.Time
 	Version         int32
+	SalesOrderID    *int64
+	ReversalOfID    *int64
 }
 
 // The warehouse move list, newest first, a keyset page as the sales order
@@ -374,6 +439,8 @@ func (q *Queries) WarehouseMoveListPage(ctx context.Context, db DBTX, arg Wareho
 			&i.Status,
 			&i.CreatedAt,
 			&i.Version,
+			&i.SalesOrderID,
+			&i.ReversalOfID,
 		); err != nil {
 			return nil, err
 		}
