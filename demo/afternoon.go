@@ -110,6 +110,7 @@ func (r *replay) produce(ctx context.Context, so doc, to string) error {
 		r.sum.Afternoon.Completed = append(r.sum.Afternoon.Completed, po.Number)
 		r.sum.Afternoon.Created["ПР"]++
 	}
+	r.sum.Afternoon.Produced = append(r.sum.Afternoon.Produced, so.Number)
 	return nil
 }
 

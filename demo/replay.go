@@ -59,9 +59,10 @@ type AfternoonSummary struct {
 	Created map[string]int
 	// Receipt is the delivery received and then reversed by Reversal.
 	Receipt, Reversal string
-	// Completed are the production orders released and completed, Issued
-	// their material issues posted, in that order.
-	Completed, Issued []string
+	// Produced are the sales orders whose production orders were released
+	// and completed, Completed those production orders and Issued their
+	// material issues posted, in that order.
+	Produced, Completed, Issued []string
 	// Shipped is the sales order shipped by Shipment.
 	Shipped, Shipment string
 	// Cancelled is the sales order cancelled.
