@@ -235,7 +235,7 @@ func (c *client) stuckReport(ctx context.Context, after int64, waited time.Durat
 	}
 	slices.Reverse(stuck)
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d events of this run still unprocessed after %s", len(stuck), waited)
+	fmt.Fprintf(&b, "%d of this run's events still unprocessed after %s", len(stuck), waited)
 	for i, ev := range stuck[:min(len(stuck), reportEvents)] {
 		sep := ": "
 		if i > 0 {
@@ -265,7 +265,8 @@ func (ev stuckEvent) waitsFor() string {
 		if d.LastError != nil && *d.LastError != "" {
 			why = append(why, "last error: "+truncate(*d.LastError, 200))
 		}
-		if d.NextAttemptAt != nil {
+		// A pending delivery's due time says nothing while it is held.
+		if d.Status == "FAILED" && d.NextAttemptAt != nil {
 			why = append(why, "next attempt "+d.NextAttemptAt.Format(time.RFC3339))
 		}
 		open = append(open, fmt.Sprintf("%s (%s)", d.Subscriber.Name, strings.Join(why, "; ")))
