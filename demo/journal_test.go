@@ -58,7 +58,9 @@ func TestWaitProcessedIsForThisRunsEvents(t *testing.T) {
 	apptest.GQL[map[string]any](t, s, `mutation { createUser(input: {login: "clerk2", displayName: "Кладовщик 2", role: WAREHOUSE}) { id } }`, nil)
 	apptest.WaitFor(t, 10*time.Second, "a failed attempt", func() bool {
 		d := apptest.GQL[struct {
-			Deliveries struct{ Edges []struct{ Node struct{ Status string } } }
+			Deliveries struct {
+				Edges []struct{ Node struct{ Status string } }
+			}
 		}](t, s, `{ deliveries(filter: {subscriber: "refused-users"}, first: 1) { edges { node { status } } } }`, nil).Deliveries
 		return len(d.Edges) == 1 && d.Edges[0].Node.Status == "FAILED"
 	})
