@@ -54,7 +54,8 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		}
 		return err
 	}
-	logger.Info("demo: done", slog.Int("events", sum.Events), slog.Int("duplicates", sum.Duplicates))
+	logger.Info("demo: done", slog.Int("events", sum.Events), slog.Int("afternoon_events", sum.Afternoon.Events),
+		slog.Int("duplicates", sum.Duplicates))
 	return nil
 }
 

@@ -18,7 +18,8 @@ import (
 const requestTimeout = 30 * time.Second
 
 // TableRows is how many of the newest journal events the replay prints,
-// about what the seed's screens show.
+// about what the seed's screens show: the afternoon's and the end of the
+// seed's day.
 const TableRows = 30
 
 // Summary counts what one replay did.
@@ -67,8 +68,8 @@ type AfternoonSummary struct {
 	Shipped, Shipment string
 	// Cancelled is the sales order cancelled.
 	Cancelled string
-	// Events is how many journal events the afternoon wrote: the newest
-	// Events of the replay's.
+	// Events is how many journal events the afternoon wrote, the newest of
+	// the replay's.
 	Events int
 }
 
@@ -99,7 +100,7 @@ func (s Summary) Line() string {
 // released, their issues posted and the orders completed (a ПР of finished
 // goods each), one order shipped (ОТ), one cancelled, the delivery
 // reversed. Replay waits until the server has processed every event of
-// this run (at most drainTimeout; the error then names the events still
+// this run (at most 30 s at a time; the error then names the events still
 // unprocessed and what they wait for), prints the newest TableRows journal
 // events as the seed's table and the summary line to out, and checks that
 // no event was processed before it was created.
