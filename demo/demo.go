@@ -1,7 +1,8 @@
 // Package demo is the client that replays the seed's business day against a
-// running server through its public GraphQL API, then prints the resulting
-// journal as the "Поток событий" screen the system was specified from
-// (demo/testdata/seed-*.txt) and a summary line.
+// running server through its public GraphQL API, and an afternoon after it
+// that moves the day's documents through their lifecycles, then prints the
+// resulting journal as the "Поток событий" screen the system was specified
+// from (demo/testdata/seed-*.txt) and a summary line.
 //
 // It knows the server only as an HTTP endpoint and a bearer token: what it
 // does, any other client of the API can do. The day itself is data
@@ -36,8 +37,8 @@ type Config struct {
 	DataDir string
 }
 
-// Run replays the seed's business day against the server at cfg.URL and
-// prints the journal table and the summary to stdout. A refused connection
+// Run replays the seed's business day and its afternoon (Replay) against
+// the server at cfg.URL and prints the journal table and the summary to stdout. A refused connection
 // comes back with a hint to start the server; a GraphQL error is an *Error.
 func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	token, err := cfg.token()
@@ -53,7 +54,8 @@ func Run(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		}
 		return err
 	}
-	logger.Info("demo: done", slog.Int("events", sum.Events), slog.Int("duplicates", sum.Duplicates))
+	logger.Info("demo: done", slog.Int("events", sum.Events), slog.Int("afternoon_events", sum.Afternoon.Events),
+		slog.Int("duplicates", sum.Duplicates))
 	return nil
 }
 

@@ -4,13 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
 // Polling of the journal: the replay waits up to drainTimeout, polling every
-// pollInterval, for the server to process every event. A fresh server
-// processes the day in well under a second; the timeout is for a busy one.
+// pollInterval, for the server to process every event it caused. A fresh
+// server processes the day in well under a second; the timeout is for a
+// busy one.
 const (
 	drainTimeout = 30 * time.Second
 	pollInterval = 100 * time.Millisecond
@@ -110,35 +113,177 @@ func (c *client) eventsAfter(ctx context.Context, id int64) ([]Event, error) {
 	}
 }
 
-// waitProcessed polls every pollInterval until no event is unprocessed, for
-// at most drainTimeout. The planning chain journals its documents from the
-// subscribers of earlier events, so "nothing unprocessed" also means the
-// chain has finished.
-func (c *client) waitProcessed(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, drainTimeout)
+// waitProcessed polls every pollInterval, for at most timeout, until every
+// event with an id greater than after (this run's: after is the journal
+// head when the run began) is processed. Events from before are not waited
+// for: a webhook paused since yesterday holds its own events, not this
+// run's. The planning chain journals its documents from the subscribers of
+// earlier events, so "nothing of this run unprocessed" also means the
+// chain has finished. On timeout the error lists this run's unprocessed
+// events and what each waits for (stuckReport).
+func (c *client) waitProcessed(ctx context.Context, after int64, timeout time.Duration) error {
+	waitCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
 	for {
-		res, err := call[eventsData](ctx, c, eventsQuery,
+		// Newest first: the newest unprocessed event is this run's if any is.
+		res, err := call[eventsData](waitCtx, c, eventsQuery,
 			map[string]any{"first": 1, "filter": map[string]any{"processed": false}})
-		if err == nil && len(res.Events.Edges) == 0 {
-			return nil
-		}
-		if err != nil && ctx.Err() == nil {
+		if err != nil && waitCtx.Err() == nil {
 			return fmt.Errorf("wait for processing: %w", err)
 		}
-		select {
-		case <-ctx.Done():
-			if len(res.Events.Edges) > 0 {
-				ev := res.Events.Edges[0].Node
-				return fmt.Errorf("wait for processing: event %s (%s, %s) still unprocessed after %s: %w",
-					ev.ID, ev.Type, ev.Object, drainTimeout, ctx.Err())
+		if err == nil {
+			nodes := res.nodes()
+			if len(nodes) == 0 {
+				return nil
 			}
-			return fmt.Errorf("wait for processing: %w", ctx.Err())
+			id, err := strconv.ParseInt(nodes[0].ID, 10, 64)
+			if err != nil {
+				return fmt.Errorf("wait for processing: parse event id %q: %w", nodes[0].ID, err)
+			}
+			if id <= after {
+				return nil
+			}
+		}
+		select {
+		case <-waitCtx.Done():
+			if ctx.Err() != nil {
+				return fmt.Errorf("wait for processing: %w", ctx.Err())
+			}
+			return fmt.Errorf("wait for processing: %s", c.stuckReport(ctx, after, timeout))
 		case <-tick.C:
 		}
 	}
+}
+
+// Bounds of stuckReport: how long it may take, and how many of the stuck
+// events it describes (the oldest, which usually hold up the others).
+const (
+	reportTimeout = 10 * time.Second
+	reportEvents  = 5
+)
+
+// stuckEvent is an unprocessed event with its delivery records.
+type stuckEvent struct {
+	ID         string `json:"id"`
+	Type       string `json:"type"`
+	Object     string `json:"object"`
+	Deliveries []struct {
+		Subscriber struct {
+			Name   string `json:"name"`
+			Paused bool   `json:"paused"`
+		} `json:"subscriber"`
+		Status        string     `json:"status"`
+		Attempts      int        `json:"attempts"`
+		LastError     *string    `json:"lastError"`
+		NextAttemptAt *time.Time `json:"nextAttemptAt"`
+	} `json:"deliveries"`
+}
+
+const stuckQuery = `query($first: Int, $after: String) {
+  events(first: $first, after: $after, filter: {processed: false}) {
+    edges { node { id type object
+      deliveries { subscriber { name paused } status attempts lastError nextAttemptAt } } }
+    pageInfo { hasNextPage endCursor }
+  }
+}`
+
+// stuckReport says, for a wait that timed out, how many events with an
+// id greater than after are still unprocessed and, for the oldest of them,
+// which subscribers they wait for and why, as far as the delivery records
+// show it: "event 120 (doc.created, wh_moves #7) waits for crm-hook
+// (paused; pending, 0 attempts)". An event with no open delivery has not
+// been dispatched yet. When the records cannot be read the report says so
+// and why.
+func (c *client) stuckReport(ctx context.Context, after int64, waited time.Duration) string {
+	ctx, cancel := context.WithTimeout(ctx, reportTimeout)
+	defer cancel()
+	var stuck []stuckEvent // newest first
+	vars := map[string]any{"first": 100}
+	for {
+		res, err := call[struct {
+			Events struct {
+				Edges []struct {
+					Node stuckEvent `json:"node"`
+				} `json:"edges"`
+				PageInfo struct {
+					HasNextPage bool    `json:"hasNextPage"`
+					EndCursor   *string `json:"endCursor"`
+				} `json:"pageInfo"`
+			} `json:"events"`
+		}](ctx, c, stuckQuery, vars)
+		if err != nil {
+			return fmt.Sprintf("events of this run still unprocessed after %s (reading their deliveries failed: %v)", waited, err)
+		}
+		done := !res.Events.PageInfo.HasNextPage || res.Events.PageInfo.EndCursor == nil
+		for _, e := range res.Events.Edges {
+			id, err := strconv.ParseInt(e.Node.ID, 10, 64)
+			if err != nil || id <= after {
+				done = true
+				break
+			}
+			stuck = append(stuck, e.Node)
+		}
+		if done {
+			break
+		}
+		vars["after"] = *res.Events.PageInfo.EndCursor
+	}
+	if len(stuck) == 0 {
+		return fmt.Sprintf("this run's events were not all processed after %s, and are now", waited)
+	}
+	slices.Reverse(stuck)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d of this run's events still unprocessed after %s", len(stuck), waited)
+	for i, ev := range stuck[:min(len(stuck), reportEvents)] {
+		sep := ": "
+		if i > 0 {
+			sep = "; "
+		}
+		fmt.Fprintf(&b, "%sevent %s (%s, %s) %s", sep, ev.ID, ev.Type, ev.Object, ev.waitsFor())
+	}
+	if len(stuck) > reportEvents {
+		fmt.Fprintf(&b, "; and %d more", len(stuck)-reportEvents)
+	}
+	return b.String()
+}
+
+// waitsFor says what an unprocessed event waits for: its deliveries that
+// are neither delivered nor dead, or that it has not been dispatched.
+func (ev stuckEvent) waitsFor() string {
+	var open []string
+	for _, d := range ev.Deliveries {
+		if d.Status == "DELIVERED" || d.Status == "DEAD" {
+			continue
+		}
+		var why []string
+		if d.Subscriber.Paused {
+			why = append(why, "paused")
+		}
+		why = append(why, fmt.Sprintf("%s, %d attempts", strings.ToLower(d.Status), d.Attempts))
+		if d.LastError != nil && *d.LastError != "" {
+			why = append(why, "last error: "+truncate(*d.LastError, 200))
+		}
+		// A pending delivery's due time says nothing while it is held.
+		if d.Status == "FAILED" && d.NextAttemptAt != nil {
+			why = append(why, "next attempt "+d.NextAttemptAt.Format(time.RFC3339))
+		}
+		open = append(open, fmt.Sprintf("%s (%s)", d.Subscriber.Name, strings.Join(why, "; ")))
+	}
+	if len(open) == 0 {
+		return "has no open delivery: not dispatched yet"
+	}
+	return "waits for " + strings.Join(open, ", ")
+}
+
+// truncate shortens s to at most n runes, marking the cut with "…".
+func truncate(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
 }
 
 // verifyEvents returns an error for the first event that is unprocessed or

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -17,7 +18,8 @@ import (
 const requestTimeout = 30 * time.Second
 
 // TableRows is how many of the newest journal events the replay prints,
-// about what the seed's screens show.
+// about what the seed's screens show: the afternoon's and the end of the
+// seed's day.
 const TableRows = 30
 
 // Summary counts what one replay did.
@@ -41,8 +43,33 @@ type Summary struct {
 	DuplicateIDs []string
 	// ShopOrders are the shop sync_ids sent, in sending order.
 	ShopOrders []string
-	// Events is how many journal events this replay wrote; all of them were
-	// processed when it returned.
+	// Afternoon is what the afternoon after the seed's day did; its
+	// documents are not in Created.
+	Afternoon AfternoonSummary
+	// Events is how many journal events this replay wrote, the afternoon's
+	// included; all of them were processed when it returned.
+	Events int
+}
+
+// AfternoonSummary is what one replay's afternoon (Day.Afternoon) did, by
+// document number (ЗК-2026-000419).
+type AfternoonSummary struct {
+	// Created counts its new documents per number prefix: ПР (the
+	// delivery, a receipt of finished goods per completed production order,
+	// the delivery's reversal) and ОТ (the shipment).
+	Created map[string]int
+	// Receipt is the delivery received and then reversed by Reversal.
+	Receipt, Reversal string
+	// Produced are the sales orders whose production orders were released
+	// and completed, Completed those production orders and Issued their
+	// material issues posted, in that order.
+	Produced, Completed, Issued []string
+	// Shipped is the sales order shipped by Shipment.
+	Shipped, Shipment string
+	// Cancelled is the sales order cancelled.
+	Cancelled string
+	// Events is how many journal events the afternoon wrote, the newest of
+	// the replay's.
 	Events int
 }
 
@@ -52,8 +79,13 @@ func (s Summary) Line() string {
 	for _, p := range []string{"ЗП", "ПР", "ЗК", "ПЗ", "ВЦ"} {
 		docs = append(docs, fmt.Sprintf("%s %d", p, s.Created[p]))
 	}
-	return fmt.Sprintf("Итог: документов создано — %s; заказов получено %d, из них повторов %d; событий обработано %d.",
-		strings.Join(docs, ", "), s.Received, s.Duplicates, s.Events)
+	a := s.Afternoon
+	return fmt.Sprintf("Итог: документов создано — %s; заказов получено %d, из них повторов %d; "+
+		"после обеда — ПР %d, ОТ %d: выполнено ПЗ %d (проведено ВЦ %d), отгружен %s, отменён %s, сторнирован %s; "+
+		"событий обработано %d.",
+		strings.Join(docs, ", "), s.Received, s.Duplicates,
+		a.Created["ПР"], a.Created["ОТ"], len(a.Completed), len(a.Issued), a.Shipped, a.Cancelled, a.Receipt,
+		s.Events)
 }
 
 // Replay replays the seed's business day (SeedDay) through the GraphQL API
@@ -62,15 +94,21 @@ func (s Summary) Line() string {
 // continuing the old system's, the purchase orders and a receipt, the CRM
 // orders, a manual order and the shop orders. The server plans the
 // received orders itself: a production order ПЗ per line of a product with
-// a bill of materials, and a material issue ВЦ per production order,
-// journaled by the system. Replay then waits until the server has processed
-// every event, prints the newest TableRows journal events as the seed's
-// table and the summary line to out, and checks that no event was processed
-// before it was created.
+// a bill of materials, and a draft material issue ВЦ per production order,
+// journaled by the system. Then the afternoon (Day.Afternoon) acts on
+// this run's shop orders: a second delivery ПР, two production orders
+// released, their issues posted and the orders completed (a ПР of finished
+// goods each), one order shipped (ОТ), one cancelled, the delivery
+// reversed. Replay waits until the server has processed every event of
+// this run (at most 30 s at a time; the error then names the events still
+// unprocessed and what they wait for), prints the newest TableRows journal
+// events as the seed's table and the summary line to out, and checks that
+// no event was processed before it was created.
 //
 // Re-running it is safe: existing master data is reused (bills of materials
 // are set again, unchanged) and the CRM orders and the shop orders with a
-// fixed sync_id come back as duplicates and plan nothing again. Errors name
+// fixed sync_id come back as duplicates and plan nothing again; the
+// afternoon acts on the run's own new shop orders and delivery. Errors name
 // the step; a GraphQL error is an *Error carrying extensions.code.
 func Replay(ctx context.Context, endpoint, token string, out io.Writer) (Summary, error) {
 	day, err := SeedDay()
@@ -78,19 +116,30 @@ func Replay(ctx context.Context, endpoint, token string, out io.Writer) (Summary
 		return Summary{}, err
 	}
 	r := &replay{
-		c:   &client{endpoint: endpoint, token: token, http: &http.Client{Timeout: requestTimeout}},
-		day: day,
-		sum: Summary{Year: time.Now().Year(), Created: map[string]int{}},
+		c:     &client{endpoint: endpoint, token: token, http: &http.Client{Timeout: requestTimeout}},
+		day:   day,
+		sum:   Summary{Year: time.Now().Year(), Created: map[string]int{}, Afternoon: AfternoonSummary{Created: map[string]int{}}},
+		drain: drainTimeout,
 	}
 	err = r.run(ctx, out)
 	return r.sum, err
 }
 
-// replay is one run of the day: the client, the day and what it counted.
+// replay is one run of the day: the client, the day, what it counted, and
+// the documents the afternoon acts on.
 type replay struct {
 	c   *client
 	day Day
 	sum Summary
+	// drain bounds each wait for this run's events to be processed.
+	drain time.Duration
+	// baseline is the newest journal event's id when the run began: the
+	// run's events are the ones after it; afternoonAfter the same for the
+	// afternoon's.
+	baseline, afternoonAfter int64
+	// purchaseOrders are this run's, in Day.PurchaseOrders' order;
+	// shopOrders the sales orders of Day.ShopOrders, a duplicate's too.
+	purchaseOrders, shopOrders []doc
 }
 
 func (r *replay) run(ctx context.Context, out io.Writer) error {
@@ -98,6 +147,7 @@ func (r *replay) run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("read journal head: %w", err)
 	}
+	r.baseline = baseline
 	if err := r.masterData(ctx); err != nil {
 		return err
 	}
@@ -110,7 +160,10 @@ func (r *replay) run(ctx context.Context, out io.Writer) error {
 	if err := r.orders(ctx); err != nil {
 		return err
 	}
-	return r.report(ctx, baseline, out)
+	if err := r.afternoon(ctx); err != nil {
+		return err
+	}
+	return r.report(ctx, out)
 }
 
 // masterData creates the items and warehouses (CONFLICT means an earlier
@@ -194,7 +247,7 @@ type doc struct {
 // purchases orders the materials from the suppliers and receives one
 // purchase order.
 func (r *replay) purchases(ctx context.Context) error {
-	pos := make([]doc, len(r.day.PurchaseOrders))
+	r.purchaseOrders = make([]doc, len(r.day.PurchaseOrders))
 	for i, p := range r.day.PurchaseOrders {
 		res, err := call[struct{ CreatePurchaseOrder doc }](ctx, r.c,
 			`mutation($in: PurchaseOrderInput!) { createPurchaseOrder(input: $in) { id number } }`,
@@ -203,18 +256,28 @@ func (r *replay) purchases(ctx context.Context) error {
 			return fmt.Errorf("create purchase order to %s: %w", p.Supplier, err)
 		}
 		r.sum.Created["ЗП"]++
-		pos[i] = res.CreatePurchaseOrder
+		r.purchaseOrders[i] = res.CreatePurchaseOrder
 	}
-	rc := r.day.Receipt
-	po := pos[rc.PurchaseOrder-1]
-	if err := r.c.exec(ctx, `mutation($in: WarehouseMoveInput!) { createWarehouseMove(input: $in) { id number } }`,
-		map[string]any{"in": map[string]any{
-			"kind": "RECEIPT", "toWarehouse": rc.ToWarehouse, "lines": r.day.PurchaseOrders[rc.PurchaseOrder-1].Lines, "purchaseOrderId": po.ID,
-		}}); err != nil {
-		return fmt.Errorf("receive purchase order %s: %w", po.Number, err)
+	if _, err := r.receipt(ctx, r.day.Receipt); err != nil {
+		return err
 	}
 	r.sum.Created["ПР"]++
 	return nil
+}
+
+// receipt receives every line of one of this run's purchase orders and
+// returns the receipt ПР.
+func (r *replay) receipt(ctx context.Context, rc Receipt) (doc, error) {
+	po := r.purchaseOrders[rc.PurchaseOrder-1]
+	res, err := call[struct{ CreateWarehouseMove doc }](ctx, r.c,
+		`mutation($in: WarehouseMoveInput!) { createWarehouseMove(input: $in) { id number } }`,
+		map[string]any{"in": map[string]any{
+			"kind": "RECEIPT", "toWarehouse": rc.ToWarehouse, "lines": r.day.PurchaseOrders[rc.PurchaseOrder-1].Lines, "purchaseOrderId": po.ID,
+		}})
+	if err != nil {
+		return doc{}, fmt.Errorf("receive purchase order %s: %w", po.Number, err)
+	}
+	return res.CreateWarehouseMove, nil
 }
 
 // orders sends the CRM orders, the manual order and the shop orders. As in
@@ -225,7 +288,7 @@ func (r *replay) purchases(ctx context.Context) error {
 // seed's (ПЗ-…-000414 and 415 for ЗК-…-000418).
 func (r *replay) orders(ctx context.Context) error {
 	for _, o := range r.day.CRMOrders {
-		if err := r.receive(ctx, "CRM", o.ExternalID, o); err != nil {
+		if _, err := r.receive(ctx, "CRM", o.ExternalID, o); err != nil {
 			return fmt.Errorf("receive crm order %s: %w", o.ExternalID, err)
 		}
 	}
@@ -235,7 +298,7 @@ func (r *replay) orders(ctx context.Context) error {
 		return fmt.Errorf("create manual sales order: %w", err)
 	}
 	r.sum.Created["ЗК"]++
-	if err := r.c.waitProcessed(ctx); err != nil {
+	if err := r.c.waitProcessed(ctx, r.baseline, r.drain); err != nil {
 		return err
 	}
 	for _, o := range r.day.ShopOrders {
@@ -247,26 +310,30 @@ func (r *replay) orders(ctx context.Context) error {
 			}
 		}
 		r.sum.ShopOrders = append(r.sum.ShopOrders, syncID)
-		if err := r.receive(ctx, "SHOP", syncID, o); err != nil {
+		so, err := r.receive(ctx, "SHOP", syncID, o)
+		if err != nil {
 			return fmt.Errorf("receive shop order %s: %w", syncID, err)
 		}
-		if err := r.c.waitProcessed(ctx); err != nil {
+		r.shopOrders = append(r.shopOrders, so)
+		if err := r.c.waitProcessed(ctx, r.baseline, r.drain); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// receive sends one integration order and counts the answer.
-func (r *replay) receive(ctx context.Context, source, externalID string, o Order) error {
+// receive sends one integration order, counts the answer and returns the
+// sales order (the first one for a duplicate).
+func (r *replay) receive(ctx context.Context, source, externalID string, o Order) (doc, error) {
 	res, err := call[struct {
 		ReceiveOrder struct {
+			Order     doc  `json:"order"`
 			Duplicate bool `json:"duplicate"`
 		}
-	}](ctx, r.c, `mutation($in: ReceiveOrderInput!) { receiveOrder(input: $in) { duplicate } }`,
+	}](ctx, r.c, `mutation($in: ReceiveOrderInput!) { receiveOrder(input: $in) { order { id number } duplicate } }`,
 		map[string]any{"in": map[string]any{"source": source, "externalId": externalID, "customer": o.Customer, "lines": o.Lines}})
 	if err != nil {
-		return err
+		return doc{}, err
 	}
 	r.sum.Received++
 	if res.ReceiveOrder.Duplicate {
@@ -275,7 +342,7 @@ func (r *replay) receive(ctx context.Context, source, externalID string, o Order
 	} else {
 		r.sum.Created["ЗК"]++
 	}
-	return nil
+	return res.ReceiveOrder.Order, nil
 }
 
 // newSyncID makes a shop sync_id like the seed's: "shop-" and 12 hex digits.
@@ -292,12 +359,21 @@ func newSyncID() (string, error) {
 // when everything is processed, the planning chain included (an event stays
 // unprocessed until its subscribers, which journal the chain's next
 // documents, are done).
-func (r *replay) report(ctx context.Context, baseline int64, out io.Writer) error {
-	events, err := r.c.eventsAfter(ctx, baseline)
+func (r *replay) report(ctx context.Context, out io.Writer) error {
+	events, err := r.c.eventsAfter(ctx, r.baseline)
 	if err != nil {
 		return fmt.Errorf("read this run's events: %w", err)
 	}
 	r.sum.Events = len(events)
+	for _, ev := range events {
+		id, err := strconv.ParseInt(ev.ID, 10, 64)
+		if err != nil {
+			return fmt.Errorf("parse event id %q: %w", ev.ID, err)
+		}
+		if id > r.afternoonAfter {
+			r.sum.Afternoon.Events++
+		}
+	}
 	planned, err := countPlanned(events)
 	if err != nil {
 		return err

@@ -63,11 +63,11 @@ var docEntities = map[string]struct {
 }{
 	"sales_order":    {"sales_orders", []string{"ЗК"}},
 	"prod_order":     {"plan_prod_orders", []string{"ПЗ"}},
-	"wh_move":        {"wh_moves", []string{"ПР", "ВЦ"}},
+	"wh_move":        {"wh_moves", []string{"ПР", "ВЦ", "ОТ"}},
 	"purchase_order": {"wh_purchase_orders", []string{"ЗП"}},
 }
 
-var docNumber = regexp.MustCompile(`^(ЗК|ПЗ|ЗП|ПР|ВЦ)-(\d{4})-(\d{6})$`)
+var docNumber = regexp.MustCompile(`^(ЗК|ПЗ|ЗП|ПР|ВЦ|ОТ)-(\d{4})-(\d{6})$`)
 
 func TestDemoReplay(t *testing.T) {
 	t.Parallel()
@@ -91,12 +91,20 @@ func TestDemoReplay(t *testing.T) {
 	require.Zero(t, sum.Duplicates)
 	require.Equal(t, 9, sum.ItemsCreated)
 	require.Equal(t, 2, sum.WarehousesCreated)
+	// The afternoon acts on this run's shop orders 2 (ЗК-…-000419, planned
+	// as ПЗ-…-000416 with ВЦ-…-000016; shipped as ОТ-…-000001), 4 (spare
+	// fittings, ЗК-…-000421: cancelled) and 5 (ЗК-…-000422, ПЗ-…-000418,
+	// ВЦ-…-000018) and on its second purchase order: the delivery
+	// ПР-…-000002, the finished goods ПР-…-000003 and 4, the reversal 5.
+	require.Equal(t, afternoonWant(year, 2, 5, 419, 422, 416, 418, 16, 18, 1, 421), sum.Afternoon)
 
-	journal := demoJournal(t, s)
-	require.Len(t, journal, sum.Events)
+	all := demoJournal(t, s)
+	require.Len(t, all, sum.Events)
+	journal := all[:len(all)-sum.Afternoon.Events] // the seed's day
 	require.Len(t, journal, 22+21+21+18+2+1+18+1,
 		"doc.created per document plus order.received and its acceptance's doc.status_changed per integration order, "+
 			"and the received purchase order's doc.status_changed")
+	requireAfternoonEvents(t, all[len(journal):], sum.Afternoon)
 
 	// The printed table: the seed's header, 30 rows, the summary last.
 	text := out.String()
@@ -108,7 +116,7 @@ func TestDemoReplay(t *testing.T) {
 	var rows []string
 	for _, l := range strings.Split(text, "\n") {
 		if m := rowStart.FindStringSubmatch(l); m != nil {
-			ev := journal[len(journal)-1-len(rows)]
+			ev := all[len(all)-1-len(rows)]
 			require.Equal(t, ev.ID, m[1], "row %q", l)
 			actor := "Администратор"
 			if systemMade(t, ev) {
@@ -119,13 +127,21 @@ func TestDemoReplay(t *testing.T) {
 		}
 	}
 	require.Len(t, rows, demo.TableRows)
-	// The last shop order's material issue comes last, ВЦ-…-000018. Its
-	// row id is usually the seed's wh_moves #N+1 (the receipt ПР is #1),
-	// but ids are not gapless: a batch dispatch that runs again after a
-	// lock wait (two dispatches issuing materials queue on the ВЦ series
-	// row) rolls back the id it took. Numbers are gapless.
-	require.Regexp(t, fmt.Sprintf(`\| wh_moves #(\d+) \| \{"id": \d+, "no": "ВЦ-%d-000018", "entity": "wh_move"\}`, year), rows[0])
+	// The table opens with the afternoon, newest first: the reversal of
+	// the afternoon's delivery on top, the delivery's receipt the
+	// afternoon's first event; then the seed's day, whose last event is
+	// the last shop order's material issue, ВЦ-…-000018. Its row id is
+	// usually the seed's wh_moves #N+1 (the receipt ПР is #1), but ids are
+	// not gapless: a batch dispatch that runs again after a lock wait (two
+	// dispatches issuing materials queue on the ВЦ series row) rolls back
+	// the id it took. Numbers are gapless.
+	require.Equal(t, 17, sum.Afternoon.Events)
+	require.Regexp(t, fmt.Sprintf(`^\| \d+ \| doc\.created \| wh_moves #\d+ \| \{"id": \d+, "no": "ПР-%d-000005", "entity": "wh_move"\}`, year), rows[0])
+	require.Regexp(t, fmt.Sprintf(`^\| \d+ \| doc\.created \| wh_moves #\d+ \| \{"id": \d+, "no": "ПР-%d-000002", "entity": "wh_move"\}`, year), rows[16])
+	require.Regexp(t, fmt.Sprintf(`\| wh_moves #(\d+) \| \{"id": \d+, "no": "ВЦ-%d-000018", "entity": "wh_move"\}`, year), rows[17])
 	require.True(t, strings.HasSuffix(text, sum.Line()+"\n"), "output ends with the summary:\n%s", text)
+	require.Contains(t, sum.Line(), fmt.Sprintf("после обеда — ПР 4, ОТ 1: выполнено ПЗ 2 (проведено ВЦ 2), отгружен ЗК-%d-000419, "+
+		"отменён ЗК-%d-000421, сторнирован ПР-%d-000002; событий обработано 121.", year, year, year))
 
 	// The payloads have the seed screens' shapes, key order included: the
 	// seed shows jsonb's order, and so must the journal. (The seed's CRM
@@ -133,7 +149,7 @@ func TestDemoReplay(t *testing.T) {
 	seedShapes := seedPayloadShapes(t)
 	require.Len(t, seedShapes, 2, "doc.created and shop order.received shapes in the seed")
 	shapesSeen := map[string]bool{}
-	for _, ev := range journal {
+	for _, ev := range all {
 		if want, ok := seedShapes[payloadShape(t, ev)]; ok {
 			require.Equal(t, want, payloadKeys(t, ev.Payload), "event %s payload %s", ev.ID, ev.Payload)
 			shapesSeen[payloadShape(t, ev)] = true
@@ -239,7 +255,7 @@ func TestDemoReplay(t *testing.T) {
 	// The planning chain: every line of a received order for a product
 	// with a bill of materials has one ПЗ, and every ПЗ one ВЦ issuing its
 	// components from the production warehouse.
-	plan := checkDemoPlanning(t, s, journal)
+	plan := checkDemoPlanning(t, s, all)
 	require.Len(t, plan, 18)
 	// As in the seed: the first shop order (ЗК-…-000418) is planned as
 	// ПЗ-…-000414 and 415, the order after the spare fittings (#22) as
@@ -279,9 +295,15 @@ func TestDemoReplay(t *testing.T) {
 	require.Equal(t, 9, sum2.ItemsExisting)
 	require.Equal(t, 2, sum2.WarehousesExisting)
 	require.Equal(t, map[string]int{"ЗК": 5, "ПЗ": 3, "ЗП": 2, "ПР": 1, "ВЦ": 3}, sum2.Created)
+	// The second afternoon acts on the second run's own documents: its
+	// shop orders 2, 4 and 5 (ЗК-…-000424, 426, 427; the shop-demo-0001
+	// duplicate is ЗК-…-000418 again) with their ПЗ-…-000419 and 421, and
+	// its second purchase order, ЗП-…-000004.
+	require.Equal(t, afternoonWant(year, 7, 10, 424, 427, 419, 421, 19, 21, 2, 426), sum2.Afternoon)
 
 	journal2 := demoJournal(t, s)
-	require.Len(t, journal2, len(journal)+sum2.Events)
+	require.Len(t, journal2, len(all)+sum2.Events)
+	requireAfternoonEvents(t, journal2[len(journal2)-sum2.Afternoon.Events:], sum2.Afternoon)
 	// The duplicates planned nothing again: the new production orders are
 	// all for this run's new orders (sales_orders #23…).
 	plan2 := checkDemoPlanning(t, s, journal2)
@@ -307,13 +329,84 @@ func TestDemoReplay(t *testing.T) {
 	require.Len(t, seen, 21+4)
 }
 
+// afternoonWant is the afternoon's summary on a fresh database, from the
+// sequence numbers of its documents: the delivery (ПР receipt) and its
+// reversal (ПР reversal), the two sales orders produced (ЗК) with their
+// production orders (ПЗ) and material issues (ВЦ), the shipped sales order
+// (the first produced) and its shipment (ОТ), the cancelled sales order.
+func afternoonWant(year, receipt, reversal, so1, so2, pz1, pz2, vc1, vc2, shipment, cancelled int) demo.AfternoonSummary {
+	no := func(prefix string, n int) string { return fmt.Sprintf("%s-%d-%06d", prefix, year, n) }
+	return demo.AfternoonSummary{
+		Created:   map[string]int{"ПР": 4, "ОТ": 1},
+		Receipt:   no("ПР", receipt),
+		Reversal:  no("ПР", reversal),
+		Produced:  []string{no("ЗК", so1), no("ЗК", so2)},
+		Completed: []string{no("ПЗ", pz1), no("ПЗ", pz2)},
+		Issued:    []string{no("ВЦ", vc1), no("ВЦ", vc2)},
+		Shipped:   no("ЗК", so1),
+		Shipment:  no("ОТ", shipment),
+		Cancelled: no("ЗК", cancelled),
+		Events:    17,
+	}
+}
+
+// requireAfternoonEvents checks the afternoon's events, oldest first,
+// against what it did (a): the delivery and its purchase order's status,
+// for each production order its release (moving its sales order
+// in_production), the issue posted, the completion and the receipt of the
+// finished goods, the shipment shipping its order, the cancellation, the
+// reversal; every one the admin's, none of them the system's.
+func requireAfternoonEvents(t *testing.T, events []demo.Event, a demo.AfternoonSummary) {
+	t.Helper()
+	type want struct{ typ, table, no, from, to, reason string }
+	created := func(table, no string) want { return want{"doc.created", table, no, "", "", ""} }
+	changed := func(table, no, from, to string) want { return want{"doc.status_changed", table, no, from, to, ""} }
+	wants := []want{created("wh_moves", a.Receipt), changed("wh_purchase_orders", "ЗП-", "open", "received")}
+	for i, pz := range a.Completed {
+		wants = append(wants,
+			changed("plan_prod_orders", pz, "planned", "released"),
+			changed("sales_orders", a.Produced[i], "accepted", "in_production"),
+			changed("wh_moves", a.Issued[i], "draft", "posted"),
+			changed("plan_prod_orders", pz, "released", "completed"),
+			created("wh_moves", "ПР-"))
+	}
+	day, err := demo.SeedDay()
+	require.NoError(t, err)
+	cancelled := changed("sales_orders", a.Cancelled, "accepted", "cancelled")
+	cancelled.reason = day.Afternoon.Cancellation.Reason
+	reversed := changed("wh_moves", a.Receipt, "posted", "reversed")
+	reversed.reason = day.Afternoon.ReversalReason
+	wants = append(wants,
+		created("wh_moves", a.Shipment),
+		changed("sales_orders", a.Shipped, "in_production", "shipped"),
+		cancelled, reversed,
+		created("wh_moves", a.Reversal))
+	require.Len(t, events, len(wants))
+	for i, ev := range events {
+		w := wants[i]
+		p := decodePayload(t, ev.Payload)
+		got := want{typ: ev.Type, table: ev.Entity, no: p["no"].(string)}
+		if strings.HasSuffix(w.no, "-") { // a number the afternoon does not report: its prefix
+			require.Regexp(t, "^"+w.no+`\d{4}-\d{6}$`, got.no, "event %s payload %s", ev.ID, ev.Payload)
+			got.no = w.no
+		}
+		got.from, _ = p["from"].(string)
+		got.to, _ = p["to"].(string)
+		got.reason, _ = p["reason"].(string)
+		require.Equal(t, w, got, "afternoon event %d: %s %s %s", i+1, ev.Type, ev.Object, ev.Payload)
+		require.NotNil(t, ev.Actor, "event %s", ev.ID)
+		require.Equal(t, "Администратор", ev.Actor.DisplayName)
+		require.NotNil(t, ev.ProcessedAt, "event %s unprocessed", ev.ID)
+	}
+}
+
 // systemMade reports whether ev is the doc.created of a document the
 // planning chain makes (ПЗ, ВЦ) or order_acceptance's doc.status_changed
-// of a sales order, which the system journals, not a user.
+// of a sales order (new → accepted), which the system journals, not a user.
 func systemMade(t *testing.T, ev demo.Event) bool {
 	t.Helper()
 	if ev.Type == "doc.status_changed" {
-		return ev.Entity == "sales_orders"
+		return ev.Entity == "sales_orders" && decodePayload(t, ev.Payload)["to"] == "accepted"
 	}
 	if ev.Type != "doc.created" {
 		return false
