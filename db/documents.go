@@ -183,8 +183,9 @@ type docCreatedPayload struct {
 
 // CreateSalesOrder writes a manual sales order (number ЗК-…) with its lines
 // and its doc.created event in tx: InsertSalesOrder, then
-// NumberSalesOrder. Bad input is an *InputError and writes nothing the
-// caller's rollback would not undo.
+// NumberSalesOrder, for a caller that needs the number before commit. Bad
+// input is an *InputError and writes nothing the caller's rollback would
+// not undo.
 func CreateSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in SalesOrderInput) (SalesOrder, []Event, error) {
 	pending, _, err := InsertSalesOrder(ctx, tx, actorID, in)
 	if err != nil {
@@ -198,11 +199,15 @@ func CreateSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in SalesOr
 }
 
 // PendingSalesOrder is a sales order InsertSalesOrder wrote without its
-// number; NumberSalesOrder, in the same transaction, gives it one.
+// number; it takes one at commit (the sales_orders_number trigger), or
+// earlier from NumberSalesOrder.
 type PendingSalesOrder struct {
 	order SalesOrder
 	event Event
 }
+
+// ID is the pending order's id (sales_orders).
+func (p PendingSalesOrder) ID() int64 { return p.order.ID }
 
 // InsertSalesOrder is the first half of CreateSalesOrder: it writes the
 // order with a provisional number, its lines and its doc.created event
@@ -210,11 +215,12 @@ type PendingSalesOrder struct {
 // event, for the caller to enqueue its dispatch job. Bad input is an
 // *InputError, as for CreateSalesOrder.
 //
-// The number comes last, from NumberSalesOrder, because taking it locks the
-// series row until tx ends (that is what keeps the series gapless): called
-// right before commit, after the job insert, it holds the lock for one
-// statement and the commit instead of the whole transaction, which is what
-// lets concurrent orders through.
+// The number comes at commit, from a deferred trigger, because taking it
+// locks the series row until the transaction ends (that is what keeps the
+// series gapless): taken inside COMMIT, the lock is held for the commit's
+// WAL flush only, which is what lets concurrent orders through. After
+// commit, NumberedSalesOrder reads the order with its number; an exhausted
+// series fails the commit (CommitErr makes that ErrConflict).
 func InsertSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in SalesOrderInput) (PendingSalesOrder, []Event, error) {
 	customer, err := requireText("customer", in.Customer)
 	if err != nil {
@@ -279,18 +285,44 @@ func insertPendingSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, cus
 	return PendingSalesOrder{order: so, event: ev}, []Event{ev}, nil
 }
 
-// NumberSalesOrder takes the next ЗК number for an order InsertSalesOrder
-// wrote in tx and puts it in the order and in its event's payload, in one
-// statement (SalesOrderSetNumber); call it last before commit. It returns
-// the order and the event as stored. An exhausted series is ErrConflict.
+// NumberSalesOrder numbers, in tx and now rather than at commit, the
+// orders InsertSalesOrder wrote in tx (p among them) and returns p and its
+// event as stored, number and "no" included. The series row stays locked
+// from here until tx ends, so call it only where the number is needed
+// before commit. An exhausted series is ErrConflict.
 func NumberSalesOrder(ctx context.Context, tx pgx.Tx, p PendingSalesOrder) (SalesOrder, Event, error) {
-	got, err := queries.SalesOrderSetNumber(ctx, tx, PrefixSalesOrder, p.order.ID, p.event.ID)
+	if err := queries.SalesOrderNumberNow(ctx, tx); err != nil {
+		return SalesOrder{}, Event{}, CommitErr(fmt.Errorf("number sales order %d: %w", p.order.ID, err))
+	}
+	return p.read(ctx, tx)
+}
+
+// NumberedSalesOrder returns p, committed, with the number and "no" its
+// commit gave it, read through q.
+func NumberedSalesOrder(ctx context.Context, q Querier, p PendingSalesOrder) (SalesOrder, error) {
+	so, _, err := p.read(ctx, q)
+	return so, err
+}
+
+func (p PendingSalesOrder) read(ctx context.Context, q Querier) (SalesOrder, Event, error) {
+	got, err := queries.SalesOrderGetNumber(ctx, q, p.order.ID, p.event.ID)
 	if err != nil {
-		return SalesOrder{}, Event{}, insertNumberedErr(PrefixSalesOrder, fmt.Sprintf("number sales order %d", p.order.ID), err)
+		return SalesOrder{}, Event{}, fmt.Errorf("read number of sales order %d: %w", p.order.ID, translate(err))
 	}
 	so, ev := p.order, p.event
 	so.Number, ev.Payload = got.Number, got.Payload
 	return so, ev, nil
+}
+
+// CommitErr translates the error of a commit, or of a statement that made
+// deferred triggers fire, of a transaction that wrote a sales order: an
+// exhausted ЗК series (the only one numbered at commit) is ErrConflict;
+// any other error comes back as it is.
+func CommitErr(err error) error {
+	if err == nil || violatedConstraint(translate(err)) != seriesLimitCheck {
+		return err
+	}
+	return insertNumberedErr(PrefixSalesOrder, "commit", err)
 }
 
 // ReceiveOrder writes a sales order received from the shop or the CRM with

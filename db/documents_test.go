@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -366,6 +367,72 @@ func TestCreateSalesOrderExhaustedSeries(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, fmt.Sprintf("ЗК-%d-999999", year), so.Number)
 	_, err = create()
+	require.ErrorIs(t, err, db.ErrConflict)
+	require.ErrorContains(t, err, "exhausted")
+	require.Equal(t, 1, b.count(t, "sales_orders"))
+	require.Equal(t, 1, b.count(t, "sales_order_lines"))
+	require.Equal(t, 1, b.count(t, "events"))
+}
+
+// A sales order takes its number inside COMMIT: a transaction that has
+// written an order and not committed holds no lock on the series, so a
+// later one commits first and takes the first number; each number is in
+// its order's doc.created payload, and a rolled-back order frees its
+// number.
+func TestSalesOrderNumberTakenAtCommit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	insert := func(tx pgx.Tx) db.PendingSalesOrder {
+		p, _, err := db.InsertSalesOrder(b.ctx, tx, nil, db.SalesOrderInput{Customer: "Иванов", Lines: oneLine()})
+		require.NoError(t, err)
+		return p
+	}
+	slow, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = slow.Rollback(b.ctx) }()
+	first := insert(slow)
+
+	// Rolled back: its number is never taken.
+	errBoom := errors.New("boom")
+	require.ErrorIs(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error { insert(tx); return errBoom }), errBoom)
+	// Not held up by the uncommitted order.
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer cancel()
+	var fast db.PendingSalesOrder
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error { fast = insert(tx); return nil }))
+	require.NoError(t, slow.Commit(b.ctx))
+
+	var year int
+	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT extract(year FROM now())::int").Scan(&year))
+	for want, p := range map[string]db.PendingSalesOrder{"000001": fast, "000002": first} {
+		so, err := db.NumberedSalesOrder(b.ctx, b.pool, p)
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("ЗК-%d-%s", year, want), so.Number)
+		var no string
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT payload->>'no' FROM events WHERE entity = 'sales_orders' AND entity_id = $1 AND type = 'doc.created'`, so.ID).Scan(&no))
+		require.Equal(t, so.Number, no)
+	}
+	require.Zero(t, b.count(t, "sales_orders WHERE number LIKE 'pending %'"))
+}
+
+// An exhausted ЗК series fails the commit of an order numbered there with
+// ErrConflict, and the order, its lines and its event are not written.
+func TestSalesOrderExhaustedSeriesAtCommit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var year int
+	require.NoError(t, b.pool.QueryRow(b.ctx, "SELECT extract(year FROM now())::int").Scan(&year))
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		return db.SetNumberSeriesStart(b.ctx, tx, db.PrefixSalesOrder, year, 999999)
+	}))
+	create := func() error {
+		return db.CommitErr(pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			_, _, err := db.InsertSalesOrder(b.ctx, tx, nil, db.SalesOrderInput{Customer: "X", Lines: oneLine()})
+			return err
+		}))
+	}
+	require.NoError(t, create())
+	err := create()
 	require.ErrorIs(t, err, db.ErrConflict)
 	require.ErrorContains(t, err, "exhausted")
 	require.Equal(t, 1, b.count(t, "sales_orders"))

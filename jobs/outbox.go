@@ -37,18 +37,10 @@ func (o *Outbox) Pool() *pgxpool.Pool { return o.pool }
 // Write runs fn in one transaction and, in that same transaction, enqueues a
 // dispatch job for every event fn returns. Commit makes the rows, the events
 // and the jobs visible at once; any error rolls all of them back (and frees
-// any document number fn took).
+// any document number fn took). A commit error is returned as
+// db.CommitErr gives it: a sales order takes its number inside COMMIT.
 func Write[T any](ctx context.Context, o *Outbox, fn func(tx pgx.Tx) (T, []db.Event, error)) (T, error) {
-	return WriteThen(ctx, o, fn, func(_ pgx.Tx, v T) (T, error) { return v, nil })
-}
-
-// WriteThen is Write with a last step: then runs after the dispatch jobs
-// are enqueued, as the last statements before commit, and its result is
-// WriteThen's. A document with a gapless number takes it there
-// (db.NumberSalesOrder): the series row stays locked from the number until
-// commit, so the later the number, the more documents per second.
-func WriteThen[T, R any](ctx context.Context, o *Outbox, fn func(tx pgx.Tx) (T, []db.Event, error), then func(tx pgx.Tx, v T) (R, error)) (R, error) {
-	var result R
+	var result T
 	var written []db.Event
 	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
 		v, events, err := fn(tx)
@@ -58,19 +50,17 @@ func WriteThen[T, R any](ctx context.Context, o *Outbox, fn func(tx pgx.Tx) (T, 
 		if err := EnqueueDispatch(ctx, o.river, tx, events); err != nil {
 			return err
 		}
-		r, err := then(tx, v)
-		if err != nil {
-			return err
-		}
-		result, written = r, events
+		result, written = v, events
 		return nil
 	})
-	if err == nil {
-		for _, ev := range written {
-			o.Metrics.EventWritten(ev.Type)
-		}
+	if err != nil {
+		var zero T
+		return zero, db.CommitErr(err)
 	}
-	return result, err
+	for _, ev := range written {
+		o.Metrics.EventWritten(ev.Type)
+	}
+	return result, nil
 }
 
 // EnqueueDispatch inserts one dispatch job per event in tx.

@@ -17,15 +17,17 @@ import (
 )
 
 func (r *mutationResolver) CreateSalesOrder(ctx context.Context, input db.SalesOrderInput) (*db.SalesOrder, error) {
-	// The number last, after the job insert: see db.InsertSalesOrder.
-	so, err := jobs.WriteThen(ctx, r.Outbox, func(tx pgx.Tx) (db.PendingSalesOrder, []db.Event, error) {
+	// The order takes its number at commit (see db.InsertSalesOrder) and
+	// is read back with it.
+	p, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) (db.PendingSalesOrder, []db.Event, error) {
 		return db.InsertSalesOrder(ctx, tx, actorID(ctx), input)
-	}, func(tx pgx.Tx, p db.PendingSalesOrder) (db.SalesOrder, error) {
-		so, _, err := db.NumberSalesOrder(ctx, tx, p)
-		return so, err
 	})
 	if err != nil {
 		return nil, inArg("input", err)
+	}
+	so, err := db.NumberedSalesOrder(ctx, r.Pool, p)
+	if err != nil {
+		return nil, err
 	}
 	return &so, nil
 }
@@ -37,20 +39,20 @@ func (r *mutationResolver) ReceiveOrder(ctx context.Context, input model.Receive
 		Customer:   input.Customer,
 		Lines:      input.Lines,
 	}
-	// The number last, after the job inserts: see db.InsertSalesOrder.
-	res, err := jobs.WriteThen(ctx, r.Outbox, func(tx pgx.Tx) (db.ReceivedOrder, []db.Event, error) {
+	ro, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) (db.ReceivedOrder, []db.Event, error) {
 		return db.InsertReceivedOrder(ctx, tx, actorID(ctx), in)
-	}, func(tx pgx.Tx, ro db.ReceivedOrder) (model.ReceiveOrderResult, error) {
-		if ro.Duplicate {
-			return model.ReceiveOrderResult{Order: &ro.Existing, Duplicate: true}, nil
-		}
-		so, _, err := db.NumberSalesOrder(ctx, tx, ro.Pending)
-		return model.ReceiveOrderResult{Order: &so}, err
 	})
 	if err != nil {
 		return nil, inArg("input", err)
 	}
-	return &res, nil
+	if ro.Duplicate {
+		return &model.ReceiveOrderResult{Order: &ro.Existing, Duplicate: true}, nil
+	}
+	so, err := db.NumberedSalesOrder(ctx, r.Pool, ro.Pending)
+	if err != nil {
+		return nil, err
+	}
+	return &model.ReceiveOrderResult{Order: &so}, nil
 }
 
 func (r *mutationResolver) CreateProductionOrder(ctx context.Context, input db.ProductionOrderInput) (*db.ProductionOrder, error) {

@@ -1,6 +1,7 @@
 package resolvers_test
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -72,6 +73,58 @@ func TestReceiveOrderConcurrentOverHTTP(t *testing.T) {
 	}
 	got := apptest.GQL[events](t, s, `{ events(filter: {types: ["order.received"]}) { edges { node { id payload } } } }`, nil)
 	require.Len(t, got.Events.Edges, 1)
+}
+
+// Concurrent createSalesOrder and receiveOrder calls, each numbered at its
+// commit, get the series' numbers without a gap or a repeat; each answer
+// carries its order's number, and so does the order's doc.created payload.
+// With the series exhausted, the next order is CONFLICT and writes nothing.
+func TestSalesOrderNumbersOverHTTP(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	const n = 40
+	type order struct{ ID, Number string }
+	orders := make([]order, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if i%2 == 0 {
+				orders[i] = apptest.GQL[struct{ CreateSalesOrder order }](t, s,
+					`mutation { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: "1"}]}) { id number } }`, nil).CreateSalesOrder
+				return
+			}
+			orders[i] = apptest.GQL[struct{ ReceiveOrder struct{ Order order } }](t, s,
+				`mutation($id: String!) { receiveOrder(input: {source: SHOP, externalId: $id, customer: "X", lines: [{sku: "A1", quantity: "1"}]}) { order { id number } } }`,
+				map[string]any{"id": fmt.Sprintf("shop-%d", i)}).ReceiveOrder.Order
+		})
+	}
+	wg.Wait()
+	var year int
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT extract(year FROM now())::int`).Scan(&year))
+	seen := map[string]bool{}
+	for _, o := range orders {
+		require.False(t, seen[o.Number], "%s handed out twice", o.Number)
+		seen[o.Number] = true
+		var no string
+		require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT payload->>'no' FROM events WHERE entity = 'sales_orders' AND entity_id = $1 AND type = 'doc.created'`, o.ID).Scan(&no))
+		require.Equal(t, o.Number, no, "order %s", o.ID)
+	}
+	for i := 1; i <= n; i++ {
+		require.True(t, seen[fmt.Sprintf("ЗК-%d-%06d", year, i)], "number %d missing", i)
+	}
+
+	apptest.GQL[map[string]any](t, s, `mutation($y: Int!) { setNumberSeriesStart(prefix: "ЗК", year: $y, start: 999999) }`, map[string]any{"y": year})
+	last := apptest.GQL[struct{ CreateSalesOrder order }](t, s, `mutation { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: "1"}]}) { id number } }`, nil)
+	require.Equal(t, fmt.Sprintf("ЗК-%d-999999", year), last.CreateSalesOrder.Number)
+	var before int
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM sales_orders) + (SELECT count(*) FROM events)`).Scan(&before))
+	e := apptest.GQLErr(t, s, `mutation { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: "1"}]}) { id number } }`, nil)
+	require.Equal(t, "CONFLICT", e.Extensions["code"], e.Message)
+	require.Contains(t, e.Message, "exhausted")
+	var after int
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM sales_orders) + (SELECT count(*) FROM events)`).Scan(&after))
+	require.Equal(t, before, after, "the refused order wrote nothing")
 }
 
 func TestInputEdgeCases(t *testing.T) {

@@ -1,8 +1,9 @@
 -- name: NumberSeriesNext :one
 -- NumberSeriesNext takes the next number of prefix's series for the current
 -- year (database clock, session time zone), formatted "ЗК-2026-000422"; the
--- series row stays locked until the transaction ends. SalesOrderSetNumber
--- takes a number the same way inside its own statement.
+-- series row stays locked until the transaction ends. The
+-- sales_orders_number trigger (migration 00016) takes a ЗК number the same
+-- way at commit.
 INSERT INTO number_series (prefix, year, last_value)
 VALUES (@prefix, extract(year FROM now())::int, 1)
 ON CONFLICT (prefix, year) DO UPDATE SET last_value = number_series.last_value + 1

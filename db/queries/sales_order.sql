@@ -1,8 +1,9 @@
 -- name: SalesOrderInsert :many
 -- SalesOrderInsert writes a sales order numbered provisionally (a unique
--- placeholder that SalesOrderSetNumber replaces before commit, so no other
--- transaction ever sees it), its lines and its doc.created event (payload
--- {"id", "entity": payload_entity}, "no" follows with the number), and
+-- placeholder that the sales_orders_number trigger replaces at commit, so
+-- no other transaction ever sees it), its lines and its doc.created event
+-- (payload {"id", "entity": payload_entity}, "no" follows with the
+-- number), and
 -- returns one row per line, in line order, each with the order and the
 -- event. A line whose SKU names no item is left out (the caller compares
 -- the count); an order whose (source, external_id) exists already is not
@@ -38,23 +39,18 @@ FROM so CROSS JOIN e LEFT JOIN users u ON u.id = e.actor_id
 CROSS JOIN l JOIN items i ON i.id = l.item_id
 ORDER BY l.line_no;
 
--- name: SalesOrderSetNumber :one
--- SalesOrderSetNumber takes the next number of series prefix (as
--- NumberSeriesNext does) and puts it in sales order id and in the payload
--- of its event event_id ("no"), returning the number and the payload.
-WITH n AS (
-    INSERT INTO number_series (prefix, year, last_value)
-    VALUES (@prefix::text, extract(year FROM now())::int, 1)
-    ON CONFLICT (prefix, year) DO UPDATE SET last_value = number_series.last_value + 1
-    RETURNING prefix || '-' || year || '-' || lpad(last_value::text, 6, '0') AS number
-), so AS (
-    UPDATE sales_orders s SET number = n.number FROM n WHERE s.id = @id::bigint RETURNING s.number
-), e AS (
-    UPDATE events e SET payload = e.payload || jsonb_build_object('no', so.number)
-    FROM so WHERE e.id = @event_id::bigint
-    RETURNING e.payload
-)
-SELECT so.number, e.payload FROM so CROSS JOIN e;
+-- name: SalesOrderNumberNow :exec
+-- SalesOrderNumberNow makes the deferred constraint triggers fire now,
+-- not at commit: sales_orders_number (migration 00016; the schema's only
+-- deferred one) numbers the orders this transaction inserted, and those it
+-- inserts later, so that their numbers are readable in the transaction;
+-- the series row then stays locked until it ends.
+SET CONSTRAINTS ALL IMMEDIATE;
+
+-- name: SalesOrderGetNumber :one
+-- SalesOrderGetNumber returns the number of sales order id and the payload
+-- of its event event_id, once the order is numbered.
+SELECT s.number, e.payload FROM sales_orders s, events e WHERE s.id = @id AND e.id = @event_id;
 
 -- name: SalesOrderGetByID :one
 SELECT id, number, customer, status, source, external_id, created_at, version

@@ -18,8 +18,9 @@ RETURNING (prefix || '-' || year || '-' || lpad(last_value::text, 6, '0'))::text
 
 // NumberSeriesNext takes the next number of prefix's series for the current
 // year (database clock, session time zone), formatted "ЗК-2026-000422"; the
-// series row stays locked until the transaction ends. SalesOrderSetNumber
-// takes a number the same way inside its own statement.
+// series row stays locked until the transaction ends. The
+// sales_orders_number trigger (migration 00016) takes a ЗК number the same
+// way at commit.
 func (q *Queries) NumberSeriesNext(ctx context.Context, db DBTX, prefix string) (string, error) {
 	row := db.QueryRow(ctx, numberSeriesNext, prefix)
 	var number string

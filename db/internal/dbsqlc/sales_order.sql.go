@@ -77,6 +77,24 @@ func (q *Queries) SalesOrderGetIDByNumber(ctx context.Context, db DBTX, number s
 	return id, err
 }
 
+const salesOrderGetNumber = `-- name: SalesOrderGetNumber :one
+SELECT s.number, e.payload FROM sales_orders s, events e WHERE s.id = $1 AND e.id = $2
+`
+
+type SalesOrderGetNumberRow struct {
+	Number  string
+	Payload []byte
+}
+
+// SalesOrderGetNumber returns the number of sales order id and the payload
+// of its event event_id, once the order is numbered.
+func (q *Queries) SalesOrderGetNumber(ctx context.Context, db DBTX, iD int64, eventID int64) (SalesOrderGetNumberRow, error) {
+	row := db.QueryRow(ctx, salesOrderGetNumber, iD, eventID)
+	var i SalesOrderGetNumberRow
+	err := row.Scan(&i.Number, &i.Payload)
+	return i, err
+}
+
 const salesOrderInsert = `-- name: SalesOrderInsert :many
 WITH so AS (
     INSERT INTO sales_orders (number, customer, created_by, source, external_id)
@@ -154,9 +172,10 @@ type SalesOrderInsertRow struct {
 }
 
 // SalesOrderInsert writes a sales order numbered provisionally (a unique
-// placeholder that SalesOrderSetNumber replaces before commit, so no other
-// transaction ever sees it), its lines and its doc.created event (payload
-// {"id", "entity": payload_entity}, "no" follows with the number), and
+// placeholder that the sales_orders_number trigger replaces at commit, so
+// no other transaction ever sees it), its lines and its doc.created event
+// (payload {"id", "entity": payload_entity}, "no" follows with the
+// number), and
 // returns one row per line, in line order, each with the order and the
 // event. A line whose SKU names no item is left out (the caller compares
 // the count); an order whose (source, external_id) exists already is not
@@ -682,35 +701,17 @@ func (q *Queries) SalesOrderLockStatus(ctx context.Context, db DBTX, id int64) (
 	return i, err
 }
 
-const salesOrderSetNumber = `-- name: SalesOrderSetNumber :one
-WITH n AS (
-    INSERT INTO number_series (prefix, year, last_value)
-    VALUES ($1::text, extract(year FROM now())::int, 1)
-    ON CONFLICT (prefix, year) DO UPDATE SET last_value = number_series.last_value + 1
-    RETURNING prefix || '-' || year || '-' || lpad(last_value::text, 6, '0') AS number
-), so AS (
-    UPDATE sales_orders s SET number = n.number FROM n WHERE s.id = $2::bigint RETURNING s.number
-), e AS (
-    UPDATE events e SET payload = e.payload || jsonb_build_object('no', so.number)
-    FROM so WHERE e.id = $3::bigint
-    RETURNING e.payload
-)
-SELECT so.number, e.payload FROM so CROSS JOIN e
+const salesOrderNumberNow = `-- name: SalesOrderNumberNow :exec
+SET CONSTRAINTS ALL IMMEDIATE
 `
 
-type SalesOrderSetNumberRow struct {
-	Number  string
-	Payload []byte
-}
-
-// SalesOrderSetNumber takes the next number of series prefix (as
-// NumberSeriesNext does) and puts it in sales order id and in the payload
-// of its event event_id ("no"), returning the number and the payload.
-func (q *Queries) SalesOrderSetNumber(ctx context.Context, db DBTX, prefix string, iD int64, eventID int64) (SalesOrderSetNumberRow, error) {
-	row := db.QueryRow(ctx, salesOrderSetNumber, prefix, iD, eventID)
-	var i SalesOrderSetNumberRow
-	err := row.Scan(&i.Number, &i.Payload)
-	return i, err
+// SalesOrderNumberNow fires the sales_orders_number trigger (migration
+// 00016) now for the orders this transaction inserted, and for any it
+// inserts later, instead of at commit: their numbers are then readable in
+// the transaction, and the series row stays locked until it ends.
+func (q *Queries) SalesOrderNumberNow(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, salesOrderNumberNow)
+	return err
 }
 
 const salesOrderSetStatus = `-- name: SalesOrderSetStatus :one
