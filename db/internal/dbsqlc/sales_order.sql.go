@@ -705,10 +705,11 @@ const salesOrderNumberNow = `-- name: SalesOrderNumberNow :exec
 SET CONSTRAINTS ALL IMMEDIATE
 `
 
-// SalesOrderNumberNow fires the sales_orders_number trigger (migration
-// 00016) now for the orders this transaction inserted, and for any it
-// inserts later, instead of at commit: their numbers are then readable in
-// the transaction, and the series row stays locked until it ends.
+// SalesOrderNumberNow makes the deferred constraint triggers fire now,
+// not at commit: sales_orders_number (migration 00016; the schema's only
+// deferred one) numbers the orders this transaction inserted, and those it
+// inserts later, so that their numbers are readable in the transaction;
+// the series row then stays locked until it ends.
 func (q *Queries) SalesOrderNumberNow(ctx context.Context, db DBTX) error {
 	_, err := db.Exec(ctx, salesOrderNumberNow)
 	return err
