@@ -206,8 +206,9 @@ type PendingSalesOrder struct {
 	event Event
 }
 
-// ID is the pending order's id (sales_orders).
-func (p PendingSalesOrder) ID() int64 { return p.order.ID }
+// Order is the pending order as written, its number a placeholder until
+// commit.
+func (p PendingSalesOrder) Order() SalesOrder { return p.order }
 
 // InsertSalesOrder is the first half of CreateSalesOrder: it writes the
 // order with a provisional number, its lines and its doc.created event

@@ -3239,6 +3239,30 @@ func (ec *executionContext) unmarshalNReceiveOrderInput2erpᚋgraphᚋmodelᚐRe
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
+func (ec *executionContext) unmarshalNReceiveOrderInput2ᚕerpᚋgraphᚋmodelᚐReceiveOrderInputᚄ(ctx context.Context, v any) ([]model.ReceiveOrderInput, error) {
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]model.ReceiveOrderInput, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNReceiveOrderInput2erpᚋgraphᚋmodelᚐReceiveOrderInput(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) marshalNReceiveOrderResult2ᚕᚖerpᚋgraphᚋmodelᚐReceiveOrderResult(ctx context.Context, sel ast.SelectionSet, v []*model.ReceiveOrderResult) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalOReceiveOrderResult2ᚖerpᚋgraphᚋmodelᚐReceiveOrderResult(ctx, sel, v[i])
+	})
+
+	return ret
+}
+
 func (ec *executionContext) marshalNReceiveOrderResult2ᚖerpᚋgraphᚋmodelᚐReceiveOrderResult(ctx context.Context, sel ast.SelectionSet, v *model.ReceiveOrderResult) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "ReceiveOrderResult!")
@@ -3409,6 +3433,13 @@ func (ec *executionContext) unmarshalOPurchaseOrderFilter2ᚖerpᚋgraphᚋmodel
 	}
 	res, err := ec.unmarshalInputPurchaseOrderFilter(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOReceiveOrderResult2ᚖerpᚋgraphᚋmodelᚐReceiveOrderResult(ctx context.Context, sel ast.SelectionSet, v *model.ReceiveOrderResult) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._ReceiveOrderResult(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalOSalesOrder2ᚖerpᚋdbᚐSalesOrder(ctx context.Context, sel ast.SelectionSet, v *db.SalesOrder) graphql.Marshaler {

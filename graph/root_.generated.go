@@ -156,6 +156,7 @@ type ComplexityRoot struct {
 		PostWarehouseMove       func(childComplexity int, id int64, version int) int
 		PurgeDeadDeliveries     func(childComplexity int, olderThan time.Time, subscriber *string) int
 		ReceiveOrder            func(childComplexity int, input model.ReceiveOrderInput) int
+		ReceiveOrders           func(childComplexity int, inputs []model.ReceiveOrderInput) int
 		Redeliver               func(childComplexity int, eventID int64, subscriber string) int
 		RedeliverAll            func(childComplexity int, filter model.DeliveryFilter) int
 		ReleaseProductionOrder  func(childComplexity int, id int64, version int) int
@@ -975,6 +976,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.ReceiveOrder(childComplexity, args["input"].(model.ReceiveOrderInput)), true
+	case "Mutation.receiveOrders":
+		if e.ComplexityRoot.Mutation.ReceiveOrders == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_receiveOrders_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ReceiveOrders(childComplexity, args["inputs"].([]model.ReceiveOrderInput)), true
 	case "Mutation.redeliver":
 		if e.ComplexityRoot.Mutation.Redeliver == nil {
 			break

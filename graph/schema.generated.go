@@ -38,6 +38,7 @@ type MutationResolver interface {
 	CancelReplay(ctx context.Context, id int64) (*db.Replay, error)
 	CreateSalesOrder(ctx context.Context, input db.SalesOrderInput) (*db.SalesOrder, error)
 	ReceiveOrder(ctx context.Context, input model.ReceiveOrderInput) (*model.ReceiveOrderResult, error)
+	ReceiveOrders(ctx context.Context, inputs []model.ReceiveOrderInput) ([]*model.ReceiveOrderResult, error)
 	CreateProductionOrder(ctx context.Context, input db.ProductionOrderInput) (*db.ProductionOrder, error)
 	CreateWarehouseMove(ctx context.Context, input model.WarehouseMoveInput) (*db.WarehouseMove, error)
 	CreatePurchaseOrder(ctx context.Context, input db.PurchaseOrderInput) (*db.PurchaseOrder, error)
@@ -463,6 +464,20 @@ func (ec *executionContext) field_Mutation_receiveOrder_args(ctx context.Context
 		return nil, err
 	}
 	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_receiveOrders_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "inputs",
+		func(ctx context.Context, v any) ([]model.ReceiveOrderInput, error) {
+			return ec.unmarshalNReceiveOrderInput2ᚕerpᚋgraphᚋmodelᚐReceiveOrderInputᚄ(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["inputs"] = arg0
 	return args, nil
 }
 
@@ -2103,6 +2118,68 @@ func (ec *executionContext) fieldContext_Mutation_receiveOrder(ctx context.Conte
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_receiveOrder_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_receiveOrders(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_receiveOrders(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ReceiveOrders(ctx, fc.Args["inputs"].([]model.ReceiveOrderInput))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{"INTEGRATION", "SALES"})
+				if err != nil {
+					var zeroVal []*model.ReceiveOrderResult
+					return zeroVal, err
+				}
+				if ec.Directives.Allow == nil {
+					var zeroVal []*model.ReceiveOrderResult
+					return zeroVal, errors.New("directive allow is not implemented")
+				}
+				return ec.Directives.Allow(ctx, nil, directive0, roles)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.ReceiveOrderResult) graphql.Marshaler {
+			return ec.marshalNReceiveOrderResult2ᚕᚖerpᚋgraphᚋmodelᚐReceiveOrderResult(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_receiveOrders(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ReceiveOrderResult(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_receiveOrders_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -5043,6 +5120,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "receiveOrder":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_receiveOrder(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "receiveOrders":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_receiveOrders(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++

@@ -33,14 +33,8 @@ func (r *mutationResolver) CreateSalesOrder(ctx context.Context, input db.SalesO
 }
 
 func (r *mutationResolver) ReceiveOrder(ctx context.Context, input model.ReceiveOrderInput) (*model.ReceiveOrderResult, error) {
-	in := db.ReceiveOrderInput{
-		Source:     orderSources[input.Source],
-		ExternalID: input.ExternalID,
-		Customer:   input.Customer,
-		Lines:      input.Lines,
-	}
 	ro, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) (db.ReceivedOrder, []db.Event, error) {
-		return db.InsertReceivedOrder(ctx, tx, actorID(ctx), in)
+		return db.InsertReceivedOrder(ctx, tx, actorID(ctx), receiveInput(input))
 	})
 	if err != nil {
 		return nil, inArg("input", err)
@@ -53,6 +47,31 @@ func (r *mutationResolver) ReceiveOrder(ctx context.Context, input model.Receive
 		return nil, err
 	}
 	return &model.ReceiveOrderResult{Order: &so}, nil
+}
+
+func (r *mutationResolver) ReceiveOrders(ctx context.Context, inputs []model.ReceiveOrderInput) ([]*model.ReceiveOrderResult, error) {
+	if len(inputs) > maxIntake {
+		return nil, &db.InputError{Field: "inputs", Msg: fmt.Sprintf("at most %d orders in one call, got %d", maxIntake, len(inputs))}
+	}
+	out := make([]*model.ReceiveOrderResult, len(inputs))
+	for start := 0; start < len(inputs); start += db.MaxIntakeBatch {
+		batch := inputs[start:min(start+db.MaxIntakeBatch, len(inputs))]
+		ins := make([]db.ReceiveOrderInput, len(batch))
+		for i, in := range batch {
+			ins[i] = receiveInput(in)
+		}
+		items, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) ([]db.IntakeItem, []db.Event, error) {
+			return db.InsertReceivedOrders(ctx, tx, actorID(ctx), ins)
+		})
+		if err != nil {
+			for i := range batch {
+				intakeError(ctx, start+i, err)
+			}
+			continue
+		}
+		r.answerIntake(ctx, start, items, out)
+	}
+	return out, nil
 }
 
 func (r *mutationResolver) CreateProductionOrder(ctx context.Context, input db.ProductionOrderInput) (*db.ProductionOrder, error) {

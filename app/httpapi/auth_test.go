@@ -70,6 +70,7 @@ func TestEveryMutationByEveryRole(t *testing.T) {
 		{"setNumberSeriesStart", `mutation { setNumberSeriesStart(prefix: "ЗП", year: 2030, start: 5) }`, nil, nil},
 		{"createSalesOrder", apptest.CreateSalesOrder, map[string]any{"customer": "r"}, []string{"SALES"}},
 		{"receiveOrder", `mutation { receiveOrder(input: {source: SHOP, externalId: "shop-role", customer: "r", lines: [{sku: "A1", quantity: "1"}]}) { duplicate } }`, nil, []string{"INTEGRATION", "SALES"}},
+		{"receiveOrders", `mutation { receiveOrders(inputs: [{source: SHOP, externalId: "shop-roles", customer: "r", lines: [{sku: "A1", quantity: "1"}]}]) { duplicate } }`, nil, []string{"INTEGRATION", "SALES"}},
 		{"createProductionOrder", `mutation { createProductionOrder(input: {sku: "A1", quantity: "1"}) { id } }`, nil, []string{"PLANNER"}},
 		{"createWarehouseMove", `mutation { createWarehouseMove(input: {kind: RECEIPT, toWarehouse: "MAIN", lines: [{sku: "A1", quantity: "1"}]}) { id } }`, nil, []string{"WAREHOUSE"}},
 		{"createPurchaseOrder", `mutation { createPurchaseOrder(input: {supplier: "s", lines: [{sku: "A1", quantity: "1"}]}) { id } }`, nil, []string{"WAREHOUSE"}},

@@ -52,6 +52,11 @@ SET CONSTRAINTS ALL IMMEDIATE;
 -- of its event event_id, once the order is numbered.
 SELECT s.number, e.payload FROM sales_orders s, events e WHERE s.id = @id AND e.id = @event_id;
 
+-- name: SalesOrderListNumbers :many
+-- SalesOrderListNumbers returns the number of each sales order of ids, in
+-- no order.
+SELECT id, number FROM sales_orders WHERE id = ANY (@ids::bigint[]);
+
 -- name: SalesOrderGetByID :one
 SELECT id, number, customer, status, source, external_id, created_at, version
 FROM sales_orders WHERE id = @id;

@@ -402,6 +402,37 @@ func (q *Queries) SalesOrderLineSumByItem(ctx context.Context, db DBTX, salesOrd
 	return items, nil
 }
 
+const salesOrderListNumbers = `-- name: SalesOrderListNumbers :many
+SELECT id, number FROM sales_orders WHERE id = ANY ($1::bigint[])
+`
+
+type SalesOrderListNumbersRow struct {
+	ID     int64
+	Number string
+}
+
+// SalesOrderListNumbers returns the number of each sales order of ids, in
+// no order.
+func (q *Queries) SalesOrderListNumbers(ctx context.Context, db DBTX, ids []int64) ([]SalesOrderListNumbersRow, error) {
+	rows, err := db.Query(ctx, salesOrderListNumbers, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SalesOrderListNumbersRow{}
+	for rows.Next() {
+		var i SalesOrderListNumbersRow
+		if err := rows.Scan(&i.ID, &i.Number); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const salesOrderListPage = `-- name: SalesOrderListPage :many
 
 SELECT s.id, s.number, s.customer, s.status, s.source, s.external_id, s.created_by, s.created_at, s.version FROM sales_orders s
