@@ -102,6 +102,7 @@ func (e *env) figureA() error {
 		return err
 	}
 	d := e.opts.duration
+	var numbered8 float64
 	for _, clients := range []int{8, 32} {
 		// Warm up the connections and caches.
 		e.loadMutations(s, clients, d/4)
@@ -121,6 +122,9 @@ func (e *env) figureA() error {
 		if err != nil {
 			return err
 		}
+		if clients == 8 {
+			numbered8 = numbered
+		}
 		r := Row{Figure: "A", Case: fmt.Sprintf("%d clients", clients), Metric: "mutations/s vs pgbench tps",
 			Ours: ours, Reference: ref, Target: "≥ 0.5",
 			Settings: e.settings("clients", strconv.Itoa(clients), "duration", d.String(), "pgbench", "-M prepared -j 2"),
@@ -129,7 +133,63 @@ func (e *env) figureA() error {
 		e.add(r)
 		fmt.Println("   ", r.Notes)
 	}
+
+	// Bulk intake: the same orders through receiveOrders, 100 a call (one
+	// transaction), against pgbench's numbered transaction, one order each.
+	const clients, perCall = 8, 100
+	e.waitDrained(time.Minute)
+	e.loadIntake(s, clients, perCall, d/4)
+	e.waitDrained(time.Minute)
+	obs := e.observe(s.cmd.Process.Pid)
+	orders, failed := e.loadIntake(s, clients, perCall, d)
+	ours := float64(orders) / d.Seconds()
+	r := Row{Figure: "A", Case: fmt.Sprintf("receiveOrders ×%d, %d clients", perCall, clients), Metric: "orders/s vs pgbench numbered tps",
+		Ours: ours, Reference: numbered8, Target: "≥ 1.0",
+		Settings: e.settings("clients", strconv.Itoa(clients), "per call", strconv.Itoa(perCall), "duration", d.String()),
+		Notes:    fmt.Sprintf("ours: %d orders, %d calls failed; %s", orders, failed, obs.finish())}
+	r.Pass = numbered8 > 0 && ours/numbered8 >= 1.0
+	e.add(r)
+	fmt.Println("   ", r.Notes)
 	return nil
+}
+
+// intakeSeq numbers the bench's shop orders, so that every intake input
+// is a new order.
+var intakeSeq atomic.Int64
+
+// loadIntake runs clients goroutines sending receiveOrders calls of
+// perCall new shop orders for d and returns the orders written and the
+// calls that failed.
+func (e *env) loadIntake(s *server, clients, perCall int, d time.Duration) (orders, failed int64) {
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for range clients {
+		wg.Go(func() {
+			for time.Now().Before(deadline) && e.ctx.Err() == nil {
+				in := make([]map[string]any, perCall)
+				for i := range in {
+					in[i] = map[string]any{"source": "SHOP", "externalId": fmt.Sprintf("bench-%d", intakeSeq.Add(1)),
+						"customer": "ООО Бенч", "lines": []map[string]any{{"sku": "BENCH-1", "quantity": "1", "price": "10"}}}
+				}
+				var out struct {
+					ReceiveOrders []*struct{ Duplicate bool } `json:"receiveOrders"`
+				}
+				err := s.gql(e.ctx, `mutation($in: [ReceiveOrderInput!]!) { receiveOrders(inputs: $in) { duplicate } }`, map[string]any{"in": in}, &out)
+				if err != nil {
+					atomic.AddInt64(&failed, 1)
+					firstErr.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				atomic.AddInt64(&orders, int64(len(out.ReceiveOrders)))
+			}
+		})
+	}
+	wg.Wait()
+	if v := firstErr.Load(); v != nil {
+		fmt.Println("    first intake error:", strings.TrimSpace(v.(string)))
+	}
+	return orders, failed
 }
 
 // loadMutations runs clients goroutines creating sales orders for d.
