@@ -175,9 +175,11 @@ type WarehouseMoveInput struct {
 	Draft             bool
 }
 
+// docCreatedPayload is a doc.created payload as written; "no" joins it at
+// commit, with the document's number (take_document_number, migration
+// 00016).
 type docCreatedPayload struct {
 	ID     int64  `json:"id"`
-	No     string `json:"no"`
 	Entity string `json:"entity"`
 }
 
@@ -247,7 +249,7 @@ func InsertSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in SalesOr
 func insertPendingSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, customer, source string, externalID *string, skus []string, lines []LineInput) (PendingSalesOrder, []Event, error) {
 	qty, price := lineValues(lines)
 	got, err := queries.SalesOrderInsert(ctx, tx, dbsqlc.SalesOrderInsertParams{
-		Customer: customer, ActorID: actorID, Source: source, ExternalID: externalID,
+		PendingNumber: pendingNumber(PrefixSalesOrder), Customer: customer, ActorID: actorID, Source: source, ExternalID: externalID,
 		Skus: skus, Quantities: qty, Prices: price,
 		EventType: EventDocCreated, EventEntity: EntitySalesOrders, PayloadEntity: payloadSalesOrder,
 		TraceParent: traceParent(ctx),
@@ -292,8 +294,8 @@ func insertPendingSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, cus
 // from here until tx ends, so call it only where the number is needed
 // before commit. An exhausted series is ErrConflict.
 func NumberSalesOrder(ctx context.Context, tx pgx.Tx, p PendingSalesOrder) (SalesOrder, Event, error) {
-	if err := queries.SalesOrderNumberNow(ctx, tx); err != nil {
-		return SalesOrder{}, Event{}, CommitErr(fmt.Errorf("number sales order %d: %w", p.order.ID, err))
+	if err := NumberNow(ctx, tx); err != nil {
+		return SalesOrder{}, Event{}, fmt.Errorf("number sales order %d: %w", p.order.ID, err)
 	}
 	return p.read(ctx, tx)
 }
@@ -313,17 +315,6 @@ func (p PendingSalesOrder) read(ctx context.Context, q Querier) (SalesOrder, Eve
 	so, ev := p.order, p.event
 	so.Number, ev.Payload = got.Number, got.Payload
 	return so, ev, nil
-}
-
-// CommitErr translates the error of a commit, or of a statement that made
-// deferred triggers fire, of a transaction that wrote a sales order: an
-// exhausted ЗК series (the only one numbered at commit) is ErrConflict;
-// any other error comes back as it is.
-func CommitErr(err error) error {
-	if err == nil || violatedConstraint(translate(err)) != seriesLimitCheck {
-		return err
-	}
-	return insertNumberedErr(PrefixSalesOrder, "commit", err)
 }
 
 // ReceiveOrder writes a sales order received from the shop or the CRM with
@@ -442,19 +433,15 @@ func CreateProductionOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in Pr
 // number and doc.created event and reads it back. lineNo, when set, is the
 // line of sales order salesOrderID it is planned for.
 func insertProductionOrder(ctx context.Context, tx pgx.Tx, actorID *int64, itemID int64, quantity decimal.Decimal, salesOrderID *int64, lineNo *int32) (ProductionOrder, []Event, error) {
-	no, err := nextNumber(ctx, tx, PrefixProductionOrder)
-	if err != nil {
-		return ProductionOrder{}, nil, err
-	}
 	id, err := queries.ProductionOrderInsert(ctx, tx, dbsqlc.ProductionOrderInsertParams{
-		Number: no, ItemID: itemID, Quantity: quantity,
+		Number: pendingNumber(PrefixProductionOrder), ItemID: itemID, Quantity: quantity,
 		SalesOrderID: salesOrderID, SalesOrderLineNo: lineNo, CreatedBy: actorID,
 	})
 	if err != nil {
-		return ProductionOrder{}, nil, fmt.Errorf("insert production order %s: %w", no, translate(err))
+		return ProductionOrder{}, nil, fmt.Errorf("insert production order: %w", translate(err))
 	}
 	ev, err := appendEvent(ctx, tx, actorID, EventDocCreated, EntityProdOrders, id,
-		docCreatedPayload{ID: id, No: no, Entity: payloadProdOrder})
+		docCreatedPayload{ID: id, Entity: payloadProdOrder})
 	if err != nil {
 		return ProductionOrder{}, nil, err
 	}
@@ -473,20 +460,16 @@ func CreatePurchaseOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in Purc
 	if err != nil {
 		return PurchaseOrder{}, nil, err
 	}
-	no, err := nextNumber(ctx, tx, PrefixPurchaseOrder)
+	id, err := queries.PurchaseOrderInsert(ctx, tx, pendingNumber(PrefixPurchaseOrder), supplier, actorID)
 	if err != nil {
-		return PurchaseOrder{}, nil, err
-	}
-	id, err := queries.PurchaseOrderInsert(ctx, tx, no, supplier, actorID)
-	if err != nil {
-		return PurchaseOrder{}, nil, fmt.Errorf("insert purchase order %s: %w", no, translate(err))
+		return PurchaseOrder{}, nil, fmt.Errorf("insert purchase order: %w", translate(err))
 	}
 	qty, price := lineValues(in.Lines)
 	if err := queries.PurchaseOrderLineInsertMany(ctx, tx, id, itemIDs, qty, price); err != nil {
-		return PurchaseOrder{}, nil, fmt.Errorf("insert %d lines of purchase order %s: %w", len(in.Lines), no, translate(err))
+		return PurchaseOrder{}, nil, fmt.Errorf("insert %d lines of purchase order %d: %w", len(in.Lines), id, translate(err))
 	}
 	ev, err := appendEvent(ctx, tx, actorID, EventDocCreated, EntityPurchaseOrders, id,
-		docCreatedPayload{ID: id, No: no, Entity: payloadPurchaseOrder})
+		docCreatedPayload{ID: id, Entity: payloadPurchaseOrder})
 	if err != nil {
 		return PurchaseOrder{}, nil, err
 	}
@@ -625,24 +608,20 @@ type moveRow struct {
 // lines and doc.created event, posts it when its status is posted, and
 // reads it back.
 func insertWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, m moveRow, itemIDs []int64, lines []LineInput) (WarehouseMove, []Event, error) {
-	no, err := nextNumber(ctx, tx, m.prefix)
-	if err != nil {
-		return WarehouseMove{}, nil, err
-	}
 	id, err := queries.WarehouseMoveInsert(ctx, tx, dbsqlc.WarehouseMoveInsertParams{
-		Number: no, Kind: m.kind, FromWarehouseID: m.fromID, ToWarehouseID: m.toID,
+		Number: pendingNumber(m.prefix), Kind: m.kind, FromWarehouseID: m.fromID, ToWarehouseID: m.toID,
 		PurchaseOrderID: m.purchaseOrderID, ProdOrderID: m.prodOrderID, SourceEventID: m.sourceEventID,
 		CreatedBy: actorID, Status: m.status, SalesOrderID: m.salesOrderID, ReversalOfID: m.reversalOfID,
 	})
 	if err != nil {
-		return WarehouseMove{}, nil, fmt.Errorf("insert warehouse move %s: %w", no, translate(err))
+		return WarehouseMove{}, nil, fmt.Errorf("insert %s warehouse move: %w", m.kind, translate(err))
 	}
 	qty, price := lineValues(lines)
 	if err := queries.WarehouseMoveLineInsertMany(ctx, tx, id, itemIDs, qty, price); err != nil {
-		return WarehouseMove{}, nil, fmt.Errorf("insert %d lines of warehouse move %s: %w", len(lines), no, translate(err))
+		return WarehouseMove{}, nil, fmt.Errorf("insert %d lines of warehouse move %d: %w", len(lines), id, translate(err))
 	}
 	ev, err := appendEvent(ctx, tx, actorID, EventDocCreated, EntityWarehouseMoves, id,
-		docCreatedPayload{ID: id, No: no, Entity: payloadWarehouseMove})
+		docCreatedPayload{ID: id, Entity: payloadWarehouseMove})
 	if err != nil {
 		return WarehouseMove{}, nil, err
 	}

@@ -59,12 +59,15 @@ func TestNumbersAreGaplessUnderConcurrency(t *testing.T) {
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
-			err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
-				po, _, err := db.CreatePurchaseOrder(b.ctx, tx, nil, db.PurchaseOrderInput{Supplier: "ООО Лес", Lines: oneLine()})
-				numbers <- po.Number
+			var po db.PurchaseOrder
+			err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) (err error) {
+				po, _, err = db.CreatePurchaseOrder(b.ctx, tx, nil, db.PurchaseOrderInput{Supplier: "ООО Лес", Lines: oneLine()})
 				return err
 			})
 			require.NoError(t, err)
+			po, err = db.PurchaseOrderByID(b.ctx, b.pool, po.ID) // numbered at its commit
+			require.NoError(t, err)
+			numbers <- po.Number
 		})
 	}
 	wg.Wait()

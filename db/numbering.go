@@ -2,11 +2,14 @@ package db
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Document number prefixes, one gapless series per prefix and year.
@@ -22,31 +25,37 @@ const (
 // Prefixes lists every document prefix.
 var Prefixes = []string{PrefixSalesOrder, PrefixProductionOrder, PrefixPurchaseOrder, PrefixReceipt, PrefixIssueToProduction, PrefixShipment}
 
-// nextNumber takes the next number of prefix's series for the current year
-// (database clock, session time zone), formatted "ЗК-2026-000422". The
-// series row stays locked until tx ends, so numbers are handed out in commit
-// order and a rollback frees the number: the series is gapless. The price is
-// that documents of one prefix are created one at a time.
-func nextNumber(ctx context.Context, tx pgx.Tx, prefix string) (string, error) {
-	no, err := queries.NumberSeriesNext(ctx, tx, prefix)
-	if err != nil {
-		return "", insertNumberedErr(prefix, "next number "+prefix, err)
-	}
-	return no, nil
+// pendingNumber is the placeholder a document of prefix's series is
+// inserted with: "pending ЗК <uuid>", unique, and replaced at commit by the
+// next number of the series, formatted "ЗК-2026-000422" (the year by the
+// database clock, session time zone), by the document table's *_number
+// trigger (migration 00016). Taken at commit, the series row is locked for
+// the commit's WAL flush only; numbers follow commit order, and a
+// rollback takes none, so each series is gapless.
+func pendingNumber(prefix string) string { return "pending " + prefix + " " + uuid.NewString() }
+
+// NumberNow numbers, in tx and now rather than at commit, every document
+// tx has inserted and every one it inserts from here on (SET CONSTRAINTS
+// ALL IMMEDIATE), so that their numbers can be read before commit; each
+// series taken stays locked until tx ends. An exhausted series is
+// ErrConflict.
+func NumberNow(ctx context.Context, tx pgx.Tx) error {
+	return CommitErr(queries.NumberNow(ctx, tx))
 }
 
-// seriesLimitCheck is the CHECK that caps a series at 999999.
+// seriesLimitCheck is the CHECK that caps a series at 999999; the *_number
+// triggers raise an exhausted series under its name, the series in DETAIL.
 const seriesLimitCheck = "number_series_last_value_check"
 
-// insertNumberedErr translates the error of a statement that takes a
-// number of prefix's series: an exhausted series is ErrConflict, anything
-// else is wrapped with action.
-func insertNumberedErr(prefix, action string, err error) error {
-	err = translate(err)
-	if violatedConstraint(err) == seriesLimitCheck {
-		return fmt.Errorf("%w: the %s number series of this year is exhausted (999999)", ErrConflict, prefix)
+// CommitErr translates the error of a commit (or of NumberNow) of a
+// transaction that inserted numbered documents: an exhausted series is
+// ErrConflict naming it; any other error comes back as it is.
+func CommitErr(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.ConstraintName != seriesLimitCheck {
+		return err
 	}
-	return fmt.Errorf("%s: %w", action, err)
+	return fmt.Errorf("%w: the %s number series of this year is exhausted (999999)", ErrConflict, pgErr.Detail)
 }
 
 // SetNumberSeriesStart makes the next number of prefix's series in year be

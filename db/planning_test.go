@@ -49,6 +49,8 @@ func (b *testBundle) salesOrder(t *testing.T, lines ...db.LineInput) db.SalesOrd
 	return so
 }
 
+// plan plans salesOrderID in a transaction of its own and returns the
+// production orders and events it wrote as committed (numbered at commit).
 func (b *testBundle) plan(t *testing.T, salesOrderID int64) ([]db.ProductionOrder, []db.Event) {
 	t.Helper()
 	var pos []db.ProductionOrder
@@ -57,7 +59,32 @@ func (b *testBundle) plan(t *testing.T, salesOrderID int64) ([]db.ProductionOrde
 		pos, events, err = db.PlanSalesOrder(b.ctx, tx, salesOrderID)
 		return err
 	})
-	return pos, events
+	for i := range pos {
+		var err error
+		pos[i], err = db.ProductionOrderByID(b.ctx, b.pool, pos[i].ID)
+		require.NoError(t, err)
+	}
+	return pos, b.committedEvents(t, events)
+}
+
+// committedEvents reads events again, as committed, in the same order.
+func (b *testBundle) committedEvents(t *testing.T, events []db.Event) []db.Event {
+	t.Helper()
+	ids := make([]int64, len(events))
+	for i, ev := range events {
+		ids[i] = ev.ID
+	}
+	stored, err := db.EventsByIDs(b.ctx, b.pool, ids)
+	require.NoError(t, err)
+	byID := map[int64]db.Event{}
+	for _, ev := range stored {
+		byID[ev.ID] = ev
+	}
+	out := make([]db.Event, len(events))
+	for i, ev := range events {
+		out[i] = byID[ev.ID]
+	}
+	return out
 }
 
 func TestPlanSalesOrderPlansEachLineOnce(t *testing.T) {
@@ -143,7 +170,9 @@ func TestIssueMaterialsOncePerSourceEvent(t *testing.T) {
 			mv, evs, created, err = db.IssueMaterials(b.ctx, tx, po.ID, source.ID)
 			return err
 		})
-		return mv, evs, created
+		mv, err := db.WarehouseMoveByID(b.ctx, b.pool, mv.ID) // numbered at commit
+		require.NoError(t, err)
+		return mv, b.committedEvents(t, evs), created
 	}
 	mv, evs, created := issue()
 	require.True(t, created)
@@ -201,6 +230,8 @@ func TestIssueMaterialsErrors(t *testing.T) {
 		manual, manualEvents, err = db.CreateProductionOrder(b.ctx, tx, nil, db.ProductionOrderInput{SKU: "A1", Quantity: qty("1")})
 		return err
 	})
+	manual, err = db.ProductionOrderByID(b.ctx, b.pool, manual.ID)
+	require.NoError(t, err)
 	require.Nil(t, manual.SalesOrderLineNo)
 	require.ErrorIs(t, issue(manual.ID, manualEvents[0].ID), db.ErrNoBillOfMaterials)
 

@@ -154,17 +154,17 @@ func postMove(ctx context.Context, tx pgx.Tx, actorID *int64, mv WarehouseMove) 
 	return followUp()
 }
 
-// lockOrderToPost locks order id of kind k that move mv is about to be
+// lockOrderToPost locks order id of kind k that a move is about to be
 // posted against; an order that takes no more moves is ErrConflict.
-func lockOrderToPost(ctx context.Context, tx pgx.Tx, k *DocKind, id int64, mv WarehouseMove) (LockedDocument, error) {
+func lockOrderToPost(ctx context.Context, tx pgx.Tx, k *DocKind, id int64) (LockedDocument, error) {
 	d, err := LockDocument(ctx, tx, k, id)
 	if err != nil {
 		return LockedDocument{}, err
 	}
 	switch d.Status {
 	case SalesOrderCancelled, SalesOrderShipped, PurchaseClosed: // PurchaseCancelled is SalesOrderCancelled
-		return LockedDocument{}, fmt.Errorf("%w: %s %s of warehouse move %s is %s: it takes no more warehouse moves",
-			ErrConflict, k.Noun, d.Number, mv.Number, d.Status)
+		return LockedDocument{}, fmt.Errorf("%w: %s %s is %s: it takes no more warehouse moves",
+			ErrConflict, k.Noun, d.Number, d.Status)
 	}
 	return d, nil
 }
@@ -174,7 +174,7 @@ func lockOrderToPost(ctx context.Context, tx pgx.Tx, k *DocKind, id int64, mv Wa
 // *InputError on lines.N.sku, more than is open on lines.N.quantity. The
 // returned function ships the order when the shipment covers it.
 func checkShipment(ctx context.Context, tx pgx.Tx, actorID *int64, mv WarehouseMove, lines []dbsqlc.WarehouseMoveLineListToPostRow) (func() ([]Event, error), error) {
-	so, err := lockOrderToPost(ctx, tx, SalesOrders, *mv.SalesOrderID, mv)
+	so, err := lockOrderToPost(ctx, tx, SalesOrders, *mv.SalesOrderID)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +220,7 @@ func checkShipment(ctx context.Context, tx pgx.Tx, actorID *int64, mv WarehouseM
 // function moves it to received when its posted receipts cover every
 // line, else to partially_received.
 func checkReceipt(ctx context.Context, tx pgx.Tx, actorID *int64, mv WarehouseMove) (func() ([]Event, error), error) {
-	po, err := lockOrderToPost(ctx, tx, PurchaseOrders, *mv.PurchaseOrderID, mv)
+	po, err := lockOrderToPost(ctx, tx, PurchaseOrders, *mv.PurchaseOrderID)
 	if err != nil {
 		return nil, err
 	}

@@ -81,7 +81,9 @@ func (r *mutationResolver) CreateProductionOrder(ctx context.Context, input db.P
 	if err != nil {
 		return nil, inArg("input", err)
 	}
-	return &po, nil
+	// Read back with the number its commit gave it.
+	po, err = db.ProductionOrderByID(ctx, r.Pool, po.ID)
+	return &po, err
 }
 
 func (r *mutationResolver) CreateWarehouseMove(ctx context.Context, input model.WarehouseMoveInput) (*db.WarehouseMove, error) {
@@ -101,7 +103,9 @@ func (r *mutationResolver) CreateWarehouseMove(ctx context.Context, input model.
 	if err != nil {
 		return nil, inArg("input", err)
 	}
-	return &mv, nil
+	// Read back with the number its commit gave it.
+	mv, err = db.WarehouseMoveByID(ctx, r.Pool, mv.ID)
+	return &mv, err
 }
 
 func (r *mutationResolver) CreatePurchaseOrder(ctx context.Context, input db.PurchaseOrderInput) (*db.PurchaseOrder, error) {
@@ -111,7 +115,9 @@ func (r *mutationResolver) CreatePurchaseOrder(ctx context.Context, input db.Pur
 	if err != nil {
 		return nil, inArg("input", err)
 	}
-	return &po, nil
+	// Read back with the number its commit gave it.
+	po, err = db.PurchaseOrderByID(ctx, r.Pool, po.ID)
+	return &po, err
 }
 
 func (r *mutationResolver) CancelSalesOrder(ctx context.Context, id int64, version int, reason string) (*db.SalesOrder, error) {

@@ -22,9 +22,15 @@ func (r *mutationResolver) PostWarehouseMove(ctx context.Context, id int64, vers
 }
 
 func (r *mutationResolver) ReverseWarehouseMove(ctx context.Context, id int64, version int, reason string) (*db.WarehouseMove, error) {
-	return transition(ctx, r.Outbox, version, func(tx pgx.Tx, v int32) (db.WarehouseMove, []db.Event, error) {
+	rev, err := transition(ctx, r.Outbox, version, func(tx pgx.Tx, v int32) (db.WarehouseMove, []db.Event, error) {
 		return db.ReverseWarehouseMove(ctx, tx, actorID(ctx), id, v, reason)
 	})
+	if err != nil {
+		return nil, err
+	}
+	// Read back with the number its commit gave it.
+	mv, err := db.WarehouseMoveByID(ctx, r.Pool, rev.ID)
+	return &mv, err
 }
 
 func (r *mutationResolver) CompleteProductionOrder(ctx context.Context, id int64, version int, toWarehouse string, quantity *decimal.Decimal) (*db.ProductionOrder, error) {

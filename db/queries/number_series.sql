@@ -1,13 +1,10 @@
--- name: NumberSeriesNext :one
--- NumberSeriesNext takes the next number of prefix's series for the current
--- year (database clock, session time zone), formatted "ЗК-2026-000422"; the
--- series row stays locked until the transaction ends. The
--- sales_orders_number trigger (migration 00016) takes a ЗК number the same
--- way at commit.
-INSERT INTO number_series (prefix, year, last_value)
-VALUES (@prefix, extract(year FROM now())::int, 1)
-ON CONFLICT (prefix, year) DO UPDATE SET last_value = number_series.last_value + 1
-RETURNING (prefix || '-' || year || '-' || lpad(last_value::text, 6, '0'))::text AS number;
+-- name: NumberNow :exec
+-- NumberNow makes the deferred constraint triggers fire now, not at
+-- commit: the *_number triggers (migration 00016; the schema's only
+-- deferred ones) number the documents this transaction inserted, and
+-- those it inserts later, so that their numbers are readable in the
+-- transaction; each series row taken stays locked until it ends.
+SET CONSTRAINTS ALL IMMEDIATE;
 
 -- name: NumberSeriesSetStart :execrows
 -- NumberSeriesSetStart makes the last issued number of a series

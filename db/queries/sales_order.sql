@@ -1,7 +1,8 @@
 -- name: SalesOrderInsert :many
--- SalesOrderInsert writes a sales order numbered provisionally (a unique
--- placeholder that the sales_orders_number trigger replaces at commit, so
--- no other transaction ever sees it), its lines and its doc.created event
+-- SalesOrderInsert writes a sales order numbered provisionally
+-- (pending_number, db.pendingNumber's placeholder, which the
+-- sales_orders_number trigger replaces at commit, so no other transaction
+-- ever sees it), its lines and its doc.created event
 -- (payload {"id", "entity": payload_entity}, "no" follows with the
 -- number), and
 -- returns one row per line, in line order, each with the order and the
@@ -11,7 +12,7 @@
 -- conflicts. The arrays hold one element per line; a price of '' is none.
 WITH so AS (
     INSERT INTO sales_orders (number, customer, created_by, source, external_id)
-    VALUES ('pending ' || gen_random_uuid(), @customer::text, sqlc.narg(actor_id)::bigint, @source::text, sqlc.narg(external_id)::text)
+    VALUES (@pending_number::text, @customer::text, sqlc.narg(actor_id)::bigint, @source::text, sqlc.narg(external_id)::text)
     ON CONFLICT (source, external_id) DO NOTHING
     RETURNING id, customer, status, source, external_id, created_at, version
 ), l AS (
@@ -38,14 +39,6 @@ SELECT e.id AS event_id, e.type AS event_type, e.entity AS event_entity, e.entit
 FROM so CROSS JOIN e LEFT JOIN users u ON u.id = e.actor_id
 CROSS JOIN l JOIN items i ON i.id = l.item_id
 ORDER BY l.line_no;
-
--- name: SalesOrderNumberNow :exec
--- SalesOrderNumberNow makes the deferred constraint triggers fire now,
--- not at commit: sales_orders_number (migration 00016; the schema's only
--- deferred one) numbers the orders this transaction inserted, and those it
--- inserts later, so that their numbers are readable in the transaction;
--- the series row then stays locked until it ends.
-SET CONSTRAINTS ALL IMMEDIATE;
 
 -- name: SalesOrderGetNumber :one
 -- SalesOrderGetNumber returns the number of sales order id and the payload

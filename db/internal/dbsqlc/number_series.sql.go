@@ -9,23 +9,18 @@ import (
 	"context"
 )
 
-const numberSeriesNext = `-- name: NumberSeriesNext :one
-INSERT INTO number_series (prefix, year, last_value)
-VALUES ($1, extract(year FROM now())::int, 1)
-ON CONFLICT (prefix, year) DO UPDATE SET last_value = number_series.last_value + 1
-RETURNING (prefix || '-' || year || '-' || lpad(last_value::text, 6, '0'))::text AS number
+const numberNow = `-- name: NumberNow :exec
+SET CONSTRAINTS ALL IMMEDIATE
 `
 
-// NumberSeriesNext takes the next number of prefix's series for the current
-// year (database clock, session time zone), formatted "ЗК-2026-000422"; the
-// series row stays locked until the transaction ends. The
-// sales_orders_number trigger (migration 00016) takes a ЗК number the same
-// way at commit.
-func (q *Queries) NumberSeriesNext(ctx context.Context, db DBTX, prefix string) (string, error) {
-	row := db.QueryRow(ctx, numberSeriesNext, prefix)
-	var number string
-	err := row.Scan(&number)
-	return number, err
+// NumberNow makes the deferred constraint triggers fire now, not at
+// commit: the *_number triggers (migration 00016; the schema's only
+// deferred ones) number the documents this transaction inserted, and
+// those it inserts later, so that their numbers are readable in the
+// transaction; each series row taken stays locked until it ends.
+func (q *Queries) NumberNow(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, numberNow)
+	return err
 }
 
 const numberSeriesSetStart = `-- name: NumberSeriesSetStart :execrows

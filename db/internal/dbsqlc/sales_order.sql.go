@@ -98,21 +98,21 @@ func (q *Queries) SalesOrderGetNumber(ctx context.Context, db DBTX, iD int64, ev
 const salesOrderInsert = `-- name: SalesOrderInsert :many
 WITH so AS (
     INSERT INTO sales_orders (number, customer, created_by, source, external_id)
-    VALUES ('pending ' || gen_random_uuid(), $1::text, $2::bigint, $3::text, $4::text)
+    VALUES ($1::text, $2::text, $3::bigint, $4::text, $5::text)
     ON CONFLICT (source, external_id) DO NOTHING
     RETURNING id, customer, status, source, external_id, created_at, version
 ), l AS (
     INSERT INTO sales_order_lines (sales_order_id, line_no, item_id, quantity, price)
     SELECT so.id, t.ord, i.id, t.qty, NULLIF(t.price, '')::numeric
-    FROM so, ROWS FROM (unnest($5::text[]), unnest($6::numeric[]), unnest($7::text[]))
+    FROM so, ROWS FROM (unnest($6::text[]), unnest($7::numeric[]), unnest($8::text[]))
         WITH ORDINALITY AS t(sku, qty, price, ord)
     JOIN items i ON i.sku = t.sku
     RETURNING line_no, item_id, quantity, price
 ), e AS (
     INSERT INTO events (type, entity, entity_id, payload, actor_id, trace_parent)
-    SELECT $8::text, $9::text, so.id,
-        jsonb_build_object('id', so.id, 'entity', $10::text), $2::bigint,
-        $11::text
+    SELECT $9::text, $10::text, so.id,
+        jsonb_build_object('id', so.id, 'entity', $11::text), $3::bigint,
+        $12::text
     FROM so
     RETURNING id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, trace_parent
 )
@@ -128,6 +128,7 @@ ORDER BY l.line_no
 `
 
 type SalesOrderInsertParams struct {
+	PendingNumber string
 	Customer      string
 	ActorID       *int64
 	Source        string
@@ -171,9 +172,10 @@ type SalesOrderInsertRow struct {
 	Price             *decimal.Decimal
 }
 
-// SalesOrderInsert writes a sales order numbered provisionally (a unique
-// placeholder that the sales_orders_number trigger replaces at commit, so
-// no other transaction ever sees it), its lines and its doc.created event
+// SalesOrderInsert writes a sales order numbered provisionally
+// (pending_number, db.pendingNumber's placeholder, which the
+// sales_orders_number trigger replaces at commit, so no other transaction
+// ever sees it), its lines and its doc.created event
 // (payload {"id", "entity": payload_entity}, "no" follows with the
 // number), and
 // returns one row per line, in line order, each with the order and the
@@ -183,6 +185,7 @@ type SalesOrderInsertRow struct {
 // conflicts. The arrays hold one element per line; a price of ” is none.
 func (q *Queries) SalesOrderInsert(ctx context.Context, db DBTX, arg SalesOrderInsertParams) ([]SalesOrderInsertRow, error) {
 	rows, err := db.Query(ctx, salesOrderInsert,
+		arg.PendingNumber,
 		arg.Customer,
 		arg.ActorID,
 		arg.Source,
@@ -730,20 +733,6 @@ func (q *Queries) SalesOrderLockStatus(ctx context.Context, db DBTX, id int64) (
 	var i SalesOrderLockStatusRow
 	err := row.Scan(&i.Number, &i.Status, &i.Version)
 	return i, err
-}
-
-const salesOrderNumberNow = `-- name: SalesOrderNumberNow :exec
-SET CONSTRAINTS ALL IMMEDIATE
-`
-
-// SalesOrderNumberNow makes the deferred constraint triggers fire now,
-// not at commit: sales_orders_number (migration 00016; the schema's only
-// deferred one) numbers the orders this transaction inserted, and those it
-// inserts later, so that their numbers are readable in the transaction;
-// the series row then stays locked until it ends.
-func (q *Queries) SalesOrderNumberNow(ctx context.Context, db DBTX) error {
-	_, err := db.Exec(ctx, salesOrderNumberNow)
-	return err
 }
 
 const salesOrderSetStatus = `-- name: SalesOrderSetStatus :one
