@@ -173,6 +173,7 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 		Feed:       feed,
 		Logger:     logger,
 		FeedBuffer: cfg.FeedBuffer,
+		FeedMaxLag: cfg.FeedMaxLag, FeedMaxStall: cfg.FeedMaxStall,
 	}
 	ws := &wsgorilla.Implementation{
 		CheckOrigin: checkOrigin,

@@ -354,11 +354,11 @@ func readFeed(c *apptest.WS, want int) (seqs []int64, last string, code int, err
 }
 
 // Not parallel: it measures the heap. A client stops reading while 10,000
-// events flow; past its feed buffer it is dropped and, when it reads
-// again, finds what the kernel had buffered and then the close frame
-// CloseSlowConsumer. The fast client gets every event all along; the slow
-// one resumes with its last cursor and gets the rest.
-func TestFeedSlowConsumerDroppedFastOneServed(t *testing.T) {
+// events flow; past its feed buffer the feed drops its subscription and,
+// when it reads again, it catches up from the journal: it gets every event
+// once, in feed order, on the same socket, and is live again. The fast
+// client gets every event all along.
+func TestFeedSlowConsumerCatchesUpFastOneServed(t *testing.T) {
 	const events = 10_000
 	// Keepalive longer than the test: the slow client must be dropped for
 	// falling behind, not for missing pongs. The default buffer (1,024)
@@ -409,7 +409,7 @@ func TestFeedSlowConsumerDroppedFastOneServed(t *testing.T) {
 			}
 		}
 	}()
-	// The slow client reads nothing until the server dropped its
+	// The slow client reads nothing until the feed dropped its
 	// subscription (the feed counts one subscriber left), then reads.
 	var droppedAt atomic.Int64
 	go func() {
@@ -442,29 +442,82 @@ func TestFeedSlowConsumerDroppedFastOneServed(t *testing.T) {
 	select {
 	case sr = <-slowDone:
 	case <-time.After(time.Minute):
-		t.Fatal("the slow client was not closed")
+		t.Fatal("the slow client did not catch up")
 	}
 	require.NoError(t, sr.err)
-	require.Equal(t, resolvers.CloseSlowConsumer, sr.code, "after %d events", len(sr.seqs))
-	require.NotEmpty(t, sr.seqs)
-	require.Equal(t, fr.seqs[:len(sr.seqs)], sr.seqs, "the slow client's events are a prefix of the feed")
-	apptest.WaitFor(t, 5*time.Second, "the slow socket closed and its operation cancelled", func() bool { return s.App.Websockets().Open() == 1 })
+	require.Zero(t, sr.code, "the slow client is not closed")
+	require.Equal(t, journal, sr.seqs, "the slow client catches up: every event once, in feed order")
+	slow.RequireNoMoreEvents()
+	apptest.WaitFor(t, 5*time.Second, "the slow client live again", func() bool { return s.App.Feed().Subscribers() == 2 })
 	heapAfter := heapBytes()
-	t.Logf("%d events dispatched and delivered to the fast client in %s (%.0f/s); the slow client was dropped at feed sequence %d with %d events delivered",
-		events, took.Round(time.Millisecond), float64(events)/took.Seconds(), droppedAt.Load(), len(sr.seqs))
+	t.Logf("%d events dispatched and delivered to the fast client in %s (%.0f/s); the slow client fell behind at feed sequence %d and caught up",
+		events, took.Round(time.Millisecond), float64(events)/took.Seconds(), droppedAt.Load())
 	t.Logf("live heap: %d KiB before, %d KiB peak, %d KiB after", heapBefore>>10, heapPeak.Load()>>10, heapAfter>>10)
 	require.Less(t, int64(heapPeak.Load())-int64(heapBefore), int64(32<<20), "one slow client costs its bounded buffer, not the whole flow")
-	require.Less(t, int64(heapAfter)-int64(heapBefore), int64(8<<20), "and nothing once it is dropped")
+	require.Less(t, int64(heapAfter)-int64(heapBefore), int64(8<<20), "and nothing once it caught up")
+}
 
-	// It resumes with its last cursor and gets the rest, from the journal.
+// A client that fell behind and stops reading altogether is closed once
+// it has taken no event for FeedMaxStall, well before the 10 s write
+// timeout would drop it: with CloseSlowConsumer, or, when its socket's
+// buffers are full and the close frame cannot be written either, without
+// one (1006 on the client's side). What it had received is a prefix of
+// the feed, and it resumes with its last cursor.
+func TestFeedStalledConsumerClosed(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, func(c *config.Config) {
+		c.KeepAlive, c.FeedBuffer, c.FeedMaxStall = 5*time.Minute, 64, 2*time.Second
+	})
+	apptest.WaitAllProcessed(t, s)
+	stalled := apptest.DialWS(t, s, apptest.ProtoTransportWS)
+	stalled.Init(s.Token)
+	stalled.Subscribe("s", apptest.FeedSubscription, nil)
+	apptest.WaitFor(t, 5*time.Second, "the subscription", func() bool { return s.App.Feed().Subscribers() == 1 })
+	const events = 3000
+	require.NoError(t, insertEvents(t.Context(), s, events, 500))
+	apptest.WaitAllProcessed(t, s)
+	// Reading nothing, it is closed FeedMaxStall after its last event.
+	apptest.WaitFor(t, 8*time.Second, "the stalled socket closed", func() bool { return s.App.Websockets().Open() == 0 })
+	seqs, last, code, err := readFeed(stalled, events)
+	require.NoError(t, err)
+	require.Contains(t, []int{resolvers.CloseSlowConsumer, websocket.CloseAbnormalClosure}, code, "after %d events", len(seqs))
+	require.Less(t, len(seqs), events)
+	rows, err := s.Pool.Query(t.Context(), `SELECT feed_seq FROM events ORDER BY feed_seq`)
+	require.NoError(t, err)
+	journal, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Equal(t, journal[:len(seqs)], seqs, "what it got is a prefix of the feed")
+
 	again := apptest.DialWS(t, s, apptest.ProtoTransportWS)
 	again.Init(s.Token)
-	again.Subscribe("s2", apptest.FeedSubscription, map[string]any{"after": sr.last})
-	rest, _, code, err := readFeed(again, events-len(sr.seqs))
+	again.Subscribe("s2", apptest.FeedSubscription, map[string]any{"after": last})
+	rest, _, code, err := readFeed(again, len(journal)-len(seqs))
 	require.NoError(t, err)
 	require.Zero(t, code)
-	require.Equal(t, fr.seqs[len(sr.seqs):], rest)
-	again.RequireNoMoreEvents()
+	require.Equal(t, journal[len(seqs):], rest, "it resumes with its last cursor")
+}
+
+// A client that fell behind by more than FeedMaxLag events is closed with
+// CloseSlowConsumer when it reads on, instead of catching up through an
+// unbounded stretch of the journal.
+func TestFeedConsumerTooFarBehindClosed(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, func(c *config.Config) {
+		c.KeepAlive, c.FeedBuffer, c.FeedMaxLag = 5*time.Minute, 64, 500
+	})
+	apptest.WaitAllProcessed(t, s)
+	behind := apptest.DialWS(t, s, apptest.ProtoTransportWS)
+	behind.Init(s.Token)
+	behind.Subscribe("b", apptest.FeedSubscription, nil)
+	apptest.WaitFor(t, 5*time.Second, "the subscription", func() bool { return s.App.Feed().Subscribers() == 1 })
+	const events = 3000
+	require.NoError(t, insertEvents(t.Context(), s, events, 500))
+	apptest.WaitAllProcessed(t, s)
+	apptest.WaitFor(t, 10*time.Second, "the feed publishing every event", func() bool { return s.App.Feed().LastSeq() >= events })
+	seqs, _, code, err := readFeed(behind, events)
+	require.NoError(t, err)
+	require.Equal(t, resolvers.CloseSlowConsumer, code, "after %d events", len(seqs))
+	require.Less(t, len(seqs), events)
 }
 
 // A cursor the journal cannot place is refused rather than streaming

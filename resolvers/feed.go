@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
@@ -19,8 +20,11 @@ import (
 )
 
 // CloseSlowConsumer is the websocket close code for a subscriber that fell
-// more than its feed buffer (Resolver.FeedBuffer) behind the live feed: the server drops it
-// rather than buffer without bound, and the client resumes with
+// too far behind the live feed: one that fell more than its feed buffer
+// (Resolver.FeedBuffer) behind reads on from the journal, and is closed
+// only once it lags more than Resolver.FeedMaxLag events or takes no
+// event for Resolver.FeedMaxStall (it stopped reading); the server never
+// buffers without bound, and the client resumes with
 // eventProcessed(after: <its last cursor>). Not 4429, which
 // graphql-transport-ws uses for repeated connection_init and which the
 // graphql-ws client treats as fatal; 4503 makes it reconnect.
@@ -32,8 +36,10 @@ const closeReasonSlowConsumer = "slow consumer: resume with eventProcessed(after
 // feedStream is one eventProcessed subscription: the back-fill from the
 // journal, then the live feed, with last the feed sequence of the last
 // event handed on, so that the hand-over neither repeats nor skips one.
-// It is pulled (next) by the goroutine gqlgen runs for the subscription;
-// it runs none of its own.
+// A live stream that falls behind its buffer goes back to the journal
+// (catching up) and is live again once it has read it through. It is
+// pulled (next) by the goroutine gqlgen runs for the subscription; it runs
+// none of its own, only a timer while it catches up.
 type feedStream struct {
 	r      *Resolver
 	filter db.EventFilter
@@ -46,9 +52,11 @@ type feedStream struct {
 	page        []db.Event // back-filled events not handed on yet
 	more        bool       // the last page was full: read another
 
-	last   atomic.Int64 // feed sequence of the last event handed on
-	live   atomic.Bool  // back-fill done: a drop is a slow consumer
-	warned atomic.Bool  // the slow consumer was logged
+	last     atomic.Int64 // feed sequence of the last event handed on
+	progress atomic.Int64 // when the last event was handed on (Unix ns)
+	live     atomic.Bool  // back-fill done: a drop means the client fell behind
+	wasLive  atomic.Bool  // live once: a back-fill is a catch-up, bounded
+	warned   atomic.Bool  // the slow consumer was logged
 
 	mu     sync.Mutex
 	sub    *db.FeedSubscription
@@ -76,10 +84,11 @@ func (r *Resolver) liveEvents(ctx context.Context, f db.EventFilter, after *stri
 		from = &seq
 	}
 	s := &feedStream{r: r, filter: f, ctx: ctx, backfilling: from != nil, more: true}
+	s.progress.Store(time.Now().UnixNano())
 	if from != nil {
 		s.last.Store(*from)
 	} else {
-		s.live.Store(true)
+		s.setLive()
 	}
 	s.subscribe()
 	// The subscription ends with the operation (gqlgen cancels ctx).
@@ -111,9 +120,10 @@ func (r *Resolver) liveEvents(ctx context.Context, f db.EventFilter, after *stri
 // Its queue holds FeedBuffer events plus one: the one the resolver's pump
 // goroutine used to hold in hand besides the channel of FeedBuffer, so
 // that a subscriber is allowed the same lag as before it was removed.
-// A live subscription that the feed drops for falling behind closes the
-// socket at once with CloseSlowConsumer, even while gqlgen is blocked
-// writing an earlier event to a client that stopped reading.
+// When the feed drops a live subscription for falling behind, the stream
+// catches up from the journal (next); a timer watches that it keeps
+// taking events, since gqlgen may be blocked writing to a client that
+// stopped reading.
 func (s *feedStream) subscribe() {
 	sub := s.r.Feed.Subscribe(s.filter, s.r.feedBuffer()+1)
 	s.mu.Lock()
@@ -129,10 +139,63 @@ func (s *feedStream) subscribe() {
 		old.Close()
 	}
 	sub.OnOverflow(func() {
-		if s.live.Load() && wsgorilla.CloseSocket(s.ctx, CloseSlowConsumer, closeReasonSlowConsumer) {
-			s.warnSlow()
+		// On the feed's goroutine, the feed locked: only arm the timer.
+		if s.live.CompareAndSwap(true, false) {
+			s.watchCatchUp()
 		}
 	})
+}
+
+func (s *feedStream) setLive() {
+	s.live.Store(true)
+	s.wasLive.Store(true)
+}
+
+// handedOn records ev as the last event handed on.
+func (s *feedStream) handedOn(ev *db.Event) {
+	s.last.Store(*ev.FeedSeq)
+	s.progress.Store(time.Now().UnixNano())
+}
+
+// watchCatchUp checks, FeedMaxStall after the last event handed on and
+// again until the stream is live, that a stream catching up still takes
+// events and is within FeedMaxLag of the feed; else it closes the socket
+// with CloseSlowConsumer.
+func (s *feedStream) watchCatchUp() {
+	stall := s.r.feedMaxStall()
+	wait := stall - time.Since(time.Unix(0, s.progress.Load()))
+	time.AfterFunc(max(wait, stall/10), func() {
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		if closed || s.live.Load() {
+			return
+		}
+		if time.Since(time.Unix(0, s.progress.Load())) >= stall {
+			if wsgorilla.CloseStalledSocket(s.ctx, CloseSlowConsumer, closeReasonSlowConsumer) {
+				s.warnSlow()
+			}
+			return
+		}
+		if s.tooFarBehind() {
+			s.closeSlow()
+			return
+		}
+		s.watchCatchUp()
+	})
+}
+
+// tooFarBehind reports a stream more than FeedMaxLag events behind the
+// feed.
+func (s *feedStream) tooFarBehind() bool {
+	return s.r.Feed.LastSeq()-s.last.Load() > s.r.feedMaxLag()
+}
+
+// closeSlow closes the socket with CloseSlowConsumer and logs it once.
+func (s *feedStream) closeSlow() {
+	if wsgorilla.CloseSocket(s.ctx, CloseSlowConsumer, closeReasonSlowConsumer) {
+		s.warnSlow()
+	}
 }
 
 func (s *feedStream) current() *db.FeedSubscription {
@@ -187,15 +250,26 @@ func (s *feedStream) next(ctx context.Context) (*db.Event, bool) {
 	for {
 		ev, ok := sub.Next(ctx)
 		if !ok {
-			if ctx.Err() == nil {
-				s.dropped()
+			if ctx.Err() != nil {
+				return nil, false
 			}
-			return nil, false
+			if !sub.Overflowed() {
+				s.dropped()
+				return nil, false
+			}
+			// Fell behind its buffer: read on from the journal.
+			s.live.Store(false)
+			s.backfilling, s.more = true, true
+			if ev, ok, done := s.backfillNext(ctx); !done {
+				return ev, ok
+			}
+			sub = s.current()
+			continue
 		}
 		if *ev.FeedSeq <= s.last.Load() {
 			continue // back-filled already
 		}
-		s.last.Store(*ev.FeedSeq)
+		s.handedOn(ev)
 		return ev, true
 	}
 }
@@ -205,7 +279,10 @@ func (s *feedStream) next(ctx context.Context) (*db.Event, bool) {
 // events that arrive meanwhile wait in the subscription; when more than its
 // buffer arrive (a long back-fill on a busy system), the feed drops it and
 // the back-fill takes a new one and reads on from the journal, so a client
-// catching up is not mistaken for a slow one.
+// catching up is not mistaken for a slow one. A stream that was live
+// before (it fell behind) is closed with CloseSlowConsumer once it is
+// more than FeedMaxLag events behind the feed; a first back-fill from an
+// old cursor is not bounded.
 func (s *feedStream) backfillNext(ctx context.Context) (ev *db.Event, ok, done bool) {
 	if !s.ready {
 		// Until the feed listens, the journal may hold events the feed
@@ -222,15 +299,19 @@ func (s *feedStream) backfillNext(ctx context.Context) (ev *db.Event, ok, done b
 		if len(s.page) > 0 {
 			ev = &s.page[0]
 			s.page = s.page[1:]
-			s.last.Store(*ev.FeedSeq)
+			s.handedOn(ev)
 			return ev, true, false
+		}
+		if s.wasLive.Load() && s.tooFarBehind() {
+			s.closeSlow()
+			return nil, false, false
 		}
 		if !s.more {
 			if sub := s.current(); !sub.Overflowed() {
 				// What the back-fill read is queued too: free its room.
 				sub.DiscardThrough(s.last.Load())
 				s.backfilling = false
-				s.live.Store(true)
+				s.setLive()
 				// Dropped between the check and now: next sees the ended
 				// subscription and closes the socket.
 				return nil, false, true
@@ -249,29 +330,23 @@ func (s *feedStream) backfillNext(ctx context.Context) (ev *db.Event, ok, done b
 	}
 }
 
-// dropped ends a subscription the feed ended: a slow subscriber's socket
-// is closed with CloseSlowConsumer, and when the feed itself stopped (the
-// server is going down) with 1001, so the client reconnects and resumes
-// instead of taking the end of the stream for a normal completion. A
-// socket that is closing already keeps its first close code.
+// dropped ends a subscription the feed ended other than for falling behind:
+// the feed itself stopped (the server is going down), so the socket is
+// closed with 1001 and the client reconnects and resumes instead of taking
+// the end of the stream for a normal completion. A socket that is closing
+// already keeps its first close code.
 func (s *feedStream) dropped() {
-	code, reason := wsgorilla.CloseGoingAway, "server shutting down"
-	if s.current().Overflowed() {
-		code, reason = CloseSlowConsumer, closeReasonSlowConsumer
-	}
-	if !wsgorilla.CloseSocket(s.ctx, code, reason) {
+	const reason = "server shutting down"
+	if !wsgorilla.CloseSocket(s.ctx, wsgorilla.CloseGoingAway, reason) {
 		transport.AddSubscriptionError(s.ctx, CodedError(reason, CodeInternal))
-		return
-	}
-	if code == CloseSlowConsumer {
-		s.warnSlow()
 	}
 }
 
 func (s *feedStream) warnSlow() {
 	if s.warned.CompareAndSwap(false, true) {
-		s.r.Logger.WarnContext(s.ctx, "live subscriber fell behind, closing its socket",
-			slog.Int("buffer", s.r.feedBuffer()), slog.Int64("last_feed_seq", s.last.Load()))
+		s.r.Logger.WarnContext(s.ctx, "live subscriber fell too far behind or stopped reading, closing its socket",
+			slog.Int64("max_lag", s.r.feedMaxLag()), slog.Duration("max_stall", s.r.feedMaxStall()),
+			slog.Int64("last_feed_seq", s.last.Load()))
 	}
 }
 

@@ -7,6 +7,7 @@ package resolvers
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -15,9 +16,17 @@ import (
 )
 
 // DefaultFeedBuffer is how many processed events a live subscription may
-// fall behind before the feed drops it (the client then resumes by
-// cursor), unless Resolver.FeedBuffer says otherwise.
+// fall behind before the feed drops it and it reads on from the journal,
+// unless Resolver.FeedBuffer says otherwise.
 const DefaultFeedBuffer = 1024
+
+// DefaultFeedMaxLag and DefaultFeedMaxStall bound a subscriber catching up
+// from the journal after it fell behind (Resolver.FeedMaxLag,
+// FeedMaxStall): past them its socket is closed with CloseSlowConsumer.
+const (
+	DefaultFeedMaxLag   = 100_000
+	DefaultFeedMaxStall = 30 * time.Second
+)
 
 // defaultPageSize applies when a client sends first: null.
 const defaultPageSize = 50
@@ -35,6 +44,25 @@ type Resolver struct {
 	// FeedBuffer is the live feed's buffer per subscription, in events,
 	// and the back-fill's page size; 0 means DefaultFeedBuffer.
 	FeedBuffer int
+	// FeedMaxLag (events behind the feed) and FeedMaxStall (time without
+	// taking an event) bound a live subscriber that fell behind its buffer
+	// and reads on from the journal; 0 means the defaults.
+	FeedMaxLag   int
+	FeedMaxStall time.Duration
+}
+
+func (r *Resolver) feedMaxLag() int64 {
+	if r.FeedMaxLag > 0 {
+		return int64(r.FeedMaxLag)
+	}
+	return DefaultFeedMaxLag
+}
+
+func (r *Resolver) feedMaxStall() time.Duration {
+	if r.FeedMaxStall > 0 {
+		return r.FeedMaxStall
+	}
+	return DefaultFeedMaxStall
 }
 
 func (r *Resolver) feedBuffer() int {

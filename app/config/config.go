@@ -85,6 +85,13 @@ type Config struct {
 	// (jobs.DispatcherConfig.ReplayBatch).
 	ReplayBatch int `env:"REPLAY_BATCH" envDefault:"500" help:"events one batch of a subscriber replay goes through (1…10000)" want:"a whole number from 1 to 10000"`
 
+	// FeedMaxLag and FeedMaxStall bound a live subscriber that fell
+	// behind its feed buffer and reads on from the journal: it is closed
+	// with 4503 once it is more than FeedMaxLag events behind the feed, or
+	// has taken no event for FeedMaxStall (it stopped reading).
+	FeedMaxLag   int           `env:"FEED_MAX_LAG" envDefault:"100000" help:"events a live subscriber that fell behind may lag the feed while it catches up from the journal, before its socket is closed with 4503" want:"a whole number of at least 1"`
+	FeedMaxStall time.Duration `env:"FEED_MAX_STALL" envDefault:"30s" help:"how long a live subscriber that fell behind may take no event before its socket is closed with 4503" want:"a duration of at least 1s like 30s"`
+
 	// User is the user subcommand's flags.
 	User User
 
@@ -233,6 +240,12 @@ func validate(cmd string, cfg Config, raw map[string]string, failed map[string]b
 	}
 	if !failed["DISPATCH_INTERVAL"] && cfg.DispatchInterval < time.Second {
 		bad("DISPATCH_INTERVAL", "want a duration of at least 1s like 1m or 30s, got %q", got("DISPATCH_INTERVAL", cfg.DispatchInterval))
+	}
+	if !failed["FEED_MAX_LAG"] && cfg.FeedMaxLag < 1 {
+		bad("FEED_MAX_LAG", "want a whole number of at least 1, got %q", got("FEED_MAX_LAG", cfg.FeedMaxLag))
+	}
+	if !failed["FEED_MAX_STALL"] && cfg.FeedMaxStall < time.Second {
+		bad("FEED_MAX_STALL", "want a duration of at least 1s, got %q", got("FEED_MAX_STALL", cfg.FeedMaxStall))
 	}
 	if !failed["REPLAY_BATCH"] && (cfg.ReplayBatch < 1 || cfg.ReplayBatch > 10000) {
 		bad("REPLAY_BATCH", "want a whole number from 1 to 10000, got %q", got("REPLAY_BATCH", cfg.ReplayBatch))

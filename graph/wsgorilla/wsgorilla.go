@@ -458,6 +458,23 @@ func CloseSocket(ctx context.Context, code int, reason string) bool {
 	return true
 }
 
+// CloseStalledSocket is CloseSocket for a client that stopped reading: its
+// buffers may be full, so the close frame gets closeGrace to go out, not
+// WriteTimeout, before the network connection is dropped (the client then
+// sees no close frame: 1006).
+func CloseStalledSocket(ctx context.Context, code int, reason string) bool {
+	h, ok := ctx.Value(handleKey{}).(*handle)
+	if !ok {
+		return false
+	}
+	c := h.conn.Load()
+	if c == nil {
+		return false
+	}
+	c.closeWith(code, reason, closeGrace)
+	return true
+}
+
 // Conn is one accepted socket. gqlgen reads it from one goroutine and
 // writes it from several (results, keepalives, close); gorilla allows one
 // data writer at a time, so data writes are serialised here. Control frames
