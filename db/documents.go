@@ -422,7 +422,7 @@ func CreateProductionOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in Pr
 		return ProductionOrder{}, nil, err
 	}
 	if in.SalesOrderID != nil {
-		if err := requireRow(ctx, tx, "salesOrderId", "sales_orders", *in.SalesOrderID, queries.SalesOrderExists); err != nil {
+		if err := lockOrderFor(ctx, tx, SalesOrders, "salesOrderId", *in.SalesOrderID, "production orders"); err != nil {
 			return ProductionOrder{}, nil, err
 		}
 	}
@@ -545,17 +545,17 @@ func CreateWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, in Ware
 	// stock balances: the one lock order of every posting (order, series,
 	// balances), so that none waits on another in a circle.
 	if in.PurchaseOrderID != nil {
-		if err := lockOrderForMove(ctx, tx, PurchaseOrders, "purchaseOrderId", *in.PurchaseOrderID); err != nil {
+		if err := lockOrderFor(ctx, tx, PurchaseOrders, "purchaseOrderId", *in.PurchaseOrderID, "warehouse moves"); err != nil {
 			return WarehouseMove{}, nil, err
 		}
 	}
 	if in.SalesOrderID != nil {
-		if err := lockOrderForMove(ctx, tx, SalesOrders, "salesOrderId", *in.SalesOrderID); err != nil {
+		if err := lockOrderFor(ctx, tx, SalesOrders, "salesOrderId", *in.SalesOrderID, "warehouse moves"); err != nil {
 			return WarehouseMove{}, nil, err
 		}
 	}
 	if in.ProductionOrderID != nil {
-		if err := requireRow(ctx, tx, "productionOrderId", "plan_prod_orders", *in.ProductionOrderID, queries.ProductionOrderExists); err != nil {
+		if err := lockOrderFor(ctx, tx, ProductionOrders, "productionOrderId", *in.ProductionOrderID, "warehouse moves"); err != nil {
 			return WarehouseMove{}, nil, err
 		}
 	}
@@ -573,11 +573,11 @@ func CreateWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, in Ware
 	}, itemIDs, in.Lines)
 }
 
-// lockOrderForMove locks order id of kind k (a purchase or sales order)
-// that a new move refers to, on input field field: an unknown id, or an
-// order that takes no more moves (cancelled, closed, shipped), is an
-// *InputError on field.
-func lockOrderForMove(ctx context.Context, tx pgx.Tx, k *DocKind, field string, id int64) error {
+// lockOrderFor locks order id of kind k (a purchase, sales or production
+// order) that a new document (what: "warehouse moves") refers to, on input
+// field field: an unknown id, or an order that takes no more of them
+// (cancelled, closed, shipped, completed), is an *InputError on field.
+func lockOrderFor(ctx context.Context, tx pgx.Tx, k *DocKind, field string, id int64, what string) error {
 	d, err := LockDocument(ctx, tx, k, id)
 	if errors.Is(err, ErrNotFound) {
 		return inputErr(field, "no %s with id %d", k.Noun, id)
@@ -585,11 +585,20 @@ func lockOrderForMove(ctx context.Context, tx pgx.Tx, k *DocKind, field string, 
 	if err != nil {
 		return err
 	}
-	switch d.Status {
-	case SalesOrderCancelled, SalesOrderShipped, PurchaseClosed: // PurchaseCancelled is SalesOrderCancelled
-		return inputErr(field, "%s %s is %s: it takes no more warehouse moves", k.Noun, d.Number, d.Status)
+	if finished(d.Status) {
+		return inputErr(field, "%s %s is %s: it takes no more %s", k.Noun, d.Number, d.Status, what)
 	}
 	return nil
+}
+
+// finished reports an order status after which an order takes no more
+// documents: cancelled (any kind), shipped, closed, completed.
+func finished(status string) bool {
+	switch status {
+	case SalesOrderCancelled, SalesOrderShipped, PurchaseClosed, ProductionCompleted: // the other kinds' cancelled is SalesOrderCancelled
+		return true
+	}
+	return false
 }
 
 // moveRow is a validated wh_moves row before it has a number.

@@ -207,10 +207,20 @@ type LockedDocument struct {
 
 // LockDocument locks document id of kind k until tx ends (FOR NO KEY
 // UPDATE: rows that reference it may still be written) and returns its
-// state, for a transition that checks more than Transition does. An
+// state, for a transition that checks more than Transition does. A
+// document tx wrote itself takes its number here (NumberNow) rather than
+// at commit, so that what tx journals of it carries the number. An
 // unknown id is ErrNotFound.
 func LockDocument(ctx context.Context, tx pgx.Tx, k *DocKind, id int64) (LockedDocument, error) {
 	st, err := k.lock(ctx, tx, id)
+	if err == nil && strings.HasPrefix(st.Number, "pending ") {
+		// Written by tx itself, numbered only at commit: a transition
+		// journals the number, so take it now.
+		if err := NumberNow(ctx, tx); err != nil {
+			return LockedDocument{}, err
+		}
+		st, err = k.lock(ctx, tx, id)
+	}
 	if err != nil {
 		return LockedDocument{}, fmt.Errorf("lock %s %d: %w", k.Noun, id, translate(err))
 	}
@@ -275,7 +285,9 @@ func TransitionIf(ctx context.Context, tx pgx.Tx, actorID *int64, k *DocKind, id
 // (required, at most 200 characters): new, accepted and in_production
 // orders may be cancelled, unless a production order of theirs is
 // released (a *StatusConflictError naming them: cancel or complete them
-// first). It journals doc.status_changed and returns the order as stored.
+// first). Its planned production orders are cancelled with it, the reason
+// naming the order. It journals doc.status_changed for each and returns
+// the order as stored.
 func CancelSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, version int32, reason string) (SalesOrder, []Event, error) {
 	why, err := requireText("reason", reason)
 	if err != nil {
@@ -299,8 +311,34 @@ func CancelSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, 
 	if err != nil {
 		return SalesOrder{}, nil, err
 	}
+	events := []Event{ev}
+	// Its planned production goes with it: nothing is made for a
+	// cancelled order (their draft material issues are refused posting).
+	planned, err := queries.ProductionOrderListPlannedIDs(ctx, tx, &id)
+	if err != nil {
+		return SalesOrder{}, nil, fmt.Errorf("list planned production orders of sales order %s: %w", d.Number, translate(err))
+	}
+	cascade := []rune(fmt.Sprintf("sales order %s cancelled: %s", d.Number, why))
+	if len(cascade) > maxTextLen {
+		cascade = append(cascade[:maxTextLen-1], '…')
+	}
+	poReason := string(cascade)
+	for _, poID := range planned {
+		po, err := LockDocument(ctx, tx, ProductionOrders, poID)
+		if err != nil {
+			return SalesOrder{}, nil, err
+		}
+		if po.Status != ProductionPlanned { // released meanwhile: refused above
+			continue
+		}
+		_, ev, err := po.MoveTo(ctx, tx, actorID, ProductionCancelled, &poReason)
+		if err != nil {
+			return SalesOrder{}, nil, err
+		}
+		events = append(events, ev)
+	}
 	so, err := SalesOrderByID(ctx, tx, id)
-	return so, []Event{ev}, err
+	return so, events, err
 }
 
 // AcceptSalesOrder moves a sales order from new to accepted as the

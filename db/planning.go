@@ -22,6 +22,12 @@ var (
 	// ErrNoBillOfMaterials: the item of a production order has no bill of
 	// materials (item_components), so it has nothing to issue.
 	ErrNoBillOfMaterials = errors.New("the item has no bill of materials")
+
+	// ErrQuantityTooLarge is a material issue whose component quantity
+	// (the bill of materials × the ordered quantity) has more than 15
+	// digits before the point: no move can carry it, so retrying is
+	// useless.
+	ErrQuantityTooLarge = errors.New("the component quantity is too large for a warehouse move")
 )
 
 // ComponentInput is one line of a bill of materials as a client sends it:
@@ -166,7 +172,7 @@ func SetProductionWarehouse(ctx context.Context, tx pgx.Tx, code string) (Wareho
 func PlanSalesOrder(ctx context.Context, tx pgx.Tx, salesOrderID int64) ([]ProductionOrder, []Event, error) {
 	so, err := LockDocument(ctx, tx, SalesOrders, salesOrderID)
 	if err != nil {
-		return nil, nil, fmt.Errorf("plan sales order %d: %w", salesOrderID, err)
+		return nil, nil, err
 	}
 	if so.Status == SalesOrderCancelled || so.Status == SalesOrderShipped {
 		return nil, nil, nil
@@ -200,7 +206,9 @@ func PlanSalesOrder(ctx context.Context, tx pgx.Tx, salesOrderID int64) ([]Produ
 // planning chain; it fails the posting instead, where a person can act.
 //
 // It is idempotent per source event: when a move answering sourceEventID
-// exists, it returns that move with created false and writes nothing.
+// exists, it returns that move with created false and writes nothing. A
+// production order cancelled or completed by then gets no issue (a zero
+// move, created false).
 // Errors: ErrNotFound (no such production order), ErrNoBillOfMaterials (the
 // item has none: nothing to issue), ErrNoProductionWarehouse.
 func IssueMaterials(ctx context.Context, tx pgx.Tx, prodOrderID, sourceEventID int64) (mv WarehouseMove, events []Event, created bool, err error) {
@@ -211,6 +219,11 @@ func IssueMaterials(ctx context.Context, tx pgx.Tx, prodOrderID, sourceEventID i
 		return WarehouseMove{}, nil, false, fmt.Errorf("issue materials for production order %d: %w", prodOrderID, translate(err))
 	}
 	quantity, no := po.Quantity, po.Number
+	if po.Status == ProductionCancelled || po.Status == ProductionCompleted {
+		// Cancelled (with its sales order, say) or done before its
+		// materials were issued: nothing to issue.
+		return WarehouseMove{}, nil, false, nil
+	}
 	existing, err := queries.WarehouseMoveGetIDBySourceEvent(ctx, tx, &sourceEventID)
 	switch err = translate(err); {
 	case err == nil:
@@ -240,7 +253,7 @@ func IssueMaterials(ctx context.Context, tx pgx.Tx, prodOrderID, sourceEventID i
 	for i, c := range comps {
 		q := c.Quantity.Mul(quantity).RoundCeil(quantityDecimals)
 		if q.GreaterThanOrEqual(decimal.New(1, 15)) {
-			return WarehouseMove{}, nil, false, fmt.Errorf("issue materials for production order %s: quantity %s of component %d is too large", no, q, i+1)
+			return WarehouseMove{}, nil, false, fmt.Errorf("issue materials for production order %s: quantity %s of component %d: %w", no, q, i+1, ErrQuantityTooLarge)
 		}
 		itemIDs[i], lines[i] = c.ComponentItemID, LineInput{Quantity: q}
 	}

@@ -352,3 +352,54 @@ func TestProductionWarehouse(t *testing.T) {
 	require.Equal(t, "code", inputErr.Field)
 	require.Equal(t, 1, b.count(t, "warehouses WHERE supplies_production AND code = 'RAW'"), "a failed move keeps the mark")
 }
+
+// A production order cancelled before its materials are issued gets no
+// issue; a component quantity no move can carry is ErrQuantityTooLarge.
+func TestIssueMaterialsRefusals(t *testing.T) {
+	t.Parallel()
+	b := setupPlanning(t, false)
+	so := b.salesOrder(t, db.LineInput{SKU: "P1", Quantity: qty("1")})
+	pos, events := b.plan(t, so.ID)
+	b.inTx(t, func(tx pgx.Tx) error {
+		_, _, err := db.CancelProductionOrder(b.ctx, tx, nil, pos[0].ID, pos[0].Version, "не нужен")
+		return err
+	})
+	b.inTx(t, func(tx pgx.Tx) error {
+		mv, evs, created, err := db.IssueMaterials(b.ctx, tx, pos[0].ID, events[0].ID)
+		require.False(t, created)
+		require.Empty(t, evs)
+		require.Zero(t, mv.ID)
+		return err
+	})
+	require.Zero(t, b.count(t, "wh_moves"))
+
+	huge := b.salesOrder(t, db.LineInput{SKU: "P1", Quantity: qty("999999999999999.999")})
+	pos, events = b.plan(t, huge.ID)
+	err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		_, _, _, err := db.IssueMaterials(b.ctx, tx, pos[0].ID, events[0].ID)
+		return err
+	})
+	require.ErrorIs(t, err, db.ErrQuantityTooLarge)
+}
+
+// A transition in the transaction that wrote the document journals the
+// document's number, not the placeholder it has until commit.
+func TestTransitionInTheCreatingTransactionJournalsTheNumber(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var id int64
+	b.inTx(t, func(tx pgx.Tx) error {
+		p, _, err := db.InsertSalesOrder(b.ctx, tx, nil, db.SalesOrderInput{Customer: "Иванов", Lines: oneLine()})
+		if err != nil {
+			return err
+		}
+		id = p.Order().ID
+		_, _, err = db.CancelSalesOrder(b.ctx, tx, nil, id, 1, "ошибка ввода")
+		return err
+	})
+	var number, journaled string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT s.number, e.payload->>'no' FROM sales_orders s
+		JOIN events e ON e.entity = 'sales_orders' AND e.entity_id = s.id AND e.type = 'doc.status_changed' WHERE s.id = $1`, id).Scan(&number, &journaled))
+	require.Regexp(t, `^ЗК-\d{4}-000001$`, number)
+	require.Equal(t, number, journaled)
+}

@@ -74,7 +74,12 @@ func postMove(ctx context.Context, tx pgx.Tx, actorID *int64, mv WarehouseMove) 
 			return nil, err
 		}
 	case mv.Kind == MoveReceipt && mv.PurchaseOrderID != nil:
-		if followUp, err = checkReceipt(ctx, tx, actorID, mv); err != nil {
+		if followUp, err = checkReceipt(ctx, tx, actorID, mv, lines); err != nil {
+			return nil, err
+		}
+	case mv.Kind == MoveIssueToProduction && mv.ProductionOrderID != nil:
+		// No materials go to an order that was cancelled or is done.
+		if _, err := lockOrderToPost(ctx, tx, ProductionOrders, *mv.ProductionOrderID); err != nil {
 			return nil, err
 		}
 	}
@@ -161,8 +166,7 @@ func lockOrderToPost(ctx context.Context, tx pgx.Tx, k *DocKind, id int64) (Lock
 	if err != nil {
 		return LockedDocument{}, err
 	}
-	switch d.Status {
-	case SalesOrderCancelled, SalesOrderShipped, PurchaseClosed: // PurchaseCancelled is SalesOrderCancelled
+	if finished(d.Status) {
 		return LockedDocument{}, fmt.Errorf("%w: %s %s is %s: it takes no more warehouse moves",
 			ErrConflict, k.Noun, d.Number, d.Status)
 	}
@@ -216,23 +220,38 @@ func checkShipment(ctx context.Context, tx pgx.Tx, actorID *int64, mv WarehouseM
 	}, nil
 }
 
-// checkReceipt locks the purchase order of receipt mv; the returned
-// function moves it to received when its posted receipts cover every
-// line, else to partially_received.
-func checkReceipt(ctx context.Context, tx pgx.Tx, actorID *int64, mv WarehouseMove) (func() ([]Event, error), error) {
+// checkReceipt locks the purchase order of receipt mv and checks every
+// line against what is open of the order: an item it does not order is an
+// *InputError on lines.N.sku, more than is still to come on
+// lines.N.quantity. The returned function moves the order to received when
+// its posted receipts cover every line, else to partially_received.
+func checkReceipt(ctx context.Context, tx pgx.Tx, actorID *int64, mv WarehouseMove, lines []dbsqlc.WarehouseMoveLineListToPostRow) (func() ([]Event, error), error) {
 	po, err := lockOrderToPost(ctx, tx, PurchaseOrders, *mv.PurchaseOrderID)
 	if err != nil {
 		return nil, err
 	}
+	ordered, err := sumByItem(queries.PurchaseOrderLineSumByItem(ctx, tx, po.ID))
+	if err != nil {
+		return nil, fmt.Errorf("lines of purchase order %s: %w", po.Number, err)
+	}
+	received, err := sumByItem(queries.WarehouseMoveReceivedByPurchaseOrder(ctx, tx, &po.ID, mv.ID))
+	if err != nil {
+		return nil, fmt.Errorf("receipts of purchase order %s: %w", po.Number, err)
+	}
+	for _, l := range lines {
+		want, ok := ordered[l.ItemID]
+		if !ok {
+			return nil, inputErr(fmt.Sprintf("lines.%d.sku", l.LineNo-1), "purchase order %s orders no %s", po.Number, l.SKU)
+		}
+		open := want.Sub(received[l.ItemID])
+		if l.Quantity.GreaterThan(open) {
+			return nil, inputErr(fmt.Sprintf("lines.%d.quantity", l.LineNo-1),
+				"purchase order %s has %s %s of %s still to receive, the line brings %s", po.Number,
+				open.StringFixed(quantityDecimals), l.Unit, l.SKU, l.Quantity.StringFixed(quantityDecimals))
+		}
+		received[l.ItemID] = received[l.ItemID].Add(l.Quantity)
+	}
 	return func() ([]Event, error) {
-		ordered, err := sumByItem(queries.PurchaseOrderLineSumByItem(ctx, tx, po.ID))
-		if err != nil {
-			return nil, fmt.Errorf("lines of purchase order %s: %w", po.Number, err)
-		}
-		received, err := sumByItem(queries.WarehouseMoveReceivedByPurchaseOrder(ctx, tx, &po.ID))
-		if err != nil {
-			return nil, fmt.Errorf("receipts of purchase order %s: %w", po.Number, err)
-		}
 		to := PurchaseReceived
 		for item, want := range ordered {
 			if received[item].LessThan(want) {

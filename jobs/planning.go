@@ -71,7 +71,7 @@ func (MaterialIssue) Handle(ctx context.Context, tx pgx.Tx, ev db.Event) ([]db.E
 	switch {
 	case errors.Is(err, db.ErrNoBillOfMaterials):
 		return nil, nil
-	case errors.Is(err, db.ErrNoProductionWarehouse), errors.Is(err, db.ErrNotFound):
+	case errors.Is(err, db.ErrNoProductionWarehouse), errors.Is(err, db.ErrNotFound), errors.Is(err, db.ErrQuantityTooLarge):
 		return nil, Permanent(err)
 	}
 	return events, err

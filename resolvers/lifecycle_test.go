@@ -335,15 +335,25 @@ func TestProductionOrderReleaseMovesItsSalesOrder(t *testing.T) {
 	require.Contains(t, e.Message, second.Number)
 	require.NotContains(t, e.Message, po.Number)
 	mutate(t, planner, "cancelProductionOrder", cancelProductionOrder, map[string]any{"id": second.ID, "v": 2, "r": "нет материала"})
+	// A production order still planned goes with its sales order.
+	third := newPO()
 	cancelled := mutate(t, sales, "cancelSalesOrder", cancelSalesOrder, map[string]any{"id": so.ID, "v": 2, "r": "клиент отказался"})
 	require.Equal(t, "cancelled", cancelled.Status)
+	thirdEvents := statusEvents(t, s, "plan_prod_orders", third.ID)
+	require.Len(t, thirdEvents, 1)
+	require.Equal(t, "cancelled", thirdEvents[0].Payload["to"])
+	require.Equal(t, "sales order "+so.Number+" cancelled: клиент отказался", thirdEvents[0].Payload["reason"])
+	require.Equal(t, "clerk", thirdEvents[0].Actor.Login, "the clerk who cancelled the sales order")
 
-	// A production order of a cancelled sales order cannot be released.
-	third := newPO()
+	// It cannot be released, and the cancelled sales order takes no new
+	// production order.
 	before = readJournal(t, s)
 	e = refused(t, planner, releaseProductionOrder, map[string]any{"id": third.ID, "v": 1}, "CONFLICT")
+	require.Equal(t, "cancelled", e.Extensions["currentStatus"])
+	e = refused(t, planner, `mutation($so: ID!) { createProductionOrder(input: {sku: "A1", quantity: "1", salesOrderId: $so}) { id } }`,
+		map[string]any{"so": so.ID}, "BAD_USER_INPUT")
+	require.Equal(t, "input.salesOrderId", e.Extensions["field"])
 	require.Contains(t, e.Message, so.Number)
-	require.Equal(t, "planned", e.Extensions["currentStatus"])
 	require.Equal(t, before, readJournal(t, s))
 	apptest.WaitAllProcessed(t, s)
 }

@@ -156,6 +156,8 @@ func TestInputEdgeCases(t *testing.T) {
 		{"bad decimal", `mutation { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: "x"}]}) { id } }`, nil, "input.lines.0.quantity"},
 		{"huge quantity", `mutation($q: Decimal!) { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: $q}]}) { id } }`, map[string]any{"q": "9" + strings.Repeat("0", 5000)}, "input.lines.0.quantity"},
 		{"long garbage", `mutation($q: Decimal!) { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: $q}]}) { id } }`, map[string]any{"q": strings.Repeat("x", 5000)}, ""},
+		{"float literal past 15 digits", `mutation { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: 123456789012345.678}]}) { id } }`, nil, "input.lines.0.quantity"},
+		{"exponent", `mutation($q: Decimal!) { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: $q}]}) { id } }`, map[string]any{"q": "1e3"}, "input.lines.0.quantity"},
 		{"long fraction", `mutation($p: Decimal!) { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: "1", price: $p}]}) { id } }`, map[string]any{"p": "1." + strings.Repeat("1", 5000)}, "input.lines.0.price"},
 	}
 	for _, tt := range tests {
@@ -166,4 +168,8 @@ func TestInputEdgeCases(t *testing.T) {
 		}
 		require.Less(t, len(e.Message), 200, "%s: the error repeats the input in full: %.300s", tt.name, e.Message)
 	}
+	// A short float literal is exact, and taken.
+	got := apptest.GQL[struct{ CreateSalesOrder struct{ Lines []struct{ Quantity string } } }](t, s,
+		`mutation { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: 2.5}]}) { lines { quantity } } }`, nil)
+	require.Equal(t, "2.500", got.CreateSalesOrder.Lines[0].Quantity)
 }

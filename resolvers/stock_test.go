@@ -530,6 +530,7 @@ func TestStockBalancesPages(t *testing.T) {
 	require.Len(t, spare.Edges, 1)
 	e := apptest.GQLErr(t, s, q, map[string]any{"after": "bogus"})
 	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"])
+	require.Equal(t, "after", e.Extensions["field"], "after is an argument of its own, not the filter's")
 	e = apptest.GQLErr(t, s, `{ stockLedger(sku: "NOPE") { edges { cursor } } }`, nil)
 	require.Equal(t, "sku", e.Extensions["field"])
 	// A viewer may read stock.
@@ -588,4 +589,57 @@ func TestStockLedgerPageBatchesMoves(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, reversals)
+}
+
+// Receipts of a purchase order bring only what it orders and no more than
+// is still to come; no materials go to a production order that was
+// cancelled or completed, by a new issue or by posting its draft one.
+// Each refusal names the field and writes nothing.
+func TestMovesKeepToTheirOrders(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	seedStock(t, s)
+	po := apptest.GQL[struct{ CreatePurchaseOrder docState }](t, s,
+		`mutation { createPurchaseOrder(input: {supplier: "ООО Лес", lines: [{sku: "A1", quantity: "10"}]}) { id number status version } }`,
+		nil).CreatePurchaseOrder
+	against := func(in map[string]any) map[string]any { in["purchaseOrderId"] = po.ID; return in }
+	mustMove(t, s, against(receipt(line("A1", "6"))))
+	mustMove(t, s, receipt(line("A1", "20"))) // stock for the issues below
+
+	prod := apptest.GQL[struct{ CreateProductionOrder docState }](t, s,
+		`mutation { createProductionOrder(input: {sku: "B1", quantity: "1"}) { id number status version } }`, nil).CreateProductionOrder
+	draft := issue(line("A1", "1"))
+	draft["productionOrderId"], draft["draft"] = prod.ID, true
+	d := mustMove(t, s, draft)
+	apptest.GQL[map[string]any](t, s, `mutation($id: ID!, $v: Int!) { cancelProductionOrder(id: $id, version: $v, reason: "отменён") { id } }`,
+		map[string]any{"id": prod.ID, "v": prod.Version})
+
+	before := readWrites(t, s)
+	for _, tt := range []struct {
+		name, code, field, msg string
+		in                     map[string]any
+	}{
+		{"an item the order does not order", "BAD_USER_INPUT", "input.lines.0.sku", "orders no B1", against(receipt(line("B1", "1")))},
+		{"more than is still to come", "BAD_USER_INPUT", "input.lines.0.quantity", "4.000 шт of A1 still to receive", against(receipt(line("A1", "5")))},
+		{"an issue to a cancelled production order", "BAD_USER_INPUT", "input.productionOrderId", "is cancelled", func() map[string]any {
+			in := issue(line("A1", "1"))
+			in["productionOrderId"] = prod.ID
+			return in
+		}()},
+	} {
+		e := apptest.GQLErr(t, s, createMove, map[string]any{"in": tt.in})
+		require.Equal(t, tt.code, e.Extensions["code"], "%s: %s", tt.name, e.Message)
+		require.Equal(t, tt.field, e.Extensions["field"], tt.name)
+		require.Contains(t, e.Message, tt.msg, tt.name)
+	}
+	e := apptest.GQLErr(t, s, postMove, map[string]any{"id": d.ID, "v": d.Version})
+	require.Equal(t, "CONFLICT", e.Extensions["code"], e.Message)
+	require.Contains(t, e.Message, prod.Number+" is cancelled")
+	require.Equal(t, before, readWrites(t, s), "a refused move writes nothing")
+	require.True(t, onHand(t, s, "A1").Equal(decimal.NewFromInt(26)))
+
+	// The rest of the order is still welcome.
+	mustMove(t, s, against(receipt(line("A1", "4"))))
+	require.Equal(t, "received", apptest.GQL[struct{ PurchaseOrder docState }](t, s,
+		`query($id: ID!) { purchaseOrder(id: $id) { id number status version } }`, map[string]any{"id": po.ID}).PurchaseOrder.Status)
 }

@@ -15,7 +15,7 @@ SELECT EXISTS (SELECT 1 FROM plan_prod_orders WHERE id = @id);
 -- name: ProductionOrderLockByID :one
 -- ProductionOrderLockByID returns production order id locked against a
 -- concurrent issue of its materials until the transaction ends.
-SELECT item_id, quantity, number FROM plan_prod_orders WHERE id = @id FOR NO KEY UPDATE;
+SELECT item_id, quantity, number, status FROM plan_prod_orders WHERE id = @id FOR NO KEY UPDATE;
 
 -- name: ProductionOrderLockStatus :one
 -- ProductionOrderLockStatus returns the number, status and version of
@@ -34,6 +34,14 @@ UPDATE plan_prod_orders SET status = @status, version = version + 1 WHERE id = @
 SELECT number FROM plan_prod_orders
 WHERE sales_order_id = @sales_order_id AND status = 'released'
 ORDER BY number;
+
+-- name: ProductionOrderListPlannedIDs :many
+-- ProductionOrderListPlannedIDs returns the ids of the planned production
+-- orders of sales order sales_order_id, in id order (the order a
+-- cancellation locks them in).
+SELECT id FROM plan_prod_orders
+WHERE sales_order_id = @sales_order_id AND status = 'planned'
+ORDER BY id;
 
 -- name: ProductionOrderGetIDByNumber :one
 SELECT id FROM plan_prod_orders WHERE number = @number;

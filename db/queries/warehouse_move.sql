@@ -117,9 +117,9 @@ GROUP BY l.item_id;
 -- name: WarehouseMoveReceivedByPurchaseOrder :many
 -- WarehouseMoveReceivedByPurchaseOrder sums, per item, what the posted
 -- receipts of purchase order purchase_order_id brought (reversed receipts
--- and reversals left out).
+-- and reversals left out), but for move except_move_id (0: none).
 SELECT l.item_id, sum(l.quantity)::numeric AS quantity
 FROM wh_moves m JOIN wh_move_lines l ON l.move_id = m.id
 WHERE m.purchase_order_id = @purchase_order_id AND m.kind = 'receipt' AND m.status = 'posted'
-    AND m.reversal_of_id IS NULL
+    AND m.reversal_of_id IS NULL AND m.id <> @except_move_id
 GROUP BY l.item_id;

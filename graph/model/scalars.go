@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -72,7 +73,11 @@ func MarshalDecimal(d decimal.Decimal) graphql.Marshaler {
 	})
 }
 
-// UnmarshalDecimal reads a decimal from a string ("2.5") or a JSON number.
+// UnmarshalDecimal reads a decimal from a string ("2.5") or a JSON or
+// GraphQL number, in plain digits (no exponent). A float literal with more
+// than 15 significant digits is refused: it reached the server as a
+// binary float, which keeps only about that many, so its digits may
+// already be lost; send such a value as a string.
 func UnmarshalDecimal(v any) (decimal.Decimal, error) {
 	var s string
 	switch v := v.(type) {
@@ -86,14 +91,27 @@ func UnmarshalDecimal(v any) (decimal.Decimal, error) {
 		return decimal.NewFromInt(int64(v)), nil
 	case float64:
 		s = strconv.FormatFloat(v, 'f', -1, 64)
+		if significantDigits(s) > 15 {
+			return decimal.Decimal{}, scalarErr("%s has more digits than a number literal keeps: send it as a string, like \"%s\"", s, s)
+		}
 	default:
 		return decimal.Decimal{}, scalarErr("a decimal must be a string like \"2.500\", got %T", v)
+	}
+	if strings.ContainsAny(s, "eE") {
+		return decimal.Decimal{}, scalarErr("a decimal is written in plain digits, like \"1000\", not %s", quoteShort(s))
 	}
 	d, err := decimal.NewFromString(s)
 	if err != nil {
 		return decimal.Decimal{}, scalarErr("not a decimal number: %s", quoteShort(s))
 	}
 	return d, nil
+}
+
+// significantDigits counts the digits of a plain decimal number from its
+// first non-zero one.
+func significantDigits(s string) int {
+	digits := strings.TrimLeft(strings.NewReplacer("-", "", ".", "").Replace(s), "0")
+	return len(digits)
 }
 
 // MarshalJSON writes a stored JSON document (an event payload) unchanged.

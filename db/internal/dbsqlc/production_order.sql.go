@@ -267,6 +267,35 @@ func (q *Queries) ProductionOrderListPageBySalesOrder(ctx context.Context, db DB
 	return items, nil
 }
 
+const productionOrderListPlannedIDs = `-- name: ProductionOrderListPlannedIDs :many
+SELECT id FROM plan_prod_orders
+WHERE sales_order_id = $1 AND status = 'planned'
+ORDER BY id
+`
+
+// ProductionOrderListPlannedIDs returns the ids of the planned production
+// orders of sales order sales_order_id, in id order (the order a
+// cancellation locks them in).
+func (q *Queries) ProductionOrderListPlannedIDs(ctx context.Context, db DBTX, salesOrderID *int64) ([]int64, error) {
+	rows, err := db.Query(ctx, productionOrderListPlannedIDs, salesOrderID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const productionOrderListReleasedNumbers = `-- name: ProductionOrderListReleasedNumbers :many
 SELECT number FROM plan_prod_orders
 WHERE sales_order_id = $1 AND status = 'released'
@@ -296,13 +325,14 @@ func (q *Queries) ProductionOrderListReleasedNumbers(ctx context.Context, db DBT
 }
 
 const productionOrderLockByID = `-- name: ProductionOrderLockByID :one
-SELECT item_id, quantity, number FROM plan_prod_orders WHERE id = $1 FOR NO KEY UPDATE
+SELECT item_id, quantity, number, status FROM plan_prod_orders WHERE id = $1 FOR NO KEY UPDATE
 `
 
 type ProductionOrderLockByIDRow struct {
 	ItemID   int64
 	Quantity decimal.Decimal
 	Number   string
+	Status   string
 }
 
 // ProductionOrderLockByID returns production order id locked against a
@@ -310,7 +340,12 @@ type ProductionOrderLockByIDRow struct {
 func (q *Queries) ProductionOrderLockByID(ctx context.Context, db DBTX, id int64) (ProductionOrderLockByIDRow, error) {
 	row := db.QueryRow(ctx, productionOrderLockByID, id)
 	var i ProductionOrderLockByIDRow
-	err := row.Scan(&i.ItemID, &i.Quantity, &i.Number)
+	err := row.Scan(
+		&i.ItemID,
+		&i.Quantity,
+		&i.Number,
+		&i.Status,
+	)
 	return i, err
 }
 

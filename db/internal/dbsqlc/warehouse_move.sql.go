@@ -475,7 +475,7 @@ const warehouseMoveReceivedByPurchaseOrder = `-- name: WarehouseMoveReceivedByPu
 SELECT l.item_id, sum(l.quantity)::numeric AS quantity
 FROM wh_moves m JOIN wh_move_lines l ON l.move_id = m.id
 WHERE m.purchase_order_id = $1 AND m.kind = 'receipt' AND m.status = 'posted'
-    AND m.reversal_of_id IS NULL
+    AND m.reversal_of_id IS NULL AND m.id <> $2
 GROUP BY l.item_id
 `
 
@@ -486,9 +486,9 @@ type WarehouseMoveReceivedByPurchaseOrderRow struct {
 
 // WarehouseMoveReceivedByPurchaseOrder sums, per item, what the posted
 // receipts of purchase order purchase_order_id brought (reversed receipts
-// and reversals left out).
-func (q *Queries) WarehouseMoveReceivedByPurchaseOrder(ctx context.Context, db DBTX, purchaseOrderID *int64) ([]WarehouseMoveReceivedByPurchaseOrderRow, error) {
-	rows, err := db.Query(ctx, warehouseMoveReceivedByPurchaseOrder, purchaseOrderID)
+// and reversals left out), but for move except_move_id (0: none).
+func (q *Queries) WarehouseMoveReceivedByPurchaseOrder(ctx context.Context, db DBTX, purchaseOrderID *int64, exceptMoveID int64) ([]WarehouseMoveReceivedByPurchaseOrderRow, error) {
+	rows, err := db.Query(ctx, warehouseMoveReceivedByPurchaseOrder, purchaseOrderID, exceptMoveID)
 	if err != nil {
 		return nil, err
 	}
