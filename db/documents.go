@@ -884,20 +884,6 @@ func lineValues(lines []LineInput) ([]decimal.Decimal, []string) {
 	return qty, price
 }
 
-// requireRow returns an *InputError on field unless exists (one of the
-// generated ...Exists queries) finds row id of table.
-func requireRow(ctx context.Context, q Querier, field, table string, id int64,
-	exists func(context.Context, dbsqlc.DBTX, int64) (bool, error)) error {
-	ok, err := exists(ctx, q, id)
-	if err != nil {
-		return fmt.Errorf("check %s %d: %w", table, id, translate(err))
-	}
-	if !ok {
-		return inputErr(field, "no %s row with id %d", table, id)
-	}
-	return nil
-}
-
 func warehouseIDByCode(ctx context.Context, q Querier, field string, code *string) (*int64, error) {
 	if code == nil {
 		return nil, nil

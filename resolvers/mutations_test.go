@@ -169,7 +169,9 @@ func TestInputEdgeCases(t *testing.T) {
 		require.Less(t, len(e.Message), 200, "%s: the error repeats the input in full: %.300s", tt.name, e.Message)
 	}
 	// A short float literal is exact, and taken.
-	got := apptest.GQL[struct{ CreateSalesOrder struct{ Lines []struct{ Quantity string } } }](t, s,
+	got := apptest.GQL[struct {
+		CreateSalesOrder struct{ Lines []struct{ Quantity string } }
+	}](t, s,
 		`mutation { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: 2.5}]}) { lines { quantity } } }`, nil)
 	require.Equal(t, "2.500", got.CreateSalesOrder.Lines[0].Quantity)
 }

@@ -9,9 +9,6 @@ SELECT p.id, p.number, i.sku, i.name AS item_name, i.unit, p.quantity, p.sales_o
 FROM plan_prod_orders p JOIN items i ON i.id = p.item_id
 WHERE p.id = @id;
 
--- name: ProductionOrderExists :one
-SELECT EXISTS (SELECT 1 FROM plan_prod_orders WHERE id = @id);
-
 -- name: ProductionOrderLockByID :one
 -- ProductionOrderLockByID returns production order id locked against a
 -- concurrent issue of its materials until the transaction ends.

@@ -57,9 +57,6 @@ FROM sales_orders WHERE id = @id;
 -- name: SalesOrderGetIDByExternalID :one
 SELECT id FROM sales_orders WHERE source = @source AND external_id = @external_id;
 
--- name: SalesOrderExists :one
-SELECT EXISTS (SELECT 1 FROM sales_orders WHERE id = @id);
-
 -- name: SalesOrderLineList :many
 SELECT l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
 FROM sales_order_lines l JOIN items i ON i.id = l.item_id

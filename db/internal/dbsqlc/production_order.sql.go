@@ -12,17 +12,6 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-const productionOrderExists = `-- name: ProductionOrderExists :one
-SELECT EXISTS (SELECT 1 FROM plan_prod_orders WHERE id = $1)
-`
-
-func (q *Queries) ProductionOrderExists(ctx context.Context, db DBTX, id int64) (bool, error) {
-	row := db.QueryRow(ctx, productionOrderExists, id)
-	var exists bool
-	err := row.Scan(&exists)
-	return exists, err
-}
-
 const productionOrderGetByID = `-- name: ProductionOrderGetByID :one
 SELECT p.id, p.number, i.sku, i.name AS item_name, i.unit, p.quantity, p.sales_order_id,
     p.status, p.created_at, p.sales_order_line_no, p.version

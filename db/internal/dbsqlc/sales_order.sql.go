@@ -12,17 +12,6 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-const salesOrderExists = `-- name: SalesOrderExists :one
-SELECT EXISTS (SELECT 1 FROM sales_orders WHERE id = $1)
-`
-
-func (q *Queries) SalesOrderExists(ctx context.Context, db DBTX, id int64) (bool, error) {
-	row := db.QueryRow(ctx, salesOrderExists, id)
-	var exists bool
-	err := row.Scan(&exists)
-	return exists, err
-}
-
 const salesOrderGetByID = `-- name: SalesOrderGetByID :one
 SELECT id, number, customer, status, source, external_id, created_at, version
 FROM sales_orders WHERE id = $1
