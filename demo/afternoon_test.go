@@ -3,6 +3,7 @@ package demo_test
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"testing"
 
 	"github.com/shopspring/decimal"
@@ -260,4 +261,27 @@ func requireAfternoonDocuments(t *testing.T, s *apptest.Server, a demo.Afternoon
 	require.Equal(t, "posted", reversal.Status)
 	require.Equal(t, receipt.ID, *reversal.ReversalOfID, "%s reverses %s", a.Reversal, a.Receipt)
 	require.Empty(t, transitions("wh_moves", reversal.ID), "a reversal is written posted")
+}
+
+// The README's shipment example works on what the demo leaves on a fresh
+// database: the table of sales order 22, made in the afternoon, is in
+// СКЛ-1 and ships it.
+func TestREADMEShipmentExampleAfterTheDemo(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	_, err := demo.Replay(t.Context(), s.URL+"/graphql", s.Token, io.Discard)
+	require.NoError(t, err)
+	got := apptest.GQL[struct {
+		CreateWarehouseMove struct{ Number, Status string }
+	}](t, s, `mutation {
+  createWarehouseMove(input: {kind: SHIPMENT, fromWarehouse: "СКЛ-1", salesOrderId: "22",
+    lines: [{sku: "СТЛ-01", quantity: "1"}]}) { number status }
+}`, nil)
+	require.Equal(t, "posted", got.CreateWarehouseMove.Status)
+	require.Regexp(t, `^ОТ-\d{4}-000002$`, got.CreateWarehouseMove.Number)
+	so := apptest.GQL[struct {
+		SalesOrder struct{ Number, Status string }
+	}](t, s, `{ salesOrder(id: "22") { number status } }`, nil)
+	require.Regexp(t, `^ЗК-\d{4}-000422$`, so.SalesOrder.Number)
+	require.Equal(t, "shipped", so.SalesOrder.Status)
 }
