@@ -306,17 +306,18 @@ const benchDocBase = 1_000_000_000
 // batch, deliveries created) → processed_at (built-in deliveries made,
 // stamped just before commit) → websocket.
 func (e *env) breakdown(committed, received map[int64]time.Time) {
-	fmt.Println("   ", e.breakdownOf("commit", committed, received))
+	fmt.Println("   ", e.breakdownOf(e.pool, "commit", committed, received))
 }
 
-// breakdownOf is breakdown's line, by event id: from (the commit, or the
-// mutation's answer) at start → dispatched_at → processed_at → received.
-func (e *env) breakdownOf(from string, start, received map[int64]time.Time) string {
+// breakdownOf is breakdown's line, by event id, from the journal of pool:
+// from (the commit, or the mutation's answer) at start → dispatched_at →
+// processed_at → received.
+func (e *env) breakdownOf(pool *pgxpool.Pool, from string, start, received map[int64]time.Time) string {
 	ids := make([]int64, 0, len(start))
 	for id := range start {
 		ids = append(ids, id)
 	}
-	rows, err := e.pool.Query(e.ctx, `SELECT id, dispatched_at, processed_at FROM events WHERE id = ANY($1)`, ids)
+	rows, err := pool.Query(e.ctx, `SELECT id, dispatched_at, processed_at FROM events WHERE id = ANY($1)`, ids)
 	if err != nil {
 		return "breakdown: " + err.Error()
 	}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // gRates are the steady rates of figure G, in createSalesOrder calls per
@@ -48,7 +50,7 @@ func (e *env) figureG() error {
 		n := int(float64(rate) * e.opts.duration.Seconds())
 		e.waitDrained(time.Minute)
 		obs := e.observe(s.cmd.Process.Pid)
-		run, err := e.endToEnd(s, rate, n)
+		run, err := e.endToEnd(s, e.pool, rate, n)
 		if err != nil {
 			return err
 		}
@@ -98,8 +100,9 @@ type endToEndRun struct {
 
 // endToEnd sends n createSalesOrder calls at rate per second over HTTP
 // while one websocket subscription takes doc.created of sales orders, and
-// times each order from its answer to its event.
-func (e *env) endToEnd(s *server, rate, n int) (endToEndRun, error) {
+// times each order from its answer to its event; pool is the server's
+// database, for the breakdown.
+func (e *env) endToEnd(s *server, pool *pgxpool.Pool, rate, n int) (endToEndRun, error) {
 	sub, err := s.subscribe(e.ctx, []string{"doc.created"}, "id entity entityId")
 	if err != nil {
 		return endToEndRun{}, err
@@ -171,6 +174,6 @@ func (e *env) endToEnd(s *server, rate, n int) (endToEndRun, error) {
 		run.latency = append(run.latency, max(0, r.at.Sub(a)))
 		committed[r.event], onSocket[r.event] = a, r.at
 	}
-	run.breakdown = e.breakdownOf("answer", committed, onSocket)
+	run.breakdown = e.breakdownOf(pool, "answer", committed, onSocket)
 	return run, nil
 }

@@ -63,6 +63,7 @@ type options struct {
 	duration     time.Duration
 	keep         bool
 	dSubscribers int
+	fEvents      int
 }
 
 // env is what every figure shares: the cluster, the server and the settings.
@@ -82,13 +83,14 @@ func main() {
 		os.Exit(runRefWS(os.Args[2:]))
 	}
 	var o options
-	flag.StringVar(&o.figures, "figures", "A,B,C,D,E,G", "comma-separated figures to run (A,B,C,D,E,G)")
+	flag.StringVar(&o.figures, "figures", "A,B,C,D,E,F,G", "comma-separated figures to run (A,B,C,D,E,F,G)")
 	flag.BoolVar(&o.quick, "quick", false, "tiny sizes and short runs (a smoke test)")
 	flag.StringVar(&o.out, "out", "bench/results", "directory for the JSON results")
 	flag.IntVar(&o.poolMax, "pool", 0, "server pool_max_conns (0: the product default, pgxpool's max(4, NumCPU))")
 	flag.StringVar(&o.syncCommit, "synchronous-commit", "on", "PostgreSQL synchronous_commit for the whole cluster (fsync stays on)")
 	flag.IntVar(&o.eEvents, "e-events", 100000, "figure E: pending order.received events")
 	flag.IntVar(&o.dSubscribers, "d-subscribers", 10000, "figure D: idle subscriptions")
+	flag.IntVar(&o.fEvents, "f-events", 10_000_000, "figure F: events in the large journal (the reference has 10,000)")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length of each timed run (A, B)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp directory (cluster, logs, profiles)")
 	flag.Parse()
@@ -96,6 +98,7 @@ func main() {
 		o.duration = 2 * time.Second
 		o.eEvents = min(o.eEvents, 300)
 		o.dSubscribers = min(o.dSubscribers, 200)
+		o.fEvents = min(o.fEvents, 100_000)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -183,6 +186,8 @@ func run(ctx context.Context, o options) (err error) {
 			ferr = e.figureE()
 		case "C":
 			ferr = e.figureC()
+		case "F":
+			ferr = e.figureF()
 		case "G":
 			ferr = e.figureG()
 		case "":

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"erp/db"
 )
 
@@ -245,11 +247,14 @@ func (s *server) salesOrder(ctx context.Context) (string, error) {
 // waitDrained waits (at most limit) until every event is processed and no
 // River job is pending, so that a reference never shares the machine with
 // the server's leftover work.
-func (e *env) waitDrained(limit time.Duration) {
+func (e *env) waitDrained(limit time.Duration) { e.waitDrainedOn(e.pool, limit) }
+
+// waitDrainedOn is waitDrained for the database of pool.
+func (e *env) waitDrainedOn(pool *pgxpool.Pool, limit time.Duration) {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) && e.ctx.Err() == nil {
 		var n int
-		err := e.pool.QueryRow(e.ctx, `SELECT (SELECT count(*) FROM events WHERE processed_at IS NULL)
+		err := pool.QueryRow(e.ctx, `SELECT (SELECT count(*) FROM events WHERE processed_at IS NULL)
 			+ (SELECT count(*) FROM river_job WHERE state IN ('available', 'running', 'retryable') AND kind <> 'sweep_events')`).Scan(&n)
 		if err == nil && n == 0 {
 			return

@@ -25,6 +25,13 @@ type wsMsg struct {
 // subscribe opens a socket, authenticates and subscribes to processed
 // events of the given types, selecting fields.
 func (s *server) subscribe(ctx context.Context, types []string, fields string) (*wsSub, error) {
+	tj, _ := json.Marshal(types)
+	return s.subscribeQuery(ctx, fmt.Sprintf("subscription { eventProcessed(filter: {types: %s}) { %s } }", tj, fields), nil)
+}
+
+// subscribeQuery opens a socket, authenticates and starts the
+// subscription query with vars.
+func (s *server) subscribeQuery(ctx context.Context, query string, vars map[string]any) (*wsSub, error) {
 	d := websocket.Dialer{Subprotocols: []string{"graphql-transport-ws"}, HandshakeTimeout: 30 * time.Second,
 		ReadBufferSize: 1024, WriteBufferSize: 1024}
 	url := "ws" + strings.TrimPrefix(s.URL, "http") + "/graphql"
@@ -48,8 +55,7 @@ func (s *server) subscribe(ctx context.Context, types []string, fields string) (
 		return nil, fmt.Errorf("connection_init: got %q, want connection_ack", ack.Type)
 	}
 	_ = c.SetReadDeadline(time.Time{})
-	tj, _ := json.Marshal(types)
-	q, _ := json.Marshal(map[string]any{"query": fmt.Sprintf("subscription { eventProcessed(filter: {types: %s}) { %s } }", tj, fields)})
+	q, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
 	if err := c.WriteJSON(wsMsg{ID: "1", Type: "subscribe", Payload: q}); err != nil {
 		c.Close()
 		return nil, err

@@ -88,6 +88,10 @@ func (r *Resolver) liveEvents(ctx context.Context, f db.EventFilter, after *stri
 	if from != nil {
 		s.last.Store(*from)
 	} else {
+		// Live from now: read before subscribing, so that an event
+		// published in between is read from the journal should the
+		// stream ever catch up, and none it was given is skipped.
+		s.last.Store(r.Feed.LastSeq())
 		s.setLive()
 	}
 	s.subscribe()
