@@ -177,7 +177,7 @@ type WarehouseMoveInput struct {
 
 // docCreatedPayload is a doc.created payload as written; "no" joins it at
 // commit, with the document's number (take_document_number, migration
-// 00016).
+// 00015).
 type docCreatedPayload struct {
 	ID     int64  `json:"id"`
 	Entity string `json:"entity"`

@@ -29,7 +29,7 @@ var Prefixes = []string{PrefixSalesOrder, PrefixProductionOrder, PrefixPurchaseO
 // inserted with: "pending ЗК <uuid>", unique, and replaced at commit by the
 // next number of the series, formatted "ЗК-2026-000422" (the year by the
 // database clock, session time zone), by the document table's *_number
-// trigger (migration 00016). Taken at commit, the series row is locked for
+// trigger (migration 00015). Taken at commit, the series row is locked for
 // the commit's WAL flush only; numbers follow commit order, and a
 // rollback takes none, so each series is gapless.
 func pendingNumber(prefix string) string { return "pending " + prefix + " " + uuid.NewString() }

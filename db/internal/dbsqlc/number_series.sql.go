@@ -14,7 +14,7 @@ SET CONSTRAINTS ALL IMMEDIATE
 `
 
 // NumberNow makes the deferred constraint triggers fire now, not at
-// commit: the *_number triggers (migration 00016; the schema's only
+// commit: the *_number triggers (migration 00015; the schema's only
 // deferred ones) number the documents this transaction inserted, and
 // those it inserts later, so that their numbers are readable in the
 // transaction; each series row taken stays locked until it ends.
