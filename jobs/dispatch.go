@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel/trace"
 
 	"erp/db"
@@ -41,6 +39,8 @@ type Dispatcher struct {
 	backlogAfter time.Duration
 	// tracer makes the dispatch and delivery spans; nil: tracing off.
 	tracer trace.Tracer
+	// share: the dispatch jobs of this process share transactions.
+	share dispatchShare
 }
 
 // DispatcherConfig configures NewDispatcher; zero fields take defaults.
@@ -218,7 +218,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, id int64) (int, error) {
 // busyRetries times, and then waits.
 func (d *Dispatcher) dispatchLoop(ctx context.Context, id int64) (txWork, error) {
 	for try := 0; ; try++ {
-		w, err := d.dispatchTx(ctx, id, try < busyRetries)
+		w, err := d.dispatchShared(ctx, id, try < busyRetries)
 		if !errors.Is(err, db.ErrLocked) || try >= busyRetries {
 			return w, err
 		}
@@ -228,6 +228,36 @@ func (d *Dispatcher) dispatchLoop(ctx context.Context, id int64) (txWork, error)
 		case <-time.After(min(5*time.Millisecond<<try, 50*time.Millisecond)):
 		}
 	}
+}
+
+// dispatchShared is dispatchTx for the job of event id, sharing
+// transactions with the other dispatch jobs of the process (see
+// dispatchShare): it leads one, is served by one (nothing left to do), or
+// dispatches alone when the one that took its event on did not commit it.
+func (d *Dispatcher) dispatchShared(ctx context.Context, id int64, try bool) (txWork, error) {
+	if !try {
+		// It waits for the locks it needs, unbounded: not in a slot.
+		return d.dispatchTx(ctx, id, false, nil)
+	}
+	outcome, ld, err := d.share.join(ctx, id)
+	switch {
+	case err != nil:
+		return txWork{}, err
+	case outcome == shareServed:
+		return txWork{}, nil
+	case outcome == shareAlone:
+		return d.dispatchTx(ctx, id, try, nil)
+	}
+	var served map[int64]bool
+	defer func() { ld.finish(served) }()
+	w, err := d.dispatchTx(ctx, id, try, ld)
+	if err == nil {
+		served = make(map[int64]bool, len(w.dispatchedIDs))
+		for _, e := range w.dispatchedIDs {
+			served[e] = true
+		}
+	}
+	return w, err
 }
 
 // dispatchTx is one dispatch: the transaction of dispatchOnce, run again
@@ -240,11 +270,13 @@ func (d *Dispatcher) dispatchLoop(ctx context.Context, id int64) (txWork, error)
 // without that event (its own job dispatches it); when the job's own event
 // does, without a backlog and without a bound. With try it waits neither
 // for the job's event nor for an earlier event of its document (ErrLocked
-// when another transaction holds one).
-func (d *Dispatcher) dispatchTx(ctx context.Context, id int64, try bool) (txWork, error) {
+// when another transaction holds one). With ld (nil: none), jobs waiting
+// in the process make it claim a backlog, and those whose events it claims
+// wait for its outcome.
+func (d *Dispatcher) dispatchTx(ctx context.Context, id int64, try bool, ld *leader) (txWork, error) {
 	l := lessons{try: try, failed: map[db.DeliveryKey]db.Attempt{}}
 	for {
-		w, err := d.dispatchOnce(ctx, id, &l)
+		w, err := d.dispatchOnce(ctx, id, &l, ld)
 		var r *rerun
 		if errors.As(err, &r) && ctx.Err() == nil {
 			d.logger.DebugContext(ctx, "dispatch runs again", slog.Int64("event_id", id), slog.String("reason", r.Error()))
@@ -320,7 +352,7 @@ type docKey struct {
 // (deliverEvents); record them, stamp the events and mark the finished
 // ones processed. A *rerun error means the transaction rolled back to be
 // run again with what it learned.
-func (d *Dispatcher) dispatchOnce(ctx context.Context, id int64, l *lessons) (txWork, error) {
+func (d *Dispatcher) dispatchOnce(ctx context.Context, id int64, l *lessons, ld *leader) (txWork, error) {
 	var w txWork
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		w = txWork{}
@@ -346,23 +378,28 @@ func (d *Dispatcher) dispatchOnce(ctx context.Context, id int64, l *lessons) (tx
 			limit = min(limit, savepointBatch)
 		}
 		restore := ""
-		if !l.alone && limit > 1 && waited >= d.backlogAfter {
+		if !l.alone && limit > 1 && (waited >= d.backlogAfter || ld.waiters()) {
 			// A batch holds many events and must not wait long for anyone
 			// (two batches could wait on each other).
 			if restore, err = db.SetLockTimeout(ctx, tx, backlogLockTimeout); err != nil {
 				return err
 			}
-			running, err := d.runningDispatches(ctx, tx)
-			if err != nil {
-				return err
-			}
-			backlog, jobIDs, err := db.ClaimBacklog(ctx, tx, id, limit-1, append(running, l.skip...))
+			// The claim takes events whose dispatch job is running too:
+			// in this process it waits for this transaction (attach); in
+			// another it finds the event locked, retries without a
+			// connection and then finds it dispatched.
+			backlog, jobIDs, err := db.ClaimBacklog(ctx, tx, id, limit-1, l.skip)
 			if err != nil {
 				return err
 			}
 			if err := d.deleteJobs(ctx, tx, jobIDs); err != nil {
 				return err
 			}
+			claimed := make([]int64, len(backlog))
+			for i, ev := range backlog {
+				claimed[i] = ev.ID
+			}
+			ld.attach(claimed)
 			events = append(events, backlog...)
 		}
 		w.links = d.writerLinks(events)
@@ -452,6 +489,7 @@ func (d *Dispatcher) deliverEvents(ctx context.Context, tx pgx.Tx, w *txWork, l 
 			continue
 		}
 		w.dispatched = append(w.dispatched, ev.Type)
+		w.dispatchedIDs = append(w.dispatchedIDs, ev.ID)
 		isDone := true
 		fe := NewFilterEvent(ev) // decoded once, by the first condition
 		for _, sub := range p.Subscribers {
@@ -527,31 +565,6 @@ func (d *Dispatcher) firstAttempt(ctx context.Context, tx pgx.Tx, w *txWork, l *
 	}
 	w.outcomes = append(w.outcomes, deliveryOutcome{key: k, evType: ev.Type, subscriber: sub.Name, outcome: a.Status})
 	return a, nil
-}
-
-// maxRunningDispatches bounds how many running dispatch jobs a batch
-// asks River for: more than every worker of a cluster.
-const maxRunningDispatches = 1000
-
-// runningDispatches returns the events whose dispatch job River has
-// fetched: each is about to lock its event, and taking the event on would
-// only make it wait for the batch and then find nothing to do (River does
-// not delete a running job).
-func (d *Dispatcher) runningDispatches(ctx context.Context, tx pgx.Tx) ([]int64, error) {
-	params := river.NewJobListParams().Kinds(DispatchArgs{}.Kind()).States(rivertype.JobStateRunning).First(maxRunningDispatches)
-	res, err := d.river.JobListTx(ctx, tx, params)
-	if err != nil {
-		return nil, fmt.Errorf("list running dispatch jobs: %w", err)
-	}
-	ids := make([]int64, 0, len(res.Jobs))
-	for _, j := range res.Jobs {
-		var args DispatchArgs
-		if err := json.Unmarshal(j.EncodedArgs, &args); err != nil {
-			return nil, fmt.Errorf("dispatch job %d: decode args: %w", j.ID, err)
-		}
-		ids = append(ids, args.EventID)
-	}
-	return ids, nil
 }
 
 // deleteJobs deletes, in tx, the River jobs ids (dispatch jobs of the
