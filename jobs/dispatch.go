@@ -345,12 +345,52 @@ type docKey struct {
 	id     int64
 }
 
+// lockBound bounds the lock waits of a transaction that holds a backlog
+// (backlogLockTimeout), so that two batches never wait long on each
+// other. Only built-in subscribers' statements and the delivery records
+// can wait on another transaction (the claim skips locked events, the
+// plan skips locked predecessors, the dispatch jobs deleted are of claimed
+// events): the bound is set before the first of those runs and lifted
+// before the feed counter is taken, and a batch with neither (no built-in
+// takes its events) spends no round trip on it.
+type lockBound struct {
+	on       bool   // the transaction holds a backlog
+	set      bool   // the bound is in force
+	previous string // lock_timeout before it
+}
+
+// before sets the bound, once, ahead of a statement that may wait.
+func (b *lockBound) before(ctx context.Context, tx pgx.Tx) error {
+	if !b.on || b.set {
+		return nil
+	}
+	prev, err := db.SetLockTimeout(ctx, tx, backlogLockTimeout)
+	if err != nil {
+		return err
+	}
+	b.set, b.previous = true, prev
+	return nil
+}
+
+// lift restores lock_timeout: waiting for the feed counter is waiting for
+// the previous holder's commit, not a risk of a deadlock.
+func (b *lockBound) lift(ctx context.Context, tx pgx.Tx) error {
+	if !b.set {
+		return nil
+	}
+	if _, err := db.SetLockTimeout(ctx, tx, b.previous); err != nil {
+		return err
+	}
+	b.set = false
+	return nil
+}
+
 // dispatchOnce is one dispatch transaction: lock the job's event id; if it
-// waited long enough for a backlog to be likely, bound lock waits, claim
-// up to DispatchBatch−1 undispatched events after it and delete their
-// dispatch jobs (they would find nothing to do); make the deliveries
-// (deliverEvents); record them, stamp the events and mark the finished
-// ones processed. A *rerun error means the transaction rolled back to be
+// waited long enough for a backlog to be likely, or other jobs of the
+// process wait, claim up to DispatchBatch−1 undispatched events after it
+// and delete their dispatch jobs (they would find nothing to do); make the
+// deliveries (deliverEvents), bounding lock waits then (lockBound); record
+// them, stamp the events and mark the finished ones processed. A *rerun error means the transaction rolled back to be
 // run again with what it learned.
 func (d *Dispatcher) dispatchOnce(ctx context.Context, id int64, l *lessons, ld *leader) (txWork, error) {
 	var w txWork
@@ -377,18 +417,15 @@ func (d *Dispatcher) dispatchOnce(ctx context.Context, id int64, l *lessons, ld 
 		if l.savepoints {
 			limit = min(limit, savepointBatch)
 		}
-		restore := ""
-		if !l.alone && limit > 1 && (waited >= d.backlogAfter || ld.waiters()) {
-			// A batch holds many events and must not wait long for anyone
-			// (two batches could wait on each other).
-			if restore, err = db.SetLockTimeout(ctx, tx, backlogLockTimeout); err != nil {
-				return err
-			}
+		var bound lockBound
+		waiting := ld.waitingIDs()
+		if !l.alone && limit > 1 && (waited >= d.backlogAfter || len(waiting) > 0) {
+			bound.on = true
 			// The claim takes events whose dispatch job is running too:
 			// in this process it waits for this transaction (attach); in
 			// another it finds the event locked, retries without a
 			// connection and then finds it dispatched.
-			backlog, jobIDs, err := db.ClaimBacklog(ctx, tx, id, limit-1, l.skip)
+			backlog, jobIDs, err := db.ClaimBacklog(ctx, tx, id, limit-1, l.skip, waiting)
 			if err != nil {
 				return err
 			}
@@ -403,19 +440,15 @@ func (d *Dispatcher) dispatchOnce(ctx context.Context, id int64, l *lessons, ld 
 			events = append(events, backlog...)
 		}
 		w.links = d.writerLinks(events)
-		done, err := d.deliverEvents(ctx, tx, &w, l, events, restore != "")
+		done, err := d.deliverEvents(ctx, tx, &w, l, events, &bound)
 		if err != nil {
 			return err
 		}
 		if err := d.enqueue(ctx, tx, &w); err != nil {
 			return err
 		}
-		if restore != "" {
-			// Waiting for the feed counter is waiting for the previous
-			// holder's commit, not a risk of a deadlock.
-			if _, err := db.SetLockTimeout(ctx, tx, restore); err != nil {
-				return err
-			}
+		if err := bound.lift(ctx, tx); err != nil {
+			return err
 		}
 		// The events are ours (locked): mark them without locking again.
 		if w.finished, err = db.MarkEventsProcessed(ctx, tx, done); err != nil {
@@ -436,7 +469,7 @@ func (d *Dispatcher) dispatchOnce(ctx context.Context, id int64, l *lessons, ld 
 // the events dispatched. An event behind an earlier one of its document
 // that another transaction holds is left, with a new dispatch job. It
 // returns the events whose deliveries are all done, to be marked.
-func (d *Dispatcher) deliverEvents(ctx context.Context, tx pgx.Tx, w *txWork, l *lessons, events []db.Event, bounded bool) ([]int64, error) {
+func (d *Dispatcher) deliverEvents(ctx context.Context, tx pgx.Tx, w *txWork, l *lessons, events []db.Event, bound *lockBound) ([]int64, error) {
 	ids := make([]int64, len(events))
 	for i, ev := range events {
 		ids[i] = ev.ID
@@ -507,8 +540,11 @@ func (d *Dispatcher) deliverEvents(ctx context.Context, tx pgx.Tx, w *txWork, l 
 				// The earlier event's last delivery releases it
 				// (LaterOpenDeliveries).
 			default:
+				if err := bound.before(ctx, tx); err != nil {
+					return nil, err
+				}
 				a, err := d.firstAttempt(ctx, tx, w, l, sub, ev)
-				if db.IsLockWait(err) && bounded {
+				if db.IsLockWait(err) && bound.on {
 					return nil, &rerun{lockWait: ev.ID, head: i == 0, err: err}
 				}
 				if err != nil {
@@ -538,6 +574,12 @@ func (d *Dispatcher) deliverEvents(ctx context.Context, tx pgx.Tx, w *txWork, l 
 				return nil, err
 			}
 			w.now = append(w.now, later...)
+		}
+	}
+	if len(records) > 0 {
+		// A record's key could wait on another transaction's insert.
+		if err := bound.before(ctx, tx); err != nil {
+			return nil, err
 		}
 	}
 	retries, err := db.MarkDispatched(ctx, tx, stamp, records)

@@ -20,15 +20,16 @@ import (
 // its event itself.
 
 // maxLeaders is how many dispatch transactions of this process run at
-// once: one whose work (built-in subscribers, a large batch) overlaps with
-// the other's commit.
-const maxLeaders = 2
+// once, the default pool's connections: long ones (a drain's batches of
+// built-in deliveries) keep the cores busy, each one's statements and
+// work in Go overlapping the others' round trips and commits.
+const maxLeaders = 4
 
-// secondLeaderAfter is how long a job waits while one transaction is in
-// flight before it starts the second: a short transaction (a few events,
-// a commit) is better waited for and shared than raced for the feed
-// counter; a long one (a drain's batch) is not.
-const secondLeaderAfter = 5 * time.Millisecond
+// moreLeadersAfter is how long a job waits while a transaction is in
+// flight before it starts another (up to maxLeaders): a short transaction
+// (a few events and a commit, 2–3 ms) is better waited for and shared than
+// raced for the feed counter; a long one is not.
+const moreLeadersAfter = 5 * time.Millisecond
 
 // waitAlone bounds a job's wait for a slot: past it the job dispatches
 // alone, so that two transactions stuck on locks do not hold up every
@@ -71,7 +72,7 @@ type leader struct {
 
 // join returns a slot (shareLead, with the leader) at once when no
 // transaction is in flight; else it waits for a slot (handed on by a
-// finishing leader, or taken after secondLeaderAfter when one is free),
+// finishing leader, or taken after moreLeadersAfter when one is free),
 // for a transaction to serve event id, for waitAlone, or for ctx.
 func (s *dispatchShare) join(ctx context.Context, id int64) (shareOutcome, *leader, error) {
 	s.mu.Lock()
@@ -84,7 +85,7 @@ func (s *dispatchShare) join(ctx context.Context, id int64) (shareOutcome, *lead
 	s.waiting = append(s.waiting, w)
 	s.mu.Unlock()
 
-	timer := time.NewTimer(secondLeaderAfter)
+	timer := time.NewTimer(moreLeadersAfter)
 	defer timer.Stop()
 	alone := time.NewTimer(waitAlone)
 	defer alone.Stop()
@@ -143,15 +144,19 @@ func (s *dispatchShare) removeLocked(w *shareWaiter) bool {
 	return false
 }
 
-// waiters reports whether jobs wait: then a transaction claims a backlog
-// whatever its own event waited.
-func (l *leader) waiters() bool {
+// waitingIDs are the events of the jobs waiting: when there are some, a
+// transaction claims a backlog whatever its own event waited.
+func (l *leader) waitingIDs() []int64 {
 	if l == nil {
-		return false
+		return nil
 	}
 	l.share.mu.Lock()
 	defer l.share.mu.Unlock()
-	return len(l.share.waiting) > 0
+	ids := make([]int64, len(l.share.waiting))
+	for i, w := range l.share.waiting {
+		ids[i] = w.id
+	}
+	return ids
 }
 
 // attach takes the waiting jobs of the events claimed (locked by the
