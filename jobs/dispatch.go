@@ -390,8 +390,9 @@ func (b *lockBound) lift(ctx context.Context, tx pgx.Tx) error {
 // process wait, claim up to DispatchBatch−1 undispatched events after it
 // and delete their dispatch jobs (they would find nothing to do); make the
 // deliveries (deliverEvents), bounding lock waits then (lockBound); record
-// them, stamp the events and mark the finished ones processed. A *rerun error means the transaction rolled back to be
-// run again with what it learned.
+// them, stamp the events and mark the finished ones processed. A *rerun
+// error means the transaction rolled back to be run again with what it
+// learned.
 func (d *Dispatcher) dispatchOnce(ctx context.Context, id int64, l *lessons, ld *leader) (txWork, error) {
 	var w txWork
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
