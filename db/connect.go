@@ -128,10 +128,14 @@ func (d *Database) Close() {
 // and its notifications reach nobody. Both connections use the simple
 // protocol, which works through any pooler.
 func transactionPooled(ctx context.Context, url string) (bool, error) {
-	cfg, err := pgx.ParseConfig(url)
+	// pgxpool's parser: it takes the pool_* settings a DATABASE_URL may
+	// carry off the connection string, where pgx's own would send them to
+	// the server as run-time parameters (a FATAL there).
+	poolCfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return false, fmt.Errorf("parse database url: %w", err)
 	}
+	cfg := poolCfg.ConnConfig
 	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 	listener, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {

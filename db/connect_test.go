@@ -103,3 +103,17 @@ func TestOpenWithTLS(t *testing.T) {
 		return err
 	}(), "sslmode=require encrypts without verifying")
 }
+
+// TestOpenTakesPoolSettingsFromTheURL: pgxpool's pool_* settings in
+// DATABASE_URL size the pool (the probe must not send them to the server,
+// which refuses unknown parameters).
+func TestOpenTakesPoolSettingsFromTheURL(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDB(t)
+	d, err := db.Open(t.Context(), url+" pool_max_conns=9", "")
+	require.NoError(t, err)
+	defer d.Close()
+	require.False(t, d.Pooled)
+	require.EqualValues(t, 9, d.Pool.Config().MaxConns)
+	require.NoError(t, d.Pool.Ping(t.Context()))
+}

@@ -47,24 +47,39 @@ func LockUndispatchedEvent(ctx context.Context, tx pgx.Tx, id int64) (Event, err
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // ClaimBacklog locks and returns up to limit undispatched, unprocessed
-// events after afterID, oldest first, skipping those another transaction
+// events after afterID, in id order, skipping those another transaction
 // holds and those in skip: the backlog a dispatch transaction takes on
-// besides its own event (afterID). Starting after it skips the index
-// entries of the events dispatched just before, not vacuumed yet; an older
-// event still waiting has its own job. It also returns the ids of the
-// claimed events' dispatch jobs (SetDispatchJobs), for the caller to
-// delete: they would find nothing to do.
-func ClaimBacklog(ctx context.Context, tx pgx.Tx, afterID int64, limit int, skip []int64) ([]Event, []int64, error) {
+// besides its own event (afterID). It takes the oldest events not in
+// waiting first and fills the room left with the oldest of waiting (the
+// events of dispatch jobs waiting in the caller's process): a claimed
+// event whose job River has not fetched yet costs that job nothing more
+// (deleted), a waiting job's event makes the job wait for the claim, so
+// a drain's batches go to ranges no job holds yet, while at a steady rate,
+// where the waiting jobs' events are the whole backlog, one claim serves
+// them. Starting after it skips the index entries of the events
+// dispatched just before, not vacuumed yet; an older event still waiting
+// has its own job. It also returns the ids of the claimed events'
+// dispatch jobs (SetDispatchJobs), for the caller to delete: they would
+// find nothing to do. The jobs of waiting events are not among them:
+// they are running, and River would not delete them.
+func ClaimBacklog(ctx context.Context, tx pgx.Tx, afterID int64, limit int, skip, waiting []int64) ([]Event, []int64, error) {
 	if skip == nil {
 		skip = []int64{}
 	}
-	rows, err := queries.EventClaimBacklog(ctx, tx, afterID, skip, int32(limit))
+	if waiting == nil {
+		waiting = []int64{}
+	}
+	rows, err := queries.EventClaimBacklog(ctx, tx, afterID, skip, waiting, int32(limit))
 	if err != nil {
 		return nil, nil, fmt.Errorf("claim backlog after event %d: %w", afterID, translate(err))
 	}
+	running := make(map[int64]bool, len(waiting))
+	for _, id := range waiting {
+		running[id] = true
+	}
 	var jobIDs []int64
 	for _, r := range rows {
-		if r.DispatchJobID != nil {
+		if r.DispatchJobID != nil && !running[r.ID] {
 			jobIDs = append(jobIDs, *r.DispatchJobID)
 		}
 	}

@@ -341,9 +341,12 @@ type txWork struct {
 	written    []db.Event       // events built-in subscribers journaled
 	redispatch []int64          // events a batch claimed (deleting their dispatch jobs) but left
 	dispatched []string         // types of the events dispatched
-	outcomes   []deliveryOutcome
-	finished   []db.ProcessedEvent
-	outcome    string // Deliver's outcome
+	// dispatchedIDs are the ids of the events dispatched, in the order of
+	// dispatched.
+	dispatchedIDs []int64
+	outcomes      []deliveryOutcome
+	finished      []db.ProcessedEvent
+	outcome       string // Deliver's outcome
 	// replayed deliveries to attempt at once and retries, replays to step
 	replayNow     []db.ReplayKey
 	replayRetries []replayRetry

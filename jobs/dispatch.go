@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel/trace"
 
 	"erp/db"
@@ -41,6 +39,8 @@ type Dispatcher struct {
 	backlogAfter time.Duration
 	// tracer makes the dispatch and delivery spans; nil: tracing off.
 	tracer trace.Tracer
+	// share: the dispatch jobs of this process share transactions.
+	share dispatchShare
 }
 
 // DispatcherConfig configures NewDispatcher; zero fields take defaults.
@@ -218,7 +218,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, id int64) (int, error) {
 // busyRetries times, and then waits.
 func (d *Dispatcher) dispatchLoop(ctx context.Context, id int64) (txWork, error) {
 	for try := 0; ; try++ {
-		w, err := d.dispatchTx(ctx, id, try < busyRetries)
+		w, err := d.dispatchShared(ctx, id, try < busyRetries)
 		if !errors.Is(err, db.ErrLocked) || try >= busyRetries {
 			return w, err
 		}
@@ -228,6 +228,36 @@ func (d *Dispatcher) dispatchLoop(ctx context.Context, id int64) (txWork, error)
 		case <-time.After(min(5*time.Millisecond<<try, 50*time.Millisecond)):
 		}
 	}
+}
+
+// dispatchShared is dispatchTx for the job of event id, sharing
+// transactions with the other dispatch jobs of the process (see
+// dispatchShare): it leads one, is served by one (nothing left to do), or
+// dispatches alone when the one that took its event on did not commit it.
+func (d *Dispatcher) dispatchShared(ctx context.Context, id int64, try bool) (txWork, error) {
+	if !try {
+		// It waits for the locks it needs, unbounded: not in a slot.
+		return d.dispatchTx(ctx, id, false, nil)
+	}
+	outcome, ld, err := d.share.join(ctx, id)
+	switch {
+	case err != nil:
+		return txWork{}, err
+	case outcome == shareServed:
+		return txWork{}, nil
+	case outcome == shareAlone:
+		return d.dispatchTx(ctx, id, try, nil)
+	}
+	var served map[int64]bool
+	defer func() { ld.finish(served) }()
+	w, err := d.dispatchTx(ctx, id, try, ld)
+	if err == nil {
+		served = make(map[int64]bool, len(w.dispatchedIDs))
+		for _, e := range w.dispatchedIDs {
+			served[e] = true
+		}
+	}
+	return w, err
 }
 
 // dispatchTx is one dispatch: the transaction of dispatchOnce, run again
@@ -240,11 +270,13 @@ func (d *Dispatcher) dispatchLoop(ctx context.Context, id int64) (txWork, error)
 // without that event (its own job dispatches it); when the job's own event
 // does, without a backlog and without a bound. With try it waits neither
 // for the job's event nor for an earlier event of its document (ErrLocked
-// when another transaction holds one).
-func (d *Dispatcher) dispatchTx(ctx context.Context, id int64, try bool) (txWork, error) {
+// when another transaction holds one). With ld (nil: none), jobs waiting
+// in the process make it claim a backlog, and those whose events it claims
+// wait for its outcome.
+func (d *Dispatcher) dispatchTx(ctx context.Context, id int64, try bool, ld *leader) (txWork, error) {
 	l := lessons{try: try, failed: map[db.DeliveryKey]db.Attempt{}}
 	for {
-		w, err := d.dispatchOnce(ctx, id, &l)
+		w, err := d.dispatchOnce(ctx, id, &l, ld)
 		var r *rerun
 		if errors.As(err, &r) && ctx.Err() == nil {
 			d.logger.DebugContext(ctx, "dispatch runs again", slog.Int64("event_id", id), slog.String("reason", r.Error()))
@@ -313,14 +345,55 @@ type docKey struct {
 	id     int64
 }
 
+// lockBound bounds the lock waits of a transaction that holds a backlog
+// (backlogLockTimeout), so that two batches never wait long on each
+// other. Only built-in subscribers' statements and the delivery records
+// can wait on another transaction (the claim skips locked events, the
+// plan skips locked predecessors, the dispatch jobs deleted are of claimed
+// events): the bound is set before the first of those runs and lifted
+// before the feed counter is taken, and a batch with neither (no built-in
+// takes its events) spends no round trip on it.
+type lockBound struct {
+	on       bool   // the transaction holds a backlog
+	set      bool   // the bound is in force
+	previous string // lock_timeout before it
+}
+
+// before sets the bound, once, ahead of a statement that may wait.
+func (b *lockBound) before(ctx context.Context, tx pgx.Tx) error {
+	if !b.on || b.set {
+		return nil
+	}
+	prev, err := db.SetLockTimeout(ctx, tx, backlogLockTimeout)
+	if err != nil {
+		return err
+	}
+	b.set, b.previous = true, prev
+	return nil
+}
+
+// lift restores lock_timeout: waiting for the feed counter is waiting for
+// the previous holder's commit, not a risk of a deadlock.
+func (b *lockBound) lift(ctx context.Context, tx pgx.Tx) error {
+	if !b.set {
+		return nil
+	}
+	if _, err := db.SetLockTimeout(ctx, tx, b.previous); err != nil {
+		return err
+	}
+	b.set = false
+	return nil
+}
+
 // dispatchOnce is one dispatch transaction: lock the job's event id; if it
-// waited long enough for a backlog to be likely, bound lock waits, claim
-// up to DispatchBatch−1 undispatched events after it and delete their
-// dispatch jobs (they would find nothing to do); make the deliveries
-// (deliverEvents); record them, stamp the events and mark the finished
-// ones processed. A *rerun error means the transaction rolled back to be
-// run again with what it learned.
-func (d *Dispatcher) dispatchOnce(ctx context.Context, id int64, l *lessons) (txWork, error) {
+// waited long enough for a backlog to be likely, or other jobs of the
+// process wait, claim up to DispatchBatch−1 undispatched events after it
+// and delete their dispatch jobs (they would find nothing to do); make the
+// deliveries (deliverEvents), bounding lock waits then (lockBound); record
+// them, stamp the events and mark the finished ones processed. A *rerun
+// error means the transaction rolled back to be run again with what it
+// learned.
+func (d *Dispatcher) dispatchOnce(ctx context.Context, id int64, l *lessons, ld *leader) (txWork, error) {
 	var w txWork
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		w = txWork{}
@@ -345,40 +418,38 @@ func (d *Dispatcher) dispatchOnce(ctx context.Context, id int64, l *lessons) (tx
 		if l.savepoints {
 			limit = min(limit, savepointBatch)
 		}
-		restore := ""
-		if !l.alone && limit > 1 && waited >= d.backlogAfter {
-			// A batch holds many events and must not wait long for anyone
-			// (two batches could wait on each other).
-			if restore, err = db.SetLockTimeout(ctx, tx, backlogLockTimeout); err != nil {
-				return err
-			}
-			running, err := d.runningDispatches(ctx, tx)
-			if err != nil {
-				return err
-			}
-			backlog, jobIDs, err := db.ClaimBacklog(ctx, tx, id, limit-1, append(running, l.skip...))
+		var bound lockBound
+		waiting := ld.waitingIDs()
+		if !l.alone && limit > 1 && (waited >= d.backlogAfter || len(waiting) > 0) {
+			bound.on = true
+			// The claim takes events whose dispatch job is running too:
+			// in this process it waits for this transaction (attach); in
+			// another it finds the event locked, retries without a
+			// connection and then finds it dispatched.
+			backlog, jobIDs, err := db.ClaimBacklog(ctx, tx, id, limit-1, l.skip, waiting)
 			if err != nil {
 				return err
 			}
 			if err := d.deleteJobs(ctx, tx, jobIDs); err != nil {
 				return err
 			}
+			claimed := make([]int64, len(backlog))
+			for i, ev := range backlog {
+				claimed[i] = ev.ID
+			}
+			ld.attach(claimed)
 			events = append(events, backlog...)
 		}
 		w.links = d.writerLinks(events)
-		done, err := d.deliverEvents(ctx, tx, &w, l, events, restore != "")
+		done, err := d.deliverEvents(ctx, tx, &w, l, events, &bound)
 		if err != nil {
 			return err
 		}
 		if err := d.enqueue(ctx, tx, &w); err != nil {
 			return err
 		}
-		if restore != "" {
-			// Waiting for the feed counter is waiting for the previous
-			// holder's commit, not a risk of a deadlock.
-			if _, err := db.SetLockTimeout(ctx, tx, restore); err != nil {
-				return err
-			}
+		if err := bound.lift(ctx, tx); err != nil {
+			return err
 		}
 		// The events are ours (locked): mark them without locking again.
 		if w.finished, err = db.MarkEventsProcessed(ctx, tx, done); err != nil {
@@ -399,7 +470,7 @@ func (d *Dispatcher) dispatchOnce(ctx context.Context, id int64, l *lessons) (tx
 // the events dispatched. An event behind an earlier one of its document
 // that another transaction holds is left, with a new dispatch job. It
 // returns the events whose deliveries are all done, to be marked.
-func (d *Dispatcher) deliverEvents(ctx context.Context, tx pgx.Tx, w *txWork, l *lessons, events []db.Event, bounded bool) ([]int64, error) {
+func (d *Dispatcher) deliverEvents(ctx context.Context, tx pgx.Tx, w *txWork, l *lessons, events []db.Event, bound *lockBound) ([]int64, error) {
 	ids := make([]int64, len(events))
 	for i, ev := range events {
 		ids[i] = ev.ID
@@ -452,6 +523,7 @@ func (d *Dispatcher) deliverEvents(ctx context.Context, tx pgx.Tx, w *txWork, l 
 			continue
 		}
 		w.dispatched = append(w.dispatched, ev.Type)
+		w.dispatchedIDs = append(w.dispatchedIDs, ev.ID)
 		isDone := true
 		fe := NewFilterEvent(ev) // decoded once, by the first condition
 		for _, sub := range p.Subscribers {
@@ -469,8 +541,11 @@ func (d *Dispatcher) deliverEvents(ctx context.Context, tx pgx.Tx, w *txWork, l 
 				// The earlier event's last delivery releases it
 				// (LaterOpenDeliveries).
 			default:
+				if err := bound.before(ctx, tx); err != nil {
+					return nil, err
+				}
 				a, err := d.firstAttempt(ctx, tx, w, l, sub, ev)
-				if db.IsLockWait(err) && bounded {
+				if db.IsLockWait(err) && bound.on {
 					return nil, &rerun{lockWait: ev.ID, head: i == 0, err: err}
 				}
 				if err != nil {
@@ -502,6 +577,12 @@ func (d *Dispatcher) deliverEvents(ctx context.Context, tx pgx.Tx, w *txWork, l 
 			w.now = append(w.now, later...)
 		}
 	}
+	if len(records) > 0 {
+		// A record's key could wait on another transaction's insert.
+		if err := bound.before(ctx, tx); err != nil {
+			return nil, err
+		}
+	}
 	retries, err := db.MarkDispatched(ctx, tx, stamp, records)
 	if err != nil {
 		return nil, err
@@ -527,31 +608,6 @@ func (d *Dispatcher) firstAttempt(ctx context.Context, tx pgx.Tx, w *txWork, l *
 	}
 	w.outcomes = append(w.outcomes, deliveryOutcome{key: k, evType: ev.Type, subscriber: sub.Name, outcome: a.Status})
 	return a, nil
-}
-
-// maxRunningDispatches bounds how many running dispatch jobs a batch
-// asks River for: more than every worker of a cluster.
-const maxRunningDispatches = 1000
-
-// runningDispatches returns the events whose dispatch job River has
-// fetched: each is about to lock its event, and taking the event on would
-// only make it wait for the batch and then find nothing to do (River does
-// not delete a running job).
-func (d *Dispatcher) runningDispatches(ctx context.Context, tx pgx.Tx) ([]int64, error) {
-	params := river.NewJobListParams().Kinds(DispatchArgs{}.Kind()).States(rivertype.JobStateRunning).First(maxRunningDispatches)
-	res, err := d.river.JobListTx(ctx, tx, params)
-	if err != nil {
-		return nil, fmt.Errorf("list running dispatch jobs: %w", err)
-	}
-	ids := make([]int64, 0, len(res.Jobs))
-	for _, j := range res.Jobs {
-		var args DispatchArgs
-		if err := json.Unmarshal(j.EncodedArgs, &args); err != nil {
-			return nil, fmt.Errorf("dispatch job %d: decode args: %w", j.ID, err)
-		}
-		ids = append(ids, args.EventID)
-	}
-	return ids, nil
 }
 
 // deleteJobs deletes, in tx, the River jobs ids (dispatch jobs of the

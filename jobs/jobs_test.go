@@ -839,3 +839,55 @@ func TestBatchDeletesTheJobsOfEventsItTakesOn(t *testing.T) {
 	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM sales_orders WHERE status = 'accepted'`))
 	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM deliveries WHERE status = 'delivered' AND attempts = 1`))
 }
+
+// TestConcurrentDispatchJobsShareTransactions: dispatch jobs running at
+// once in one process share transactions (each commit queues on the feed
+// counter): the transaction in flight, or the next one, takes the waiting
+// jobs' events on. Every event is still dispatched by exactly one of them,
+// and the jobs it served find nothing left to do.
+func TestConcurrentDispatchJobsShareTransactions(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, jobs.DispatcherConfig{BacklogAfter: time.Hour}, time.Hour)
+	const n = 24
+	ids := make([]int64, n)
+	for i := range ids {
+		id, err := jobs.Write(b.ctx, b.outbox, func(tx pgx.Tx) (int64, []db.Event, error) {
+			var id int64
+			err := tx.QueryRow(b.ctx, `INSERT INTO events (type, entity, entity_id, payload)
+				VALUES ('doc.created', 'sales_orders', $1, jsonb_build_object('id', $1::bigint)) RETURNING id`,
+				900_000+i).Scan(&id)
+			return id, []db.Event{{ID: id}}, err
+		})
+		require.NoError(t, err)
+		ids[i] = id
+	}
+	counts := make([]int, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, id := range ids {
+		wg.Go(func() {
+			<-start
+			var err error
+			counts[i], err = b.dispatcher.Dispatch(b.ctx, id)
+			assert.NoError(t, err)
+		})
+	}
+	close(start)
+	wg.Wait()
+	total, txs := 0, 0
+	for _, c := range counts {
+		total += c
+		if c > 0 {
+			txs++
+		}
+	}
+	require.Equal(t, n, total, "every event dispatched once")
+	require.Less(t, txs, n, "some transactions took other jobs' events on")
+	var processed, seqs int
+	var span int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FILTER (WHERE processed_at IS NOT NULL), count(DISTINCT feed_seq),
+		coalesce(max(feed_seq) - min(feed_seq), -1) FROM events WHERE id = ANY($1)`, ids).Scan(&processed, &seqs, &span))
+	require.Equal(t, n, processed)
+	require.Equal(t, n, seqs, "one feed position each")
+	require.EqualValues(t, n-1, span, "consecutive feed positions")
+}

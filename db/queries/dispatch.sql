@@ -21,14 +21,23 @@ SELECT sqlc.embed(event_rows), extract(epoch FROM clock_timestamp() - event_rows
 FROM event_rows WHERE event_rows.id IN (SELECT l.id FROM l);
 
 -- name: EventClaimBacklog :many
--- The oldest undispatched events after @after_id (index
--- events_undispatched) that no other transaction holds, except @skip_ids.
+-- Up to @max_events undispatched events after @after_id that no other
+-- transaction holds, except @skip_ids: the oldest of those not in
+-- @waiting_ids first (index events_undispatched), then, for the room
+-- left, the oldest of @waiting_ids (events whose dispatch jobs wait in
+-- the caller's process).
 WITH c AS (
     SELECT e.id FROM events e
-    WHERE e.dispatched_at IS NULL AND e.processed_at IS NULL AND e.id > @after_id AND e.id <> ALL(@skip_ids::bigint[])
-    ORDER BY e.id LIMIT @max_events FOR UPDATE SKIP LOCKED
+    WHERE e.dispatched_at IS NULL AND e.processed_at IS NULL AND e.id > @after_id
+      AND e.id <> ALL(@skip_ids::bigint[]) AND e.id <> ALL(@waiting_ids::bigint[])
+    ORDER BY e.id LIMIT sqlc.arg(max_events)::int FOR UPDATE SKIP LOCKED
+), w AS (
+    SELECT e.id FROM events e
+    WHERE e.id = ANY(@waiting_ids::bigint[]) AND e.dispatched_at IS NULL AND e.processed_at IS NULL AND e.id > @after_id
+      AND e.id <> ALL(@skip_ids::bigint[])
+    ORDER BY e.id LIMIT greatest(sqlc.arg(max_events)::int - (SELECT count(*) FROM c), 0) FOR UPDATE SKIP LOCKED
 )
-SELECT * FROM event_rows WHERE event_rows.id IN (SELECT c.id FROM c) ORDER BY event_rows.id;
+SELECT * FROM event_rows WHERE event_rows.id IN (SELECT c.id FROM c UNION ALL SELECT w.id FROM w) ORDER BY event_rows.id;
 
 -- name: EventPlanDispatch :many
 -- Per event of the batch @ids (locked by the caller): whether an earlier

@@ -72,16 +72,30 @@ func (q *Queries) DeliveryListBlocked(ctx context.Context, db DBTX, eventIds []i
 const eventClaimBacklog = `-- name: EventClaimBacklog :many
 WITH c AS (
     SELECT e.id FROM events e
-    WHERE e.dispatched_at IS NULL AND e.processed_at IS NULL AND e.id > $1 AND e.id <> ALL($2::bigint[])
-    ORDER BY e.id LIMIT $3 FOR UPDATE SKIP LOCKED
+    WHERE e.dispatched_at IS NULL AND e.processed_at IS NULL AND e.id > $1
+      AND e.id <> ALL($2::bigint[]) AND e.id <> ALL($3::bigint[])
+    ORDER BY e.id LIMIT $4::int FOR UPDATE SKIP LOCKED
+), w AS (
+    SELECT e.id FROM events e
+    WHERE e.id = ANY($3::bigint[]) AND e.dispatched_at IS NULL AND e.processed_at IS NULL AND e.id > $1
+      AND e.id <> ALL($2::bigint[])
+    ORDER BY e.id LIMIT greatest($4::int - (SELECT count(*) FROM c), 0) FOR UPDATE SKIP LOCKED
 )
-SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, trace_parent, actor_login, actor_name, actor_role FROM event_rows WHERE event_rows.id IN (SELECT c.id FROM c) ORDER BY event_rows.id
+SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, trace_parent, actor_login, actor_name, actor_role FROM event_rows WHERE event_rows.id IN (SELECT c.id FROM c UNION ALL SELECT w.id FROM w) ORDER BY event_rows.id
 `
 
-// The oldest undispatched events after @after_id (index
-// events_undispatched) that no other transaction holds, except @skip_ids.
-func (q *Queries) EventClaimBacklog(ctx context.Context, db DBTX, afterID int64, skipIds []int64, maxEvents int32) ([]EventRow, error) {
-	rows, err := db.Query(ctx, eventClaimBacklog, afterID, skipIds, maxEvents)
+// Up to @max_events undispatched events after @after_id that no other
+// transaction holds, except @skip_ids: the oldest of those not in
+// @waiting_ids first (index events_undispatched), then, for the room
+// left, the oldest of @waiting_ids (events whose dispatch jobs wait in
+// the caller's process).
+func (q *Queries) EventClaimBacklog(ctx context.Context, db DBTX, afterID int64, skipIds []int64, waitingIds []int64, maxEvents int32) ([]EventRow, error) {
+	rows, err := db.Query(ctx, eventClaimBacklog,
+		afterID,
+		skipIds,
+		waitingIds,
+		maxEvents,
+	)
 	if err != nil {
 		return nil, err
 	}
