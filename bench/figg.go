@@ -14,7 +14,7 @@ import (
 
 // gRates are the steady rates of figure G, in createSalesOrder calls per
 // second.
-var gRates = []int{50, 150, 300, 500}
+var gRates = []int{50, 150, 300, 400, 500}
 
 // gKneeP99 is the p99 below which a rate of figure G counts as held.
 const gKneeP99 = 100 * time.Millisecond

@@ -53,6 +53,9 @@ type DocKind struct {
 	Noun string
 	// next maps a status to the statuses it may go to.
 	next     map[string][]string
+	// back holds the transitions a reversal makes, undoing what a posted
+	// move did to the order (MoveBack); no client asks for them.
+	back     map[string][]string
 	lock     func(ctx context.Context, db dbsqlc.DBTX, id int64) (docState, error)
 	byNumber func(ctx context.Context, db dbsqlc.DBTX, number string) (int64, error)
 	set      func(ctx context.Context, db dbsqlc.DBTX, status string, id int64) (int32, error)
@@ -66,6 +69,9 @@ var (
 			SalesOrderNew:          {SalesOrderAccepted, SalesOrderInProduction, SalesOrderShipped, SalesOrderCancelled},
 			SalesOrderAccepted:     {SalesOrderInProduction, SalesOrderShipped, SalesOrderCancelled},
 			SalesOrderInProduction: {SalesOrderShipped, SalesOrderCancelled},
+		},
+		back: map[string][]string{
+			SalesOrderShipped: {SalesOrderNew, SalesOrderAccepted, SalesOrderInProduction},
 		},
 		lock:     lockWith(queries.SalesOrderLockStatus),
 		set:      queries.SalesOrderSetStatus,
@@ -87,6 +93,10 @@ var (
 			PurchaseOpen:              {PurchasePartiallyReceived, PurchaseReceived, PurchaseClosed, PurchaseCancelled},
 			PurchasePartiallyReceived: {PurchaseReceived, PurchaseClosed},
 			PurchaseReceived:          {PurchaseClosed},
+		},
+		back: map[string][]string{
+			PurchaseReceived:          {PurchasePartiallyReceived, PurchaseOpen},
+			PurchasePartiallyReceived: {PurchaseOpen},
 		},
 		lock:     lockWith(queries.PurchaseOrderLockStatus),
 		set:      queries.PurchaseOrderSetStatus,
@@ -251,6 +261,21 @@ func (d LockedDocument) MoveTo(ctx context.Context, tx pgx.Tx, actorID *int64, t
 		return StatusChange{}, Event{}, d.conflict("%s %s is %s and cannot become %s (allowed: %s)",
 			d.Kind.Noun, d.Number, d.Status, to, allowed)
 	}
+	return d.write(ctx, tx, actorID, to, reason)
+}
+
+// MoveBack is MoveTo for the transitions a reversal makes (shipped back to
+// the status before it, received back to partially received or open),
+// which no client may ask for; any other is a *StatusConflictError.
+func (d LockedDocument) MoveBack(ctx context.Context, tx pgx.Tx, actorID *int64, to string, reason *string) (StatusChange, Event, error) {
+	if !slices.Contains(d.Kind.back[d.Status], to) {
+		return StatusChange{}, Event{}, d.conflict("%s %s is %s and cannot go back to %s", d.Kind.Noun, d.Number, d.Status, to)
+	}
+	return d.write(ctx, tx, actorID, to, reason)
+}
+
+// write sets d's status to to and journals doc.status_changed.
+func (d LockedDocument) write(ctx context.Context, tx pgx.Tx, actorID *int64, to string, reason *string) (StatusChange, Event, error) {
 	v, err := d.Kind.set(ctx, tx, to, d.ID)
 	if err != nil {
 		return StatusChange{}, Event{}, fmt.Errorf("set status of %s %s to %s: %w", d.Kind.Noun, d.Number, to, translate(err))

@@ -315,8 +315,10 @@ func PostWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, id int64,
 // warehouses and reversal_of_id pointing at it, so that its ledger rows
 // negate the original's. Taking back a receipt can fail on stock like any
 // posting (*InputError on lines.N.quantity). A reversal, a reversed move or
-// a draft is a *StatusConflictError. Orders the move served keep their
-// status. It returns the reversal move.
+// a draft is a *StatusConflictError. The order the move served goes back
+// as far as the move had taken it: a shipped sales order to the status it
+// had before, a purchase order to what its remaining receipts cover (each
+// journaled with the reason). It returns the reversal move.
 func ReverseWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, version int32, reason string) (WarehouseMove, []Event, error) {
 	why, err := requireText("reason", reason)
 	if err != nil {
@@ -332,6 +334,21 @@ func ReverseWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, id int
 	}
 	if orig.ReversalOfID != nil {
 		return WarehouseMove{}, nil, d.Conflict("warehouse move %s is a reversal: it cannot be reversed, post a new move instead", d.Number)
+	}
+	// The order the move served is locked before the reversal is posted
+	// (stock balances): the lock order of every posting (order, then
+	// balances), so that a reversal and a new move of one order never wait
+	// on each other in a circle.
+	var reopen func() ([]Event, error)
+	switch {
+	case orig.Kind == MoveShipment && orig.SalesOrderID != nil:
+		if reopen, err = reopenSalesOrder(ctx, tx, actorID, *orig.SalesOrderID, orig.Number, why); err != nil {
+			return WarehouseMove{}, nil, err
+		}
+	case orig.Kind == MoveReceipt && orig.PurchaseOrderID != nil:
+		if reopen, err = reopenPurchaseOrder(ctx, tx, actorID, *orig.PurchaseOrderID, orig.Number, why); err != nil {
+			return WarehouseMove{}, nil, err
+		}
 	}
 	_, ev, err := d.MoveTo(ctx, tx, actorID, MoveReversed, &why)
 	if err != nil {
@@ -355,7 +372,95 @@ func ReverseWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, id int
 	if err != nil {
 		return WarehouseMove{}, nil, err
 	}
-	return rev, append([]Event{ev}, events...), nil
+	events = append([]Event{ev}, events...)
+	if reopen != nil {
+		more, err := reopen()
+		if err != nil {
+			return WarehouseMove{}, nil, err
+		}
+		events = append(events, more...)
+	}
+	return rev, events, nil
+}
+
+// reversalReason is the reason journaled on an order's status change when
+// its move no is reversed for why, cut to the 200 characters a reason may
+// have.
+func reversalReason(no, why string) *string {
+	r := []rune(fmt.Sprintf("%s reversed: %s", no, why))
+	if len(r) > maxTextLen {
+		r = append(r[:maxTextLen-1], '…')
+	}
+	s := string(r)
+	return &s
+}
+
+// reopenSalesOrder locks sales order id, whose shipment no is being
+// reversed; the returned function, run once the reversal is posted, moves
+// a shipped order back to the status it had before it was shipped (from
+// its journal), journaled by actorID with the reversal's reason.
+func reopenSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, no, why string) (func() ([]Event, error), error) {
+	so, err := LockDocument(ctx, tx, SalesOrders, id)
+	if err != nil {
+		return nil, err
+	}
+	return func() ([]Event, error) {
+		if so.Status != SalesOrderShipped {
+			return nil, nil
+		}
+		before, err := queries.SalesOrderGetStatusBeforeShipped(ctx, tx, id)
+		if err != nil {
+			return nil, fmt.Errorf("status of sales order %s before it shipped: %w", so.Number, translate(err))
+		}
+		_, ev, err := so.MoveBack(ctx, tx, actorID, before, reversalReason(no, why))
+		if err != nil {
+			return nil, err
+		}
+		return []Event{ev}, nil
+	}, nil
+}
+
+// reopenPurchaseOrder locks purchase order id, whose receipt no is being
+// reversed; the returned function, run once the reversal is posted, moves
+// a received or partially received order to what its remaining posted
+// receipts cover (partially_received, or open with none), journaled by
+// actorID with the reversal's reason. A closed or cancelled order keeps
+// its status.
+func reopenPurchaseOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, no, why string) (func() ([]Event, error), error) {
+	po, err := LockDocument(ctx, tx, PurchaseOrders, id)
+	if err != nil {
+		return nil, err
+	}
+	return func() ([]Event, error) {
+		if po.Status != PurchaseReceived && po.Status != PurchasePartiallyReceived {
+			return nil, nil
+		}
+		received, err := sumByItem(queries.WarehouseMoveReceivedByPurchaseOrder(ctx, tx, &po.ID, 0))
+		if err != nil {
+			return nil, fmt.Errorf("receipts of purchase order %s: %w", po.Number, err)
+		}
+		ordered, err := sumByItem(queries.PurchaseOrderLineSumByItem(ctx, tx, po.ID))
+		if err != nil {
+			return nil, fmt.Errorf("lines of purchase order %s: %w", po.Number, err)
+		}
+		to := PurchaseReceived
+		for item, want := range ordered {
+			if received[item].LessThan(want) {
+				to = PurchasePartiallyReceived
+			}
+		}
+		if len(received) == 0 {
+			to = PurchaseOpen
+		}
+		if to == po.Status {
+			return nil, nil
+		}
+		_, ev, err := po.MoveBack(ctx, tx, actorID, to, reversalReason(no, why))
+		if err != nil {
+			return nil, err
+		}
+		return []Event{ev}, nil
+	}, nil
 }
 
 // CompleteProductionOrder completes released production order id, seen at

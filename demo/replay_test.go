@@ -128,20 +128,22 @@ func TestDemoReplay(t *testing.T) {
 		}
 	}
 	require.Len(t, rows, demo.TableRows)
-	// The table opens with the afternoon, newest first: the reversal of
-	// the afternoon's delivery on top, the delivery's receipt the
-	// afternoon's first event; then the seed's day, whose last event is
+	// The table opens with the afternoon, newest first: the purchase order
+	// the reversal took back to open on top, then the reversal of the
+	// afternoon's delivery, the delivery's receipt the afternoon's first
+	// event; then the seed's day, whose last event is
 	// the last shop order's material issue, ВЦ-…-000018. Its row id is
 	// usually the seed's wh_moves #N+1 (the receipt ПР is #1), but ids are
 	// not gapless: a dispatch that rolls back and runs again takes new
 	// ones. Numbers are gapless.
-	require.Equal(t, 17, sum.Afternoon.Events)
-	require.Regexp(t, fmt.Sprintf(`^\| \d+ \| doc\.created \| wh_moves #\d+ \| \{"id": \d+, "no": "ПР-%d-000005", "entity": "wh_move"\}`, year), rows[0])
-	require.Regexp(t, fmt.Sprintf(`^\| \d+ \| doc\.created \| wh_moves #\d+ \| \{"id": \d+, "no": "ПР-%d-000002", "entity": "wh_move"\}`, year), rows[16])
-	require.Regexp(t, fmt.Sprintf(`\| wh_moves #(\d+) \| \{"id": \d+, "no": "ВЦ-%d-000018", "entity": "wh_move"\}`, year), rows[17])
+	require.Equal(t, 18, sum.Afternoon.Events)
+	require.Regexp(t, `^\| \d+ \| doc\.status_changed \| wh_purchase_orders #\d+ \| .*"to": "open"`, rows[0])
+	require.Regexp(t, fmt.Sprintf(`^\| \d+ \| doc\.created \| wh_moves #\d+ \| \{"id": \d+, "no": "ПР-%d-000005", "entity": "wh_move"\}`, year), rows[1])
+	require.Regexp(t, fmt.Sprintf(`^\| \d+ \| doc\.created \| wh_moves #\d+ \| \{"id": \d+, "no": "ПР-%d-000002", "entity": "wh_move"\}`, year), rows[17])
+	require.Regexp(t, fmt.Sprintf(`\| wh_moves #(\d+) \| \{"id": \d+, "no": "ВЦ-%d-000018", "entity": "wh_move"\}`, year), rows[18])
 	require.True(t, strings.HasSuffix(text, sum.Line()+"\n"), "output ends with the summary:\n%s", text)
 	require.Contains(t, sum.Line(), fmt.Sprintf("после обеда — ПР 4, ОТ 1: выполнено ПЗ 2 (проведено ВЦ 2), отгружен ЗК-%d-000419, "+
-		"отменён ЗК-%d-000421, сторнирован ПР-%d-000002; событий обработано 121.", year, year, year))
+		"отменён ЗК-%d-000421, сторнирован ПР-%d-000002; событий обработано 122.", year, year, year))
 
 	// The payloads have the seed screens' shapes, key order included: the
 	// seed shows jsonb's order, and so must the journal. (The seed's CRM
@@ -351,7 +353,7 @@ func afternoonWant(year, receipt, reversal, so1, so2, pz1, pz2, vc1, vc2, shipme
 		Shipped:   no("ЗК", so1),
 		Shipment:  no("ОТ", shipment),
 		Cancelled: no("ЗК", cancelled),
-		Events:    17,
+		Events:    18,
 	}
 }
 
@@ -381,11 +383,16 @@ func requireAfternoonEvents(t *testing.T, events []demo.Event, a demo.AfternoonS
 	cancelled.reason = day.Afternoon.Cancellation.Reason
 	reversed := changed("wh_moves", a.Receipt, "posted", "reversed")
 	reversed.reason = day.Afternoon.ReversalReason
+	// The reversal takes the purchase order back to open: nothing of it
+	// is received any more.
+	reopened := changed("wh_purchase_orders", "ЗП-", "received", "open")
+	reopened.reason = a.Receipt + " reversed: " + day.Afternoon.ReversalReason
 	wants = append(wants,
 		created("wh_moves", a.Shipment),
 		changed("sales_orders", a.Shipped, "in_production", "shipped"),
 		cancelled, reversed,
-		created("wh_moves", a.Reversal))
+		created("wh_moves", a.Reversal),
+		reopened)
 	require.Len(t, events, len(wants))
 	for i, ev := range events {
 		w := wants[i]

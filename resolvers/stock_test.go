@@ -643,3 +643,56 @@ func TestMovesKeepToTheirOrders(t *testing.T) {
 	require.Equal(t, "received", apptest.GQL[struct{ PurchaseOrder docState }](t, s,
 		`query($id: ID!) { purchaseOrder(id: $id) { id number status version } }`, map[string]any{"id": po.ID}).PurchaseOrder.Status)
 }
+
+// Reversing a move takes its order back as far as the move had taken it:
+// a shipped sales order to the status it had before, which ships again; a
+// purchase order to what its remaining receipts cover. Each change is
+// journaled by the reversing user with the reason naming the move.
+func TestReversalReopensItsOrder(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	seedStock(t, s)
+	so := createSalesOrder(t, s) // 1 A1, new
+	mustMove(t, s, receipt(line("A1", "5")))
+	ship := map[string]any{"kind": "SHIPMENT", "fromWarehouse": "MAIN", "salesOrderId": so.ID, "lines": []any{line("A1", "1")}}
+	sh := mustMove(t, s, ship)
+	status := func(q, id string) string {
+		var out map[string]struct{ Status string }
+		out = apptest.GQL[map[string]struct{ Status string }](t, s, fmt.Sprintf(`query($id: ID!) { doc: %s(id: $id) { status } }`, q), map[string]any{"id": id})
+		return out["doc"].Status
+	}
+	require.Equal(t, "shipped", status("salesOrder", so.ID))
+
+	apptest.GQL[map[string]any](t, s, reverseMove, map[string]any{"id": sh.ID, "v": sh.Version, "r": "вернули на склад"})
+	require.Equal(t, "new", status("salesOrder", so.ID), "back to the status it had before the shipment")
+	ev := statusEvents(t, s, "sales_orders", so.ID) // newest first
+	require.Len(t, ev, 2)
+	require.Equal(t, "shipped", ev[0].Payload["from"])
+	require.Equal(t, "new", ev[0].Payload["to"])
+	require.Equal(t, sh.Number+" reversed: вернули на склад", ev[0].Payload["reason"])
+	require.Equal(t, "admin", ev[0].Actor.Login)
+	require.True(t, onHand(t, s, "A1").Equal(decimal.NewFromInt(5)))
+	mustMove(t, s, ship)
+	require.Equal(t, "shipped", status("salesOrder", so.ID), "it ships again")
+
+	po := apptest.GQL[struct{ CreatePurchaseOrder docState }](t, s,
+		`mutation { createPurchaseOrder(input: {supplier: "ООО Лес", lines: [{sku: "B1", quantity: "4"}]}) { id number status version } }`,
+		nil).CreatePurchaseOrder
+	rc := func(q string) moveState {
+		in := receipt(line("B1", q))
+		in["purchaseOrderId"] = po.ID
+		return mustMove(t, s, in)
+	}
+	first, second := rc("1"), rc("3")
+	require.Equal(t, "received", status("purchaseOrder", po.ID))
+	apptest.GQL[map[string]any](t, s, reverseMove, map[string]any{"id": second.ID, "v": second.Version, "r": "брак"})
+	require.Equal(t, "partially_received", status("purchaseOrder", po.ID))
+	apptest.GQL[map[string]any](t, s, reverseMove, map[string]any{"id": first.ID, "v": first.Version, "r": "брак"})
+	require.Equal(t, "open", status("purchaseOrder", po.ID))
+	pev := statusEvents(t, s, "wh_purchase_orders", po.ID)
+	require.Len(t, pev, 4, "partially received, received, back to partially received, back to open")
+	require.Equal(t, first.Number+" reversed: брак", pev[0].Payload["reason"])
+	require.Equal(t, "open", pev[0].Payload["to"])
+	rc("4")
+	require.Equal(t, "received", status("purchaseOrder", po.ID), "the whole order can be received again")
+}

@@ -17,6 +17,9 @@
 CREATE FUNCTION take_document_number() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     series text := split_part(NEW.number, ' ', 2);
+    -- text, not TG_TABLE_NAME's type name: compared with events.entity
+    -- as name, the column could not use events_entity.
+    tbl text := TG_TABLE_NAME;
     taken text;
 BEGIN
     INSERT INTO number_series AS s (prefix, year, last_value)
@@ -27,14 +30,14 @@ BEGIN
         RAISE EXCEPTION 'the % number series of this year is exhausted (999999)', series
             USING ERRCODE = 'check_violation', CONSTRAINT = 'number_series_last_value_check', DETAIL = series;
     END IF;
-    CASE TG_TABLE_NAME
+    CASE tbl
     WHEN 'sales_orders' THEN UPDATE sales_orders SET number = taken WHERE id = NEW.id;
     WHEN 'plan_prod_orders' THEN UPDATE plan_prod_orders SET number = taken WHERE id = NEW.id;
     WHEN 'wh_purchase_orders' THEN UPDATE wh_purchase_orders SET number = taken WHERE id = NEW.id;
     WHEN 'wh_moves' THEN UPDATE wh_moves SET number = taken WHERE id = NEW.id;
     END CASE;
     UPDATE events SET payload = payload || jsonb_build_object('no', taken)
-    WHERE entity = TG_TABLE_NAME AND entity_id = NEW.id AND type = 'doc.created';
+    WHERE entity = tbl AND entity_id = NEW.id AND type = 'doc.created';
     RETURN NULL;
 END
 $$;

@@ -50,6 +50,13 @@ SELECT s.number, e.payload FROM sales_orders s, events e WHERE s.id = @id AND e.
 -- no order.
 SELECT id, number FROM sales_orders WHERE id = ANY (@ids::bigint[]);
 
+-- name: SalesOrderGetStatusBeforeShipped :one
+-- SalesOrderGetStatusBeforeShipped returns the status sales order id had
+-- before its last move to shipped, from its journal (events_entity).
+SELECT (payload->>'from')::text AS status FROM events
+WHERE entity = 'sales_orders' AND entity_id = @id AND type = 'doc.status_changed' AND payload->>'to' = 'shipped'
+ORDER BY id DESC LIMIT 1;
+
 -- name: SalesOrderGetByID :one
 SELECT id, number, customer, status, source, external_id, created_at, version
 FROM sales_orders WHERE id = @id;

@@ -84,6 +84,21 @@ func (q *Queries) SalesOrderGetNumber(ctx context.Context, db DBTX, iD int64, ev
 	return i, err
 }
 
+const salesOrderGetStatusBeforeShipped = `-- name: SalesOrderGetStatusBeforeShipped :one
+SELECT (payload->>'from')::text AS status FROM events
+WHERE entity = 'sales_orders' AND entity_id = $1 AND type = 'doc.status_changed' AND payload->>'to' = 'shipped'
+ORDER BY id DESC LIMIT 1
+`
+
+// SalesOrderGetStatusBeforeShipped returns the status sales order id had
+// before its last move to shipped, from its journal (events_entity).
+func (q *Queries) SalesOrderGetStatusBeforeShipped(ctx context.Context, db DBTX, id int64) (string, error) {
+	row := db.QueryRow(ctx, salesOrderGetStatusBeforeShipped, id)
+	var status string
+	err := row.Scan(&status)
+	return status, err
+}
+
 const salesOrderInsert = `-- name: SalesOrderInsert :many
 WITH so AS (
     INSERT INTO sales_orders (number, customer, created_by, source, external_id)
