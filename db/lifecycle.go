@@ -52,7 +52,7 @@ type DocKind struct {
 	// Noun names it in error messages ("sales order").
 	Noun string
 	// next maps a status to the statuses it may go to.
-	next     map[string][]string
+	next map[string][]string
 	// back holds the transitions a reversal makes, undoing what a posted
 	// move did to the order (MoveBack); no client asks for them.
 	back     map[string][]string

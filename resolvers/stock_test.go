@@ -657,8 +657,7 @@ func TestReversalReopensItsOrder(t *testing.T) {
 	ship := map[string]any{"kind": "SHIPMENT", "fromWarehouse": "MAIN", "salesOrderId": so.ID, "lines": []any{line("A1", "1")}}
 	sh := mustMove(t, s, ship)
 	status := func(q, id string) string {
-		var out map[string]struct{ Status string }
-		out = apptest.GQL[map[string]struct{ Status string }](t, s, fmt.Sprintf(`query($id: ID!) { doc: %s(id: $id) { status } }`, q), map[string]any{"id": id})
+		out := apptest.GQL[map[string]struct{ Status string }](t, s, fmt.Sprintf(`query($id: ID!) { doc: %s(id: $id) { status } }`, q), map[string]any{"id": id})
 		return out["doc"].Status
 	}
 	require.Equal(t, "shipped", status("salesOrder", so.ID))
