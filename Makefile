@@ -107,9 +107,10 @@ pgbouncer:
 # bench runs the load tool (bench/): a private PostgreSQL with
 # fsync on, the real server binary, and a reference for every figure in the
 # same run; it prints one table row per figure and writes
-# bench/results/latest.json. Takes about 15 minutes; bench-quick is a
+# bench/results/latest.json. Takes about 25 minutes (figure F writes a
+# journal of ten million events, 5 GB); bench-quick is a
 # smoke run of a minute with tiny sizes (bench/results/quick.json).
-BENCH_FLAGS ?= -figures A,B,C,D,E
+BENCH_FLAGS ?= -figures A,B,C,D,E,F,G
 bench: pg-binaries
 	$(GO) run ./bench $(BENCH_FLAGS)
 
