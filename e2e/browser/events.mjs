@@ -412,6 +412,19 @@ try {
       );
       await api(`mutation($id: ID!) { pauseSubscriber(id: $id) { id } }`, { id: hook.id });
       const order = await receiveShopOrder();
+      // The page lists what the journal holds when it loads: wait until the
+      // dispatch has written the held delivery record, so that the row
+      // shows what the event waits for.
+      for (let tries = 0; ; tries++) {
+        const { events } = await api(
+          `query($id: ID!) { events(filter: { types: ["order.received"], entity: "sales_orders", entityId: $id }) { edges { node { deliveries { subscriber { name } } } } } }`,
+          { id: order.id },
+        );
+        const held = events.edges.some((e) => e.node.deliveries.some((d) => d.subscriber.name === 'e2e-paused'));
+        if (held) break;
+        if (tries > 200) throw new Error(`order.received of sales order ${order.id} has no delivery to e2e-paused after 10 s`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
       await page.selectOption('#filters select[name=type]', '');
       await page.selectOption('#filters select[name=processed]', 'false');
       await page.waitForURL((url) => url.search === '?processed=false');
