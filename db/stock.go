@@ -160,15 +160,16 @@ func postMove(ctx context.Context, tx pgx.Tx, actorID *int64, mv WarehouseMove) 
 }
 
 // lockOrderToPost locks order id of kind k that a move is about to be
-// posted against; an order that takes no more moves is ErrConflict.
+// posted against; an order that takes no more moves is a
+// *StatusConflictError with that order's status and version.
 func lockOrderToPost(ctx context.Context, tx pgx.Tx, k *DocKind, id int64) (LockedDocument, error) {
 	d, err := LockDocument(ctx, tx, k, id)
 	if err != nil {
 		return LockedDocument{}, err
 	}
 	if finished(d.Status) {
-		return LockedDocument{}, fmt.Errorf("%w: %s %s is %s: it takes no more warehouse moves",
-			ErrConflict, k.Noun, d.Number, d.Status)
+		// The order's state is what refuses the move: report it.
+		return LockedDocument{}, d.Conflict("%s %s is %s: it takes no more warehouse moves", k.Noun, d.Number, d.Status)
 	}
 	return d, nil
 }

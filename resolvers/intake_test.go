@@ -76,6 +76,10 @@ func TestReceiveOrdersAnswersEachInput(t *testing.T) {
 		require.Equal(t, want[0], e.Extensions["code"], "input %d: %s", i, e.Message)
 		require.Equal(t, want[1], e.Extensions["field"], "input %d: %s", i, e.Message)
 		require.Nil(t, data.ReceiveOrders[i], "input %d is refused", i)
+		if i == 9 {
+			require.Contains(t, e.Message, data.ReceiveOrders[3].Order.Number, "the conflict names the order by its number")
+			require.NotContains(t, e.Message, "pending")
+		}
 	}
 
 	var year int

@@ -161,6 +161,7 @@ func TestInputEdgeCases(t *testing.T) {
 		{"huge quantity", `mutation($q: Decimal!) { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: $q}]}) { id } }`, map[string]any{"q": "9" + strings.Repeat("0", 5000)}, "input.lines.0.quantity"},
 		{"long garbage", `mutation($q: Decimal!) { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: $q}]}) { id } }`, map[string]any{"q": strings.Repeat("x", 5000)}, ""},
 		{"float literal past 15 digits", `mutation { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: 123456789012345.678}]}) { id } }`, nil, "input.lines.0.quantity"},
+		{"float literal of 16 digits", `mutation { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: 1E15}]}) { id } }`, nil, "input.lines.0.quantity"},
 		{"exponent", `mutation($q: Decimal!) { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: $q}]}) { id } }`, map[string]any{"q": "1e3"}, "input.lines.0.quantity"},
 		{"long fraction", `mutation($p: Decimal!) { createSalesOrder(input: {customer: "X", lines: [{sku: "A1", quantity: "1", price: $p}]}) { id } }`, map[string]any{"p": "1." + strings.Repeat("1", 5000)}, "input.lines.0.price"},
 	}

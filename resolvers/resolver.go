@@ -25,7 +25,9 @@ const DefaultFeedBuffer = 1024
 // FeedMaxStall): past them its socket is closed with CloseSlowConsumer.
 const (
 	DefaultFeedMaxLag   = 100_000
-	DefaultFeedMaxStall = 30 * time.Second
+	// Under the websocket's 10 s write timeout, which drops a client that
+	// stopped reading without a word once its buffers are full.
+	DefaultFeedMaxStall = 8 * time.Second
 )
 
 // defaultPageSize applies when a client sends first: null.

@@ -635,6 +635,8 @@ func TestMovesKeepToTheirOrders(t *testing.T) {
 	e := apptest.GQLErr(t, s, postMove, map[string]any{"id": d.ID, "v": d.Version})
 	require.Equal(t, "CONFLICT", e.Extensions["code"], e.Message)
 	require.Contains(t, e.Message, prod.Number+" is cancelled")
+	require.Equal(t, "cancelled", e.Extensions["currentStatus"], "the order's state, which refuses the move")
+	require.NotContains(t, e.Message, "conflict:")
 	require.Equal(t, before, readWrites(t, s), "a refused move writes nothing")
 	require.True(t, onHand(t, s, "A1").Equal(decimal.NewFromInt(26)))
 

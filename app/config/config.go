@@ -90,7 +90,7 @@ type Config struct {
 	// with 4503 once it is more than FeedMaxLag events behind the feed, or
 	// has taken no event for FeedMaxStall (it stopped reading).
 	FeedMaxLag   int           `env:"FEED_MAX_LAG" envDefault:"100000" help:"events a live subscriber that fell behind may lag the feed while it catches up from the journal, before its socket is closed with 4503" want:"a whole number of at least 1"`
-	FeedMaxStall time.Duration `env:"FEED_MAX_STALL" envDefault:"30s" help:"how long a live subscriber that fell behind may take no event before its socket is closed with 4503" want:"a duration of at least 1s like 30s"`
+	FeedMaxStall time.Duration `env:"FEED_MAX_STALL" envDefault:"8s" help:"how long a live subscriber that fell behind may take no event before its socket is closed with 4503; above 10s the 10s write timeout drops a client that stopped reading first" want:"a duration of at least 1s like 8s"`
 
 	// User is the user subcommand's flags.
 	User User

@@ -108,9 +108,10 @@ func UnmarshalDecimal(v any) (decimal.Decimal, error) {
 }
 
 // significantDigits counts the digits of a plain decimal number from its
-// first non-zero one.
+// first non-zero one to its last non-zero one (1000 has one: a float holds
+// it exactly).
 func significantDigits(s string) int {
-	digits := strings.TrimLeft(strings.NewReplacer("-", "", ".", "").Replace(s), "0")
+	digits := strings.Trim(strings.NewReplacer("-", "", ".", "").Replace(s), "0")
 	return len(digits)
 }
 
