@@ -24,7 +24,7 @@ const DefaultFeedBuffer = 1024
 // from the journal after it fell behind (Resolver.FeedMaxLag,
 // FeedMaxStall): past them its socket is closed with CloseSlowConsumer.
 const (
-	DefaultFeedMaxLag   = 100_000
+	DefaultFeedMaxLag = 100_000
 	// Under the websocket's 10 s write timeout, which drops a client that
 	// stopped reading without a word once its buffers are full.
 	DefaultFeedMaxStall = 8 * time.Second
