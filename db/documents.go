@@ -393,7 +393,7 @@ func InsertReceivedOrder(ctx context.Context, tx pgx.Tx, actorID *int64, in Rece
 	}
 	if len(events) == 0 {
 		existing, err := salesOrderByExternalID(ctx, tx, in.Source, externalID)
-		if err == nil && strings.HasPrefix(existing.Number, "pending ") {
+		if err == nil && isPending(existing.Number) {
 			// Written earlier in this transaction (a batch): the answer and
 			// a conflict's message name its number, so take it now.
 			if err = NumberNow(ctx, tx); err == nil {

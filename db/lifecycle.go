@@ -223,7 +223,7 @@ type LockedDocument struct {
 // unknown id is ErrNotFound.
 func LockDocument(ctx context.Context, tx pgx.Tx, k *DocKind, id int64) (LockedDocument, error) {
 	st, err := k.lock(ctx, tx, id)
-	if err == nil && strings.HasPrefix(st.Number, "pending ") {
+	if err == nil && isPending(st.Number) {
 		// Written by tx itself, numbered only at commit: a transition
 		// journals the number, so take it now.
 		if err := NumberNow(ctx, tx); err != nil {

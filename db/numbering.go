@@ -32,7 +32,15 @@ var Prefixes = []string{PrefixSalesOrder, PrefixProductionOrder, PrefixPurchaseO
 // trigger (migration 00015). Taken at commit, the series row is locked for
 // the commit's WAL flush only; numbers follow commit order, and a
 // rollback takes none, so each series is gapless.
-func pendingNumber(prefix string) string { return "pending " + prefix + " " + uuid.NewString() }
+func pendingNumber(prefix string) string { return pendingPrefix + prefix + " " + uuid.NewString() }
+
+// pendingPrefix starts every placeholder number (the *_number triggers
+// fire only for such rows).
+const pendingPrefix = "pending "
+
+// isPending reports a number that is still a placeholder: the document
+// was written by the transaction reading it, which has not committed.
+func isPending(number string) bool { return strings.HasPrefix(number, pendingPrefix) }
 
 // NumberNow numbers, in tx and now rather than at commit, every document
 // tx has inserted and every one it inserts from here on (SET CONSTRAINTS

@@ -191,26 +191,11 @@ func checkShipment(ctx context.Context, tx pgx.Tx, actorID *int64, mv WarehouseM
 	if err != nil {
 		return nil, fmt.Errorf("shipments of sales order %s: %w", so.Number, err)
 	}
-	for _, l := range lines {
-		want, ok := ordered[l.ItemID]
-		if !ok {
-			return nil, inputErr(fmt.Sprintf("lines.%d.sku", l.LineNo-1), "sales order %s orders no %s", so.Number, l.SKU)
-		}
-		open := want.Sub(shipped[l.ItemID])
-		if l.Quantity.GreaterThan(open) {
-			return nil, inputErr(fmt.Sprintf("lines.%d.quantity", l.LineNo-1),
-				"sales order %s has %s %s of %s open to ship, the line takes %s", so.Number,
-				open.StringFixed(quantityDecimals), l.Unit, l.SKU, l.Quantity.StringFixed(quantityDecimals))
-		}
-		shipped[l.ItemID] = shipped[l.ItemID].Add(l.Quantity)
+	if err := takeOpen(so, lines, ordered, shipped, "open to ship, the line takes"); err != nil {
+		return nil, err
 	}
 	return func() ([]Event, error) {
-		for item, want := range ordered {
-			if shipped[item].LessThan(want) {
-				return nil, nil
-			}
-		}
-		if !so.Kind.Allows(so.Status, SalesOrderShipped) {
+		if !covers(ordered, shipped) || !so.Kind.Allows(so.Status, SalesOrderShipped) {
 			return nil, nil
 		}
 		_, ev, err := so.MoveTo(ctx, tx, actorID, SalesOrderShipped, nil)
@@ -239,26 +224,11 @@ func checkReceipt(ctx context.Context, tx pgx.Tx, actorID *int64, mv WarehouseMo
 	if err != nil {
 		return nil, fmt.Errorf("receipts of purchase order %s: %w", po.Number, err)
 	}
-	for _, l := range lines {
-		want, ok := ordered[l.ItemID]
-		if !ok {
-			return nil, inputErr(fmt.Sprintf("lines.%d.sku", l.LineNo-1), "purchase order %s orders no %s", po.Number, l.SKU)
-		}
-		open := want.Sub(received[l.ItemID])
-		if l.Quantity.GreaterThan(open) {
-			return nil, inputErr(fmt.Sprintf("lines.%d.quantity", l.LineNo-1),
-				"purchase order %s has %s %s of %s still to receive, the line brings %s", po.Number,
-				open.StringFixed(quantityDecimals), l.Unit, l.SKU, l.Quantity.StringFixed(quantityDecimals))
-		}
-		received[l.ItemID] = received[l.ItemID].Add(l.Quantity)
+	if err := takeOpen(po, lines, ordered, received, "still to receive, the line brings"); err != nil {
+		return nil, err
 	}
 	return func() ([]Event, error) {
-		to := PurchaseReceived
-		for item, want := range ordered {
-			if received[item].LessThan(want) {
-				to = PurchasePartiallyReceived
-			}
-		}
+		to := receiptStatus(ordered, received)
 		if po.Status == to || !po.Kind.Allows(po.Status, to) {
 			return nil, nil
 		}
@@ -268,6 +238,50 @@ func checkReceipt(ctx context.Context, tx pgx.Tx, actorID *int64, mv WarehouseMo
 		}
 		return []Event{ev}, nil
 	}, nil
+}
+
+// takeOpen checks the lines of a move against order d: an item the order
+// does not order is an *InputError on lines.N.sku, a quantity above what
+// is open of it (ordered less done) one on lines.N.quantity, worded
+// "<open> <unit> of <sku> " + openText + " <quantity>". Each line taken is
+// added to done.
+func takeOpen(d LockedDocument, lines []dbsqlc.WarehouseMoveLineListToPostRow, ordered, done map[int64]decimal.Decimal, openText string) error {
+	for _, l := range lines {
+		want, ok := ordered[l.ItemID]
+		if !ok {
+			return inputErr(fmt.Sprintf("lines.%d.sku", l.LineNo-1), "%s %s orders no %s", d.Kind.Noun, d.Number, l.SKU)
+		}
+		open := want.Sub(done[l.ItemID])
+		if l.Quantity.GreaterThan(open) {
+			return inputErr(fmt.Sprintf("lines.%d.quantity", l.LineNo-1), "%s %s has %s %s of %s %s %s", d.Kind.Noun, d.Number,
+				open.StringFixed(quantityDecimals), l.Unit, l.SKU, openText, l.Quantity.StringFixed(quantityDecimals))
+		}
+		done[l.ItemID] = done[l.ItemID].Add(l.Quantity)
+	}
+	return nil
+}
+
+// covers reports whether done reaches ordered for every item.
+func covers(ordered, done map[int64]decimal.Decimal) bool {
+	for item, want := range ordered {
+		if done[item].LessThan(want) {
+			return false
+		}
+	}
+	return true
+}
+
+// receiptStatus is the status a purchase order's posted receipts (received)
+// give it: received when they cover every line, open when there are none,
+// else partially_received.
+func receiptStatus(ordered, received map[int64]decimal.Decimal) string {
+	switch {
+	case covers(ordered, received):
+		return PurchaseReceived
+	case len(received) == 0:
+		return PurchaseOpen
+	}
+	return PurchasePartiallyReceived
 }
 
 type itemSum interface {
@@ -444,15 +458,7 @@ func reopenPurchaseOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int6
 		if err != nil {
 			return nil, fmt.Errorf("lines of purchase order %s: %w", po.Number, err)
 		}
-		to := PurchaseReceived
-		for item, want := range ordered {
-			if received[item].LessThan(want) {
-				to = PurchasePartiallyReceived
-			}
-		}
-		if len(received) == 0 {
-			to = PurchaseOpen
-		}
+		to := receiptStatus(ordered, received)
 		if to == po.Status {
 			return nil, nil
 		}
