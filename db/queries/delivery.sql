@@ -12,9 +12,11 @@ WHERE subscriber_id = @subscriber_id AND status IN ('pending', 'failed') ORDER B
 -- Skips a delivery another worker holds right now, and one not due yet: a
 -- failed attempt's retry waits for its own job at next_attempt_at, however
 -- many other jobs (a release by an earlier event, a duplicate) name it.
+-- Open is NOT IN the closed statuses: the lookup goes by the key (see
+-- dispatch.sql's note on backlogs).
 WITH d AS (
     SELECT * FROM deliveries WHERE event_id = @event_id AND subscriber_id = @subscriber_id
-      AND status IN ('pending', 'failed') AND next_attempt_at <= clock_timestamp()
+      AND status NOT IN ('delivered', 'dead') AND next_attempt_at <= clock_timestamp()
     FOR UPDATE SKIP LOCKED
 )
 SELECT d.*, s.name AS subscriber_name FROM d JOIN subscribers s ON s.id = d.subscriber_id;
@@ -36,12 +38,13 @@ SELECT d.*, s.name AS subscriber_name FROM d JOIN subscribers s ON s.id = d.subs
 -- name: DeliveryListLaterOpen :many
 -- Open, due deliveries of events after @id of the same document, to
 -- subscriber_id or any: "due" by the clock at the query, not at the
--- transaction's start.
+-- transaction's start. Found through the document's events, as in
+-- dispatch.sql (its note on backlogs).
 SELECT d.event_id, d.subscriber_id FROM deliveries d JOIN events e ON e.id = d.event_id
 JOIN subscribers s ON s.id = d.subscriber_id
 WHERE e.entity = @entity AND e.entity_id = @entity_id AND e.id > @id
   AND (sqlc.narg('subscriber_id')::bigint IS NULL OR d.subscriber_id = sqlc.narg('subscriber_id'))
-  AND d.status IN ('pending', 'failed') AND d.next_attempt_at <= clock_timestamp() AND NOT s.paused
+  AND d.status NOT IN ('delivered', 'dead') AND d.next_attempt_at <= clock_timestamp() AND NOT s.paused
 ORDER BY d.event_id LIMIT 100;
 
 -- name: DeliveryListDue :many

@@ -3,6 +3,16 @@
 -- Locks are taken on events in a CTE and the rows read through event_rows:
 -- the columns a lock re-check could change (dispatched_at, processed_at)
 -- are null in both versions, the others never change.
+--
+-- Backlogs. The statistics of a journal are taken while it is quiet (no
+-- event unprocessed, no delivery open), so until the next analyze the
+-- planner takes events_unprocessed and the open-delivery indexes for a
+-- handful of rows: a plan that reads one of them whole, once per event of
+-- a batch, is the cheapest on paper and quadratic in the backlog an outage
+-- leaves. The statements here reach events by id or by document
+-- (events_entity) and open deliveries by their event (deliveries_pkey);
+-- an open delivery is written as status NOT IN the closed ones, which the
+-- planner cannot match to the open-delivery indexes' predicate.
 
 -- name: EventLockForDispatch :one
 -- Waits while another transaction holds the event.
@@ -49,21 +59,27 @@ SELECT * FROM event_rows WHERE event_rows.id IN (SELECT c.id FROM c UNION ALL SE
 -- and entities it matches (their conditions are the caller's).
 WITH b AS (
     SELECT id, type, entity, entity_id FROM events WHERE id = ANY(@ids::bigint[])
+), doc AS MATERIALIZED (
+    -- The other events of the batch's documents, found by document
+    -- (events_entity), with no test of processed_at the planner could
+    -- answer from a backlog's index (see the file's note on backlogs).
+    SELECT x.id, x.entity, x.entity_id, x.processed_at IS NULL AS unprocessed
+    FROM (SELECT DISTINCT entity, entity_id FROM b) k
+    JOIN events x ON x.entity = k.entity AND x.entity_id = k.entity_id
+    WHERE x.id <> ALL(@ids::bigint[])
 ), outside AS (
     SELECT o.id FROM events o
-    WHERE (o.entity, o.entity_id) IN (SELECT entity, entity_id FROM b)
-      AND o.id < (SELECT max(id) FROM b) AND o.processed_at IS NULL AND o.id <> ALL(@ids::bigint[])
+    WHERE o.id = ANY(ARRAY(SELECT doc.id FROM doc WHERE doc.unprocessed AND doc.id < (SELECT max(id) FROM b)))
+      AND o.processed_at IS NULL
     ORDER BY o.id
     FOR SHARE SKIP LOCKED
 ), f AS (
     SELECT b.id,
-    EXISTS (SELECT 1 FROM events x WHERE x.entity = b.entity AND x.entity_id = b.entity_id AND x.id < b.id
-            AND x.processed_at IS NULL AND x.id <> ALL(@ids::bigint[]) AND x.id NOT IN (SELECT id FROM outside)) AS held,
-    EXISTS (SELECT 1 FROM events x WHERE x.entity = b.entity AND x.entity_id = b.entity_id AND x.id < b.id
-            AND x.id <> ALL(@ids::bigint[])) AS earlier,
-    EXISTS (SELECT 1 FROM events x WHERE x.entity = b.entity AND x.entity_id = b.entity_id AND x.id > b.id
-            AND x.id <> ALL(@ids::bigint[])) AS later
-    FROM b
+        coalesce(bool_or(x.id < b.id AND x.unprocessed AND x.id NOT IN (SELECT id FROM outside)), false)::boolean AS held,
+        coalesce(bool_or(x.id < b.id), false)::boolean AS earlier,
+        coalesce(bool_or(x.id > b.id), false)::boolean AS later
+    FROM b LEFT JOIN doc x ON x.entity = b.entity AND x.entity_id = b.entity_id
+    GROUP BY b.id
 )
 -- One row per event and matching subscriber (none: one row, s null).
 SELECT b.id AS event_id, f.held, f.earlier, f.later, s.*
@@ -76,7 +92,8 @@ ORDER BY b.id, s.id;
 -- Share-locks the unprocessed events of a document before @id, waiting
 -- for a dispatch or a finishing delivery of them in flight.
 SELECT id FROM events
-WHERE entity = @entity AND entity_id = @entity_id AND id < @id AND processed_at IS NULL
+WHERE id = ANY(ARRAY(SELECT d.id FROM events d WHERE d.entity = @entity AND d.entity_id = @entity_id AND d.id < @id))
+  AND processed_at IS NULL
 ORDER BY id FOR SHARE;
 
 -- name: DeliveryListBlocked :many
@@ -151,10 +168,11 @@ SELECT id FROM events WHERE id = ANY(@ids::bigint[]) AND processed_at IS NULL OR
 -- commit. Taking the sequences row-locks feed_counter until commit, so
 -- sequences commit, and notifications arrive, in increasing order. Returns
 -- each marked event with its latency (processed_at - created_at, seconds).
+-- Every scan is bounded by @ids (see the file's note on backlogs).
 WITH todo AS (
     SELECT e.id, row_number() OVER (ORDER BY e.id) AS n, count(*) OVER () AS total
     FROM events e WHERE e.id = ANY(@ids::bigint[]) AND e.processed_at IS NULL
-      AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND d.status IN ('pending', 'failed'))
+      AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND d.status NOT IN ('delivered', 'dead'))
 ), s AS (
     UPDATE feed_counter SET last_seq = last_seq + (SELECT count(*) FROM todo)
     WHERE EXISTS (SELECT 1 FROM todo)
@@ -163,7 +181,7 @@ WITH todo AS (
     UPDATE events SET processed_at = t.at, dispatched_at = coalesce(events.dispatched_at, t.at),
         feed_seq = s.last_seq - todo.total + todo.n
     FROM todo, s, (SELECT clock_timestamp() AS at) t
-    WHERE events.id = todo.id AND events.processed_at IS NULL
+    WHERE events.id = todo.id AND events.id = ANY(@ids::bigint[]) AND events.processed_at IS NULL
     RETURNING events.id, events.feed_seq, events.processed_at - events.created_at AS latency
 )
 SELECT id, extract(epoch FROM latency)::float8 AS latency_s, pg_notify(@channel, (max(feed_seq) OVER ())::text)::text AS notified
@@ -191,5 +209,5 @@ WHERE processed_at IS NULL AND dispatched_at IS NULL AND id > @after_id ORDER BY
 -- Dispatched, unprocessed events with no open delivery left, after @after_id.
 SELECT e.id FROM events e
 WHERE e.processed_at IS NULL AND e.dispatched_at IS NOT NULL AND e.id > @after_id
-  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND d.status IN ('pending', 'failed'))
+  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND d.status NOT IN ('delivered', 'dead'))
 ORDER BY e.id LIMIT @max_rows;

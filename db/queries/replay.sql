@@ -73,9 +73,9 @@ SELECT @replay_id, unnest(@event_ids::bigint[]), @subscriber_id;
 
 -- name: ReplayDeliveryLockOpen :one
 -- Skips a record another worker holds right now, and one not due yet (as
--- DeliveryLockOpen).
+-- DeliveryLockOpen, by the key).
 SELECT * FROM replay_deliveries WHERE replay_id = @replay_id AND event_id = @event_id
-  AND status IN ('pending', 'failed') AND next_attempt_at <= clock_timestamp()
+  AND status NOT IN ('delivered', 'dead') AND next_attempt_at <= clock_timestamp()
 FOR UPDATE SKIP LOCKED;
 
 -- name: ReplayDeliveryRecordAttempt :one
@@ -93,10 +93,11 @@ RETURNING *;
 -- The first open, due record of a running replay of subscriber
 -- @subscriber_id of an event after @id of the same document: the one
 -- waiting for @id (the document's later ones wait for it in turn, and it
--- releases them one by one).
+-- releases them one by one). Found through the document's events (see
+-- dispatch.sql's note on backlogs).
 SELECT d.replay_id, d.event_id FROM replay_deliveries d JOIN events e ON e.id = d.event_id
 JOIN replays r ON r.id = d.replay_id
-WHERE d.subscriber_id = @subscriber_id AND d.status IN ('pending', 'failed') AND r.status = 'running'
+WHERE d.subscriber_id = @subscriber_id AND d.status NOT IN ('delivered', 'dead') AND r.status = 'running'
   AND e.entity = @entity AND e.entity_id = @entity_id AND e.id > @id
   AND d.next_attempt_at <= clock_timestamp()
 ORDER BY d.event_id LIMIT 1;
@@ -119,9 +120,10 @@ ORDER BY d.replay_id, d.event_id LIMIT @max_rows;
 -- name: DeliveryListLaterOpenOfDocuments :many
 -- Open, due live deliveries to @subscriber_id of events of the documents
 -- of events @ids, after the first of them: the ones a replay's range held
--- back until its cursor passed.
+-- back until its cursor passed. Found through the documents' events (see
+-- dispatch.sql's note on backlogs).
 SELECT d.event_id, d.subscriber_id FROM deliveries d JOIN events e ON e.id = d.event_id
-WHERE d.subscriber_id = @subscriber_id AND d.status IN ('pending', 'failed') AND d.next_attempt_at <= clock_timestamp()
+WHERE d.subscriber_id = @subscriber_id AND d.status NOT IN ('delivered', 'dead') AND d.next_attempt_at <= clock_timestamp()
   AND (e.entity, e.entity_id) IN (SELECT b.entity, b.entity_id FROM events b WHERE b.id = ANY(@ids::bigint[]))
   AND e.id > (SELECT min(x) FROM unnest(@ids::bigint[]) x)
 ORDER BY d.event_id LIMIT 1000;

@@ -115,7 +115,7 @@ SELECT d.event_id, d.subscriber_id FROM deliveries d JOIN events e ON e.id = d.e
 JOIN subscribers s ON s.id = d.subscriber_id
 WHERE e.entity = $1 AND e.entity_id = $2 AND e.id > $3
   AND ($4::bigint IS NULL OR d.subscriber_id = $4)
-  AND d.status IN ('pending', 'failed') AND d.next_attempt_at <= clock_timestamp() AND NOT s.paused
+  AND d.status NOT IN ('delivered', 'dead') AND d.next_attempt_at <= clock_timestamp() AND NOT s.paused
 ORDER BY d.event_id LIMIT 100
 `
 
@@ -126,7 +126,8 @@ type DeliveryListLaterOpenRow struct {
 
 // Open, due deliveries of events after @id of the same document, to
 // subscriber_id or any: "due" by the clock at the query, not at the
-// transaction's start.
+// transaction's start. Found through the document's events, as in
+// dispatch.sql (its note on backlogs).
 func (q *Queries) DeliveryListLaterOpen(ctx context.Context, db DBTX, entity string, entityID int64, iD int64, subscriberID *int64) ([]DeliveryListLaterOpenRow, error) {
 	rows, err := db.Query(ctx, deliveryListLaterOpen,
 		entity,
@@ -251,7 +252,7 @@ func (q *Queries) DeliveryListPage(ctx context.Context, db DBTX, arg DeliveryLis
 const deliveryLockOpen = `-- name: DeliveryLockOpen :one
 WITH d AS (
     SELECT event_id, subscriber_id, status, attempts, last_error, response_status, response_body, next_attempt_at, delivered_at, duration_ms, created_at, updated_at FROM deliveries WHERE event_id = $1 AND subscriber_id = $2
-      AND status IN ('pending', 'failed') AND next_attempt_at <= clock_timestamp()
+      AND status NOT IN ('delivered', 'dead') AND next_attempt_at <= clock_timestamp()
     FOR UPDATE SKIP LOCKED
 )
 SELECT d.event_id, d.subscriber_id, d.status, d.attempts, d.last_error, d.response_status, d.response_body, d.next_attempt_at, d.delivered_at, d.duration_ms, d.created_at, d.updated_at, s.name AS subscriber_name FROM d JOIN subscribers s ON s.id = d.subscriber_id
@@ -276,6 +277,8 @@ type DeliveryLockOpenRow struct {
 // Skips a delivery another worker holds right now, and one not due yet: a
 // failed attempt's retry waits for its own job at next_attempt_at, however
 // many other jobs (a release by an earlier event, a duplicate) name it.
+// Open is NOT IN the closed statuses: the lookup goes by the key (see
+// dispatch.sql's note on backlogs).
 func (q *Queries) DeliveryLockOpen(ctx context.Context, db DBTX, eventID int64, subscriberID int64) (DeliveryLockOpenRow, error) {
 	row := db.QueryRow(ctx, deliveryLockOpen, eventID, subscriberID)
 	var i DeliveryLockOpenRow

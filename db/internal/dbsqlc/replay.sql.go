@@ -44,7 +44,7 @@ func (q *Queries) DeliveryListDueOfSubscriber(ctx context.Context, db DBTX, subs
 
 const deliveryListLaterOpenOfDocuments = `-- name: DeliveryListLaterOpenOfDocuments :many
 SELECT d.event_id, d.subscriber_id FROM deliveries d JOIN events e ON e.id = d.event_id
-WHERE d.subscriber_id = $1 AND d.status IN ('pending', 'failed') AND d.next_attempt_at <= clock_timestamp()
+WHERE d.subscriber_id = $1 AND d.status NOT IN ('delivered', 'dead') AND d.next_attempt_at <= clock_timestamp()
   AND (e.entity, e.entity_id) IN (SELECT b.entity, b.entity_id FROM events b WHERE b.id = ANY($2::bigint[]))
   AND e.id > (SELECT min(x) FROM unnest($2::bigint[]) x)
 ORDER BY d.event_id LIMIT 1000
@@ -57,7 +57,8 @@ type DeliveryListLaterOpenOfDocumentsRow struct {
 
 // Open, due live deliveries to @subscriber_id of events of the documents
 // of events @ids, after the first of them: the ones a replay's range held
-// back until its cursor passed.
+// back until its cursor passed. Found through the documents' events (see
+// dispatch.sql's note on backlogs).
 func (q *Queries) DeliveryListLaterOpenOfDocuments(ctx context.Context, db DBTX, subscriberID int64, ids []int64) ([]DeliveryListLaterOpenOfDocumentsRow, error) {
 	rows, err := db.Query(ctx, deliveryListLaterOpenOfDocuments, subscriberID, ids)
 	if err != nil {
@@ -223,7 +224,7 @@ func (q *Queries) ReplayDeliveryListDue(ctx context.Context, db DBTX, afterRepla
 const replayDeliveryListLaterOpen = `-- name: ReplayDeliveryListLaterOpen :many
 SELECT d.replay_id, d.event_id FROM replay_deliveries d JOIN events e ON e.id = d.event_id
 JOIN replays r ON r.id = d.replay_id
-WHERE d.subscriber_id = $1 AND d.status IN ('pending', 'failed') AND r.status = 'running'
+WHERE d.subscriber_id = $1 AND d.status NOT IN ('delivered', 'dead') AND r.status = 'running'
   AND e.entity = $2 AND e.entity_id = $3 AND e.id > $4
   AND d.next_attempt_at <= clock_timestamp()
 ORDER BY d.event_id LIMIT 1
@@ -237,7 +238,8 @@ type ReplayDeliveryListLaterOpenRow struct {
 // The first open, due record of a running replay of subscriber
 // @subscriber_id of an event after @id of the same document: the one
 // waiting for @id (the document's later ones wait for it in turn, and it
-// releases them one by one).
+// releases them one by one). Found through the document's events (see
+// dispatch.sql's note on backlogs).
 func (q *Queries) ReplayDeliveryListLaterOpen(ctx context.Context, db DBTX, subscriberID int64, entity string, entityID int64, iD int64) ([]ReplayDeliveryListLaterOpenRow, error) {
 	rows, err := db.Query(ctx, replayDeliveryListLaterOpen,
 		subscriberID,
@@ -297,12 +299,12 @@ func (q *Queries) ReplayDeliveryListOpenOfSubscriber(ctx context.Context, db DBT
 
 const replayDeliveryLockOpen = `-- name: ReplayDeliveryLockOpen :one
 SELECT replay_id, event_id, subscriber_id, status, attempts, last_error, response_status, response_body, next_attempt_at, delivered_at, duration_ms, created_at, updated_at FROM replay_deliveries WHERE replay_id = $1 AND event_id = $2
-  AND status IN ('pending', 'failed') AND next_attempt_at <= clock_timestamp()
+  AND status NOT IN ('delivered', 'dead') AND next_attempt_at <= clock_timestamp()
 FOR UPDATE SKIP LOCKED
 `
 
 // Skips a record another worker holds right now, and one not due yet (as
-// DeliveryLockOpen).
+// DeliveryLockOpen, by the key).
 func (q *Queries) ReplayDeliveryLockOpen(ctx context.Context, db DBTX, replayID int64, eventID int64) (ReplayDelivery, error) {
 	row := db.QueryRow(ctx, replayDeliveryLockOpen, replayID, eventID)
 	var i ReplayDelivery
