@@ -103,7 +103,7 @@ func TestDispatchOfABatchReadsTheBatchNotTheBacklog(t *testing.T) {
 	// reading the backlog once per event of the batch reads half a
 	// million.
 	dispatched := readSoFar()
-	require.Less(t, dispatched-start, int64(20*batchSize+journal),
+	require.Less(t, dispatched-start, 20*batchSize+journal,
 		"rows and index entries read to dispatch a batch of %d in a backlog of %d", batchSize, backlogEvents)
 
 	// The sweep's page of finished events reads the dispatched backlog
