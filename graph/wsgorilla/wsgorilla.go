@@ -611,9 +611,16 @@ func (c *Conn) WriteJSON(v any) error {
 	if err != nil {
 		return fmt.Errorf("encode websocket message: %w", err)
 	}
+	return c.writeMessage(typ, id, b)
+}
+
+// writeMessage writes one text message made of parts, of type typ for
+// operation id, keeping the bookkeeping both subprotocols need: ids that
+// an outgoing complete or error ends, and the acknowledgement.
+func (c *Conn) writeMessage(typ, id string, parts ...[]byte) error {
 	// Before the write: the client may reuse the id as soon as it reads it.
 	c.ended(typ, id)
-	if err := c.writeText(b); err != nil {
+	if err := c.writeText(parts...); err != nil {
 		return err
 	}
 	if typ == "connection_ack" {
@@ -623,9 +630,11 @@ func (c *Conn) WriteJSON(v any) error {
 	return nil
 }
 
-// writeText writes one text message, unless the socket is closing, and
-// counts it.
-func (c *Conn) writeText(b []byte) error {
+// writeText writes one text message, the concatenation of parts, unless
+// the socket is closing, and counts it. The parts go straight into the
+// socket's write buffer: a payload shared by many sockets is never copied
+// into a message of each one's own.
+func (c *Conn) writeText(parts ...[]byte) error {
 	if c.closing.Load() {
 		c.impl.onMessage(false)
 		return errClosing
@@ -633,7 +642,7 @@ func (c *Conn) writeText(b []byte) error {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	_ = c.ws.SetWriteDeadline(time.Now().Add(c.impl.writeTimeout()))
-	if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
+	if err := c.writeParts(parts); err != nil {
 		c.impl.onMessage(false)
 		if !c.closing.Load() {
 			c.closeNetwork()
@@ -642,6 +651,23 @@ func (c *Conn) writeText(b []byte) error {
 	}
 	c.impl.onMessage(true)
 	return nil
+}
+
+func (c *Conn) writeParts(parts [][]byte) error {
+	if len(parts) == 1 {
+		return c.ws.WriteMessage(websocket.TextMessage, parts[0])
+	}
+	w, err := c.ws.NextWriter(websocket.TextMessage)
+	if err != nil {
+		return err
+	}
+	for _, p := range parts {
+		if _, err := w.Write(p); err != nil {
+			_ = w.Close()
+			return err
+		}
+	}
+	return w.Close()
 }
 
 func (i *Implementation) onMessage(sent bool) {
