@@ -70,8 +70,8 @@ func (p *pusher) start(op *operation, ctx context.Context) {
 	p.mu.Unlock()
 }
 
-// wake queues op for the writer, starting the writer if none runs; a wake
-// before start is kept for it (start queues every operation anyway).
+// wake queues op for the writer, starting the writer if none runs. A wake
+// before start is dropped: start queues every operation.
 func (p *pusher) wake(op *operation) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -129,6 +129,11 @@ func (p *pusher) drain(op *operation) {
 		}
 	}()
 	for range pushTurn {
+		if op.s.conn.closing.Load() {
+			// Nothing goes out any more; the socket's goroutine ends
+			// the operation once it closed.
+			return
+		}
 		if !op.stream.Advance(op.ctx) {
 			return
 		}

@@ -66,7 +66,9 @@ var _ graphql.Transport = Transport{}
 func (t Transport) Supports(r *http.Request) bool { return r.Header.Get("Upgrade") != "" }
 
 // Do implements graphql.Transport: it upgrades the request and serves the
-// socket until it closes, on the calling goroutine.
+// socket until it closes, on the calling goroutine. Behind Handler it
+// returns at connection_ack, and Handler's goroutine serves the socket
+// once the handshake's middleware has returned.
 func (t Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
 	wc, err := t.Implementation.Accept(w, r, transport.WebsocketAcceptOptions{
 		ResponseHeader: http.Header{},
@@ -101,9 +103,26 @@ func (t Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Graph
 		cancel:  cancel,
 		active:  make(map[string]func()),
 	}
-	if s.init() {
-		s.run()
+	if !s.init() {
+		s.end()
+		return
 	}
+	if c.handle != nil {
+		// Handler runs the loop once the handshake's frames are gone.
+		c.handle.loop = s.serve
+		return
+	}
+	s.serve()
+}
+
+// serve reads and runs the socket's messages until it closes.
+func (s *socket) serve() {
+	s.run()
+	s.end()
+}
+
+// end closes the socket and waits for its writer.
+func (s *socket) end() {
 	s.close(websocket.CloseNormalClosure, "terminated")
 	s.push.stop()
 }
@@ -365,15 +384,14 @@ type operation struct {
 	ctx context.Context
 
 	// Guarded by the socket's pusher.
-	queued, started, finished, woken bool
+	queued, started, finished bool
 }
 
-// stop ends the operation at the client's or the socket's request.
+// stop ends the operation at the client's or the socket's request (from
+// any goroutine); a pushed one is woken to see its stream end.
 func (op *operation) stop() {
 	op.cancel()
-	if op.stream != nil {
-		op.s.push.wake(op)
-	}
+	op.s.push.wake(op)
 }
 
 // pull runs an operation whose responses are pulled from gqlgen's

@@ -1,8 +1,8 @@
-// Package wsgorilla plugs github.com/gorilla/websocket into gqlgen's
-// websocket transport (transport.WebsocketImplementation), which otherwise
-// uses coder/websocket. Both GraphQL subprotocols (graphql-transport-ws and
-// the legacy graphql-ws) run over it: gqlgen speaks them, this package moves
-// frames and hardens the socket underneath, the same for both:
+// Package wsgorilla serves GraphQL over websockets on
+// github.com/gorilla/websocket: Transport is the gqlgen transport that
+// speaks both subprotocols (graphql-transport-ws and the legacy
+// graphql-ws), Implementation accepts and hardens the sockets underneath,
+// the same for both:
 //
 //   - a browser handshake from an Origin outside the allow-list gets HTTP 403
 //     before any upgrade (Handler);
@@ -12,22 +12,24 @@
 //   - a subscribe (start) whose id is already running is closed with 4409;
 //   - a peer from which nothing arrived for two PingIntervals (websocket
 //     pings are answered by every client, whatever the subprotocol) is taken
-//     for gone: its socket is closed and gqlgen cancels its operations;
+//     for gone: its socket is closed and its operations cancelled;
 //   - with ProtocolKeepAlive, each ping frame is followed by the
 //     subprotocol's own keepalive message ("ka" on graphql-ws, "ping" on
-//     graphql-transport-ws), so gqlgen's keepalive goroutines are not
-//     needed;
+//     graphql-transport-ws);
 //   - a write that fails or exceeds WriteTimeout closes the socket, so a
 //     client that stopped reading never holds a writer for longer;
 //   - Shutdown closes every socket with 1001, and CloseSocket lets a
 //     resolver close its own socket with a code of its choice.
 //
-// gqlgen's own InitTimeout (which closes with 1002) and read deadlines are
-// not used: this package owns the read deadline of its sockets.
+// Implementation also fits gqlgen's own websocket transport
+// (transport.WebsocketImplementation), without its InitTimeout (which
+// closes with 1002) and read deadlines: this package owns the read
+// deadline of its sockets.
 //
-// An idle socket costs little: pings run on a timer, not a goroutine, and
-// write buffers come from a pool shared by all sockets, held only while a
-// message is written.
+// An idle socket costs little: one goroutine, which reads; pings run on a
+// timer; a subscription that pushes (Push, the live feed) has no
+// goroutine while it waits, and write buffers come from a pool shared by
+// all sockets, held only while a message is written.
 package wsgorilla
 
 import (
@@ -157,6 +159,10 @@ type handle struct {
 	released    sync.WaitGroup
 	releaseOnce sync.Once
 	panicked    any
+	// loop, when Transport set it, is the rest of the socket's life: run
+	// by serveSocket after next returned, at the bottom of the
+	// goroutine's stack.
+	loop func()
 }
 
 // release lets the handshake's net/http goroutine return, panicking with p
@@ -243,6 +249,13 @@ func serveSocket(next http.Handler, w *handshakeWriter, r *http.Request, h *hand
 		}
 	}()
 	next.ServeHTTP(w, r)
+	if loop := h.loop; loop != nil {
+		// Below the middleware and gqlgen frames that served the
+		// handshake: an idle socket's goroutine waits on a stack small
+		// enough for the runtime to shrink it to 4 KiB.
+		h.loop = nil
+		loop()
+	}
 }
 
 // handshakeWriter is the ResponseWriter next gets from Handler. Once the
