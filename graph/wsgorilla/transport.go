@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -524,12 +525,11 @@ func (s *socket) sharedFrame(id string, resp *graphql.Response) (parts [][]byte,
 	}
 	tail := make([]byte, 0, 96)
 	if len(resp.Extensions) > 0 {
-		ext, err := json.Marshal(resp.Extensions)
-		if err != nil {
+		tail = append(tail, `,"extensions":`...)
+		var err error
+		if tail, err = appendExtensions(tail, resp.Extensions); err != nil {
 			return nil, false
 		}
-		tail = append(tail, `,"extensions":`...)
-		tail = append(tail, ext...)
 	}
 	tail = append(tail, `},"id":`...)
 	tail = appendString(tail, id)
@@ -537,6 +537,31 @@ func (s *socket) sharedFrame(id string, resp *graphql.Response) (parts [][]byte,
 	tail = appendString(tail, s.dataType())
 	tail = append(tail, '}')
 	return [][]byte{framePrefix, resp.Data, tail}, true
+}
+
+// appendExtensions appends ext as a JSON object: by hand when it holds
+// only strings (a request id, on every result of a busy feed), else as
+// encoding/json writes it. Keys are sorted either way.
+func appendExtensions(b []byte, ext map[string]any) ([]byte, error) {
+	keys := make([]string, 0, len(ext))
+	for k, v := range ext {
+		if _, ok := v.(string); !ok {
+			j, err := json.Marshal(ext)
+			return append(b, j...), err
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, k)
+		b = append(b, ':')
+		b = appendString(b, ext[k].(string))
+	}
+	return append(b, '}'), nil
 }
 
 // framePrefix opens every result message written around shared data.
