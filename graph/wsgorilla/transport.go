@@ -9,11 +9,13 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/errcode"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/gorilla/websocket"
+	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 )
 
@@ -37,14 +39,15 @@ type InitFunc func(ctx context.Context, payload transport.InitPayload) (context.
 
 // Transport is a gqlgen transport (graphql.Transport) for GraphQL over
 // websockets on gorilla/websocket, speaking graphql-transport-ws and the
-// legacy graphql-ws. Each socket has one goroutine, which reads its frames
-// and runs its operations: queries, mutations and subscriptions that
-// stream through gqlgen's executor get a goroutine of their own for as
-// long as they run, as with gqlgen's transport, but a subscription whose
-// resolver pushes (Push) has none: its events are written, when its
-// stream says they are ready, by a writer goroutine that the socket has
-// only while it has frames to write. An idle subscribed socket is
-// therefore one goroutine, blocked reading.
+// legacy graphql-ws. Each socket has one goroutine, which reads its
+// frames. An operation is prepared (parsed, validated, dispatched) on a
+// goroutine of its own; queries, mutations and subscriptions that stream
+// through gqlgen's executor keep it for as long as they run, as with
+// gqlgen's transport, but a subscription whose resolver pushes (Push) ends
+// it once dispatched: its events are written, when its stream says they
+// are ready, by a writer goroutine that the socket has only while it has
+// frames to write. An idle subscribed socket is therefore one goroutine,
+// blocked reading on a small stack.
 //
 // The rules of Implementation (origin, init timeout, duplicate ids,
 // keepalive, write timeout, shutdown) apply unchanged; Implementation is
@@ -150,13 +153,6 @@ type socket struct {
 	push pusher
 }
 
-// clientMsg is an incoming message of either subprotocol.
-type clientMsg struct {
-	Type    string          `json:"type"`
-	ID      string          `json:"id"`
-	Payload json.RawMessage `json:"payload"`
-}
-
 // Incoming message types, by what they mean in either subprotocol.
 const (
 	msgInit = iota + 1
@@ -173,14 +169,12 @@ const (
 var errBadMessage = errors.New("invalid message received")
 
 // next reads the next message and classifies it.
-func (s *socket) next() (kind int, m clientMsg, err error) {
-	_, r, err := s.conn.NextReader()
+func (s *socket) next() (kind int, m clientMessage, err error) {
+	_, _, m, parsed, err := s.conn.next()
 	if err != nil {
 		return 0, m, err
 	}
-	dec := json.NewDecoder(r)
-	dec.UseNumber()
-	if err := dec.Decode(&m); err != nil {
+	if !parsed {
 		return 0, m, errBadMessage
 	}
 	if s.legacy {
@@ -303,16 +297,32 @@ func (s *socket) run() {
 	}
 }
 
-// start runs the operation of a subscribe (start) message.
-func (s *socket) start(m clientMsg) {
+// start runs the operation of a subscribe (start) message. Only its
+// registration happens on the socket's goroutine: parsing, validation and
+// the resolver run on the operation's, so that the reader's stack stays
+// small for the socket's life.
+func (s *socket) start(m clientMessage) {
 	begin := graphql.Now()
-	ctx := graphql.StartOperationTrace(s.ctx)
+	ctx, cancel := context.WithCancel(s.ctx)
+	op := &operation{s: s, id: m.ID, cancel: cancel}
+	s.mu.Lock()
+	s.active[m.ID] = op.stop
+	s.mu.Unlock()
+	go op.run(ctx, m.Payload, begin)
+}
+
+// run prepares the operation and runs it: a subscription whose resolver
+// pushes is left to the socket's writer once dispatched, anything else is
+// pulled here until it ends.
+func (op *operation) run(ctx context.Context, payload json.RawMessage, begin time.Time) {
+	s := op.s
+	ctx = graphql.StartOperationTrace(ctx)
 	params := &graphql.RawParams{}
-	dec := json.NewDecoder(bytes.NewReader(m.Payload))
+	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.UseNumber()
 	if err := dec.Decode(params); err != nil {
-		s.sendErrors(m.ID, gqlerror.List{{Message: "invalid json"}})
-		s.complete(m.ID)
+		s.sendErrors(op.id, gqlerror.List{{Message: "invalid json"}})
+		op.abandon()
 		return
 	}
 	params.ReadTime = graphql.TraceTiming{Start: begin, End: graphql.Now()}
@@ -322,39 +332,43 @@ func (s *socket) start(m clientMsg) {
 	if errs != nil {
 		resp := s.exec.DispatchError(graphql.WithOperationContext(ctx, rc), errs)
 		if errcode.GetErrorKind(errs) == errcode.KindProtocol {
-			s.sendErrors(m.ID, resp.Errors)
+			s.sendErrors(op.id, resp.Errors)
 		} else {
-			s.sendResponse(m.ID, &graphql.Response{Errors: errs})
+			s.sendResponse(op.id, &graphql.Response{Errors: errs})
 		}
-		s.complete(m.ID)
+		op.abandon()
 		return
 	}
+	op.rc = rc
 	ctx = graphql.WithOperationContext(ctx, rc)
 	ctx = withInitPayload(ctx, s.initPayload)
-	ctx, cancel := context.WithCancel(ctx)
 	ctx = withSubscriptionErrors(ctx)
-	op := &operation{s: s, id: m.ID, rc: rc, cancel: cancel}
-	s.mu.Lock()
-	s.active[m.ID] = op.stop
-	s.mu.Unlock()
-
-	if rc.Operation != nil && rc.Operation.Operation == "subscription" {
+	if rc.Operation != nil && rc.Operation.Operation == ast.Subscription {
 		// The subscription's resolver runs in DispatchOperation: one that
-		// pushes registers its stream there, and is served without a
-		// goroutine.
+		// pushes registers its stream there.
 		ctx = context.WithValue(ctx, pushKey{}, op)
-		if ok := s.dispatchPushed(ctx, op); ok {
+		if s.dispatchPushed(ctx, op) {
 			return
 		}
-		go op.pull(ctx, op.responses)
+		op.pull(ctx, op.responses)
 		return
 	}
-	go op.pull(ctx, nil)
+	op.pull(ctx, nil)
 }
 
-// dispatchPushed dispatches a subscription on the socket's goroutine and
-// reports whether its resolver pushes; one that does not is left for pull
-// with its response handler in op.responses.
+// abandon ends an operation that never ran (its request was refused):
+// complete, as for one that ran.
+func (op *operation) abandon() {
+	op.s.complete(op.id)
+	op.s.mu.Lock()
+	delete(op.s.active, op.id)
+	op.s.mu.Unlock()
+	op.cancel()
+}
+
+// dispatchPushed dispatches a subscription and reports whether its
+// resolver pushes; one that does not is left for pull with its response
+// handler in op.responses.
 func (s *socket) dispatchPushed(ctx context.Context, op *operation) (pushed bool) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -420,7 +434,12 @@ func (op *operation) pull(ctx context.Context, responses graphql.ResponseHandler
 
 // fail answers a panic in the operation with an error message.
 func (op *operation) fail(ctx context.Context, p any) {
-	err := op.rc.Recover(ctx, p)
+	var err error
+	if op.rc != nil {
+		err = op.rc.Recover(ctx, p)
+	} else {
+		err = fmt.Errorf("panic: %v", p)
+	}
 	var gqlErr *gqlerror.Error
 	if !errors.As(err, &gqlErr) {
 		gqlErr = &gqlerror.Error{}

@@ -232,29 +232,45 @@ func serveSocket(next http.Handler, w *handshakeWriter, r *http.Request, h *hand
 	if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok && srv.ErrorLog != nil {
 		logger = srv.ErrorLog
 	}
-	defer cancel()
+	handedOff := false
 	defer func() {
-		p := recover()
-		if h.release(p) || p == nil {
-			return
-		}
-		// The request's goroutine is gone and cannot re-panic for
-		// net/http; report as net/http would (to the server's ErrorLog),
-		// and drop the socket.
-		if err, ok := p.(error); !ok || !errors.Is(err, http.ErrAbortHandler) {
-			logger.Printf("wsgorilla: panic serving %s: %v\n%s", remote, p, debug.Stack())
-		}
-		if c := h.conn.Load(); c != nil {
-			_ = c.Close()
+		if !handedOff {
+			cancel()
 		}
 	}()
+	defer recoverSocket(h, remote, logger)
 	next.ServeHTTP(w, r)
 	if loop := h.loop; loop != nil {
-		// Below the middleware and gqlgen frames that served the
-		// handshake: an idle socket's goroutine waits on a stack small
-		// enough for the runtime to shrink it to 4 KiB.
+		// The handshake's middleware and gqlgen's handler grew this
+		// goroutine's stack to 8 KiB or more, which an idle socket would
+		// keep for life; a fresh goroutine reading the socket needs 4.
 		h.loop = nil
-		loop()
+		handedOff = true
+		go serveLoop(loop, h, remote, logger, cancel)
+	}
+}
+
+// serveLoop runs the rest of a socket's life (handle.loop) on a goroutine
+// of its own.
+func serveLoop(loop func(), h *handle, remote string, logger *log.Logger, cancel context.CancelFunc) {
+	defer cancel()
+	defer recoverSocket(h, remote, logger)
+	loop()
+}
+
+// recoverSocket, deferred, hands a panic serving a socket to the request's
+// goroutine while that waits (Handler re-panics for net/http), else logs
+// it as net/http would (to the server's ErrorLog) and drops the socket.
+func recoverSocket(h *handle, remote string, logger *log.Logger) {
+	p := recover()
+	if h.release(p) || p == nil {
+		return
+	}
+	if err, ok := p.(error); !ok || !errors.Is(err, http.ErrAbortHandler) {
+		logger.Printf("wsgorilla: panic serving %s: %v\n%s", remote, p, debug.Stack())
+	}
+	if c := h.conn.Load(); c != nil {
+		_ = c.Close()
 	}
 }
 
@@ -542,36 +558,50 @@ type clientMessage struct {
 // error (a close frame, a missed deadline, a message over the read limit)
 // drops the network connection.
 func (c *Conn) NextReader() (int, io.Reader, error) {
+	mt, b, _, _, err := c.next()
+	if err != nil {
+		return mt, nil, err
+	}
+	return mt, bytes.NewReader(b), nil
+}
+
+// next is NextReader for Transport: the message, and its envelope m
+// unless it is not a JSON object of that shape (parsed false).
+func (c *Conn) next() (mt int, b []byte, m clientMessage, parsed bool, err error) {
 	for {
-		mt, r, err := c.ws.NextReader()
+		var r io.Reader
+		mt, r, err = c.ws.NextReader()
 		if err == nil {
-			var b []byte
 			b, err = io.ReadAll(r) // at most the read limit
 			if err == nil {
 				c.alive()
-				if c.closing.Load() || !c.admit(b) {
+				if c.closing.Load() {
 					continue
 				}
-				return mt, bytes.NewReader(b), nil
+				m = clientMessage{}
+				if json.Unmarshal(b, &m) != nil {
+					// Malformed: the protocol answers it.
+					return mt, b, clientMessage{}, false, nil
+				}
+				if !c.admit(m) {
+					continue
+				}
+				return mt, b, m, true, nil
 			}
 		}
 		c.closeNetwork()
 		var ce *websocket.CloseError
 		if errors.As(err, &ce) && (ce.Code == websocket.CloseNormalClosure || ce.Code == websocket.CloseNoStatusReceived) {
-			return mt, nil, transport.ErrWebsocketClosed
+			return mt, nil, clientMessage{}, false, transport.ErrWebsocketClosed
 		}
-		return mt, nil, err
+		return mt, nil, clientMessage{}, false, err
 	}
 }
 
 // admit applies the rules on incoming messages and keeps the set of
 // running operation ids; false means the message broke a rule and the
 // socket is closing.
-func (c *Conn) admit(b []byte) bool {
-	var m clientMessage
-	if json.Unmarshal(b, &m) != nil {
-		return true // gqlgen answers malformed messages itself
-	}
+func (c *Conn) admit(m clientMessage) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch m.Type {
