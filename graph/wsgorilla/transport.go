@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"sync"
@@ -171,6 +172,12 @@ var errBadMessage = errors.New("invalid message received")
 // next reads the next message and classifies it.
 func (s *socket) next() (kind int, m clientMessage, err error) {
 	_, _, m, parsed, err := s.conn.next()
+	return s.classify(m, parsed, err)
+}
+
+// classify tells what an incoming message means in the socket's
+// subprotocol.
+func (s *socket) classify(m clientMessage, parsed bool, err error) (kind int, _ clientMessage, _ error) {
 	if err != nil {
 		return 0, m, err
 	}
@@ -265,36 +272,56 @@ func (s *socket) init() bool {
 	return true
 }
 
-// run reads messages until the socket closes or a message ends it.
+// run reads messages until the socket closes or a message ends it. Its
+// frame is where an idle socket waits, at the bottom of the reader's
+// stack: the little the wait takes lets the runtime keep that stack at
+// 4 KiB, so the message is handled in handle, which returns before the
+// next wait.
 func (s *socket) run() {
 	for {
-		kind, m, err := s.next()
-		if err != nil {
-			return
-		}
-		switch kind {
-		case msgStart:
-			s.start(m)
-		case msgStop:
-			s.mu.Lock()
-			stop := s.active[m.ID]
-			s.mu.Unlock()
-			if stop != nil {
-				stop()
-			}
-		case msgTerminate:
-			s.close(websocket.CloseNormalClosure, "terminated")
-			return
-		case msgPing:
-			s.send("pong", "", m.Payload)
-		case msgPong:
-			// The answer to a keepalive ping; Conn saw the peer is there.
-		default:
-			s.connectionError("unexpected message " + m.Type)
-			s.close(websocket.CloseProtocolError, "unexpected message")
+		_, r, err := s.conn.ws.NextReader()
+		if !s.handle(r, err) {
 			return
 		}
 	}
+}
+
+// handle takes one message that NextReader returned; false means the
+// socket is done.
+//
+//go:noinline
+func (s *socket) handle(r io.Reader, err error) bool {
+	_, m, parsed, skip, err := s.conn.take(r, err)
+	if skip {
+		return true
+	}
+	kind, m, err := s.classify(m, parsed, err)
+	if err != nil {
+		return false
+	}
+	switch kind {
+	case msgStart:
+		s.start(m)
+	case msgStop:
+		s.mu.Lock()
+		stop := s.active[m.ID]
+		s.mu.Unlock()
+		if stop != nil {
+			stop()
+		}
+	case msgTerminate:
+		s.close(websocket.CloseNormalClosure, "terminated")
+		return false
+	case msgPing:
+		s.send("pong", "", m.Payload)
+	case msgPong:
+		// The answer to a keepalive ping; Conn saw the peer is there.
+	default:
+		s.connectionError("unexpected message " + m.Type)
+		s.close(websocket.CloseProtocolError, "unexpected message")
+		return false
+	}
+	return true
 }
 
 // start runs the operation of a subscribe (start) message. Only its

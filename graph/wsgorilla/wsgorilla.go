@@ -570,32 +570,40 @@ func (c *Conn) NextReader() (int, io.Reader, error) {
 func (c *Conn) next() (mt int, b []byte, m clientMessage, parsed bool, err error) {
 	for {
 		var r io.Reader
+		var skip bool
 		mt, r, err = c.ws.NextReader()
-		if err == nil {
-			b, err = io.ReadAll(r) // at most the read limit
-			if err == nil {
-				c.alive()
-				if c.closing.Load() {
-					continue
-				}
-				m = clientMessage{}
-				if json.Unmarshal(b, &m) != nil {
-					// Malformed: the protocol answers it.
-					return mt, b, clientMessage{}, false, nil
-				}
-				if !c.admit(m) {
-					continue
-				}
-				return mt, b, m, true, nil
-			}
+		if b, m, parsed, skip, err = c.take(r, err); !skip {
+			return mt, b, m, parsed, err
 		}
-		c.closeNetwork()
-		var ce *websocket.CloseError
-		if errors.As(err, &ce) && (ce.Code == websocket.CloseNormalClosure || ce.Code == websocket.CloseNoStatusReceived) {
-			return mt, nil, clientMessage{}, false, transport.ErrWebsocketClosed
-		}
-		return mt, nil, clientMessage{}, false, err
 	}
+}
+
+// take reads the message r that gorilla's NextReader returned with err
+// and applies the socket rules to it: skip reports a message not to hand
+// on (it broke a rule, or came after a close frame was sent). A read
+// error drops the network connection; a normal close by the peer is
+// transport.ErrWebsocketClosed.
+func (c *Conn) take(r io.Reader, rerr error) (b []byte, m clientMessage, parsed, skip bool, err error) {
+	if err = rerr; err == nil {
+		b, err = io.ReadAll(r) // at most the read limit
+		if err == nil {
+			c.alive()
+			if c.closing.Load() {
+				return nil, m, false, true, nil
+			}
+			if json.Unmarshal(b, &m) != nil {
+				// Malformed: the protocol answers it.
+				return b, clientMessage{}, false, false, nil
+			}
+			return b, m, true, !c.admit(m), nil
+		}
+	}
+	c.closeNetwork()
+	var ce *websocket.CloseError
+	if errors.As(err, &ce) && (ce.Code == websocket.CloseNormalClosure || ce.Code == websocket.CloseNoStatusReceived) {
+		err = transport.ErrWebsocketClosed
+	}
+	return nil, clientMessage{}, false, false, err
 }
 
 // admit applies the rules on incoming messages and keeps the set of
