@@ -31,8 +31,8 @@ const pushTurn = 64
 // subscription of Transport or has a stream already: the resolver then
 // serves its subscription through the channel it returns, as usual.
 func Push(ctx context.Context, stream Stream) (wake func(), ok bool) {
-	op, ok := ctx.Value(pushKey{}).(*operation)
-	if !ok || op.stream != nil {
+	op, ok := ctx.Value(operationKey{}).(*operation)
+	if !ok || !op.subscription || op.stream != nil {
 		return nil, false
 	}
 	op.stream = stream
@@ -59,7 +59,7 @@ func (p *pusher) start(op *operation, ctx context.Context) {
 	op.started = true
 	if p.closed {
 		p.mu.Unlock()
-		op.finish(ctx)
+		op.finish()
 		return
 	}
 	if p.ops == nil {
@@ -140,7 +140,7 @@ func (p *pusher) drain(op *operation) {
 		resp := op.responses(op.ctx)
 		if resp == nil {
 			if p.markFinished(op) {
-				op.finish(op.ctx)
+				op.finish()
 			}
 			return
 		}
@@ -183,6 +183,6 @@ func (p *pusher) stop() {
 	p.ops, p.ready = nil, nil
 	p.mu.Unlock()
 	for _, op := range left {
-		op.finish(op.ctx)
+		op.finish()
 	}
 }

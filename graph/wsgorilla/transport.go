@@ -368,12 +368,12 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 	}
 	op.rc = rc
 	ctx = graphql.WithOperationContext(ctx, rc)
-	ctx = withInitPayload(ctx, s.initPayload)
-	ctx = withSubscriptionErrors(ctx)
+	// One value for InitPayload, AddSubscriptionError and Push.
+	ctx = context.WithValue(ctx, operationKey{}, op)
 	if rc.Operation != nil && rc.Operation.Operation == ast.Subscription {
 		// The subscription's resolver runs in DispatchOperation: one that
 		// pushes registers its stream there.
-		ctx = context.WithValue(ctx, pushKey{}, op)
+		op.subscription = true
 		if s.dispatchPushed(ctx, op) {
 			return
 		}
@@ -424,6 +424,11 @@ type operation struct {
 	stream Stream
 	// ctx is what DispatchOperation returned, for a pushed operation.
 	ctx context.Context
+	// subscription: Push may register a stream.
+	subscription bool
+
+	errMu sync.Mutex
+	errs  gqlerror.List // AddSubscriptionError's
 
 	// Guarded by the socket's pusher.
 	queued, started, finished bool
@@ -445,7 +450,7 @@ func (op *operation) pull(ctx context.Context, responses graphql.ResponseHandler
 			op.fail(ctx, r)
 			return
 		}
-		op.finish(ctx)
+		op.finish()
 	}()
 	if responses == nil {
 		responses, ctx = op.s.exec.DispatchOperation(ctx, op.rc)
@@ -475,13 +480,13 @@ func (op *operation) fail(ctx context.Context, p any) {
 		}
 	}
 	op.s.sendErrors(op.id, gqlerror.List{gqlErr})
-	op.finish(ctx)
+	op.finish()
 }
 
 // finish ends the operation: an error message with the errors added by
 // AddSubscriptionError, else complete unless the socket is closing.
-func (op *operation) finish(ctx context.Context) {
-	if errs := subscriptionErrors(ctx); len(errs) > 0 {
+func (op *operation) finish() {
+	if errs := op.subscriptionErrors(); len(errs) > 0 {
 		op.s.sendErrors(op.id, errs)
 	} else if op.s.ctx.Err() == nil {
 		op.s.complete(op.id)
@@ -636,9 +641,7 @@ func (s *socket) connectionError(msg string) {
 // Context values of the transport.
 type (
 	closeCodeKey     struct{}
-	initPayloadKey   struct{}
-	subscriptionKey  struct{}
-	pushKey          struct{}
+	operationKey     struct{} // → *operation
 	closeCodeAndText struct {
 		code   int
 		reason string
@@ -661,27 +664,13 @@ func closeCodeOf(ctx context.Context) (int, string) {
 	return websocket.CloseNormalClosure, "terminated"
 }
 
-func withInitPayload(ctx context.Context, p transport.InitPayload) context.Context {
-	if p == nil {
-		return ctx
-	}
-	return context.WithValue(ctx, initPayloadKey{}, p)
-}
-
 // InitPayload is the connection_init payload of the socket that runs the
 // operation of ctx, nil when there was none.
 func InitPayload(ctx context.Context) transport.InitPayload {
-	p, _ := ctx.Value(initPayloadKey{}).(transport.InitPayload)
-	return p
-}
-
-type subscriptionErrs struct {
-	mu   sync.Mutex
-	errs gqlerror.List
-}
-
-func withSubscriptionErrors(ctx context.Context) context.Context {
-	return context.WithValue(ctx, subscriptionKey{}, &subscriptionErrs{})
+	if op, ok := ctx.Value(operationKey{}).(*operation); ok {
+		return op.s.initPayload
+	}
+	return nil
 }
 
 // AddSubscriptionError makes the end of the subscription of ctx an error
@@ -689,19 +678,15 @@ func withSubscriptionErrors(ctx context.Context) context.Context {
 // stream fails (its channel closed, or its pushed stream ended) says why.
 // Outside an operation of this transport it does nothing.
 func AddSubscriptionError(ctx context.Context, err *gqlerror.Error) {
-	if e, ok := ctx.Value(subscriptionKey{}).(*subscriptionErrs); ok {
-		e.mu.Lock()
-		e.errs = append(e.errs, err)
-		e.mu.Unlock()
+	if op, ok := ctx.Value(operationKey{}).(*operation); ok {
+		op.errMu.Lock()
+		op.errs = append(op.errs, err)
+		op.errMu.Unlock()
 	}
 }
 
-func subscriptionErrors(ctx context.Context) gqlerror.List {
-	e, ok := ctx.Value(subscriptionKey{}).(*subscriptionErrs)
-	if !ok {
-		return nil
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.errs
+func (op *operation) subscriptionErrors() gqlerror.List {
+	op.errMu.Lock()
+	defer op.errMu.Unlock()
+	return op.errs
 }
