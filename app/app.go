@@ -82,14 +82,17 @@ const (
 // background parts, Serve serves HTTP until its context ends, Stop ends
 // the background parts.
 type App struct {
-	pool            *pgxpool.Pool
-	database        *db.Database
-	res             *resolvers.Resolver
-	auth            *httpapi.Auth
-	dispatcher      *jobs.Dispatcher
-	river           *river.Client[pgx.Tx]
-	feed            *db.Feed
-	ws              *wsgorilla.Implementation
+	pool       *pgxpool.Pool
+	database   *db.Database
+	res        *resolvers.Resolver
+	auth       *httpapi.Auth
+	dispatcher *jobs.Dispatcher
+	river      *river.Client[pgx.Tx]
+	feed       *db.Feed
+	ws         *wsgorilla.Implementation
+	// sharedFeed executes each live event once per distinct subscription
+	// operation and role.
+	sharedFeed      *resolvers.SharedFeedPayloads
 	handler         http.Handler
 	logger          *slog.Logger
 	apiOnly         bool
@@ -205,6 +208,7 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 		river:           riverClient,
 		feed:            feed,
 		ws:              ws,
+		sharedFeed:      resolvers.NewSharedFeedPayloads(),
 		logger:          logger,
 		apiOnly:         cfg.APIOnly,
 		shutdownTimeout: cmp.Or(cfg.ShutdownTimeout, defaultShutdownTimeout),

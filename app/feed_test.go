@@ -721,3 +721,64 @@ func TestLiveFeedResumesFromCursor(t *testing.T) {
 	require.Equal(t, "doc.created", e3.Type)
 	require.NotEqual(t, e2.ID, e3.ID)
 }
+
+// Two sockets of one role with the same operation get byte-identical data
+// for every event, which is executed once for both (and once more for a
+// socket of another role: roles are never shared across); the frames still
+// carry each socket's own request id.
+func TestFeedSameOperationSameFrames(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	viewer := apptest.RoleToken(t, s, "onlooker", "VIEWER")
+	var socks []*apptest.WS
+	for _, tt := range []struct{ proto, token string }{
+		{apptest.ProtoTransportWS, s.Token},
+		{apptest.ProtoLegacyWS, s.Token},
+		{apptest.ProtoTransportWS, viewer},
+	} {
+		c := apptest.DialWS(t, s, tt.proto)
+		c.Init(tt.token)
+		// Only the inserted events: making the viewer journals its own.
+		c.Subscribe("1", apptest.FeedSubscription, map[string]any{"filter": salesOrdersCreated})
+		socks = append(socks, c)
+	}
+	apptest.WaitFor(t, 5*time.Second, "every subscription", func() bool { return s.App.Feed().Subscribers() == len(socks) })
+	executed0, shared0 := s.App.SharedFeedStats()
+	const events = 6
+	require.NoError(t, insertEvents(t.Context(), s, events, 2))
+
+	type frame struct {
+		Payload struct {
+			Data       json.RawMessage `json:"data"`
+			Extensions struct {
+				RequestID string `json:"requestId"`
+			} `json:"extensions"`
+		} `json:"payload"`
+	}
+	got := make([][]frame, len(socks))
+	for i, c := range socks {
+		require.NoError(t, c.Conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+		for len(got[i]) < events {
+			_, b, err := c.Conn.ReadMessage()
+			require.NoError(t, err)
+			var m struct{ Type string }
+			require.NoError(t, json.Unmarshal(b, &m))
+			if m.Type == "ka" || m.Type == "ping" {
+				continue
+			}
+			require.Contains(t, []string{"next", "data"}, m.Type, "frame: %s", b)
+			var f frame
+			require.NoError(t, json.Unmarshal(b, &f))
+			got[i] = append(got[i], f)
+		}
+	}
+	for e := range events {
+		require.Equal(t, string(got[0][e].Payload.Data), string(got[1][e].Payload.Data), "event %d: same role and operation, same bytes", e)
+		require.NotEqual(t, got[0][e].Payload.Extensions.RequestID, got[1][e].Payload.Extensions.RequestID, "request ids stay per socket")
+		require.JSONEq(t, string(got[0][e].Payload.Data), string(got[2][e].Payload.Data), "event %d: the viewer sees the same event", e)
+	}
+	executed, shared := s.App.SharedFeedStats()
+	t.Logf("executed %d, shared %d", executed-executed0, shared-shared0)
+	require.Equal(t, int64(2*events), executed-executed0, "once per event for the admins' operation, once for the viewer's")
+	require.Equal(t, int64(events), shared-shared0, "the second admin socket takes the first one's data")
+}

@@ -19,14 +19,16 @@ import (
 	"erp/db"
 	"erp/graph"
 	"erp/graph/model"
+	"erp/graph/wsgorilla"
 	"erp/resolvers"
 	"erp/web"
 )
 
 // routes are the endpoints. Websockets run on ws, which checks the
 // Origin before the upgrade and owns the socket rules (init timeout 4408,
-// duplicate id 4409, dead peers, 1001 at shutdown); gqlgen's transport
-// adds the keepalive of each subprotocol.
+// duplicate id 4409, dead peers, keepalive of each subprotocol, 1001 at
+// shutdown); wsgorilla.Transport speaks both subprotocols over it, one
+// goroutine a socket, and pushes the live feed (eventProcessed) to it.
 //
 // Operations: /healthz (the process is up), /readyz (see ready; its body
 // names the database mode, db.Database.Mode), /metrics
@@ -57,14 +59,9 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	cfg.Complexity.Query.DeadDeliveries = func(child int, _ *string, first *int, _ *string) int { return perPage(child, first) }
 	gql := handler.New(graph.NewExecutableSchema(cfg))
 	readLimit := int64(wsReadLimit)
-	gql.AddTransport(transport.Websocket{
-		Implementation: ws,
-		InitFunc:       a.auth.WebsocketInit,
-		// InitTimeout stays 0: ws closes a silent socket with 4408 where
-		// gqlgen would use 1002. KeepAlivePingInterval and
-		// PingPongInterval stay 0: ws sends both subprotocols' keepalive
-		// messages with its ping frames (ProtocolKeepAlive), on a timer
-		// rather than two goroutines per socket.
+	gql.AddTransport(wsgorilla.Transport{
+		Implementation:   ws,
+		InitFunc:         a.auth.WebsocketInit,
 		PayloadReadLimit: &readLimit,
 	})
 	gql.AddTransport(transport.Options{})
@@ -84,7 +81,7 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 		gql.Use(httpapi.Tracing{Tracer: a.tracer})
 	}
 	// Inside Observer, so that shared payloads still get their request id.
-	gql.Use(resolvers.NewSharedFeedPayloads())
+	gql.Use(a.sharedFeed)
 	gql.SetErrorPresenter(resolvers.ErrorPresenter(res.Logger))
 	gql.SetRecoverFunc(resolvers.Recover)
 

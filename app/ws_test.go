@@ -354,3 +354,41 @@ func TestWebsocketKeepalivePerSubprotocol(t *testing.T) {
 		})
 	}
 }
+
+// An idle socket with a live subscription is one goroutine on the server
+// (its reader): the feed wakes the socket rather than a goroutine per
+// operation waiting on it. Closing the sockets ends those goroutines and
+// their subscriptions. Not parallel: it counts the process's goroutines.
+func TestWebsocketIdleSubscriptionRunsOneGoroutine(t *testing.T) {
+	s := apptest.New(t)
+	warm := apptest.DialWS(t, s, apptest.ProtoTransportWS)
+	warm.Init(s.Token)
+	warm.Subscribe("1", apptest.FeedSubscription, nil)
+	apptest.WaitFor(t, 5*time.Second, "the first subscription", func() bool { return s.App.Feed().Subscribers() == 1 })
+	settled := func(bound int) func() bool {
+		return func() bool { return runtime.NumGoroutine() <= bound }
+	}
+	time.Sleep(100 * time.Millisecond) // let the handshake's goroutines end
+	before := runtime.NumGoroutine()
+
+	const sockets = 40
+	var socks []*apptest.WS
+	for i := range sockets {
+		proto := []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS}[i%2]
+		c := apptest.DialWS(t, s, proto)
+		c.Init(s.Token)
+		c.Subscribe("1", apptest.FeedSubscription, map[string]any{"filter": salesOrdersCreated})
+		socks = append(socks, c)
+	}
+	apptest.WaitFor(t, 5*time.Second, "every subscription", func() bool { return s.App.Feed().Subscribers() == sockets+1 })
+	// A few goroutines of the process come and go (River, the pool).
+	const slack = 8
+	apptest.WaitFor(t, 5*time.Second, fmt.Sprintf("at most %d goroutines for %d sockets", sockets+slack, sockets), settled(before+sockets+slack))
+	t.Logf("%d idle subscribed sockets: %d goroutines more", sockets, runtime.NumGoroutine()-before)
+
+	for _, c := range socks {
+		require.NoError(t, c.Conn.Close())
+	}
+	apptest.WaitFor(t, 5*time.Second, "the subscriptions ended", func() bool { return s.App.Feed().Subscribers() == 1 })
+	apptest.WaitFor(t, 5*time.Second, "the sockets' goroutines ended", settled(before+slack))
+}

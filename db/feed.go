@@ -56,6 +56,9 @@ type FeedSubscription struct {
 	// an idle subscriber waits for as long as it is idle, and each channel
 	// it waits on holds a 112-byte sudog.
 	wake chan struct{}
+	// notify, when set (SubscribeFunc), is told of the same as wake; it
+	// runs with the feed locked.
+	notify func()
 
 	mu    sync.Mutex
 	queue []*Event // pending events are queue[head:]
@@ -115,15 +118,29 @@ func (f *Feed) Subscribers() int {
 }
 
 // Subscribe registers a subscriber with room for buffer undelivered events
-// (at least 1).
+// (at least 1), read with Next.
 func (f *Feed) Subscribe(filter EventFilter, buffer int) *FeedSubscription {
+	return f.SubscribeFunc(filter, buffer, nil)
+}
+
+// SubscribeFunc is Subscribe for a subscriber that is told rather than
+// waits: notify (when not nil) is called each time an event is queued and
+// once when the subscription ends, and the subscriber takes what is there
+// with TryNext. notify runs on the feed's goroutine with the feed locked:
+// it must return at once and must not call the feed. A subscription of a
+// feed that stopped already has ended, and notify is called before
+// SubscribeFunc returns.
+func (f *Feed) SubscribeFunc(filter EventFilter, buffer int, notify func()) *FeedSubscription {
 	s := &FeedSubscription{filter: filter, feed: f, buffer: max(buffer, 1),
-		done: make(chan struct{}), wake: make(chan struct{}, 1)}
+		done: make(chan struct{}), wake: make(chan struct{}, 1), notify: notify}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.stopped {
 		s.ended = true
 		close(s.done)
+		if notify != nil {
+			notify()
+		}
 		return s
 	}
 	f.subs[s] = struct{}{}
@@ -136,34 +153,42 @@ func (f *Feed) Subscribe(filter EventFilter, buffer int) *FeedSubscription {
 // subscriber resumes by cursor) or when ctx ends first.
 func (s *FeedSubscription) Next(ctx context.Context) (ev *Event, ok bool) {
 	for {
-		s.mu.Lock()
-		if s.ended {
-			s.queue, s.head = nil, 0
-			s.mu.Unlock()
-			return nil, false
+		if ev, open := s.TryNext(); ev != nil || !open {
+			return ev, open
 		}
-		if s.head < len(s.queue) {
-			ev = s.queue[s.head]
-			s.queue[s.head] = nil
-			s.head++
-			if s.head == len(s.queue) {
-				s.head = 0
-				if cap(s.queue) > smallQueue {
-					s.queue = nil
-				} else {
-					s.queue = s.queue[:0]
-				}
-			}
-			s.mu.Unlock()
-			return ev, true
-		}
-		s.mu.Unlock()
 		select {
 		case <-s.wake:
 		case <-ctx.Done():
 			return nil, false
 		}
 	}
+}
+
+// TryNext is Next without the wait: it returns the next queued event, or
+// nil when none is queued. open is false once the subscription ended (as
+// for Next, events still queued then are not handed out).
+func (s *FeedSubscription) TryNext() (ev *Event, open bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		s.queue, s.head = nil, 0
+		return nil, false
+	}
+	if s.head == len(s.queue) {
+		return nil, true
+	}
+	ev = s.queue[s.head]
+	s.queue[s.head] = nil
+	s.head++
+	if s.head == len(s.queue) {
+		s.head = 0
+		if cap(s.queue) > smallQueue {
+			s.queue = nil
+		} else {
+			s.queue = s.queue[:0]
+		}
+	}
+	return ev, true
 }
 
 // DiscardThrough drops the queued events with a feed sequence up to seq:
@@ -206,11 +231,15 @@ func (s *FeedSubscription) push(ev *Event) bool {
 	return true
 }
 
-// signal wakes a waiting Next, unless a wake is pending already.
+// signal wakes a waiting Next, unless a wake is pending already, and
+// tells notify. Called with the feed locked.
 func (s *FeedSubscription) signal() {
 	select {
 	case s.wake <- struct{}{}:
 	default:
+	}
+	if s.notify != nil {
+		s.notify()
 	}
 }
 

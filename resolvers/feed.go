@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
-	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/vektah/gqlparser/v2/ast"
 
 	"erp/db"
@@ -37,16 +36,22 @@ const closeReasonSlowConsumer = "slow consumer: resume with eventProcessed(after
 // journal, then the live feed, with last the feed sequence of the last
 // event handed on, so that the hand-over neither repeats nor skips one.
 // A live stream that falls behind its buffer goes back to the journal
-// (catching up) and is live again once it has read it through. It is
-// pulled (next) by the goroutine gqlgen runs for the subscription; it runs
-// none of its own, only a timer while it catches up.
+// (catching up) and is live again once it has read it through. It runs no
+// goroutine of its own, only a timer while it catches up: on the server's
+// websocket transport it is pushed (wsgorilla.Push: the feed wakes the
+// socket, whose writer takes the events with Advance), elsewhere pulled
+// (next) by the goroutine that serves the subscription.
 type feedStream struct {
 	r      *Resolver
 	filter db.EventFilter
 	// ctx is the subscription's: the socket CloseSocket closes.
 	ctx context.Context
+	// wake, when pushed, tells the socket that the stream may have an
+	// event ready; slot is where Advance leaves it for InterceptResponse.
+	wake func()
+	slot *feedSlot
 
-	// Owned by the pulling goroutine.
+	// Owned by the goroutine pulling or advancing the stream.
 	backfilling bool
 	ready       bool       // the feed listens (back-fill may start)
 	page        []db.Event // back-filled events not handed on yet
@@ -70,10 +75,11 @@ type feedStream struct {
 // cursor of an unprocessed event or of another journal is an
 // *db.InputError.
 //
-// Under SharedFeedPayloads (the server's handler) the events are pulled by
-// gqlgen's own goroutine for the subscription, one at a time, and the
-// returned channel only carries the event being executed; otherwise a
-// goroutine pumps them into it.
+// Under SharedFeedPayloads (the server's handler) the returned channel
+// only carries the event being executed: on wsgorilla's transport the
+// stream is pushed (Advance), on another one pulled by the transport's
+// goroutine for the subscription, one event at a time; without
+// SharedFeedPayloads a goroutine pumps the events into the channel.
 func (r *Resolver) liveEvents(ctx context.Context, f db.EventFilter, after *string) (<-chan *db.Event, error) {
 	var from *int64
 	if after != nil {
@@ -84,6 +90,14 @@ func (r *Resolver) liveEvents(ctx context.Context, f db.EventFilter, after *stri
 		from = &seq
 	}
 	s := &feedStream{r: r, filter: f, ctx: ctx, backfilling: from != nil, more: true}
+	slot := feedSlotOf(ctx)
+	if slot != nil {
+		// Before subscribing: the subscription wakes the socket.
+		s.slot = slot
+		if wake, ok := wsgorilla.Push(ctx, s); ok {
+			s.wake, slot.push = wake, true
+		}
+	}
 	s.progress.Store(time.Now().UnixNano())
 	if from != nil {
 		s.last.Store(*from)
@@ -97,7 +111,7 @@ func (r *Resolver) liveEvents(ctx context.Context, f db.EventFilter, after *stri
 	s.subscribe()
 	// The subscription ends with the operation (gqlgen cancels ctx).
 	context.AfterFunc(ctx, s.close)
-	if slot := feedSlotOf(ctx); slot != nil {
+	if slot != nil {
 		ch := make(chan *db.Event, 1)
 		slot.stream, slot.ch = s, ch
 		return ch, nil
@@ -126,10 +140,10 @@ func (r *Resolver) liveEvents(ctx context.Context, f db.EventFilter, after *stri
 // that a subscriber is allowed the same lag as before it was removed.
 // When the feed drops a live subscription for falling behind, the stream
 // catches up from the journal (next); a timer watches that it keeps
-// taking events, since gqlgen may be blocked writing to a client that
-// stopped reading.
+// taking events, since the socket may be blocked writing to a client that
+// stopped reading. A pushed stream's subscription wakes the socket.
 func (s *feedStream) subscribe() {
-	sub := s.r.Feed.Subscribe(s.filter, s.r.feedBuffer()+1)
+	sub := s.r.Feed.SubscribeFunc(s.filter, s.r.feedBuffer()+1, s.wake)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -240,11 +254,34 @@ func (r *Resolver) feedPosition(ctx context.Context, cursor string) (int64, erro
 	return *c.FeedSeq, nil
 }
 
-// next returns the stream's next event: back-filled ones first, then live
-// ones. ok is false when the stream ends (ctx ended, a back-fill query
-// failed, or the feed dropped the subscription, whose socket is then
-// closed with the code that says why).
+// next returns the stream's next event, waiting for one: back-filled ones
+// first, then live ones. ok is false when the stream ends (ctx ended, a
+// back-fill query failed, or the feed dropped the subscription, whose
+// socket is then closed with the code that says why).
 func (s *feedStream) next(ctx context.Context) (*db.Event, bool) {
+	return s.take(ctx, true)
+}
+
+// Advance implements wsgorilla.Stream: it leaves the stream's next event
+// in the slot for InterceptResponse, or nil there when the stream ended,
+// and reports false when no event is there yet (the feed wakes the socket
+// when one is).
+func (s *feedStream) Advance(ctx context.Context) bool {
+	ev, ok := s.take(ctx, false)
+	if ok && ev == nil {
+		return false
+	}
+	s.slot.parked = ev
+	return true
+}
+
+// take is next, or with wait false the same without waiting for a live
+// event: ev nil with ok true then means none is queued (a back-fill still
+// reads the journal).
+func (s *feedStream) take(ctx context.Context, wait bool) (ev *db.Event, ok bool) {
+	if !wait && ctx.Err() != nil {
+		return nil, false
+	}
 	if s.backfilling {
 		if ev, ok, done := s.backfillNext(ctx); !done {
 			return ev, ok
@@ -252,7 +289,11 @@ func (s *feedStream) next(ctx context.Context) (*db.Event, bool) {
 	}
 	sub := s.current()
 	for {
-		ev, ok := sub.Next(ctx)
+		if wait {
+			ev, ok = sub.Next(ctx)
+		} else if ev, ok = sub.TryNext(); ok && ev == nil {
+			return nil, true
+		}
 		if !ok {
 			if ctx.Err() != nil {
 				return nil, false
@@ -326,7 +367,7 @@ func (s *feedStream) backfillNext(ctx context.Context) (ev *db.Event, ok, done b
 		if err != nil {
 			if ctx.Err() == nil {
 				s.r.Logger.ErrorContext(ctx, "event feed back-fill", slog.String("error", err.Error()))
-				transport.AddSubscriptionError(ctx, CodedError("internal error", CodeInternal))
+				wsgorilla.AddSubscriptionError(ctx, CodedError("internal error", CodeInternal))
 			}
 			return nil, false, false
 		}
@@ -342,7 +383,7 @@ func (s *feedStream) backfillNext(ctx context.Context) (ev *db.Event, ok, done b
 func (s *feedStream) dropped() {
 	const reason = "server shutting down"
 	if !wsgorilla.CloseSocket(s.ctx, wsgorilla.CloseGoingAway, reason) {
-		transport.AddSubscriptionError(s.ctx, CodedError(reason, CodeInternal))
+		wsgorilla.AddSubscriptionError(s.ctx, CodedError(reason, CodeInternal))
 	}
 }
 
@@ -368,9 +409,11 @@ func (s *feedStream) warnSlow() {
 // value per handler (gql.Use(resolvers.NewSharedFeedPayloads())), after
 // Observer.
 type SharedFeedPayloads struct {
+	executed, shared atomic.Int64 // events executed, and answered from the cache
+
 	mu    sync.RWMutex
-	bySeq map[int64]map[string][]byte // feed sequence → operation key → data
-	seqs  []int64                     // cached sequences, oldest first
+	bySeq map[int64]map[string]*sharedPayload // feed sequence → operation key → data
+	seqs  []int64                             // cached sequences, oldest first
 }
 
 // sharedPayloadEvents is how many recent events keep their payloads: a
@@ -379,7 +422,7 @@ const sharedPayloadEvents = 256
 
 // NewSharedFeedPayloads returns the extension with an empty cache.
 func NewSharedFeedPayloads() *SharedFeedPayloads {
-	return &SharedFeedPayloads{bySeq: make(map[int64]map[string][]byte)}
+	return &SharedFeedPayloads{bySeq: make(map[int64]map[string]*sharedPayload)}
 }
 
 var _ interface {
@@ -396,6 +439,10 @@ type feedSlot struct {
 	key    string // the operation's cache key
 	stream *feedStream
 	ch     chan *db.Event // what gqlgen's field executor reads (capacity 1)
+	// push: the stream is pushed, and parked holds the event Advance
+	// took (nil: the stream ended).
+	push   bool
+	parked *db.Event
 }
 
 func feedSlotOf(ctx context.Context) *feedSlot {
@@ -446,6 +493,14 @@ func (p *SharedFeedPayloads) InterceptResponse(ctx context.Context, next graphql
 	if slot == nil || slot.stream == nil {
 		return next(ctx)
 	}
+	if slot.push {
+		ev := slot.parked
+		slot.parked = nil
+		if ev == nil {
+			return nil
+		}
+		return p.respond(ctx, slot, ev, next)
+	}
 	ev, ok := slot.stream.next(ctx)
 	if !ok {
 		return nil
@@ -454,33 +509,70 @@ func (p *SharedFeedPayloads) InterceptResponse(ctx context.Context, next graphql
 }
 
 // respond answers with the shared data of ev, or executes it (next) and
-// shares the result.
+// shares the result. Subscribers that take an event while another
+// executes it for the same operation wait for that execution rather than
+// run their own, so that an event is executed once per operation however
+// many sockets write it at the same time.
 //
 //go:noinline
 func (p *SharedFeedPayloads) respond(ctx context.Context, slot *feedSlot, ev *db.Event, next graphql.ResponseHandler) *graphql.Response {
-	if data := p.get(*ev.FeedSeq, slot.key); data != nil {
-		return &graphql.Response{Data: data}
+	e, first := p.claim(*ev.FeedSeq, slot.key)
+	if !first {
+		select {
+		case <-e.done:
+		case <-ctx.Done():
+			return nil
+		}
+		if e.data != nil {
+			p.shared.Add(1)
+			return &graphql.Response{Data: e.data}
+		}
+		// The execution failed or had errors: those are never shared.
+		return p.execute(ctx, slot, ev, next)
 	}
+	defer close(e.done)
+	resp := p.execute(ctx, slot, ev, next)
+	if resp != nil && len(resp.Errors) == 0 && resp.Data != nil {
+		// Data is the executor's buffer, reused for the next event.
+		e.data = bytes.Clone(resp.Data)
+	}
+	return resp
+}
+
+// execute runs the operation for ev.
+func (p *SharedFeedPayloads) execute(ctx context.Context, slot *feedSlot, ev *db.Event, next graphql.ResponseHandler) *graphql.Response {
+	p.executed.Add(1)
 	select {
 	case <-slot.ch: // left by an execution cut short
 	default:
 	}
 	slot.ch <- ev
-	resp := next(ctx)
-	if resp != nil && len(resp.Errors) == 0 && resp.Data != nil {
-		// Data is the executor's buffer, reused for the next event.
-		p.put(*ev.FeedSeq, slot.key, bytes.Clone(resp.Data))
-	}
-	return resp
+	return next(ctx)
 }
 
-func (p *SharedFeedPayloads) get(seq int64, key string) []byte {
+// Stats returns how many live events were executed for a subscriber
+// (executed) and how many were answered with the data of another's
+// execution (shared), since the extension was made.
+func (p *SharedFeedPayloads) Stats() (executed, shared int64) {
+	return p.executed.Load(), p.shared.Load()
+}
+
+// sharedPayload is the data of one event for one operation: data is set
+// before done is closed, and nil then when it is not to be shared.
+type sharedPayload struct {
+	done chan struct{}
+	data []byte
+}
+
+// claim returns the entry of (seq, key), making it when there is none:
+// first then reports that the caller executes the event and closes done.
+func (p *SharedFeedPayloads) claim(seq int64, key string) (e *sharedPayload, first bool) {
 	p.mu.RLock()
-	defer p.mu.RUnlock()
-	return p.bySeq[seq][key]
-}
-
-func (p *SharedFeedPayloads) put(seq int64, key string, data []byte) {
+	e = p.bySeq[seq][key]
+	p.mu.RUnlock()
+	if e != nil {
+		return e, false
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	byKey, ok := p.bySeq[seq]
@@ -489,9 +581,14 @@ func (p *SharedFeedPayloads) put(seq int64, key string, data []byte) {
 			delete(p.bySeq, p.seqs[0])
 			p.seqs = append(p.seqs[:0], p.seqs[1:]...)
 		}
-		byKey = make(map[string][]byte)
+		byKey = make(map[string]*sharedPayload)
 		p.bySeq[seq] = byKey
 		p.seqs = append(p.seqs, seq)
 	}
-	byKey[key] = data
+	if e = byKey[key]; e != nil {
+		return e, false
+	}
+	e = &sharedPayload{done: make(chan struct{})}
+	byKey[key] = e
+	return e, true
 }

@@ -3,6 +3,7 @@ package resolvers
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -35,7 +36,13 @@ type loadersKey struct{}
 // subscribers).
 const loaderWait = 3 * time.Millisecond
 
+// loaders are one operation's batch loaders, made on first use: most
+// operations load nothing in batches, and a subscription keeps its
+// operation's for its life.
 type loaders struct {
+	pool *pgxpool.Pool
+	once sync.Once
+
 	deliveries  *dataloadgen.Loader[int64, []db.Delivery]
 	events      *dataloadgen.Loader[int64, db.Event]
 	subscribers *dataloadgen.Loader[int64, db.Subscriber]
@@ -51,24 +58,35 @@ func (Loaders) Validate(graphql.ExecutableSchema) error { return nil }
 
 // InterceptOperation implements graphql.OperationInterceptor.
 func (l Loaders) InterceptOperation(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
-	ls := &loaders{
-		deliveries: dataloadgen.NewLoader(func(ctx context.Context, ids []int64) ([][]db.Delivery, []error) {
-			byEvent, err := db.DeliveriesOfEvents(ctx, l.Pool, ids)
-			out := make([][]db.Delivery, len(ids))
-			if err != nil {
-				return out, []error{err}
-			}
-			for i, id := range ids {
-				out[i] = byEvent[id]
-			}
-			return out, nil
-		}, dataloadgen.WithoutCache(), dataloadgen.WithWait(loaderWait)),
-		events:      byID(l.Pool, db.EventsByIDs, func(e db.Event) int64 { return e.ID }, "event"),
-		subscribers: byID(l.Pool, db.SubscribersByIDs, func(s db.Subscriber) int64 { return s.ID }, "subscriber"),
-		lags:        byID(l.Pool, db.SubscriberLagsByIDs, func(s db.SubscriberLag) int64 { return s.SubscriberID }, "subscriber"),
-		moves:       byID(l.Pool, db.WarehouseMovesByIDs, func(m db.WarehouseMove) int64 { return m.ID }, "warehouse move"),
+	return next(context.WithValue(ctx, loadersKey{}, &loaders{pool: l.Pool}))
+}
+
+// loadersOf returns the operation's loaders, made on the first call.
+func loadersOf(ctx context.Context) (*loaders, bool) {
+	ls, ok := ctx.Value(loadersKey{}).(*loaders)
+	if ok {
+		ls.once.Do(ls.make)
 	}
-	return next(context.WithValue(ctx, loadersKey{}, ls))
+	return ls, ok
+}
+
+func (ls *loaders) make() {
+	pool := ls.pool
+	ls.deliveries = dataloadgen.NewLoader(func(ctx context.Context, ids []int64) ([][]db.Delivery, []error) {
+		byEvent, err := db.DeliveriesOfEvents(ctx, pool, ids)
+		out := make([][]db.Delivery, len(ids))
+		if err != nil {
+			return out, []error{err}
+		}
+		for i, id := range ids {
+			out[i] = byEvent[id]
+		}
+		return out, nil
+	}, dataloadgen.WithoutCache(), dataloadgen.WithWait(loaderWait))
+	ls.events = byID(pool, db.EventsByIDs, func(e db.Event) int64 { return e.ID }, "event")
+	ls.subscribers = byID(pool, db.SubscribersByIDs, func(s db.Subscriber) int64 { return s.ID }, "subscriber")
+	ls.lags = byID(pool, db.SubscriberLagsByIDs, func(s db.SubscriberLag) int64 { return s.SubscriberID }, "subscriber")
+	ls.moves = byID(pool, db.WarehouseMovesByIDs, func(m db.WarehouseMove) int64 { return m.ID }, "warehouse move")
 }
 
 // byID is a batch loader of rows by id from fetch (one query per batch);
@@ -101,7 +119,7 @@ func byID[T any](pool *pgxpool.Pool, fetch func(context.Context, db.Querier, []i
 // eventOf returns event id (a delivery's), batched when the operation has
 // loaders.
 func (r *Resolver) eventOf(ctx context.Context, id int64) (db.Event, error) {
-	if ls, ok := ctx.Value(loadersKey{}).(*loaders); ok {
+	if ls, ok := loadersOf(ctx); ok {
 		return ls.events.Load(ctx, id)
 	}
 	return db.EventByID(ctx, r.Pool, id)
@@ -110,7 +128,7 @@ func (r *Resolver) eventOf(ctx context.Context, id int64) (db.Event, error) {
 // subscriberOf returns subscriber id (a delivery's), batched when the
 // operation has loaders.
 func (r *Resolver) subscriberOf(ctx context.Context, id int64) (db.Subscriber, error) {
-	if ls, ok := ctx.Value(loadersKey{}).(*loaders); ok {
+	if ls, ok := loadersOf(ctx); ok {
 		return ls.subscribers.Load(ctx, id)
 	}
 	return db.SubscriberByID(ctx, r.Pool, id)
@@ -119,7 +137,7 @@ func (r *Resolver) subscriberOf(ctx context.Context, id int64) (db.Subscriber, e
 // deliveriesOf returns an event's deliveries, batched when the operation
 // has loaders.
 func (r *Resolver) deliveriesOf(ctx context.Context, eventID int64) ([]db.Delivery, error) {
-	if ls, ok := ctx.Value(loadersKey{}).(*loaders); ok {
+	if ls, ok := loadersOf(ctx); ok {
 		return ls.deliveries.Load(ctx, eventID)
 	}
 	return db.DeliveriesOfEvent(ctx, r.Pool, eventID)
@@ -128,7 +146,7 @@ func (r *Resolver) deliveriesOf(ctx context.Context, eventID int64) ([]db.Delive
 // lagOf returns subscriber id's lag, batched when the operation has
 // loaders.
 func (r *Resolver) lagOf(ctx context.Context, id int64) (db.SubscriberLag, error) {
-	if ls, ok := ctx.Value(loadersKey{}).(*loaders); ok {
+	if ls, ok := loadersOf(ctx); ok {
 		return ls.lags.Load(ctx, id)
 	}
 	lags, err := db.SubscriberLagsByIDs(ctx, r.Pool, []int64{id})
@@ -144,7 +162,7 @@ func (r *Resolver) lagOf(ctx context.Context, id int64) (db.SubscriberLag, error
 // moveOf returns warehouse move id (a stock ledger entry's), batched when
 // the operation has loaders.
 func (r *Resolver) moveOf(ctx context.Context, id int64) (db.WarehouseMove, error) {
-	if ls, ok := ctx.Value(loadersKey{}).(*loaders); ok {
+	if ls, ok := loadersOf(ctx); ok {
 		return ls.moves.Load(ctx, id)
 	}
 	return db.WarehouseMoveByID(ctx, r.Pool, id)

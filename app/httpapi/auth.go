@@ -24,6 +24,7 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"erp/db"
+	"erp/graph/wsgorilla"
 	"erp/resolvers"
 )
 
@@ -126,8 +127,7 @@ func (a *Auth) WebsocketInit(ctx context.Context, payload transport.InitPayload)
 		} else {
 			a.Logger.ErrorContext(ctx, "authenticate websocket", "error", err)
 		}
-		ctx = transport.WithWebsocketCloseCode(ctx, CloseUnauthorized)
-		ctx = transport.AppendCloseReason(ctx, "unauthorized")
+		ctx = wsgorilla.WithCloseCode(ctx, CloseUnauthorized, "unauthorized")
 		return ctx, nil, resolvers.ErrUnauthenticated
 	}
 	// The socket lives on the token: every operation re-checks it

@@ -1,8 +1,8 @@
-// Package wsgorilla plugs github.com/gorilla/websocket into gqlgen's
-// websocket transport (transport.WebsocketImplementation), which otherwise
-// uses coder/websocket. Both GraphQL subprotocols (graphql-transport-ws and
-// the legacy graphql-ws) run over it: gqlgen speaks them, this package moves
-// frames and hardens the socket underneath, the same for both:
+// Package wsgorilla serves GraphQL over websockets on
+// github.com/gorilla/websocket: Transport is the gqlgen transport that
+// speaks both subprotocols (graphql-transport-ws and the legacy
+// graphql-ws), Implementation accepts and hardens the sockets underneath,
+// the same for both:
 //
 //   - a browser handshake from an Origin outside the allow-list gets HTTP 403
 //     before any upgrade (Handler);
@@ -12,22 +12,24 @@
 //   - a subscribe (start) whose id is already running is closed with 4409;
 //   - a peer from which nothing arrived for two PingIntervals (websocket
 //     pings are answered by every client, whatever the subprotocol) is taken
-//     for gone: its socket is closed and gqlgen cancels its operations;
+//     for gone: its socket is closed and its operations cancelled;
 //   - with ProtocolKeepAlive, each ping frame is followed by the
 //     subprotocol's own keepalive message ("ka" on graphql-ws, "ping" on
-//     graphql-transport-ws), so gqlgen's keepalive goroutines are not
-//     needed;
+//     graphql-transport-ws);
 //   - a write that fails or exceeds WriteTimeout closes the socket, so a
 //     client that stopped reading never holds a writer for longer;
 //   - Shutdown closes every socket with 1001, and CloseSocket lets a
 //     resolver close its own socket with a code of its choice.
 //
-// gqlgen's own InitTimeout (which closes with 1002) and read deadlines are
-// not used: this package owns the read deadline of its sockets.
+// Implementation also fits gqlgen's own websocket transport
+// (transport.WebsocketImplementation), without its InitTimeout (which
+// closes with 1002) and read deadlines: this package owns the read
+// deadline of its sockets.
 //
-// An idle socket costs little: pings run on a timer, not a goroutine, and
-// write buffers come from a pool shared by all sockets, held only while a
-// message is written.
+// An idle socket costs little: one goroutine, which reads; pings run on a
+// timer; a subscription that pushes (Push, the live feed) has no
+// goroutine while it waits, and write buffers come from a pool shared by
+// all sockets, held only while a message is written.
 package wsgorilla
 
 import (
@@ -157,6 +159,10 @@ type handle struct {
 	released    sync.WaitGroup
 	releaseOnce sync.Once
 	panicked    any
+	// loop, when Transport set it, is the rest of the socket's life: run
+	// by serveSocket after next returned, at the bottom of the
+	// goroutine's stack.
+	loop func()
 }
 
 // release lets the handshake's net/http goroutine return, panicking with p
@@ -226,23 +232,46 @@ func serveSocket(next http.Handler, w *handshakeWriter, r *http.Request, h *hand
 	if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok && srv.ErrorLog != nil {
 		logger = srv.ErrorLog
 	}
-	defer cancel()
+	handedOff := false
 	defer func() {
-		p := recover()
-		if h.release(p) || p == nil {
-			return
-		}
-		// The request's goroutine is gone and cannot re-panic for
-		// net/http; report as net/http would (to the server's ErrorLog),
-		// and drop the socket.
-		if err, ok := p.(error); !ok || !errors.Is(err, http.ErrAbortHandler) {
-			logger.Printf("wsgorilla: panic serving %s: %v\n%s", remote, p, debug.Stack())
-		}
-		if c := h.conn.Load(); c != nil {
-			_ = c.Close()
+		if !handedOff {
+			cancel()
 		}
 	}()
+	defer recoverSocket(h, remote, logger)
 	next.ServeHTTP(w, r)
+	if loop := h.loop; loop != nil {
+		// The handshake's middleware and gqlgen's handler grew this
+		// goroutine's stack to 8 KiB or more, which an idle socket would
+		// keep for life; a fresh goroutine reading the socket needs 4.
+		h.loop = nil
+		handedOff = true
+		go serveLoop(loop, h, remote, logger, cancel)
+	}
+}
+
+// serveLoop runs the rest of a socket's life (handle.loop) on a goroutine
+// of its own.
+func serveLoop(loop func(), h *handle, remote string, logger *log.Logger, cancel context.CancelFunc) {
+	defer cancel()
+	defer recoverSocket(h, remote, logger)
+	loop()
+}
+
+// recoverSocket, deferred, hands a panic serving a socket to the request's
+// goroutine while that waits (Handler re-panics for net/http), else logs
+// it as net/http would (to the server's ErrorLog) and drops the socket.
+func recoverSocket(h *handle, remote string, logger *log.Logger) {
+	p := recover()
+	if h.release(p) || p == nil {
+		return
+	}
+	if err, ok := p.(error); !ok || !errors.Is(err, http.ErrAbortHandler) {
+		logger.Printf("wsgorilla: panic serving %s: %v\n%s", remote, p, debug.Stack())
+	}
+	if c := h.conn.Load(); c != nil {
+		_ = c.Close()
+	}
 }
 
 // handshakeWriter is the ResponseWriter next gets from Handler. Once the
@@ -529,36 +558,58 @@ type clientMessage struct {
 // error (a close frame, a missed deadline, a message over the read limit)
 // drops the network connection.
 func (c *Conn) NextReader() (int, io.Reader, error) {
-	for {
-		mt, r, err := c.ws.NextReader()
-		if err == nil {
-			var b []byte
-			b, err = io.ReadAll(r) // at most the read limit
-			if err == nil {
-				c.alive()
-				if c.closing.Load() || !c.admit(b) {
-					continue
-				}
-				return mt, bytes.NewReader(b), nil
-			}
-		}
-		c.closeNetwork()
-		var ce *websocket.CloseError
-		if errors.As(err, &ce) && (ce.Code == websocket.CloseNormalClosure || ce.Code == websocket.CloseNoStatusReceived) {
-			return mt, nil, transport.ErrWebsocketClosed
-		}
+	mt, b, _, _, err := c.next()
+	if err != nil {
 		return mt, nil, err
 	}
+	return mt, bytes.NewReader(b), nil
+}
+
+// next is NextReader for Transport: the message, and its envelope m
+// unless it is not a JSON object of that shape (parsed false).
+func (c *Conn) next() (mt int, b []byte, m clientMessage, parsed bool, err error) {
+	for {
+		var r io.Reader
+		var skip bool
+		mt, r, err = c.ws.NextReader()
+		if b, m, parsed, skip, err = c.take(r, err); !skip {
+			return mt, b, m, parsed, err
+		}
+	}
+}
+
+// take reads the message r that gorilla's NextReader returned with err
+// and applies the socket rules to it: skip reports a message not to hand
+// on (it broke a rule, or came after a close frame was sent). A read
+// error drops the network connection; a normal close by the peer is
+// transport.ErrWebsocketClosed.
+func (c *Conn) take(r io.Reader, rerr error) (b []byte, m clientMessage, parsed, skip bool, err error) {
+	if err = rerr; err == nil {
+		b, err = io.ReadAll(r) // at most the read limit
+		if err == nil {
+			c.alive()
+			if c.closing.Load() {
+				return nil, m, false, true, nil
+			}
+			if json.Unmarshal(b, &m) != nil {
+				// Malformed: the protocol answers it.
+				return b, clientMessage{}, false, false, nil
+			}
+			return b, m, true, !c.admit(m), nil
+		}
+	}
+	c.closeNetwork()
+	var ce *websocket.CloseError
+	if errors.As(err, &ce) && (ce.Code == websocket.CloseNormalClosure || ce.Code == websocket.CloseNoStatusReceived) {
+		err = transport.ErrWebsocketClosed
+	}
+	return nil, clientMessage{}, false, false, err
 }
 
 // admit applies the rules on incoming messages and keeps the set of
 // running operation ids; false means the message broke a rule and the
 // socket is closing.
-func (c *Conn) admit(b []byte) bool {
-	var m clientMessage
-	if json.Unmarshal(b, &m) != nil {
-		return true // gqlgen answers malformed messages itself
-	}
+func (c *Conn) admit(m clientMessage) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch m.Type {
@@ -611,9 +662,16 @@ func (c *Conn) WriteJSON(v any) error {
 	if err != nil {
 		return fmt.Errorf("encode websocket message: %w", err)
 	}
+	return c.writeMessage(typ, id, b)
+}
+
+// writeMessage writes one text message made of parts, of type typ for
+// operation id, keeping the bookkeeping both subprotocols need: ids that
+// an outgoing complete or error ends, and the acknowledgement.
+func (c *Conn) writeMessage(typ, id string, parts ...[]byte) error {
 	// Before the write: the client may reuse the id as soon as it reads it.
 	c.ended(typ, id)
-	if err := c.writeText(b); err != nil {
+	if err := c.writeText(parts...); err != nil {
 		return err
 	}
 	if typ == "connection_ack" {
@@ -623,9 +681,11 @@ func (c *Conn) WriteJSON(v any) error {
 	return nil
 }
 
-// writeText writes one text message, unless the socket is closing, and
-// counts it.
-func (c *Conn) writeText(b []byte) error {
+// writeText writes one text message, the concatenation of parts, unless
+// the socket is closing, and counts it. The parts go straight into the
+// socket's write buffer: a payload shared by many sockets is never copied
+// into a message of each one's own.
+func (c *Conn) writeText(parts ...[]byte) error {
 	if c.closing.Load() {
 		c.impl.onMessage(false)
 		return errClosing
@@ -633,7 +693,7 @@ func (c *Conn) writeText(b []byte) error {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	_ = c.ws.SetWriteDeadline(time.Now().Add(c.impl.writeTimeout()))
-	if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
+	if err := c.writeParts(parts); err != nil {
 		c.impl.onMessage(false)
 		if !c.closing.Load() {
 			c.closeNetwork()
@@ -642,6 +702,23 @@ func (c *Conn) writeText(b []byte) error {
 	}
 	c.impl.onMessage(true)
 	return nil
+}
+
+func (c *Conn) writeParts(parts [][]byte) error {
+	if len(parts) == 1 {
+		return c.ws.WriteMessage(websocket.TextMessage, parts[0])
+	}
+	w, err := c.ws.NextWriter(websocket.TextMessage)
+	if err != nil {
+		return err
+	}
+	for _, p := range parts {
+		if _, err := w.Write(p); err != nil {
+			_ = w.Close()
+			return err
+		}
+	}
+	return w.Close()
 }
 
 func (i *Implementation) onMessage(sent bool) {

@@ -1,0 +1,692 @@
+package wsgorilla
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/errcode"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/gorilla/websocket"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+)
+
+// The subprotocols Transport speaks; a client that names none gets the
+// legacy one, as with gqlgen's own transport.
+const (
+	ProtoTransportWS = "graphql-transport-ws"
+	ProtoLegacyWS    = "graphql-ws"
+)
+
+// defaultPayloadReadLimit caps an incoming message when PayloadReadLimit
+// is nil, in bytes (gqlgen's default).
+const defaultPayloadReadLimit = 1 << 20
+
+// InitFunc authenticates a socket from its connection_init payload. It
+// returns the context the socket's operations run in and, optionally, the
+// payload of connection_ack. On an error the socket is closed with the
+// code and reason put on the returned context with WithCloseCode (1000,
+// "terminated" without), after a connection_error message on graphql-ws.
+type InitFunc func(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error)
+
+// Transport is a gqlgen transport (graphql.Transport) for GraphQL over
+// websockets on gorilla/websocket, speaking graphql-transport-ws and the
+// legacy graphql-ws. Each socket has one goroutine, which reads its
+// frames. An operation is prepared (parsed, validated, dispatched) on a
+// goroutine of its own; queries, mutations and subscriptions that stream
+// through gqlgen's executor keep it for as long as they run, as with
+// gqlgen's transport, but a subscription whose resolver pushes (Push) ends
+// it once dispatched: its events are written, when its stream says they
+// are ready, by a writer goroutine that the socket has only while it has
+// frames to write. An idle subscribed socket is therefore one goroutine,
+// blocked reading on a small stack.
+//
+// The rules of Implementation (origin, init timeout, duplicate ids,
+// keepalive, write timeout, shutdown) apply unchanged; Implementation is
+// required.
+type Transport struct {
+	// Implementation accepts and owns the sockets.
+	Implementation *Implementation
+	// InitFunc, when set, is called with the connection_init payload
+	// before connection_ack.
+	InitFunc InitFunc
+	// PayloadReadLimit caps an incoming message, in bytes; nil means
+	// 1 MiB, a pointer to a value of 0 or less no limit.
+	PayloadReadLimit *int64
+}
+
+var _ graphql.Transport = Transport{}
+
+// Supports implements graphql.Transport: every request with an Upgrade
+// header.
+func (t Transport) Supports(r *http.Request) bool { return r.Header.Get("Upgrade") != "" }
+
+// Do implements graphql.Transport: it upgrades the request and serves the
+// socket until it closes, on the calling goroutine. Behind Handler it
+// returns at connection_ack, and Handler's goroutine serves the socket
+// once the handshake's middleware has returned.
+func (t Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
+	wc, err := t.Implementation.Accept(w, r, transport.WebsocketAcceptOptions{
+		ResponseHeader: http.Header{},
+		Subprotocols:   []string{ProtoLegacyWS, ProtoTransportWS},
+	})
+	if err != nil {
+		return // Upgrade answered the request with an HTTP error
+	}
+	c := wc.(*Conn)
+	switch c.Subprotocol() {
+	case ProtoLegacyWS, "", ProtoTransportWS:
+	default:
+		_ = c.WriteClose(websocket.CloseProtocolError, "unsupported negotiated subprotocol "+c.Subprotocol())
+		_ = c.Close()
+		return
+	}
+	limit := int64(defaultPayloadReadLimit)
+	if t.PayloadReadLimit != nil {
+		limit = *t.PayloadReadLimit
+	}
+	if limit > 0 {
+		c.SetReadLimit(limit)
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	s := &socket{
+		t:       t,
+		conn:    c,
+		legacy:  c.Subprotocol() != ProtoTransportWS,
+		exec:    exec,
+		headers: r.Header,
+		ctx:     ctx,
+		cancel:  cancel,
+		active:  make(map[string]func()),
+	}
+	if !s.init() {
+		s.end()
+		return
+	}
+	if c.handle != nil {
+		// Handler runs the loop once the handshake's frames are gone.
+		c.handle.loop = s.serve
+		return
+	}
+	s.serve()
+}
+
+// serve reads and runs the socket's messages until it closes.
+func (s *socket) serve() {
+	s.run()
+	s.end()
+}
+
+// end closes the socket and waits for its writer.
+func (s *socket) end() {
+	s.close(websocket.CloseNormalClosure, "terminated")
+	s.push.stop()
+}
+
+// socket is one socket's protocol state; its methods run on the socket's
+// goroutine unless they say otherwise.
+type socket struct {
+	t       Transport
+	conn    *Conn
+	legacy  bool // graphql-ws rather than graphql-transport-ws
+	exec    graphql.GraphExecutor
+	headers http.Header
+	// ctx is the connection's: InitFunc's, cancelled when the socket
+	// closes.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	initPayload transport.InitPayload
+
+	mu     sync.Mutex
+	active map[string]func() // running operations by id: their stop
+	closed bool
+
+	push pusher
+}
+
+// Incoming message types, by what they mean in either subprotocol.
+const (
+	msgInit = iota + 1
+	msgTerminate
+	msgStart
+	msgStop
+	msgPing
+	msgPong
+	msgUnexpected // a message type the server sends, not takes
+)
+
+// errBadMessage is a message that is not JSON or of no type of the
+// subprotocol.
+var errBadMessage = errors.New("invalid message received")
+
+// next reads the next message and classifies it.
+func (s *socket) next() (kind int, m clientMessage, err error) {
+	_, _, m, parsed, err := s.conn.next()
+	return s.classify(m, parsed, err)
+}
+
+// classify tells what an incoming message means in the socket's
+// subprotocol.
+func (s *socket) classify(m clientMessage, parsed bool, err error) (kind int, _ clientMessage, _ error) {
+	if err != nil {
+		return 0, m, err
+	}
+	if !parsed {
+		return 0, m, errBadMessage
+	}
+	if s.legacy {
+		switch m.Type {
+		case "connection_init":
+			return msgInit, m, nil
+		case "connection_terminate":
+			return msgTerminate, m, nil
+		case "start":
+			return msgStart, m, nil
+		case "stop":
+			return msgStop, m, nil
+		case "connection_ack", "connection_error", "data", "error", "complete", "ka":
+			return msgUnexpected, m, nil
+		}
+		return 0, m, errBadMessage
+	}
+	switch m.Type {
+	case "connection_init":
+		return msgInit, m, nil
+	case "subscribe":
+		return msgStart, m, nil
+	case "complete":
+		return msgStop, m, nil
+	case "ping":
+		return msgPing, m, nil
+	case "pong":
+		return msgPong, m, nil
+	case "connection_ack", "next", "error":
+		return 0, m, fmt.Errorf("invalid client->server message type %s", m.Type)
+	}
+	return 0, m, errBadMessage
+}
+
+// init reads connection_init and acknowledges it; false means the socket
+// is to close.
+func (s *socket) init() bool {
+	kind, m, err := s.next()
+	if err != nil {
+		if errors.Is(err, errBadMessage) {
+			s.connectionError("invalid json")
+		}
+		s.close(websocket.CloseProtocolError, "decoding error")
+		return false
+	}
+	switch kind {
+	case msgInit:
+	case msgTerminate:
+		s.close(websocket.CloseNormalClosure, "terminated")
+		return false
+	default:
+		s.connectionError("unexpected message " + m.Type)
+		s.close(websocket.CloseProtocolError, "unexpected message")
+		return false
+	}
+	if p := bytes.TrimSpace(m.Payload); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
+		if err := json.Unmarshal(p, &s.initPayload); err != nil {
+			return false // Conn closed it with CloseBadRequest already
+		}
+	}
+	var ack *transport.InitPayload
+	if s.t.InitFunc != nil {
+		ctx, payload, err := s.t.InitFunc(s.ctx, s.initPayload)
+		if err != nil {
+			s.connectionError(err.Error())
+			code, reason := closeCodeOf(ctx)
+			s.close(code, reason)
+			return false
+		}
+		// Derived from s.ctx, so cancelled with the socket; cancelled
+		// before (the token was revoked), it closes the socket.
+		s.ctx, ack = ctx, payload
+		context.AfterFunc(s.ctx, func() { s.close(websocket.CloseNormalClosure, "terminated") })
+	}
+	var payload []byte
+	if ack != nil {
+		b, err := json.Marshal(*ack)
+		if err != nil {
+			s.close(websocket.CloseInternalServerErr, "internal error")
+			return false
+		}
+		payload = b
+	}
+	s.send("connection_ack", "", payload)
+	if s.legacy {
+		s.send("ka", "", nil)
+	}
+	return true
+}
+
+// run reads messages until the socket closes or a message ends it. Its
+// frame is where an idle socket waits, at the bottom of the reader's
+// stack: the little the wait takes lets the runtime keep that stack at
+// 4 KiB, so the message is handled in handle, which returns before the
+// next wait.
+func (s *socket) run() {
+	for {
+		_, r, err := s.conn.ws.NextReader()
+		if !s.handle(r, err) {
+			return
+		}
+	}
+}
+
+// handle takes one message that NextReader returned; false means the
+// socket is done.
+//
+//go:noinline
+func (s *socket) handle(r io.Reader, err error) bool {
+	_, m, parsed, skip, err := s.conn.take(r, err)
+	if skip {
+		return true
+	}
+	kind, m, err := s.classify(m, parsed, err)
+	if err != nil {
+		return false
+	}
+	switch kind {
+	case msgStart:
+		s.start(m)
+	case msgStop:
+		s.mu.Lock()
+		stop := s.active[m.ID]
+		s.mu.Unlock()
+		if stop != nil {
+			stop()
+		}
+	case msgTerminate:
+		s.close(websocket.CloseNormalClosure, "terminated")
+		return false
+	case msgPing:
+		s.send("pong", "", m.Payload)
+	case msgPong:
+		// The answer to a keepalive ping; Conn saw the peer is there.
+	default:
+		s.connectionError("unexpected message " + m.Type)
+		s.close(websocket.CloseProtocolError, "unexpected message")
+		return false
+	}
+	return true
+}
+
+// start runs the operation of a subscribe (start) message. Only its
+// registration happens on the socket's goroutine: parsing, validation and
+// the resolver run on the operation's, so that the reader's stack stays
+// small for the socket's life.
+func (s *socket) start(m clientMessage) {
+	begin := graphql.Now()
+	ctx, cancel := context.WithCancel(s.ctx)
+	op := &operation{s: s, id: m.ID, cancel: cancel}
+	s.mu.Lock()
+	s.active[m.ID] = op.stop
+	s.mu.Unlock()
+	go op.run(ctx, m.Payload, begin)
+}
+
+// run prepares the operation and runs it: a subscription whose resolver
+// pushes is left to the socket's writer once dispatched, anything else is
+// pulled here until it ends.
+func (op *operation) run(ctx context.Context, payload json.RawMessage, begin time.Time) {
+	s := op.s
+	ctx = graphql.StartOperationTrace(ctx)
+	params := &graphql.RawParams{}
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	if err := dec.Decode(params); err != nil {
+		s.sendErrors(op.id, gqlerror.List{{Message: "invalid json"}})
+		op.abandon()
+		return
+	}
+	params.ReadTime = graphql.TraceTiming{Start: begin, End: graphql.Now()}
+	params.Headers = s.headers
+
+	rc, errs := s.exec.CreateOperationContext(ctx, params)
+	if errs != nil {
+		resp := s.exec.DispatchError(graphql.WithOperationContext(ctx, rc), errs)
+		if errcode.GetErrorKind(errs) == errcode.KindProtocol {
+			s.sendErrors(op.id, resp.Errors)
+		} else {
+			s.sendResponse(op.id, &graphql.Response{Errors: errs})
+		}
+		op.abandon()
+		return
+	}
+	op.rc = rc
+	ctx = graphql.WithOperationContext(ctx, rc)
+	// One value for InitPayload, AddSubscriptionError and Push.
+	ctx = context.WithValue(ctx, operationKey{}, op)
+	if rc.Operation != nil && rc.Operation.Operation == ast.Subscription {
+		// The subscription's resolver runs in DispatchOperation: one that
+		// pushes registers its stream there.
+		op.subscription = true
+		if s.dispatchPushed(ctx, op) {
+			return
+		}
+		op.pull(ctx, op.responses)
+		return
+	}
+	op.pull(ctx, nil)
+}
+
+// abandon ends an operation that never ran (its request was refused):
+// complete, as for one that ran.
+func (op *operation) abandon() {
+	op.s.complete(op.id)
+	op.s.mu.Lock()
+	delete(op.s.active, op.id)
+	op.s.mu.Unlock()
+	op.cancel()
+}
+
+// dispatchPushed dispatches a subscription and reports whether its
+// resolver pushes; one that does not is left for pull with its response
+// handler in op.responses.
+func (s *socket) dispatchPushed(ctx context.Context, op *operation) (pushed bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			op.fail(ctx, r)
+			pushed = true
+		}
+	}()
+	responses, ctx := s.exec.DispatchOperation(ctx, op.rc)
+	op.responses = responses
+	if op.stream == nil {
+		return false
+	}
+	s.push.start(op, ctx)
+	return true
+}
+
+// operation is one operation running on the socket.
+type operation struct {
+	s      *socket
+	id     string
+	rc     *graphql.OperationContext
+	cancel context.CancelFunc
+
+	responses graphql.ResponseHandler
+	// stream is the pushing resolver's (Push), nil for a pulled operation.
+	stream Stream
+	// ctx is what DispatchOperation returned, for a pushed operation.
+	ctx context.Context
+	// subscription: Push may register a stream.
+	subscription bool
+
+	errMu sync.Mutex
+	errs  gqlerror.List // AddSubscriptionError's
+
+	// Guarded by the socket's pusher.
+	queued, started, finished bool
+}
+
+// stop ends the operation at the client's or the socket's request (from
+// any goroutine); a pushed one is woken to see its stream end.
+func (op *operation) stop() {
+	op.cancel()
+	op.s.push.wake(op)
+}
+
+// pull runs an operation whose responses are pulled from gqlgen's
+// executor, on a goroutine of its own; responses is the handler already
+// dispatched, or nil to dispatch here.
+func (op *operation) pull(ctx context.Context, responses graphql.ResponseHandler) {
+	defer func() {
+		if r := recover(); r != nil {
+			op.fail(ctx, r)
+			return
+		}
+		op.finish()
+	}()
+	if responses == nil {
+		responses, ctx = op.s.exec.DispatchOperation(ctx, op.rc)
+	}
+	for {
+		resp := responses(ctx)
+		if resp == nil {
+			return
+		}
+		op.s.sendResponse(op.id, resp)
+	}
+}
+
+// fail answers a panic in the operation with an error message.
+func (op *operation) fail(ctx context.Context, p any) {
+	var err error
+	if op.rc != nil {
+		err = op.rc.Recover(ctx, p)
+	} else {
+		err = fmt.Errorf("panic: %v", p)
+	}
+	var gqlErr *gqlerror.Error
+	if !errors.As(err, &gqlErr) {
+		gqlErr = &gqlerror.Error{}
+		if err != nil {
+			gqlErr.Message = err.Error()
+		}
+	}
+	op.s.sendErrors(op.id, gqlerror.List{gqlErr})
+	op.finish()
+}
+
+// finish ends the operation: an error message with the errors added by
+// AddSubscriptionError, else complete unless the socket is closing.
+func (op *operation) finish() {
+	if errs := op.subscriptionErrors(); len(errs) > 0 {
+		op.s.sendErrors(op.id, errs)
+	} else if op.s.ctx.Err() == nil {
+		op.s.complete(op.id)
+	}
+	op.s.mu.Lock()
+	delete(op.s.active, op.id)
+	op.s.mu.Unlock()
+	op.cancel()
+}
+
+// close closes the socket with code and reason (unless a close frame went
+// out already, whose code stands) and stops its operations; safe to call
+// from any goroutine, more than once.
+func (s *socket) close(code int, reason string) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	stops := make([]func(), 0, len(s.active))
+	for _, stop := range s.active {
+		stops = append(stops, stop)
+	}
+	s.mu.Unlock()
+	_ = s.conn.WriteClose(code, reason)
+	s.cancel()
+	for _, stop := range stops {
+		stop()
+	}
+	_ = s.conn.Close()
+}
+
+// send writes one message; a failed write has closed the socket, whose
+// reader then ends.
+func (s *socket) send(typ, id string, payload []byte) {
+	_ = s.conn.writeMessage(typ, id, envelopeParts(typ, id, payload)...)
+}
+
+func envelopeParts(typ, id string, payload []byte) [][]byte {
+	b := make([]byte, 0, len(payload)+len(id)+len(typ)+32)
+	b = append(b, '{')
+	if len(payload) > 0 {
+		b = append(b, `"payload":`...)
+		b = append(b, payload...)
+		b = append(b, ',')
+	}
+	if id != "" {
+		b = append(b, `"id":`...)
+		b = appendString(b, id)
+		b = append(b, ',')
+	}
+	b = append(b, `"type":`...)
+	b = appendString(b, typ)
+	return [][]byte{append(b, '}')}
+}
+
+// dataType is the message type of an operation's result.
+func (s *socket) dataType() string {
+	if s.legacy {
+		return "data"
+	}
+	return "next"
+}
+
+// sendResponse writes one result of operation id.
+func (s *socket) sendResponse(id string, resp *graphql.Response) {
+	if parts, ok := s.sharedFrame(id, resp); ok {
+		_ = s.conn.writeMessage(s.dataType(), id, parts...)
+		return
+	}
+	b, err := json.Marshal(resp)
+	if err != nil {
+		s.sendErrors(id, gqlerror.List{{Message: "encode response: " + err.Error()}})
+		return
+	}
+	s.send(s.dataType(), id, b)
+}
+
+// sharedFrame returns a result message as parts around resp.Data, which
+// then is written as it is: shared by every socket that takes the same
+// result (SharedFeedPayloads), it is neither copied nor encoded again.
+// ok is false for a response of another shape than data and extensions.
+func (s *socket) sharedFrame(id string, resp *graphql.Response) (parts [][]byte, ok bool) {
+	if len(resp.Errors) > 0 || resp.Data == nil || resp.Label != "" || resp.Path != nil || resp.HasNext != nil {
+		return nil, false
+	}
+	tail := make([]byte, 0, 96)
+	if len(resp.Extensions) > 0 {
+		tail = append(tail, `,"extensions":`...)
+		var err error
+		if tail, err = appendExtensions(tail, resp.Extensions); err != nil {
+			return nil, false
+		}
+	}
+	tail = append(tail, `},"id":`...)
+	tail = appendString(tail, id)
+	tail = append(tail, `,"type":`...)
+	tail = appendString(tail, s.dataType())
+	tail = append(tail, '}')
+	return [][]byte{framePrefix, resp.Data, tail}, true
+}
+
+// appendExtensions appends ext as a JSON object: by hand when it holds
+// only strings (a request id, on every result of a busy feed), else as
+// encoding/json writes it. Keys are sorted either way.
+func appendExtensions(b []byte, ext map[string]any) ([]byte, error) {
+	keys := make([]string, 0, len(ext))
+	for k, v := range ext {
+		if _, ok := v.(string); !ok {
+			j, err := json.Marshal(ext)
+			return append(b, j...), err
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, k)
+		b = append(b, ':')
+		b = appendString(b, ext[k].(string))
+	}
+	return append(b, '}'), nil
+}
+
+// framePrefix opens every result message written around shared data.
+var framePrefix = []byte(`{"payload":{"data":`)
+
+func (s *socket) complete(id string) { s.send("complete", id, nil) }
+
+func (s *socket) sendErrors(id string, errs gqlerror.List) {
+	b, err := json.Marshal(errs)
+	if err != nil {
+		b = []byte(`[{"message":"internal error"}]`)
+	}
+	s.send("error", id, b)
+}
+
+// connectionError tells a graphql-ws client why its socket closes;
+// graphql-transport-ws has no such message.
+func (s *socket) connectionError(msg string) {
+	if !s.legacy {
+		return
+	}
+	b, _ := json.Marshal(&gqlerror.Error{Message: msg})
+	s.send("connection_error", "", b)
+}
+
+// Context values of the transport.
+type (
+	closeCodeKey     struct{}
+	operationKey     struct{} // → *operation
+	closeCodeAndText struct {
+		code   int
+		reason string
+	}
+)
+
+// WithCloseCode returns ctx carrying the close code and reason for an
+// InitFunc that refuses a socket (see InitFunc). reason is cut to the 123
+// bytes a close frame carries.
+func WithCloseCode(ctx context.Context, code int, reason string) context.Context {
+	return context.WithValue(ctx, closeCodeKey{}, closeCodeAndText{code, reason})
+}
+
+func closeCodeOf(ctx context.Context) (int, string) {
+	if ctx != nil {
+		if c, ok := ctx.Value(closeCodeKey{}).(closeCodeAndText); ok {
+			return c.code, c.reason
+		}
+	}
+	return websocket.CloseNormalClosure, "terminated"
+}
+
+// InitPayload is the connection_init payload of the socket that runs the
+// operation of ctx, nil when there was none.
+func InitPayload(ctx context.Context) transport.InitPayload {
+	if op, ok := ctx.Value(operationKey{}).(*operation); ok {
+		return op.s.initPayload
+	}
+	return nil
+}
+
+// AddSubscriptionError makes the end of the subscription of ctx an error
+// message carrying err instead of complete: the way a resolver whose
+// stream fails (its channel closed, or its pushed stream ended) says why.
+// Outside an operation of this transport it does nothing.
+func AddSubscriptionError(ctx context.Context, err *gqlerror.Error) {
+	if op, ok := ctx.Value(operationKey{}).(*operation); ok {
+		op.errMu.Lock()
+		op.errs = append(op.errs, err)
+		op.errMu.Unlock()
+	}
+}
+
+func (op *operation) subscriptionErrors() gqlerror.List {
+	op.errMu.Lock()
+	defer op.errMu.Unlock()
+	return op.errs
+}
