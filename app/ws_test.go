@@ -97,6 +97,55 @@ func TestWebsocketIDReusableAfterComplete(t *testing.T) {
 	}
 }
 
+// A client that stops an operation and at once subscribes with its id
+// again, before the first's complete reached it: the id is taken until
+// that complete (4409), or the second operation runs, and then a
+// complete stops it. The first's end must not free the second's id or
+// drop its stop, which would leave its feed subscription running for
+// the socket's life.
+func TestWebsocketIDReusedBeforeItsCompleteLeavesNothingRunning(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	filter := map[string]any{"filter": map[string]any{"entity": "sales_orders"}}
+	refused := 0
+	for range 20 {
+		c := apptest.DialWS(t, s, apptest.ProtoTransportWS)
+		c.Init(s.Token)
+		c.Subscribe("1", apptest.FeedSubscription, filter)
+		apptest.WaitFor(t, 5*time.Second, "the subscription", func() bool { return s.App.Feed().Subscribers() == 1 })
+		c.Send(apptest.Message{ID: "1", Type: "complete"})
+		c.Subscribe("1", apptest.FeedSubscription, filter)
+		// The first's complete, or 4409 for the second.
+		if m, err := c.Read(5 * time.Second); err != nil {
+			requireClosedWith(t, err, wsgorilla.CloseSubscriberExists)
+			refused++
+		} else {
+			require.Equal(t, apptest.Message{ID: "1", Type: "complete"}, apptest.Message{ID: m.ID, Type: m.Type})
+			// Whatever runs as 1 now is stopped by a complete. The socket
+			// reads in order: operation 2 starts after it took that.
+			c.Send(apptest.Message{ID: "1", Type: "complete"})
+			c.Subscribe("2", `{ __typename }`, nil)
+			for {
+				m, err := c.Read(5 * time.Second)
+				require.NoError(t, err)
+				if m.ID == "2" && m.Type == "complete" {
+					break
+				}
+			}
+		}
+		apptest.WaitFor(t, 5*time.Second, "no subscription running", func() bool { return s.App.Feed().Subscribers() == 0 })
+		_ = c.Conn.Close()
+	}
+	t.Logf("refused with 4409: %d of 20", refused)
+}
+
+func requireClosedWith(t *testing.T, err error, code int) {
+	t.Helper()
+	var ce *websocket.CloseError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, code, ce.Code)
+}
+
 func TestWebsocketOriginCheck(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t, func(c *config.Config) { c.AllowedOrigins = []string{"https://erp.example.com"} })

@@ -106,7 +106,7 @@ func (t Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Graph
 		headers: r.Header,
 		ctx:     ctx,
 		cancel:  cancel,
-		active:  make(map[string]func()),
+		active:  make(map[string]*operation),
 	}
 	if !s.init() {
 		s.end()
@@ -147,8 +147,12 @@ type socket struct {
 
 	initPayload transport.InitPayload
 
-	mu     sync.Mutex
-	active map[string]func() // running operations by id: their stop
+	mu sync.Mutex
+	// active holds the running operations by id. An id stays taken
+	// (a subscribe with it is 4409) until its operation's last message,
+	// even after the client stopped it: that message (complete) must not
+	// reach a later operation of the same id.
+	active map[string]*operation
 	closed bool
 
 	push pusher
@@ -304,10 +308,10 @@ func (s *socket) handle(r io.Reader, err error) bool {
 		s.start(m)
 	case msgStop:
 		s.mu.Lock()
-		stop := s.active[m.ID]
+		op := s.active[m.ID]
 		s.mu.Unlock()
-		if stop != nil {
-			stop()
+		if op != nil {
+			op.stop()
 		}
 	case msgTerminate:
 		s.close(websocket.CloseNormalClosure, "terminated")
@@ -333,7 +337,7 @@ func (s *socket) start(m clientMessage) {
 	ctx, cancel := context.WithCancel(s.ctx)
 	op := &operation{s: s, id: m.ID, cancel: cancel}
 	s.mu.Lock()
-	s.active[m.ID] = op.stop
+	s.active[m.ID] = op
 	s.mu.Unlock()
 	go op.run(ctx, m.Payload, begin)
 }
@@ -386,11 +390,20 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 // abandon ends an operation that never ran (its request was refused):
 // complete, as for one that ran.
 func (op *operation) abandon() {
+	op.retire()
 	op.s.complete(op.id)
-	op.s.mu.Lock()
-	delete(op.s.active, op.id)
-	op.s.mu.Unlock()
 	op.cancel()
+}
+
+// retire frees the operation's id, just before its last message: the
+// client may reuse the id as soon as it reads that message.
+func (op *operation) retire() {
+	op.s.mu.Lock()
+	if op.s.active[op.id] == op {
+		delete(op.s.active, op.id)
+	}
+	op.s.mu.Unlock()
+	op.s.conn.forget(op.id)
 }
 
 // dispatchPushed dispatches a subscription and reports whether its
@@ -486,14 +499,12 @@ func (op *operation) fail(ctx context.Context, p any) {
 // finish ends the operation: an error message with the errors added by
 // AddSubscriptionError, else complete unless the socket is closing.
 func (op *operation) finish() {
+	op.retire()
 	if errs := op.subscriptionErrors(); len(errs) > 0 {
 		op.s.sendErrors(op.id, errs)
 	} else if op.s.ctx.Err() == nil {
 		op.s.complete(op.id)
 	}
-	op.s.mu.Lock()
-	delete(op.s.active, op.id)
-	op.s.mu.Unlock()
 	op.cancel()
 }
 
@@ -507,15 +518,15 @@ func (s *socket) close(code int, reason string) {
 		return
 	}
 	s.closed = true
-	stops := make([]func(), 0, len(s.active))
-	for _, stop := range s.active {
-		stops = append(stops, stop)
+	ops := make([]*operation, 0, len(s.active))
+	for _, op := range s.active {
+		ops = append(ops, op)
 	}
 	s.mu.Unlock()
 	_ = s.conn.WriteClose(code, reason)
 	s.cancel()
-	for _, stop := range stops {
-		stop()
+	for _, op := range ops {
+		op.stop()
 	}
 	_ = s.conn.Close()
 }

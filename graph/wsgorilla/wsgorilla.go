@@ -47,9 +47,11 @@ import (
 	"net/http"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/gorilla/websocket"
@@ -638,9 +640,9 @@ func (c *Conn) admit(m clientMessage) bool {
 			return false
 		}
 		c.active[m.ID] = struct{}{}
-	case "complete", "stop":
-		delete(c.active, m.ID)
 	}
+	// A complete (stop) from the client leaves the id taken: the
+	// operation's own last message frees it (ended, forget).
 	return true
 }
 
@@ -650,6 +652,11 @@ func (c *Conn) ended(typ, id string) {
 	if id == "" || (typ != "complete" && typ != "error") {
 		return
 	}
+	c.forget(id)
+}
+
+// forget frees operation id: a subscribe may use it again.
+func (c *Conn) forget(id string) {
 	c.mu.Lock()
 	delete(c.active, id)
 	c.mu.Unlock()
@@ -662,15 +669,15 @@ func (c *Conn) WriteJSON(v any) error {
 	if err != nil {
 		return fmt.Errorf("encode websocket message: %w", err)
 	}
+	// Before the write: the client may reuse the id as soon as it reads it.
+	c.ended(typ, id)
 	return c.writeMessage(typ, id, b)
 }
 
 // writeMessage writes one text message made of parts, of type typ for
-// operation id, keeping the bookkeeping both subprotocols need: ids that
-// an outgoing complete or error ends, and the acknowledgement.
+// operation id, and notes the acknowledgement. Which message frees an id
+// is the caller's to say (ended, forget).
 func (c *Conn) writeMessage(typ, id string, parts ...[]byte) error {
-	// Before the write: the client may reuse the id as soon as it reads it.
-	c.ended(typ, id)
 	if err := c.writeText(parts...); err != nil {
 		return err
 	}
@@ -755,9 +762,7 @@ func (c *Conn) closeWith(code int, reason string, wait time.Duration) {
 }
 
 func (c *Conn) writeCloseFrame(code int, reason string, wait time.Duration) error {
-	if len(reason) > maxCloseReason {
-		reason = reason[:maxCloseReason]
-	}
+	reason = closeReason(reason)
 	c.stopInitTimer()
 	c.closeMu.Lock()
 	defer c.closeMu.Unlock()
@@ -857,3 +862,19 @@ var (
 	keepAliveTransportWS = []byte(`{"type":"ping"}`)
 	keepAliveGraphQLWS   = []byte(`{"type":"ka"}`)
 )
+
+// closeReason makes reason fit a close frame: valid UTF-8 (a browser
+// fails a close frame that is not, and its client sees 1006) of at most
+// maxCloseReason bytes, cut between characters. The reason may quote a
+// client's operation id.
+func closeReason(reason string) string {
+	reason = strings.ToValidUTF8(reason, "\uFFFD")
+	if len(reason) <= maxCloseReason {
+		return reason
+	}
+	cut := maxCloseReason
+	for cut > 0 && !utf8.RuneStart(reason[cut]) {
+		cut--
+	}
+	return reason[:cut]
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/gorilla/websocket"
@@ -182,4 +183,18 @@ func TestHandlerPanics(t *testing.T) {
 		require.Zero(t, impl.Open())
 		srv.Close()
 	}
+}
+
+// A close reason quotes the client's operation id (4409): whatever the id,
+// the reason is valid UTF-8 within a close frame's 123 bytes.
+func TestCloseReasonIsValidUTF8WithinTheFrame(t *testing.T) {
+	long := "Subscriber for x" + strings.Repeat("é", 100) + " already exists"
+	for _, reason := range []string{"terminated", long, "Subscriber for \xff\xfe already exists"} {
+		got := closeReason(reason)
+		require.True(t, utf8.ValidString(got), "%q", got)
+		require.LessOrEqual(t, len(got), maxCloseReason)
+		require.True(t, strings.HasPrefix(reason, got) || !utf8.ValidString(reason), "%q cut from %q", got, reason)
+	}
+	require.Equal(t, "terminated", closeReason("terminated"))
+	require.Len(t, closeReason(long), 122, "cut before the é that would straddle byte 123")
 }
