@@ -782,3 +782,34 @@ func TestFeedSameOperationSameFrames(t *testing.T) {
 	require.Equal(t, int64(2*events), executed-executed0, "once per event for the admins' operation, once for the viewer's")
 	require.Equal(t, int64(events), shared-shared0, "the second admin socket takes the first one's data")
 }
+
+// A client resuming from its cursor (after, as every reconnecting browser
+// tab sends) runs the same operation as one that did not: where its stream
+// starts does not change how an event looks, and the two share each
+// event's execution and bytes.
+func TestFeedSharesFramesAcrossCursors(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	first := apptest.DialWS(t, s, apptest.ProtoTransportWS)
+	first.Init(s.Token)
+	first.Subscribe("1", apptest.FeedSubscription, map[string]any{"filter": salesOrdersCreated})
+	apptest.WaitFor(t, 5*time.Second, "the subscription", func() bool { return s.App.Feed().Subscribers() == 1 })
+	require.NoError(t, insertEvents(t.Context(), s, 1, 1))
+	cursor := first.NextEvent("1").Cursor
+	require.NotEmpty(t, cursor)
+
+	resumed := apptest.DialWS(t, s, apptest.ProtoTransportWS)
+	resumed.Init(s.Token)
+	resumed.Subscribe("1", apptest.FeedSubscription, map[string]any{"filter": salesOrdersCreated, "after": cursor})
+	apptest.WaitFor(t, 5*time.Second, "both subscriptions", func() bool { return s.App.Feed().Subscribers() == 2 })
+	executed0, shared0 := s.App.SharedFeedStats()
+	const events = 4
+	require.NoError(t, insertEvents(t.Context(), s, events, 2))
+	for range events {
+		a, b := first.NextEvent("1"), resumed.NextEvent("1")
+		require.Equal(t, a, b)
+	}
+	executed, shared := s.App.SharedFeedStats()
+	require.Equal(t, int64(events), executed-executed0, "one execution per event for both cursors")
+	require.Equal(t, int64(events), shared-shared0, "the resumed socket takes the first one's data")
+}

@@ -466,7 +466,20 @@ func (*SharedFeedPayloads) InterceptOperation(ctx context.Context, next graphql.
 	if oc.Operation == nil || oc.Operation.Operation != ast.Subscription {
 		return next(ctx)
 	}
-	vars, err := json.Marshal(oc.Variables)
+	// Only the variables the event's selection uses change how an event
+	// looks; the root field's arguments (filter, after: the cursor every
+	// reconnecting client sends) choose which events, not their frames.
+	used := map[string]any{}
+	for _, sel := range oc.Operation.SelectionSet {
+		f, ok := sel.(*ast.Field)
+		if !ok {
+			used = oc.Variables // a root fragment: keyed on them all
+			break
+		}
+		selectionVariables(f.SelectionSet, oc.Variables, used)
+		directiveVariables(f.Directives, oc.Variables, used)
+	}
+	vars, err := json.Marshal(used)
 	if err != nil {
 		return next(ctx) // not shareable; executes as usual
 	}
@@ -591,4 +604,47 @@ func (p *SharedFeedPayloads) claim(seq int64, key string) (e *sharedPayload, fir
 	e = &sharedPayload{done: make(chan struct{})}
 	byKey[key] = e
 	return e, true
+}
+
+// selectionVariables adds to used the variables of vars that set's fields,
+// fragments and directives refer to.
+func selectionVariables(set ast.SelectionSet, vars map[string]any, used map[string]any) {
+	for _, sel := range set {
+		switch sel := sel.(type) {
+		case *ast.Field:
+			for _, a := range sel.Arguments {
+				valueVariables(a.Value, vars, used)
+			}
+			directiveVariables(sel.Directives, vars, used)
+			selectionVariables(sel.SelectionSet, vars, used)
+		case *ast.InlineFragment:
+			directiveVariables(sel.Directives, vars, used)
+			selectionVariables(sel.SelectionSet, vars, used)
+		case *ast.FragmentSpread:
+			directiveVariables(sel.Directives, vars, used)
+			if sel.Definition != nil {
+				selectionVariables(sel.Definition.SelectionSet, vars, used)
+			}
+		}
+	}
+}
+
+func directiveVariables(ds ast.DirectiveList, vars map[string]any, used map[string]any) {
+	for _, d := range ds {
+		for _, a := range d.Arguments {
+			valueVariables(a.Value, vars, used)
+		}
+	}
+}
+
+func valueVariables(v *ast.Value, vars map[string]any, used map[string]any) {
+	if v == nil {
+		return
+	}
+	if v.Kind == ast.Variable {
+		used[v.Raw] = vars[v.Raw]
+	}
+	for _, c := range v.Children {
+		valueVariables(c.Value, vars, used)
+	}
 }
