@@ -129,9 +129,10 @@ func (p *pusher) drain(op *operation) {
 		}
 	}()
 	for range pushTurn {
-		if op.s.conn.closing.Load() {
-			// Nothing goes out any more; the socket's goroutine ends
-			// the operation once it closed.
+		if op.s.conn.closing.Load() || op.s.conn.netClosed.Load() {
+			// Nothing goes out any more (a close frame went out, or a
+			// write failed and dropped the connection); the socket's
+			// goroutine ends the operation once it closed.
 			return
 		}
 		if !op.stream.Advance(op.ctx) {
@@ -144,7 +145,9 @@ func (p *pusher) drain(op *operation) {
 			}
 			return
 		}
-		op.s.sendResponse(op.id, resp)
+		if op.current() {
+			op.s.sendResponse(op.id, resp)
+		}
 	}
 	p.wake(op)
 }

@@ -148,10 +148,11 @@ type socket struct {
 	initPayload transport.InitPayload
 
 	mu sync.Mutex
-	// active holds the running operations by id. An id stays taken
-	// (a subscribe with it is 4409) until its operation's last message,
-	// even after the client stopped it: that message (complete) must not
-	// reach a later operation of the same id.
+	// active holds the operations by id. A client may reuse an id as soon
+	// as it stopped the operation (complete, stop); a subscribe with it
+	// then takes the id over from the stopped operation, which ends
+	// without a last message of its own: a complete with that id would
+	// end the new one for the client.
 	active map[string]*operation
 	closed bool
 
@@ -337,7 +338,7 @@ func (s *socket) start(m clientMessage) {
 	ctx, cancel := context.WithCancel(s.ctx)
 	op := &operation{s: s, id: m.ID, cancel: cancel}
 	s.mu.Lock()
-	s.active[m.ID] = op
+	s.active[m.ID] = op // over a stopped operation of the same id, if any
 	s.mu.Unlock()
 	go op.run(ctx, m.Payload, begin)
 }
@@ -390,20 +391,35 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 // abandon ends an operation that never ran (its request was refused):
 // complete, as for one that ran.
 func (op *operation) abandon() {
-	op.retire()
-	op.s.complete(op.id)
+	if op.retire() {
+		op.s.complete(op.id)
+	}
 	op.cancel()
 }
 
-// retire frees the operation's id, just before its last message: the
-// client may reuse the id as soon as it reads that message.
-func (op *operation) retire() {
+// retire frees the operation's id, just before its last message (the
+// client may reuse the id as soon as it reads that message), and reports
+// whether the id was still the operation's: false when a later operation
+// of the same id took it over, and no last message is to be sent.
+func (op *operation) retire() (owned bool) {
 	op.s.mu.Lock()
-	if op.s.active[op.id] == op {
+	owned = op.s.active[op.id] == op
+	if owned {
 		delete(op.s.active, op.id)
 	}
 	op.s.mu.Unlock()
-	op.s.conn.forget(op.id)
+	if owned {
+		op.s.conn.forget(op.id)
+	}
+	return owned
+}
+
+// current reports whether the operation still has its id: a response of
+// one that was stopped and whose id was taken over is not sent.
+func (op *operation) current() bool {
+	op.s.mu.Lock()
+	defer op.s.mu.Unlock()
+	return op.s.active[op.id] == op
 }
 
 // dispatchPushed dispatches a subscription and reports whether its
@@ -473,7 +489,9 @@ func (op *operation) pull(ctx context.Context, responses graphql.ResponseHandler
 		if resp == nil {
 			return
 		}
-		op.s.sendResponse(op.id, resp)
+		if op.current() {
+			op.s.sendResponse(op.id, resp)
+		}
 	}
 }
 
@@ -492,17 +510,20 @@ func (op *operation) fail(ctx context.Context, p any) {
 			gqlErr.Message = err.Error()
 		}
 	}
-	op.s.sendErrors(op.id, gqlerror.List{gqlErr})
+	if op.current() {
+		op.s.sendErrors(op.id, gqlerror.List{gqlErr})
+	}
 	op.finish()
 }
 
 // finish ends the operation: an error message with the errors added by
 // AddSubscriptionError, else complete unless the socket is closing.
 func (op *operation) finish() {
-	op.retire()
-	if errs := op.subscriptionErrors(); len(errs) > 0 {
-		op.s.sendErrors(op.id, errs)
-	} else if op.s.ctx.Err() == nil {
+	switch {
+	case !op.retire():
+	case len(op.subscriptionErrors()) > 0:
+		op.s.sendErrors(op.id, op.subscriptionErrors())
+	case op.s.ctx.Err() == nil:
 		op.s.complete(op.id)
 	}
 	op.cancel()

@@ -640,9 +640,11 @@ func (c *Conn) admit(m clientMessage) bool {
 			return false
 		}
 		c.active[m.ID] = struct{}{}
+	case "complete", "stop":
+		// The client may reuse the id at once (Transport hands it to
+		// the new operation).
+		delete(c.active, m.ID)
 	}
-	// A complete (stop) from the client leaves the id taken: the
-	// operation's own last message frees it (ended, forget).
 	return true
 }
 
