@@ -401,6 +401,14 @@ func (b *testBundle) journalSteps(t *testing.T, docs, perDoc, writers int) []int
 		wg.Go(func() {
 			for j := range work {
 				require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+					// As the product writes a document's events, under the
+					// document's lock (db.LockDocument): one document's
+					// events then commit in id order. Without it an earlier
+					// id could commit after a later one had been delivered,
+					// and no dispatcher can wait for an event it cannot see.
+					if _, err := tx.Exec(b.ctx, `SELECT pg_advisory_xact_lock(4242, $1)`, j.doc); err != nil {
+						return err
+					}
 					var id int64
 					if err := tx.QueryRow(b.ctx, `INSERT INTO events (type, entity, entity_id, payload)
 						VALUES ('test.step', 'sales_orders', $1, jsonb_build_object('step', $2::int)) RETURNING id`, j.doc, j.step).Scan(&id); err != nil {
