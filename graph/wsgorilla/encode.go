@@ -66,21 +66,7 @@ func encodeMessage(v any) (b []byte, typ, id string, err error) {
 		if e := envelopeOf(rv.Type()); e != nil {
 			payload := rv.Field(e.payload).Bytes()
 			id, typ = rv.Field(e.id).String(), rv.Field(e.typ).String()
-			b = make([]byte, 0, len(payload)+len(id)+len(typ)+32)
-			b = append(b, '{')
-			if len(payload) > 0 {
-				b = append(b, `"payload":`...)
-				b = append(b, payload...)
-				b = append(b, ',')
-			}
-			if id != "" {
-				b = append(b, `"id":`...)
-				b = appendString(b, id)
-				b = append(b, ',')
-			}
-			b = append(b, `"type":`...)
-			b = appendString(b, typ)
-			return append(b, '}'), typ, id, nil
+			return encodeEnvelope(typ, id, payload), typ, id, nil
 		}
 	}
 	if b, err = json.Marshal(v); err != nil {
@@ -107,4 +93,24 @@ func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	b = append(b, s...)
 	return append(b, '"')
+}
+
+// encodeEnvelope encodes the message {"payload":…,"id":…,"type":…} of both
+// subprotocols, payload (raw JSON) and id left out when empty.
+func encodeEnvelope(typ, id string, payload []byte) []byte {
+	b := make([]byte, 0, len(payload)+len(id)+len(typ)+32)
+	b = append(b, '{')
+	if len(payload) > 0 {
+		b = append(b, `"payload":`...)
+		b = append(b, payload...)
+		b = append(b, ',')
+	}
+	if id != "" {
+		b = append(b, `"id":`...)
+		b = appendString(b, id)
+		b = append(b, ',')
+	}
+	b = append(b, `"type":`...)
+	b = appendString(b, typ)
+	return append(b, '}')
 }

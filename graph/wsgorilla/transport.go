@@ -555,25 +555,7 @@ func (s *socket) close(code int, reason string) {
 // send writes one message; a failed write has closed the socket, whose
 // reader then ends.
 func (s *socket) send(typ, id string, payload []byte) {
-	_ = s.conn.writeMessage(typ, id, envelopeParts(typ, id, payload)...)
-}
-
-func envelopeParts(typ, id string, payload []byte) [][]byte {
-	b := make([]byte, 0, len(payload)+len(id)+len(typ)+32)
-	b = append(b, '{')
-	if len(payload) > 0 {
-		b = append(b, `"payload":`...)
-		b = append(b, payload...)
-		b = append(b, ',')
-	}
-	if id != "" {
-		b = append(b, `"id":`...)
-		b = appendString(b, id)
-		b = append(b, ',')
-	}
-	b = append(b, `"type":`...)
-	b = appendString(b, typ)
-	return [][]byte{append(b, '}')}
+	_ = s.conn.writeMessage(typ, id, encodeEnvelope(typ, id, payload))
 }
 
 // dataType is the message type of an operation's result.
