@@ -133,9 +133,10 @@ type Implementation struct {
 	// WriteTimeout bounds one frame write; a write that does not finish in
 	// time (the peer stopped reading) closes the socket. 0 means 10 s.
 	WriteTimeout time.Duration
-	// OnMessage, when set, is told of every message WriteJSON was given:
-	// sent true once written, false when it was dropped (the socket was
-	// closing or the write failed). Metrics hook in here.
+	// OnMessage, when set, is told of every message written to a socket
+	// (Transport's and WriteJSON's): sent true once written, false when
+	// it was dropped (the socket was closing or the write failed).
+	// Metrics hook in here.
 	OnMessage func(sent bool)
 
 	writePool sync.Pool // write buffers shared by every socket
