@@ -119,7 +119,10 @@ func TestDeliveryPageBatchesEventsAndSubscribers(t *testing.T) {
 		Deliveries struct{ Edges []struct{ Node row } } `json:"deliveries"`
 	}](t, s, `{ deliveries(first: 50) { edges { node { event { id type } subscriber { name } } } } }`, nil)
 	require.Equal(t, 1, statements.count(mark, "FROM subscribers s WHERE s.id"), "subscribers of the page")
-	require.Equal(t, 1, statements.count(mark, "WHERE e.id"), "events of the page")
+	// The pool also serves the dispatch, whose late jobs (events another
+	// batch already took) still run their statements; match the loader's
+	// own statement, not any that filters events by id.
+	require.Equal(t, 1, statements.count(mark, "FROM event_rows e WHERE e.id"), "events of the page")
 
 	// 4 orders × (order.received → order_acceptance, production_planning),
 	// each row with its own event; a sales order's doc.created has no
