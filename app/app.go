@@ -56,6 +56,10 @@ const (
 	// wsReadLimit caps one incoming websocket message, in bytes (then close
 	// 1009); a subscription request is far smaller.
 	wsReadLimit = 64 << 10
+	// wsMaxOperations caps the operations running at once on one websocket
+	// (then an error for the operation, TOO_MANY_OPERATIONS); the web page
+	// runs one or two.
+	wsMaxOperations = 100
 	// wsWriteBuffer is the write buffer, in bytes, taken from a pool shared
 	// by all sockets for the time of one write (a feed event fits).
 	wsWriteBuffer = 4 << 10

@@ -63,6 +63,7 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 		Implementation:   ws,
 		InitFunc:         a.auth.WebsocketInit,
 		PayloadReadLimit: &readLimit,
+		MaxOperations:    wsMaxOperations,
 	})
 	gql.AddTransport(transport.Options{})
 	gql.AddTransport(httpapi.GraphQLHTTP{})

@@ -52,6 +52,34 @@ func TestWebsocketCloseCodes(t *testing.T) {
 		{"connection_init payload not an object", []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS}, func(c *apptest.WS) {
 			c.Send(apptest.Message{Type: "connection_init", Payload: json.RawMessage(`"Bearer x"`)})
 		}, wsgorilla.CloseBadRequest},
+		{"subscribe before connection_init", []string{apptest.ProtoTransportWS}, func(c *apptest.WS) {
+			c.Subscribe("early", apptest.FeedSubscription, nil)
+		}, wsgorilla.CloseNotInitialised},
+		{"start before connection_init", []string{apptest.ProtoLegacyWS}, func(c *apptest.WS) {
+			c.Subscribe("early", apptest.FeedSubscription, nil)
+		}, websocket.CloseProtocolError},
+		{"malformed JSON before connection_init", []string{apptest.ProtoTransportWS}, func(c *apptest.WS) {
+			require.NoError(t, c.Conn.WriteMessage(websocket.TextMessage, []byte(`{"type":`)))
+		}, wsgorilla.CloseBadRequest},
+		{"malformed JSON before connection_init", []string{apptest.ProtoLegacyWS}, func(c *apptest.WS) {
+			require.NoError(t, c.Conn.WriteMessage(websocket.TextMessage, []byte(`{"type":`)))
+		}, websocket.CloseProtocolError},
+		{"malformed JSON after the ack", []string{apptest.ProtoTransportWS}, func(c *apptest.WS) {
+			c.Init(s.Token)
+			require.NoError(t, c.Conn.WriteMessage(websocket.TextMessage, []byte(`{"type":`)))
+		}, wsgorilla.CloseBadRequest},
+		{"malformed JSON after the ack", []string{apptest.ProtoLegacyWS}, func(c *apptest.WS) {
+			c.Init(s.Token)
+			require.NoError(t, c.Conn.WriteMessage(websocket.TextMessage, []byte(`{"type":`)))
+		}, websocket.CloseNormalClosure},
+		{"a server-only message type", []string{apptest.ProtoTransportWS}, func(c *apptest.WS) {
+			c.Init(s.Token)
+			c.Send(apptest.Message{ID: "1", Type: "next", Payload: json.RawMessage(`{}`)})
+		}, wsgorilla.CloseBadRequest},
+		{"an unknown message type", []string{apptest.ProtoTransportWS}, func(c *apptest.WS) {
+			c.Init(s.Token)
+			c.Send(apptest.Message{Type: "hello"})
+		}, wsgorilla.CloseBadRequest},
 		{"message over 64 KiB", []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS}, func(c *apptest.WS) {
 			c.Init(s.Token)
 			c.Subscribe("big", "subscription { eventProcessed { id } } #"+strings.Repeat("x", app.WSReadLimit), nil)
@@ -66,6 +94,68 @@ func TestWebsocketCloseCodes(t *testing.T) {
 				require.Equal(t, tt.want, c.CloseCode(5*time.Second, tt.want == 4403))
 			})
 		}
+	}
+}
+
+// graphql-transport-ws lets a client ping before connection_init: the
+// server answers pong and waits for the init.
+func TestWebsocketPingBeforeInit(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	c := apptest.DialWS(t, s, apptest.ProtoTransportWS)
+	c.Send(apptest.Message{Type: "ping", Payload: json.RawMessage(`{"n":1}`)})
+	// Read skips pongs: read the frame itself.
+	require.NoError(t, c.Conn.SetReadDeadline(time.Now().Add(5*time.Second)))
+	var m apptest.Message
+	require.NoError(t, c.Conn.ReadJSON(&m))
+	require.Equal(t, "pong", m.Type)
+	require.JSONEq(t, `{"n":1}`, string(m.Payload))
+	c.Init(s.Token)
+	c.Subscribe("q", `{ __typename }`, nil)
+	m, err := c.Read(5 * time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "next", m.Type, "the socket serves operations after the init")
+}
+
+// One socket runs at most MaxOperations operations at once: a subscribe
+// past the cap gets an error for its id, the socket and the running
+// operations carry on, and a freed slot takes a new operation.
+func TestWebsocketOperationsPerSocketCapped(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	for _, proto := range []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS} {
+		t.Run(proto, func(t *testing.T) {
+			c := apptest.DialWS(t, s, proto)
+			c.Init(s.Token)
+			base := s.App.Feed().Subscribers()
+			for i := range app.WSMaxOperations {
+				c.Subscribe(fmt.Sprint(i), apptest.FeedSubscription, nil)
+			}
+			apptest.WaitFor(t, 10*time.Second, "every subscription", func() bool {
+				return s.App.Feed().Subscribers() == base+app.WSMaxOperations
+			})
+			c.Subscribe("over", apptest.FeedSubscription, nil)
+			m, err := c.Read(5 * time.Second)
+			require.NoError(t, err)
+			require.Equal(t, apptest.Message{ID: "over", Type: "error"}, apptest.Message{ID: m.ID, Type: m.Type})
+			require.Contains(t, string(m.Payload), "TOO_MANY_OPERATIONS")
+			require.Equal(t, base+app.WSMaxOperations, s.App.Feed().Subscribers(), "the refused one never ran")
+
+			stop := map[string]string{apptest.ProtoTransportWS: "complete", apptest.ProtoLegacyWS: "stop"}[proto]
+			c.Send(apptest.Message{ID: "0", Type: stop})
+			apptest.WaitFor(t, 5*time.Second, "the slot freed", func() bool {
+				return s.App.Feed().Subscribers() == base+app.WSMaxOperations-1
+			})
+			c.Subscribe("over", apptest.FeedSubscription, nil)
+			apptest.WaitFor(t, 5*time.Second, "the new one running", func() bool {
+				return s.App.Feed().Subscribers() == base+app.WSMaxOperations
+			})
+			require.NoError(t, c.Conn.Close())
+			apptest.WaitFor(t, 5*time.Second, "the socket's subscriptions ended", func() bool {
+				return s.App.Feed().Subscribers() == base
+			})
+		})
 	}
 }
 

@@ -50,9 +50,15 @@ func (a *Auth) User(ctx context.Context, token string) (db.User, error) {
 // Forget implements resolvers.Tokens.
 func (a *Auth) Forget() { a.tokens.clear() }
 
-// CloseUnauthorized is the websocket close code for a missing or bad token
-// in connection_init, sent before any connection_ack.
-const CloseUnauthorized = 4403
+// Websocket close codes of connection_init, sent before any
+// connection_ack.
+const (
+	// CloseUnauthorized: a missing or bad token.
+	CloseUnauthorized = 4403
+	// CloseTryAgainLater (RFC 6455's 1013): the token could not be checked
+	// (the database failed); the client reconnects.
+	CloseTryAgainLater = 1013
+)
 
 func bearer(header string) string {
 	const prefix = "bearer "
@@ -118,17 +124,17 @@ func (a *Auth) Authenticate(next http.Handler) http.Handler {
 
 // WebsocketInit authenticates a websocket from its connection_init payload
 // {"Authorization": "Bearer <token>"}; a bad token closes the socket with
-// 4403 before any connection_ack.
+// 4403 before any connection_ack, a failure to check it (the database)
+// with 1013.
 func (a *Auth) WebsocketInit(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
 	u, err := a.authenticate(ctx, payload.Authorization())
+	if errors.Is(err, resolvers.ErrUnauthenticated) {
+		a.Logger.WarnContext(ctx, "websocket authentication failed", slog.Bool("token_sent", payload.Authorization() != ""))
+		return wsgorilla.WithCloseCode(ctx, CloseUnauthorized, "unauthorized"), nil, err
+	}
 	if err != nil {
-		if errors.Is(err, resolvers.ErrUnauthenticated) {
-			a.Logger.WarnContext(ctx, "websocket authentication failed", slog.Bool("token_sent", payload.Authorization() != ""))
-		} else {
-			a.Logger.ErrorContext(ctx, "authenticate websocket", "error", err)
-		}
-		ctx = wsgorilla.WithCloseCode(ctx, CloseUnauthorized, "unauthorized")
-		return ctx, nil, resolvers.ErrUnauthenticated
+		a.Logger.ErrorContext(ctx, "authenticate websocket", "error", err)
+		return wsgorilla.WithCloseCode(ctx, CloseTryAgainLater, "try again later"), nil, errors.New("internal error")
 	}
 	// The socket lives on the token: every operation re-checks it
 	// (resolvers' Allow, through User),

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"erp/app/apptest"
+	"erp/app/httpapi"
 	"erp/graph"
 )
 
@@ -322,6 +323,14 @@ func TestInternalErrorsLeakNothing(t *testing.T) {
 	body, _ = json.Marshal(res)
 	require.NotContains(t, string(body), "SQLSTATE")
 	require.NotContains(t, string(body), dbName)
+
+	// A websocket whose token cannot be checked is told to try again
+	// later (1013, which clients retry), not that its token is bad.
+	for _, proto := range []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS} {
+		c := apptest.DialWS(t, s, proto)
+		c.Send(apptest.Message{Type: "connection_init", Payload: json.RawMessage(`{"Authorization": "Bearer ` + fresh + `"}`)})
+		require.Equal(t, httpapi.CloseTryAgainLater, c.CloseCode(5*time.Second, true), proto)
+	}
 }
 
 func TestRevokingATokenClosesItsOpenWebsocket(t *testing.T) {

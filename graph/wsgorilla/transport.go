@@ -31,6 +31,10 @@ const (
 // is nil, in bytes (gqlgen's default).
 const defaultPayloadReadLimit = 1 << 20
 
+// defaultMaxOperations caps the operations of one socket when
+// MaxOperations is 0.
+const defaultMaxOperations = 100
+
 // InitFunc authenticates a socket from its connection_init payload. It
 // returns the context the socket's operations run in and, optionally, the
 // payload of connection_ack. On an error the socket is closed with the
@@ -62,6 +66,10 @@ type Transport struct {
 	// PayloadReadLimit caps an incoming message, in bytes; nil means
 	// 1 MiB, a pointer to a value of 0 or less no limit.
 	PayloadReadLimit *int64
+	// MaxOperations caps the operations running at once on one socket;
+	// a subscribe (start) past it is answered with an error message for
+	// its id, and the socket stays open. 0 means 100.
+	MaxOperations int
 }
 
 var _ graphql.Transport = Transport{}
@@ -83,11 +91,13 @@ func (t Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Graph
 		return // Upgrade answered the request with an HTTP error
 	}
 	c := wc.(*Conn)
+	c.untrackLater = true // by end, once the operations and writer ended
 	switch c.Subprotocol() {
 	case ProtoLegacyWS, "", ProtoTransportWS:
 	default:
 		_ = c.WriteClose(websocket.CloseProtocolError, "unsupported negotiated subprotocol "+c.Subprotocol())
 		_ = c.Close()
+		c.untrack()
 		return
 	}
 	limit := int64(defaultPayloadReadLimit)
@@ -122,14 +132,17 @@ func (t Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Graph
 
 // serve reads and runs the socket's messages until it closes.
 func (s *socket) serve() {
+	defer s.end()
 	s.run()
-	s.end()
 }
 
-// end closes the socket and waits for its writer.
+// end closes the socket, waits for its writer and its operations'
+// goroutines, and only then takes it out of the set Shutdown waits on.
 func (s *socket) end() {
 	s.close(websocket.CloseNormalClosure, "terminated")
 	s.push.stop()
+	s.running.Wait()
+	s.conn.untrack()
 }
 
 // socket is one socket's protocol state; its methods run on the socket's
@@ -157,6 +170,9 @@ type socket struct {
 	closed bool
 
 	push pusher
+	// running counts the operations' goroutines (op.run), which end once
+	// their contexts are cancelled.
+	running sync.WaitGroup
 }
 
 // Incoming message types, by what they mean in either subprotocol.
@@ -171,8 +187,11 @@ const (
 )
 
 // errBadMessage is a message that is not JSON or of no type of the
-// subprotocol.
-var errBadMessage = errors.New("invalid message received")
+// subprotocol; errServerOnly one of a type only the server sends.
+var (
+	errBadMessage = errors.New("invalid message received")
+	errServerOnly = errors.New("invalid client->server message type")
+)
 
 // next reads the next message and classifies it.
 func (s *socket) next() (kind int, m clientMessage, err error) {
@@ -216,7 +235,7 @@ func (s *socket) classify(m clientMessage, parsed bool, err error) (kind int, _ 
 	case "pong":
 		return msgPong, m, nil
 	case "connection_ack", "next", "error":
-		return 0, m, fmt.Errorf("invalid client->server message type %s", m.Type)
+		return 0, m, fmt.Errorf("%w: %s", errServerOnly, m.Type)
 	}
 	return 0, m, errBadMessage
 }
@@ -224,22 +243,8 @@ func (s *socket) classify(m clientMessage, parsed bool, err error) (kind int, _ 
 // init reads connection_init and acknowledges it; false means the socket
 // is to close.
 func (s *socket) init() bool {
-	kind, m, err := s.next()
-	if err != nil {
-		if errors.Is(err, errBadMessage) {
-			s.connectionError("invalid json")
-		}
-		s.close(websocket.CloseProtocolError, "decoding error")
-		return false
-	}
-	switch kind {
-	case msgInit:
-	case msgTerminate:
-		s.close(websocket.CloseNormalClosure, "terminated")
-		return false
-	default:
-		s.connectionError("unexpected message " + m.Type)
-		s.close(websocket.CloseProtocolError, "unexpected message")
+	m, ok := s.awaitInit()
+	if !ok {
 		return false
 	}
 	if p := bytes.TrimSpace(m.Payload); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
@@ -277,6 +282,45 @@ func (s *socket) init() bool {
 	return true
 }
 
+// awaitInit reads messages up to connection_init, answering the pings
+// graphql-transport-ws allows before it; false means the socket closed.
+// What else arrives first closes it: on graphql-transport-ws with 4401
+// for a subscribe and 4400 for anything else, on graphql-ws with 1002
+// after a connection_error.
+func (s *socket) awaitInit() (clientMessage, bool) {
+	for {
+		kind, m, err := s.next()
+		bad := errors.Is(err, errBadMessage) || errors.Is(err, errServerOnly)
+		switch {
+		case err != nil && !bad:
+			s.close(websocket.CloseNormalClosure, "terminated") // the read failed
+			return m, false
+		case kind == msgInit:
+			return m, true
+		case kind == msgTerminate:
+			s.close(websocket.CloseNormalClosure, "terminated")
+			return m, false
+		case s.legacy && bad:
+			s.connectionError("invalid json")
+			s.close(websocket.CloseProtocolError, "decoding error")
+			return m, false
+		case s.legacy:
+			s.connectionError("unexpected message " + m.Type)
+			s.close(websocket.CloseProtocolError, "unexpected message")
+			return m, false
+		case kind == msgPing:
+			s.send("pong", "", m.Payload)
+		case kind == msgPong:
+		case kind == msgStart:
+			s.close(CloseNotInitialised, "Unauthorized")
+			return m, false
+		default:
+			s.close(CloseBadRequest, "Invalid message received")
+			return m, false
+		}
+	}
+}
+
 // run reads messages until the socket closes or a message ends it. Its
 // frame is where an idle socket waits, at the bottom of the reader's
 // stack: the little the wait takes lets the runtime keep that stack at
@@ -302,6 +346,9 @@ func (s *socket) handle(r io.Reader, err error) bool {
 	}
 	kind, m, err := s.classify(m, parsed, err)
 	if err != nil {
+		if !s.legacy && (errors.Is(err, errBadMessage) || errors.Is(err, errServerOnly)) {
+			s.close(CloseBadRequest, "Invalid message received")
+		}
 		return false
 	}
 	switch kind {
@@ -335,12 +382,26 @@ func (s *socket) handle(r io.Reader, err error) bool {
 // small for the socket's life.
 func (s *socket) start(m clientMessage) {
 	begin := graphql.Now()
+	limit := s.t.MaxOperations
+	if limit <= 0 {
+		limit = defaultMaxOperations
+	}
+	s.mu.Lock()
+	_, takeover := s.active[m.ID]
+	if !takeover && len(s.active) >= limit {
+		s.mu.Unlock()
+		s.conn.forget(m.ID)
+		s.sendErrors(m.ID, gqlerror.List{{
+			Message:    fmt.Sprintf("too many operations on this socket: at most %d at once", limit),
+			Extensions: map[string]any{"code": "TOO_MANY_OPERATIONS"},
+		}})
+		return
+	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	op := &operation{s: s, id: m.ID, cancel: cancel}
-	s.mu.Lock()
 	s.active[m.ID] = op // over a stopped operation of the same id, if any
 	s.mu.Unlock()
-	go op.run(ctx, m.Payload, begin)
+	s.running.Go(func() { op.run(ctx, m.Payload, begin) })
 }
 
 // run prepares the operation and runs it: a subscription whose resolver

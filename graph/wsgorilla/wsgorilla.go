@@ -63,8 +63,13 @@ import (
 const (
 	// CloseGoingAway (RFC 6455) is sent to every socket by Shutdown.
 	CloseGoingAway = websocket.CloseGoingAway
-	// CloseBadRequest: a connection_init payload that is not a JSON object.
+	// CloseBadRequest: a connection_init payload that is not a JSON
+	// object; on graphql-transport-ws also a message that is not one the
+	// client may send (malformed JSON, an unknown or server-only type).
 	CloseBadRequest = 4400
+	// CloseNotInitialised: subscribe before connection_ack
+	// (graphql-transport-ws; the protocol names it Unauthorized).
+	CloseNotInitialised = 4401
 	// CloseInitTimeout: no connection_init within InitTimeout.
 	CloseInitTimeout = 4408
 	// CloseSubscriberExists: subscribe (start) with the id of an operation
@@ -274,6 +279,7 @@ func recoverSocket(h *handle, remote string, logger *log.Logger) {
 	}
 	if c := h.conn.Load(); c != nil {
 		_ = c.Close()
+		c.untrack()
 	}
 }
 
@@ -530,6 +536,11 @@ type Conn struct {
 	netClosed    atomic.Bool // set with the network connection's close
 	netCloseOnce sync.Once
 
+	// untrackLater: Transport serves the socket and removes it from the
+	// open set itself (untrack) once its operations and writer ended, so
+	// that Shutdown returns only after them; Close then leaves it there.
+	untrackLater bool
+
 	// acked is set once connection_ack was written: keepalive messages
 	// follow from then on.
 	acked atomic.Bool
@@ -785,14 +796,21 @@ func (c *Conn) Subprotocol() string { return c.ws.Subprotocol() }
 
 // Close is gqlgen's end of the socket, called after it cancelled the
 // socket's operations: it lets a close frame being written go out, drops
-// the network connection and removes the socket from the open set.
+// the network connection and removes the socket from the open set (unless
+// Transport serves it, which does that once its operations ended).
 func (c *Conn) Close() error {
 	c.closeMu.Lock()
 	c.closeNetwork()
 	c.closeMu.Unlock()
-	c.impl.forget(c)
+	if !c.untrackLater {
+		c.impl.forget(c)
+	}
 	return nil
 }
+
+// untrack removes the socket from the open set that Shutdown waits on;
+// safe to call more than once.
+func (c *Conn) untrack() { c.impl.forget(c) }
 
 // closeNetwork closes the network connection, which fails every read and
 // write in progress; safe to call more than once.
