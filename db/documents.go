@@ -285,6 +285,9 @@ func insertPendingSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, cus
 		ActorLogin: first.ActorLogin, ActorName: first.ActorName, ActorRole: first.ActorRole,
 		TraceParent: first.EventTraceParent,
 	}
+	if first.EventDispatchJobID != nil {
+		ev.NewDispatchJobID = *first.EventDispatchJobID
+	}
 	return PendingSalesOrder{order: so, event: ev}, []Event{ev}, nil
 }
 

@@ -72,6 +72,12 @@ type Event struct {
 	// (events.trace_parent); nil when it was written untraced. See
 	// SpanContext.
 	TraceParent *string `db:"trace_parent"`
+	// NewDispatchJobID is set only on an event this transaction just
+	// inserted: the River job id its dispatch job is to be inserted with
+	// (events.dispatch_job_id, which the insert took from River's job
+	// sequence). It is 0 on an event read back, whose job may exist
+	// already.
+	NewDispatchJobID int64 `db:"-"`
 }
 
 // Object names the event's row as people read it: "sales_orders #22".
@@ -360,7 +366,11 @@ func appendEvent(ctx context.Context, tx pgx.Tx, actorID *int64, typ, entity str
 	if err != nil {
 		return Event{}, fmt.Errorf("append %s for %s #%d: %w", typ, entity, entityID, translate(err))
 	}
-	return eventFrom(dbsqlc.EventRow(row)), nil
+	ev := eventFrom(dbsqlc.EventRow(row))
+	if row.DispatchJobID != nil {
+		ev.NewDispatchJobID = *row.DispatchJobID
+	}
+	return ev, nil
 }
 
 // eventFrom is the journal row as this package hands it out.

@@ -367,11 +367,13 @@ type deliveryOutcome struct {
 // events written and of those a batch left, and the deliver jobs of w
 // (retries at their next attempt).
 func (d *Dispatcher) enqueue(ctx context.Context, tx pgx.Tx, w *txWork) error {
-	ids := make([]int64, 0, len(w.written)+len(w.redispatch))
+	dispatch := make([]DispatchArgs, 0, len(w.written)+len(w.redispatch))
 	for _, ev := range w.written {
-		ids = append(ids, ev.ID)
+		dispatch = append(dispatch, DispatchArgs{EventID: ev.ID, jobID: ev.NewDispatchJobID})
 	}
-	ids = append(ids, w.redispatch...)
+	for _, id := range w.redispatch {
+		dispatch = append(dispatch, DispatchArgs{EventID: id})
+	}
 	deliver := make([]river.InsertManyParams, 0, len(w.now)+len(w.retries))
 	for _, k := range w.now {
 		deliver = append(deliver, river.InsertManyParams{Args: DeliverArgs{EventID: k.EventID, SubscriberID: k.SubscriberID}})
@@ -391,7 +393,7 @@ func (d *Dispatcher) enqueue(ctx context.Context, tx pgx.Tx, w *txWork) error {
 			InsertOpts: &river.InsertOpts{Priority: replayPriority, ScheduledAt: r.at},
 		})
 	}
-	if err := insertJobs(ctx, d.river, tx, ids, deliver); err != nil {
+	if err := insertJobs(ctx, d.river, tx, dispatch, deliver); err != nil {
 		return err
 	}
 	for _, id := range w.replayBatches {

@@ -629,6 +629,10 @@ func (d *Dispatcher) deleteJobs(ctx context.Context, tx pgx.Tx, ids []int64) err
 // event; it is enqueued in the transaction that wrote the event.
 type DispatchArgs struct {
 	EventID int64 `json:"event_id"`
+	// jobID, when not 0, is the id the job is inserted with: the one its
+	// event took from River's job sequence (db.Event.NewDispatchJobID).
+	// Not part of the job's args.
+	jobID int64
 }
 
 // Kind implements river.JobArgs.

@@ -123,6 +123,46 @@ func TestWriteFailingAfterRowsLeavesNoTrace(t *testing.T) {
 	require.Regexp(t, `-000001$`, so.Number, "the failed write must not consume a number")
 }
 
+// A dispatch job of an event just written is inserted with the id the
+// event took (events.dispatch_job_id), so the event is not updated for it;
+// an event enqueued again (no id noted) is updated to name its new job.
+func TestDispatchJobTakesTheIDItsEventNoted(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Minute)
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	updated := func() (n int64) {
+		require.NoError(t, tx.QueryRow(b.ctx, `SELECT pg_stat_get_xact_tuples_updated('events'::regclass)`).Scan(&n))
+		return n
+	}
+	_, events, err := receive(b, tx, "51900")
+	require.NoError(t, err)
+	require.Len(t, events, 2)
+	before := updated()
+	require.NoError(t, jobs.EnqueueDispatch(b.ctx, b.river, tx, events))
+	require.Equal(t, before, updated(), "no event row updated for its job")
+	jobOf := func(eventID int64) (noted, actual int64) {
+		require.NoError(t, tx.QueryRow(b.ctx, `SELECT e.dispatch_job_id, j.id FROM events e
+			JOIN river_job j ON j.kind = 'dispatch_event' AND (j.args ->> 'event_id')::bigint = e.id
+			WHERE e.id = $1 ORDER BY j.id DESC LIMIT 1`, eventID).Scan(&noted, &actual))
+		return noted, actual
+	}
+	for _, ev := range events {
+		require.NotZero(t, ev.NewDispatchJobID)
+		noted, actual := jobOf(ev.ID)
+		require.Equal(t, ev.NewDispatchJobID, noted)
+		require.Equal(t, noted, actual, "event %d's job has the id it noted", ev.ID)
+	}
+
+	// Enqueued again, as read back: a new job, which the event now names.
+	require.NoError(t, jobs.EnqueueDispatch(b.ctx, b.river, tx, []db.Event{{ID: events[0].ID}}))
+	require.Equal(t, before+1, updated())
+	noted, actual := jobOf(events[0].ID)
+	require.Equal(t, actual, noted)
+	require.Greater(t, actual, events[0].NewDispatchJobID)
+}
+
 func TestWriteEnqueuesDispatchAndSubscriberRuns(t *testing.T) {
 	t.Parallel()
 	b := setup(t, time.Minute)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"erp/db"
 	"erp/metrics"
@@ -65,35 +66,58 @@ func Write[T any](ctx context.Context, o *Outbox, fn func(tx pgx.Tx) (T, []db.Ev
 
 // EnqueueDispatch inserts one dispatch job per event in tx.
 func EnqueueDispatch(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, events []db.Event) error {
-	ids := make([]int64, len(events))
+	dispatch := make([]DispatchArgs, len(events))
 	for i, ev := range events {
-		ids[i] = ev.ID
+		dispatch[i] = DispatchArgs{EventID: ev.ID, jobID: ev.NewDispatchJobID}
 	}
-	return insertJobs(ctx, client, tx, ids, nil)
+	return insertJobs(ctx, client, tx, dispatch, nil)
 }
 
-// insertJobs inserts, in tx and in one statement, a dispatch job for each
-// event of dispatch and the jobs other, and notes on each event its
-// dispatch job, so that a batch taking the event on can delete it.
-func insertJobs(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, dispatch []int64, other []river.InsertManyParams) error {
+// insertJobs inserts, in tx and in one statement, the dispatch jobs
+// dispatch and the jobs other. A dispatch job whose event was just
+// inserted takes the id the event noted (events.dispatch_job_id), so that
+// a batch taking the event on can delete the job; the events of the
+// others (a redispatch) are updated to note their new job.
+func insertJobs(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, dispatch []DispatchArgs, other []river.InsertManyParams) error {
 	if len(dispatch)+len(other) == 0 {
 		return nil
 	}
 	params := make([]river.InsertManyParams, 0, len(dispatch)+len(other))
-	for _, id := range dispatch {
-		params = append(params, river.InsertManyParams{Args: DispatchArgs{EventID: id}})
+	for _, a := range dispatch {
+		params = append(params, river.InsertManyParams{Args: a})
 	}
 	params = append(params, other...)
 	res, err := client.InsertManyTx(ctx, tx, params)
 	if err != nil {
 		return fmt.Errorf("enqueue %d jobs: %w", len(params), err)
 	}
-	if len(dispatch) == 0 {
+	var eventIDs, jobIDs []int64
+	for i, a := range dispatch {
+		if id := res[i].Job.ID; id != a.jobID {
+			// No id noted, or a client without presetJobIDs.
+			eventIDs, jobIDs = append(eventIDs, a.EventID), append(jobIDs, id)
+		}
+	}
+	if len(eventIDs) == 0 {
 		return nil
 	}
-	jobIDs := make([]int64, len(dispatch))
-	for i := range dispatch {
-		jobIDs[i] = res[i].Job.ID
+	return db.SetDispatchJobs(ctx, tx, eventIDs, jobIDs)
+}
+
+// presetJobIDs is the River insert middleware that gives a dispatch job
+// the id its event noted (DispatchArgs.jobID); River inserts a job with
+// the id its insert parameters carry.
+type presetJobIDs struct{ river.MiddlewareDefaults }
+
+var _ rivertype.JobInsertMiddleware = (*presetJobIDs)(nil)
+
+// InsertMany implements rivertype.JobInsertMiddleware.
+func (*presetJobIDs) InsertMany(ctx context.Context, params []*rivertype.JobInsertParams, doInner func(context.Context) ([]*rivertype.JobInsertResult, error)) ([]*rivertype.JobInsertResult, error) {
+	for _, p := range params {
+		if a, ok := p.Args.(DispatchArgs); ok && a.jobID != 0 && p.ID == nil {
+			id := a.jobID
+			p.ID = &id
+		}
 	}
-	return db.SetDispatchJobs(ctx, tx, dispatch, jobIDs)
+	return doInner(ctx)
 }

@@ -84,7 +84,7 @@ func NewRiverClient(pool *pgxpool.Pool, d *Dispatcher, cfg RiverConfig) (*river.
 	if cfg.Session != nil && cfg.Session != pool {
 		driver = sessionDriver{Driver: riverpgxv5.New(pool), session: riverpgxv5.New(cfg.Session)}
 	}
-	var middleware []rivertype.Middleware
+	middleware := []rivertype.Middleware{&presetJobIDs{}}
 	if cfg.TracerProvider != nil {
 		middleware = append(middleware, RiverTracing(cfg.TracerProvider))
 	}

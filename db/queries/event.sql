@@ -12,9 +12,12 @@ SELECT e.* FROM event_rows e WHERE e.id = ANY(@ids::bigint[]) ORDER BY e.id;
 -- name: EventInsert :one
 -- The inserted row is not visible to event_rows in the same statement:
 -- its actor is joined to what INSERT returns, in the view's column order.
+-- The event takes the id of its dispatch job from River's job sequence, so
+-- that the job is inserted with that id and the row is never updated for
+-- it (see migration 00007 and jobs.EnqueueDispatch).
 WITH e AS (
-    INSERT INTO events (type, entity, entity_id, payload, actor_id, trace_parent)
-    VALUES (@type, @entity, @entity_id, @payload, @actor_id, sqlc.narg(trace_parent)::text)
+    INSERT INTO events (type, entity, entity_id, payload, actor_id, trace_parent, dispatch_job_id)
+    VALUES (@type, @entity, @entity_id, @payload, @actor_id, sqlc.narg(trace_parent)::text, nextval('river_job_id_seq'))
     RETURNING *
 )
 SELECT e.*, u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role

@@ -4,7 +4,7 @@
 -- sales_orders_number trigger replaces at commit, so no other transaction
 -- ever sees it), its lines and its doc.created event
 -- (payload {"id", "entity": payload_entity}, "no" follows with the
--- number), and
+-- number; its dispatch job's id taken as in EventInsert), and
 -- returns one row per line, in line order, each with the order and the
 -- event. A line whose SKU names no item is left out (the caller compares
 -- the count); an order whose (source, external_id) exists already is not
@@ -23,17 +23,17 @@ WITH so AS (
     JOIN items i ON i.sku = t.sku
     RETURNING line_no, item_id, quantity, price
 ), e AS (
-    INSERT INTO events (type, entity, entity_id, payload, actor_id, trace_parent)
+    INSERT INTO events (type, entity, entity_id, payload, actor_id, trace_parent, dispatch_job_id)
     SELECT @event_type::text, @event_entity::text, so.id,
         jsonb_build_object('id', so.id, 'entity', @payload_entity::text), sqlc.narg(actor_id)::bigint,
-        sqlc.narg(trace_parent)::text
+        sqlc.narg(trace_parent)::text, nextval('river_job_id_seq')
     FROM so
     RETURNING *
 )
 SELECT e.id AS event_id, e.type AS event_type, e.entity AS event_entity, e.entity_id AS event_entity_id,
     e.payload AS event_payload, e.created_at AS event_created_at, e.dispatched_at AS event_dispatched_at,
     e.processed_at AS event_processed_at, e.feed_seq AS event_feed_seq, e.actor_id AS event_actor_id,
-    e.trace_parent AS event_trace_parent, u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role,
+    e.trace_parent AS event_trace_parent, e.dispatch_job_id AS event_dispatch_job_id, u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role,
     so.id, so.customer, so.status, so.source, so.external_id, so.created_at, so.version,
     l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
 FROM so CROSS JOIN e LEFT JOIN users u ON u.id = e.actor_id

@@ -55,8 +55,8 @@ func (q *Queries) EventGetLastFeedSeq(ctx context.Context, db DBTX) (int64, erro
 
 const eventInsert = `-- name: EventInsert :one
 WITH e AS (
-    INSERT INTO events (type, entity, entity_id, payload, actor_id, trace_parent)
-    VALUES ($1, $2, $3, $4, $5, $6::text)
+    INSERT INTO events (type, entity, entity_id, payload, actor_id, trace_parent, dispatch_job_id)
+    VALUES ($1, $2, $3, $4, $5, $6::text, nextval('river_job_id_seq'))
     RETURNING id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, trace_parent
 )
 SELECT e.id, e.type, e.entity, e.entity_id, e.payload, e.actor_id, e.created_at, e.processed_at, e.feed_seq, e.dispatched_at, e.dispatch_job_id, e.trace_parent, u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role
@@ -92,6 +92,9 @@ type EventInsertRow struct {
 
 // The inserted row is not visible to event_rows in the same statement:
 // its actor is joined to what INSERT returns, in the view's column order.
+// The event takes the id of its dispatch job from River's job sequence, so
+// that the job is inserted with that id and the row is never updated for
+// it (see migration 00007 and jobs.EnqueueDispatch).
 func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParams) (EventInsertRow, error) {
 	row := db.QueryRow(ctx, eventInsert,
 		arg.Type,

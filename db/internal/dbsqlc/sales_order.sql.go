@@ -113,17 +113,17 @@ WITH so AS (
     JOIN items i ON i.sku = t.sku
     RETURNING line_no, item_id, quantity, price
 ), e AS (
-    INSERT INTO events (type, entity, entity_id, payload, actor_id, trace_parent)
+    INSERT INTO events (type, entity, entity_id, payload, actor_id, trace_parent, dispatch_job_id)
     SELECT $9::text, $10::text, so.id,
         jsonb_build_object('id', so.id, 'entity', $11::text), $3::bigint,
-        $12::text
+        $12::text, nextval('river_job_id_seq')
     FROM so
     RETURNING id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, trace_parent
 )
 SELECT e.id AS event_id, e.type AS event_type, e.entity AS event_entity, e.entity_id AS event_entity_id,
     e.payload AS event_payload, e.created_at AS event_created_at, e.dispatched_at AS event_dispatched_at,
     e.processed_at AS event_processed_at, e.feed_seq AS event_feed_seq, e.actor_id AS event_actor_id,
-    e.trace_parent AS event_trace_parent, u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role,
+    e.trace_parent AS event_trace_parent, e.dispatch_job_id AS event_dispatch_job_id, u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role,
     so.id, so.customer, so.status, so.source, so.external_id, so.created_at, so.version,
     l.line_no, i.sku, i.name AS item_name, i.unit, l.quantity, l.price
 FROM so CROSS JOIN e LEFT JOIN users u ON u.id = e.actor_id
@@ -147,33 +147,34 @@ type SalesOrderInsertParams struct {
 }
 
 type SalesOrderInsertRow struct {
-	EventID           int64
-	EventType         string
-	EventEntity       string
-	EventEntityID     int64
-	EventPayload      []byte
-	EventCreatedAt    time.Time
-	EventDispatchedAt *time.Time
-	EventProcessedAt  *time.Time
-	EventFeedSeq      *int64
-	EventActorID      *int64
-	EventTraceParent  *string
-	ActorLogin        *string
-	ActorName         *string
-	ActorRole         *string
-	ID                int64
-	Customer          string
-	Status            string
-	Source            string
-	ExternalID        *string
-	CreatedAt         time.Time
-	Version           int32
-	LineNo            int32
-	SKU               string
-	ItemName          string
-	Unit              string
-	Quantity          decimal.Decimal
-	Price             *decimal.Decimal
+	EventID            int64
+	EventType          string
+	EventEntity        string
+	EventEntityID      int64
+	EventPayload       []byte
+	EventCreatedAt     time.Time
+	EventDispatchedAt  *time.Time
+	EventProcessedAt   *time.Time
+	EventFeedSeq       *int64
+	EventActorID       *int64
+	EventTraceParent   *string
+	EventDispatchJobID *int64
+	ActorLogin         *string
+	ActorName          *string
+	ActorRole          *string
+	ID                 int64
+	Customer           string
+	Status             string
+	Source             string
+	ExternalID         *string
+	CreatedAt          time.Time
+	Version            int32
+	LineNo             int32
+	SKU                string
+	ItemName           string
+	Unit               string
+	Quantity           decimal.Decimal
+	Price              *decimal.Decimal
 }
 
 // SalesOrderInsert writes a sales order numbered provisionally
@@ -221,6 +222,7 @@ func (q *Queries) SalesOrderInsert(ctx context.Context, db DBTX, arg SalesOrderI
 			&i.EventFeedSeq,
 			&i.EventActorID,
 			&i.EventTraceParent,
+			&i.EventDispatchJobID,
 			&i.ActorLogin,
 			&i.ActorName,
 			&i.ActorRole,
