@@ -59,7 +59,7 @@ func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Se
 // them. Starting after it skips the index entries of the events
 // dispatched just before, not vacuumed yet; an older event still waiting
 // has its own job. It also returns the ids of the claimed events'
-// dispatch jobs (SetDispatchJobs), for the caller to delete: they would
+// dispatch jobs (events.dispatch_job_id), for the caller to delete: they would
 // find nothing to do. The jobs of waiting events are not among them:
 // they are running, and River would not delete them.
 func ClaimBacklog(ctx context.Context, tx pgx.Tx, afterID int64, limit int, skip, waiting []int64) ([]Event, []int64, error) {
@@ -87,7 +87,9 @@ func ClaimBacklog(ctx context.Context, tx pgx.Tx, afterID int64, limit int, skip
 }
 
 // SetDispatchJobs notes on each event of eventIDs the River job jobIDs[i]
-// that dispatches it, in tx, the transaction that enqueued the jobs.
+// that dispatches it, in tx, the transaction that enqueued the jobs: for
+// events enqueued again (a redispatch). An event just written took its
+// job's id in its INSERT (EventInsert) and needs no update.
 func SetDispatchJobs(ctx context.Context, tx pgx.Tx, eventIDs, jobIDs []int64) error {
 	if err := queries.EventSetDispatchJobs(ctx, tx, eventIDs, jobIDs); err != nil {
 		return fmt.Errorf("note dispatch jobs of %d events: %w", len(eventIDs), translate(err))
