@@ -182,7 +182,7 @@ type SalesOrderInsertRow struct {
 // sales_orders_number trigger replaces at commit, so no other transaction
 // ever sees it), its lines and its doc.created event
 // (payload {"id", "entity": payload_entity}, "no" follows with the
-// number), and
+// number; its dispatch job's id taken as in EventInsert), and
 // returns one row per line, in line order, each with the order and the
 // event. A line whose SKU names no item is left out (the caller compares
 // the count); an order whose (source, external_id) exists already is not
