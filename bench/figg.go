@@ -50,11 +50,15 @@ func (e *env) figureG() error {
 		n := int(float64(rate) * e.opts.duration.Seconds())
 		e.waitDrained(time.Minute)
 		obs := e.observe(s.cmd.Process.Pid)
+		profiled := e.profileBoth(s, e.opts.duration, fmt.Sprintf("g-%d", rate))
 		run, err := e.endToEnd(s, e.pool, rate, n)
 		if err != nil {
 			return err
 		}
 		oursNote := obs.finish()
+		if files := <-profiled; files != "" {
+			oursNote += "; CPU profiles " + files
+		}
 		e.waitDrained(time.Minute)
 		obs = e.observe(0)
 		theirs, theirsRate, theirsLost, err := ref.latency(e.ctx, rate, n)
