@@ -22,8 +22,11 @@ import (
 type Outbox struct {
 	pool  *pgxpool.Pool
 	river *river.Client[pgx.Tx]
-	// Metrics, when set, counts the events committed through Write.
+	// Metrics, when set, counts the events committed through Write and
+	// WriteGrouped.
 	Metrics *metrics.Metrics
+	// group queues WriteGrouped's calls.
+	group commitGroup
 }
 
 // NewOutbox returns an outbox writing through pool and enqueuing on client

@@ -17,9 +17,9 @@ import (
 )
 
 func (r *mutationResolver) CreateSalesOrder(ctx context.Context, input db.SalesOrderInput) (*db.SalesOrder, error) {
-	// The order takes its number at commit (see db.InsertSalesOrder) and
-	// is read back with it.
-	p, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) (db.PendingSalesOrder, []db.Event, error) {
+	// The order takes its number at commit (see db.InsertSalesOrder), a
+	// commit concurrent orders share, and is read back with it.
+	p, err := jobs.WriteGrouped(ctx, r.Outbox, func(ctx context.Context, tx pgx.Tx) (db.PendingSalesOrder, []db.Event, error) {
 		return db.InsertSalesOrder(ctx, tx, actorID(ctx), input)
 	})
 	if err != nil {
