@@ -193,6 +193,13 @@ var (
 	errServerOnly = errors.New("invalid client->server message type")
 )
 
+// invalidMessage is a client message of a type the subprotocol takes
+// that is not valid (no id, a payload of the wrong shape); its text is
+// for the client.
+type invalidMessage string
+
+func (e invalidMessage) Error() string { return string(e) }
+
 // next reads the next message and classifies it.
 func (s *socket) next() (kind int, m clientMessage, err error) {
 	_, _, m, parsed, err := s.conn.next()
@@ -353,8 +360,12 @@ func (s *socket) handle(r io.Reader, err error) bool {
 	}
 	switch kind {
 	case msgStart:
-		s.start(m)
+		return s.start(m)
 	case msgStop:
+		if m.ID == "" && !s.legacy {
+			s.refuse(invalidMessage("complete message without an id"))
+			return false
+		}
 		s.mu.Lock()
 		op := s.active[m.ID]
 		s.mu.Unlock()
@@ -376,12 +387,31 @@ func (s *socket) handle(r io.Reader, err error) bool {
 	return true
 }
 
-// start runs the operation of a subscribe (start) message. Only its
-// registration happens on the socket's goroutine: parsing, validation and
-// the resolver run on the operation's, so that the reader's stack stays
-// small for the socket's life.
-func (s *socket) start(m clientMessage) {
+// start runs the operation of a subscribe (start) message; false means
+// the message was not valid and the socket is closing. Only a check of
+// its shape and its registration happen on the socket's goroutine:
+// decoding, parsing, validation and the resolver run on the operation's,
+// so that the reader's stack stays small for the socket's life.
+//
+// A message without an id closes the socket (see refuse). A payload that
+// is not an operation closes it with 4400 on graphql-transport-ws; on
+// graphql-ws, whose reference server answers it with an error for the
+// id, it gets that error and the socket stays open.
+func (s *socket) start(m clientMessage) bool {
 	begin := graphql.Now()
+	if m.ID == "" {
+		s.refuse(invalidMessage(m.Type + " message without an id"))
+		return false
+	}
+	if err := checkPayload(m.Type, m.Payload); err != nil {
+		if !s.legacy {
+			s.refuse(err)
+			return false
+		}
+		s.conn.forget(m.ID)
+		s.sendErrors(m.ID, gqlerror.List{{Message: err.Error()}})
+		return true
+	}
 	limit := s.t.MaxOperations
 	if limit <= 0 {
 		limit = defaultMaxOperations
@@ -395,13 +425,84 @@ func (s *socket) start(m clientMessage) {
 			Message:    fmt.Sprintf("too many operations on this socket: at most %d at once", limit),
 			Extensions: map[string]any{"code": "TOO_MANY_OPERATIONS"},
 		}})
-		return
+		return true
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	op := &operation{s: s, id: m.ID, cancel: cancel}
 	s.active[m.ID] = op // over a stopped operation of the same id, if any
 	s.mu.Unlock()
 	s.running.Go(func() { op.run(ctx, m.Payload, begin) })
+	return true
+}
+
+// operationPayload is a subscribe (start) payload with its fields left
+// encoded.
+type operationPayload struct {
+	Query         json.RawMessage `json:"query"`
+	OperationName json.RawMessage `json:"operationName"`
+	Variables     json.RawMessage `json:"variables"`
+	Extensions    json.RawMessage `json:"extensions"`
+}
+
+// checkPayload reports what keeps payload, of a subscribe (start) message
+// of type typ, from being an operation; nil when nothing does. It must be
+// a JSON object with a query string (absent only when extensions carry a
+// persisted query's hash) and may have an operationName string and
+// variables and extensions objects, each of them null or absent
+// otherwise. The error, an invalidMessage, is for the client. Only the
+// top level is looked at: the values are not decoded.
+func checkPayload(typ string, payload json.RawMessage) error {
+	var p operationPayload
+	if jsonKind(payload) != '{' || json.Unmarshal(payload, &p) != nil {
+		return invalidMessage(typ + " payload must be an object")
+	}
+	for _, f := range []struct {
+		name string
+		v    json.RawMessage
+		want byte
+	}{
+		{"query", p.Query, '"'},
+		{"operationName", p.OperationName, '"'},
+		{"variables", p.Variables, '{'},
+		{"extensions", p.Extensions, '{'},
+	} {
+		if k := jsonKind(f.v); k != 0 && k != f.want {
+			what := "an object"
+			if f.want == '"' {
+				what = "a string"
+			}
+			return invalidMessage(fmt.Sprintf("%s payload: %q must be %s", typ, f.name, what))
+		}
+	}
+	if jsonKind(p.Query) == 0 {
+		var ext map[string]json.RawMessage
+		if json.Unmarshal(p.Extensions, &ext) != nil || jsonKind(ext["persistedQuery"]) == 0 {
+			return invalidMessage(typ + ` payload has no "query" string`)
+		}
+	}
+	return nil
+}
+
+// jsonKind is the first byte of the JSON value v, 0 when v is absent or
+// null.
+func jsonKind(v json.RawMessage) byte {
+	v = bytes.TrimSpace(v)
+	if len(v) == 0 || bytes.Equal(v, []byte("null")) {
+		return 0
+	}
+	return v[0]
+}
+
+// refuse closes the socket for a message that is not valid: with 4400
+// and err's text as the reason on graphql-transport-ws, with 1002 after a
+// connection_error carrying it on graphql-ws.
+func (s *socket) refuse(err error) {
+	if !s.legacy {
+		s.close(CloseBadRequest, err.Error())
+		return
+	}
+	s.connectionError(err.Error())
+	s.close(websocket.CloseProtocolError, err.Error())
 }
 
 // run prepares the operation and runs it: a subscription whose resolver
@@ -414,7 +515,8 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.UseNumber()
 	if err := dec.Decode(params); err != nil {
-		s.sendErrors(op.id, gqlerror.List{{Message: "invalid json"}})
+		// checkPayload let it through, so this is not expected.
+		s.sendErrors(op.id, gqlerror.List{{Message: "payload: " + err.Error()}})
 		op.abandon()
 		return
 	}

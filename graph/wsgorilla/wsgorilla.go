@@ -65,7 +65,9 @@ const (
 	CloseGoingAway = websocket.CloseGoingAway
 	// CloseBadRequest: a connection_init payload that is not a JSON
 	// object; on graphql-transport-ws also a message that is not one the
-	// client may send (malformed JSON, an unknown or server-only type).
+	// client may send (malformed JSON, an unknown or server-only type) or
+	// not a valid one (a subscribe or complete without an id, a subscribe
+	// payload that is not an operation).
 	CloseBadRequest = 4400
 	// CloseNotInitialised: subscribe before connection_ack
 	// (graphql-transport-ws; the protocol names it Unauthorized).
