@@ -173,3 +173,24 @@ func TestWebsocketInvalidMessages(t *testing.T) {
 		})
 	}
 }
+
+// An error message ends its operation in both subprotocols: no complete
+// follows it.
+func TestWebsocketErrorEndsOperation(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	for _, proto := range []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS} {
+		t.Run(proto, func(t *testing.T) {
+			t.Parallel()
+			c := apptest.DialWS(t, s, proto)
+			c.Init(s.Token)
+			c.Subscribe("bad", `{ nope }`, nil)
+			m, err := c.Read(5 * time.Second)
+			require.NoError(t, err)
+			require.Equal(t, "error bad", m.Type+" "+m.ID)
+			require.Contains(t, string(m.Payload), "GRAPHQL_VALIDATION_FAILED")
+			require.Empty(t, kinds(syncOn(t, c, "sync")))
+			c.RequireNoMoreEvents()
+		})
+	}
+}

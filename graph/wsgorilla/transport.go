@@ -516,8 +516,7 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 	dec.UseNumber()
 	if err := dec.Decode(params); err != nil {
 		// checkPayload let it through, so this is not expected.
-		s.sendErrors(op.id, gqlerror.List{{Message: "payload: " + err.Error()}})
-		op.abandon()
+		op.end(gqlerror.List{{Message: "payload: " + err.Error()}})
 		return
 	}
 	params.ReadTime = graphql.TraceTiming{Start: begin, End: graphql.Now()}
@@ -527,11 +526,11 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 	if errs != nil {
 		resp := s.exec.DispatchError(graphql.WithOperationContext(ctx, rc), errs)
 		if errcode.GetErrorKind(errs) == errcode.KindProtocol {
-			s.sendErrors(op.id, resp.Errors)
-		} else {
-			s.sendResponse(op.id, &graphql.Response{Errors: errs})
+			op.end(resp.Errors)
+			return
 		}
-		op.abandon()
+		s.sendResponse(op.id, &graphql.Response{Errors: errs})
+		op.end(nil)
 		return
 	}
 	op.rc = rc
@@ -549,15 +548,6 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 		return
 	}
 	op.pull(ctx, nil)
-}
-
-// abandon ends an operation that never ran (its request was refused):
-// complete, as for one that ran.
-func (op *operation) abandon() {
-	if op.retire() {
-		op.s.complete(op.id)
-	}
-	op.cancel()
 }
 
 // retire frees the operation's id, just before its last message (the
@@ -673,21 +663,26 @@ func (op *operation) fail(ctx context.Context, p any) {
 			gqlErr.Message = err.Error()
 		}
 	}
-	if op.current() {
-		op.s.sendErrors(op.id, gqlerror.List{gqlErr})
-	}
-	op.finish()
+	op.end(gqlerror.List{gqlErr})
 }
 
 // finish ends the operation: an error message with the errors added by
 // AddSubscriptionError, else complete unless the socket is closing.
-func (op *operation) finish() {
-	switch {
-	case !op.retire():
-	case len(op.subscriptionErrors()) > 0:
-		op.s.sendErrors(op.id, op.subscriptionErrors())
-	case op.s.ctx.Err() == nil:
-		op.s.complete(op.id)
+func (op *operation) finish() { op.end(op.subscriptionErrors()) }
+
+// end sends the operation's last message unless it no longer has its id:
+// an error message with errs, which in both subprotocols ends the
+// operation without a complete, else complete unless the socket is
+// closing. It then cancels the operation.
+func (op *operation) end(errs gqlerror.List) {
+	s := op.s
+	if op.retire() {
+		switch {
+		case len(errs) > 0:
+			s.sendErrors(op.id, errs)
+		case s.ctx.Err() == nil:
+			s.complete(op.id)
+		}
 	}
 	op.cancel()
 }
