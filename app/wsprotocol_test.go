@@ -194,3 +194,48 @@ func TestWebsocketErrorEndsOperation(t *testing.T) {
 		})
 	}
 }
+
+// An operation the client stopped (complete, stop) sends nothing more.
+// On graphql-transport-ws that includes complete, which the server sends
+// only for an operation it ended itself: one sent after the client had
+// reused the id would end the new operation for the client. graphql-ws
+// answers stop with complete, as its reference server does, before the
+// server reads the next message. Nothing of the stopped operations shows
+// after 300 stops and re-subscriptions of one id in a row, and the last
+// subscription runs.
+func TestWebsocketStoppedOperationSendsNothingMore(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	filter := map[string]any{"filter": salesOrdersCreated}
+	const reuses = 300
+	for _, proto := range []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS} {
+		t.Run(proto, func(t *testing.T) {
+			c := apptest.DialWS(t, s, proto)
+			c.Init(s.Token)
+			stop, want := "complete", []string{}
+			if proto == apptest.ProtoLegacyWS {
+				stop = "stop"
+			}
+			c.Subscribe("1", apptest.FeedSubscription, filter)
+			apptest.WaitFor(t, 5*time.Second, "the subscription", func() bool { return s.App.Feed().Subscribers() == 1 })
+			for range reuses {
+				c.Send(apptest.Message{ID: "1", Type: stop})
+				c.Subscribe("1", apptest.FeedSubscription, filter)
+				if proto == apptest.ProtoLegacyWS {
+					want = append(want, "complete 1")
+				}
+			}
+			require.Equal(t, want, kinds(syncOn(t, c, "sync")))
+			apptest.WaitFor(t, 5*time.Second, "the last subscription alone", func() bool { return s.App.Feed().Subscribers() == 1 })
+			apptest.GQL[map[string]any](t, s, apptest.CreateSalesOrder, map[string]any{"customer": "reuse " + proto})
+			require.Equal(t, "doc.created", c.NextEvent("1").Type, "the last subscription runs as 1")
+
+			c.Send(apptest.Message{ID: "1", Type: stop})
+			got, code, _ := frames(t, c, 500*time.Millisecond)
+			require.Zero(t, code)
+			require.Equal(t, want[:min(len(want), 1)], kinds(got))
+			apptest.WaitFor(t, 5*time.Second, "no subscription running", func() bool { return s.App.Feed().Subscribers() == 0 })
+		})
+	}
+}

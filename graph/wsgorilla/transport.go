@@ -161,13 +161,19 @@ type socket struct {
 	initPayload transport.InitPayload
 
 	mu sync.Mutex
-	// active holds the operations by id. A client may reuse an id as soon
-	// as it stopped the operation (complete, stop); a subscribe with it
-	// then takes the id over from the stopped operation, which ends
-	// without a last message of its own: a complete with that id would
-	// end the new one for the client.
+	// active holds the running operations by id. An operation leaves it
+	// (retire) when it ends or the moment the client stops it (complete,
+	// stop), and sends nothing once it left: the client may reuse the id
+	// at once, and a message of the stopped operation with that id would
+	// be taken for one of the new operation.
 	active map[string]*operation
 	closed bool
+
+	// sendMu is held while an operation's message is written, with the
+	// check that the operation still has its id, and while an id is
+	// taken from its operation: nothing of an operation is written after
+	// it left active, not even a write that had begun.
+	sendMu sync.Mutex
 
 	push pusher
 	// running counts the operations' goroutines (op.run), which end once
@@ -366,12 +372,7 @@ func (s *socket) handle(r io.Reader, err error) bool {
 			s.refuse(invalidMessage("complete message without an id"))
 			return false
 		}
-		s.mu.Lock()
-		op := s.active[m.ID]
-		s.mu.Unlock()
-		if op != nil {
-			op.stop()
-		}
+		s.stopOperation(m.ID)
 	case msgTerminate:
 		s.close(websocket.CloseNormalClosure, "terminated")
 		return false
@@ -417,8 +418,7 @@ func (s *socket) start(m clientMessage) bool {
 		limit = defaultMaxOperations
 	}
 	s.mu.Lock()
-	_, takeover := s.active[m.ID]
-	if !takeover && len(s.active) >= limit {
+	if len(s.active) >= limit {
 		s.mu.Unlock()
 		s.conn.forget(m.ID)
 		s.sendErrors(m.ID, gqlerror.List{{
@@ -429,7 +429,9 @@ func (s *socket) start(m clientMessage) bool {
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	op := &operation{s: s, id: m.ID, cancel: cancel}
-	s.active[m.ID] = op // over a stopped operation of the same id, if any
+	// No operation has the id: Conn refuses the id of a running one
+	// (4409), and a stopped one left active when it was stopped.
+	s.active[m.ID] = op
 	s.mu.Unlock()
 	s.running.Go(func() { op.run(ctx, m.Payload, begin) })
 	return true
@@ -505,6 +507,26 @@ func (s *socket) refuse(err error) {
 	s.close(websocket.CloseProtocolError, err.Error())
 }
 
+// stopOperation ends operation id at the client's request (complete,
+// stop): from then on it sends nothing. On graphql-ws the server answers
+// with complete, as that protocol's reference server does, before it reads
+// the next message; on graphql-transport-ws it sends none, as that
+// protocol has it. An id that runs nothing is ignored.
+func (s *socket) stopOperation(id string) {
+	s.mu.Lock()
+	op := s.active[id]
+	s.mu.Unlock()
+	if op == nil {
+		return
+	}
+	s.sendMu.Lock()
+	if op.retire() && s.legacy {
+		s.complete(id)
+	}
+	s.sendMu.Unlock()
+	op.stop()
+}
+
 // run prepares the operation and runs it: a subscription whose resolver
 // pushes is left to the socket's writer once dispatched, anything else is
 // pulled here until it ends.
@@ -529,7 +551,7 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 			op.end(resp.Errors)
 			return
 		}
-		s.sendResponse(op.id, &graphql.Response{Errors: errs})
+		op.deliver(&graphql.Response{Errors: errs})
 		op.end(nil)
 		return
 	}
@@ -552,8 +574,9 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 
 // retire frees the operation's id, just before its last message (the
 // client may reuse the id as soon as it reads that message), and reports
-// whether the id was still the operation's: false when a later operation
-// of the same id took it over, and no last message is to be sent.
+// whether the id was still the operation's: false when the operation had
+// ended or been stopped already, and no last message is to be sent.
+// Called with the socket's sendMu held.
 func (op *operation) retire() (owned bool) {
 	op.s.mu.Lock()
 	owned = op.s.active[op.id] == op
@@ -568,7 +591,7 @@ func (op *operation) retire() (owned bool) {
 }
 
 // current reports whether the operation still has its id: a response of
-// one that was stopped and whose id was taken over is not sent.
+// one that was stopped is not sent.
 func (op *operation) current() bool {
 	op.s.mu.Lock()
 	defer op.s.mu.Unlock()
@@ -642,9 +665,23 @@ func (op *operation) pull(ctx context.Context, responses graphql.ResponseHandler
 		if resp == nil {
 			return
 		}
-		if op.current() {
-			op.s.sendResponse(op.id, resp)
-		}
+		op.deliver(resp)
+	}
+}
+
+// deliver writes a result of the operation while it has its id; one that
+// cannot be encoded ends the operation with an error message instead.
+func (op *operation) deliver(resp *graphql.Response) {
+	s := op.s
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	if !op.current() {
+		return
+	}
+	if err := s.sendResponse(op.id, resp); err != nil {
+		op.retire()
+		s.sendErrors(op.id, gqlerror.List{{Message: "encode response: " + err.Error()}})
+		op.stop()
 	}
 }
 
@@ -676,6 +713,7 @@ func (op *operation) finish() { op.end(op.subscriptionErrors()) }
 // closing. It then cancels the operation.
 func (op *operation) end(errs gqlerror.List) {
 	s := op.s
+	s.sendMu.Lock()
 	if op.retire() {
 		switch {
 		case len(errs) > 0:
@@ -684,6 +722,7 @@ func (op *operation) end(errs gqlerror.List) {
 			s.complete(op.id)
 		}
 	}
+	s.sendMu.Unlock()
 	op.cancel()
 }
 
@@ -724,18 +763,19 @@ func (s *socket) dataType() string {
 	return "next"
 }
 
-// sendResponse writes one result of operation id.
-func (s *socket) sendResponse(id string, resp *graphql.Response) {
+// sendResponse writes one result of operation id; the error is one of
+// encoding it (a failed write has closed the socket).
+func (s *socket) sendResponse(id string, resp *graphql.Response) error {
 	if parts, ok := s.sharedFrame(id, resp); ok {
 		_ = s.conn.writeMessage(s.dataType(), id, parts...)
-		return
+		return nil
 	}
 	b, err := json.Marshal(resp)
 	if err != nil {
-		s.sendErrors(id, gqlerror.List{{Message: "encode response: " + err.Error()}})
-		return
+		return err
 	}
 	s.send(s.dataType(), id, b)
+	return nil
 }
 
 // sharedFrame returns a result message as parts around resp.Data, which
