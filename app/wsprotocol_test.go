@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -236,6 +237,26 @@ func TestWebsocketStoppedOperationSendsNothingMore(t *testing.T) {
 			require.Zero(t, code)
 			require.Equal(t, want[:min(len(want), 1)], kinds(got))
 			apptest.WaitFor(t, 5*time.Second, "no subscription running", func() bool { return s.App.Feed().Subscribers() == 0 })
+		})
+	}
+}
+
+// Neither subprotocol defines binary frames; as both reference servers
+// do, one is read as the text it holds.
+func TestWebsocketBinaryFrameReadAsText(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	for proto, typ := range map[string]string{apptest.ProtoTransportWS: "subscribe", apptest.ProtoLegacyWS: "start"} {
+		t.Run(proto, func(t *testing.T) {
+			t.Parallel()
+			c := apptest.DialWS(t, s, proto)
+			c.Init(s.Token)
+			b, err := json.Marshal(apptest.Message{ID: "1", Type: typ, Payload: json.RawMessage(`{"query":"{ __typename }"}`)})
+			require.NoError(t, err)
+			require.NoError(t, c.Conn.WriteMessage(websocket.BinaryMessage, b))
+			got, code, _ := frames(t, c, 500*time.Millisecond)
+			require.Zero(t, code)
+			require.Equal(t, []string{map[string]string{apptest.ProtoTransportWS: "next", apptest.ProtoLegacyWS: "data"}[proto] + " 1", "complete 1"}, kinds(got))
 		})
 	}
 }

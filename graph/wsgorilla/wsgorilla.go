@@ -598,7 +598,9 @@ func (c *Conn) next() (mt int, b []byte, m clientMessage, parsed bool, err error
 // and applies the socket rules to it: skip reports a message not to hand
 // on (it broke a rule, or came after a close frame was sent). A read
 // error drops the network connection; a normal close by the peer is
-// transport.ErrWebsocketClosed.
+// transport.ErrWebsocketClosed. A binary message is taken as the text it
+// holds: neither subprotocol defines binary messages, and the reference
+// servers of both read them so.
 func (c *Conn) take(r io.Reader, rerr error) (b []byte, m clientMessage, parsed, skip bool, err error) {
 	if err = rerr; err == nil {
 		b, err = io.ReadAll(r) // at most the read limit
