@@ -349,7 +349,11 @@ func (s *socket) run() {
 }
 
 // handle takes one message that NextReader returned; false means the
-// socket is done.
+// socket is done. A message the client may not send closes the socket:
+// on graphql-transport-ws with 4400; on graphql-ws, as gqlgen's transport
+// does, with 1000 for malformed JSON or an unknown type and with 1002
+// after a connection_error for a type only the server sends or a second
+// connection_init.
 //
 //go:noinline
 func (s *socket) handle(r io.Reader, err error) bool {

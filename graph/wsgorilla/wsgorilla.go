@@ -58,8 +58,12 @@ import (
 )
 
 // Close codes this package sends. The 44xx ones are those of the
-// graphql-transport-ws protocol; they are used for the legacy graphql-ws
-// subprotocol too.
+// graphql-transport-ws protocol. The legacy graphql-ws subprotocol gets
+// 4400 (for a connection_init payload only), 4408 and 4409 too; where
+// graphql-transport-ws has 4401, 4429 or 4400 for a message, Transport
+// closes graphql-ws with 1002 after a connection_error, or with 1000 for
+// malformed JSON or an unknown type after the acknowledgement, as
+// gqlgen's transport does.
 const (
 	// CloseGoingAway (RFC 6455) is sent to every socket by Shutdown.
 	CloseGoingAway = websocket.CloseGoingAway
