@@ -173,9 +173,13 @@ func TestWebsocketIDReusableAfterComplete(t *testing.T) {
 			filter := map[string]any{"filter": map[string]any{"entity": "sales_orders", "types": []string{"doc.created"}}}
 			c.Subscribe("1", apptest.FeedSubscription, filter)
 			c.Send(apptest.Message{ID: "1", Type: stop})
-			m, err := c.Read(5 * time.Second)
-			require.NoError(t, err)
-			require.Equal(t, "complete", m.Type)
+			if proto == apptest.ProtoLegacyWS {
+				// graphql-ws answers stop with complete;
+				// graphql-transport-ws sends nothing more.
+				m, err := c.Read(5 * time.Second)
+				require.NoError(t, err)
+				require.Equal(t, "complete", m.Type)
+			}
 			apptest.WaitFor(t, 5*time.Second, "no subscription", func() bool { return s.App.Feed().Subscribers() == 0 })
 			c.Subscribe("1", apptest.FeedSubscription, filter)
 			apptest.WaitFor(t, 5*time.Second, "the subscription", func() bool { return s.App.Feed().Subscribers() == 1 })

@@ -145,9 +145,7 @@ func (p *pusher) drain(op *operation) {
 			}
 			return
 		}
-		if op.current() {
-			op.s.sendResponse(op.id, resp)
-		}
+		op.deliver(resp)
 	}
 	p.wake(op)
 }

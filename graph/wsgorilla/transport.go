@@ -161,13 +161,19 @@ type socket struct {
 	initPayload transport.InitPayload
 
 	mu sync.Mutex
-	// active holds the operations by id. A client may reuse an id as soon
-	// as it stopped the operation (complete, stop); a subscribe with it
-	// then takes the id over from the stopped operation, which ends
-	// without a last message of its own: a complete with that id would
-	// end the new one for the client.
+	// active holds the running operations by id. An operation leaves it
+	// (retire) when it ends or the moment the client stops it (complete,
+	// stop), and sends nothing once it left: the client may reuse the id
+	// at once, and a message of the stopped operation with that id would
+	// be taken for one of the new operation.
 	active map[string]*operation
 	closed bool
+
+	// sendMu is held while an operation's message is written, with the
+	// check that the operation still has its id, and while an id is
+	// taken from its operation: nothing of an operation is written after
+	// it left active, not even a write that had begun.
+	sendMu sync.Mutex
 
 	push pusher
 	// running counts the operations' goroutines (op.run), which end once
@@ -192,6 +198,13 @@ var (
 	errBadMessage = errors.New("invalid message received")
 	errServerOnly = errors.New("invalid client->server message type")
 )
+
+// invalidMessage is a client message of a type the subprotocol takes
+// that is not valid (no id, a payload of the wrong shape); its text is
+// for the client.
+type invalidMessage string
+
+func (e invalidMessage) Error() string { return string(e) }
 
 // next reads the next message and classifies it.
 func (s *socket) next() (kind int, m clientMessage, err error) {
@@ -336,7 +349,11 @@ func (s *socket) run() {
 }
 
 // handle takes one message that NextReader returned; false means the
-// socket is done.
+// socket is done. A message the client may not send closes the socket:
+// on graphql-transport-ws with 4400; on graphql-ws, as gqlgen's transport
+// does, with 1000 for malformed JSON or an unknown type and with 1002
+// after a connection_error for a type only the server sends or a second
+// connection_init.
 //
 //go:noinline
 func (s *socket) handle(r io.Reader, err error) bool {
@@ -353,14 +370,13 @@ func (s *socket) handle(r io.Reader, err error) bool {
 	}
 	switch kind {
 	case msgStart:
-		s.start(m)
+		return s.start(m)
 	case msgStop:
-		s.mu.Lock()
-		op := s.active[m.ID]
-		s.mu.Unlock()
-		if op != nil {
-			op.stop()
+		if m.ID == "" && !s.legacy {
+			s.refuse(invalidMessage("complete message without an id"))
+			return false
 		}
+		s.stopOperation(m.ID)
 	case msgTerminate:
 		s.close(websocket.CloseNormalClosure, "terminated")
 		return false
@@ -376,32 +392,143 @@ func (s *socket) handle(r io.Reader, err error) bool {
 	return true
 }
 
-// start runs the operation of a subscribe (start) message. Only its
-// registration happens on the socket's goroutine: parsing, validation and
-// the resolver run on the operation's, so that the reader's stack stays
-// small for the socket's life.
-func (s *socket) start(m clientMessage) {
+// start runs the operation of a subscribe (start) message; false means
+// the message was not valid and the socket is closing. Only a check of
+// its shape and its registration happen on the socket's goroutine:
+// decoding, parsing, validation and the resolver run on the operation's,
+// so that the reader's stack stays small for the socket's life.
+//
+// A message without an id closes the socket (see refuse). A payload that
+// is not an operation closes it with 4400 on graphql-transport-ws; on
+// graphql-ws, whose reference server answers it with an error for the
+// id, it gets that error and the socket stays open.
+func (s *socket) start(m clientMessage) bool {
 	begin := graphql.Now()
+	if m.ID == "" {
+		s.refuse(invalidMessage(m.Type + " message without an id"))
+		return false
+	}
+	if err := checkPayload(m.Type, m.Payload); err != nil {
+		if !s.legacy {
+			s.refuse(err)
+			return false
+		}
+		s.conn.forget(m.ID)
+		s.sendErrors(m.ID, gqlerror.List{{Message: err.Error()}})
+		return true
+	}
 	limit := s.t.MaxOperations
 	if limit <= 0 {
 		limit = defaultMaxOperations
 	}
 	s.mu.Lock()
-	_, takeover := s.active[m.ID]
-	if !takeover && len(s.active) >= limit {
+	if len(s.active) >= limit {
 		s.mu.Unlock()
 		s.conn.forget(m.ID)
 		s.sendErrors(m.ID, gqlerror.List{{
 			Message:    fmt.Sprintf("too many operations on this socket: at most %d at once", limit),
 			Extensions: map[string]any{"code": "TOO_MANY_OPERATIONS"},
 		}})
-		return
+		return true
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	op := &operation{s: s, id: m.ID, cancel: cancel}
-	s.active[m.ID] = op // over a stopped operation of the same id, if any
+	// No operation has the id: Conn refuses the id of a running one
+	// (4409), and a stopped one left active when it was stopped.
+	s.active[m.ID] = op
 	s.mu.Unlock()
 	s.running.Go(func() { op.run(ctx, m.Payload, begin) })
+	return true
+}
+
+// operationPayload is a subscribe (start) payload with its fields left
+// encoded.
+type operationPayload struct {
+	Query         json.RawMessage `json:"query"`
+	OperationName json.RawMessage `json:"operationName"`
+	Variables     json.RawMessage `json:"variables"`
+	Extensions    json.RawMessage `json:"extensions"`
+}
+
+// checkPayload reports what keeps payload, of a subscribe (start) message
+// of type typ, from being an operation; nil when nothing does. It must be
+// a JSON object with a query string (absent only when extensions carry a
+// persisted query's hash) and may have an operationName string and
+// variables and extensions objects, each of them null or absent
+// otherwise. The error, an invalidMessage, is for the client. Only the
+// top level is looked at: the values are not decoded.
+func checkPayload(typ string, payload json.RawMessage) error {
+	var p operationPayload
+	if jsonKind(payload) != '{' || json.Unmarshal(payload, &p) != nil {
+		return invalidMessage(typ + " payload must be an object")
+	}
+	for _, f := range []struct {
+		name string
+		v    json.RawMessage
+		want byte
+	}{
+		{"query", p.Query, '"'},
+		{"operationName", p.OperationName, '"'},
+		{"variables", p.Variables, '{'},
+		{"extensions", p.Extensions, '{'},
+	} {
+		if k := jsonKind(f.v); k != 0 && k != f.want {
+			what := "an object"
+			if f.want == '"' {
+				what = "a string"
+			}
+			return invalidMessage(fmt.Sprintf("%s payload: %q must be %s", typ, f.name, what))
+		}
+	}
+	if jsonKind(p.Query) == 0 {
+		var ext map[string]json.RawMessage
+		if json.Unmarshal(p.Extensions, &ext) != nil || jsonKind(ext["persistedQuery"]) == 0 {
+			return invalidMessage(typ + ` payload has no "query" string`)
+		}
+	}
+	return nil
+}
+
+// jsonKind is the first byte of the JSON value v, 0 when v is absent or
+// null.
+func jsonKind(v json.RawMessage) byte {
+	v = bytes.TrimSpace(v)
+	if len(v) == 0 || bytes.Equal(v, []byte("null")) {
+		return 0
+	}
+	return v[0]
+}
+
+// refuse closes the socket for a message that is not valid: with 4400
+// and err's text as the reason on graphql-transport-ws, with 1002 after a
+// connection_error carrying it on graphql-ws.
+func (s *socket) refuse(err error) {
+	if !s.legacy {
+		s.close(CloseBadRequest, err.Error())
+		return
+	}
+	s.connectionError(err.Error())
+	s.close(websocket.CloseProtocolError, err.Error())
+}
+
+// stopOperation ends operation id at the client's request (complete,
+// stop): from then on it sends nothing. On graphql-ws the server answers
+// with complete, as that protocol's reference server does, before it reads
+// the next message; on graphql-transport-ws it sends none, as that
+// protocol has it. An id that runs nothing is ignored.
+func (s *socket) stopOperation(id string) {
+	s.mu.Lock()
+	op := s.active[id]
+	s.mu.Unlock()
+	if op == nil {
+		return
+	}
+	s.sendMu.Lock()
+	if op.retire() && s.legacy {
+		s.complete(id)
+	}
+	s.sendMu.Unlock()
+	op.stop()
 }
 
 // run prepares the operation and runs it: a subscription whose resolver
@@ -414,8 +541,8 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.UseNumber()
 	if err := dec.Decode(params); err != nil {
-		s.sendErrors(op.id, gqlerror.List{{Message: "invalid json"}})
-		op.abandon()
+		// checkPayload let it through, so this is not expected.
+		op.end(gqlerror.List{{Message: "payload: " + err.Error()}})
 		return
 	}
 	params.ReadTime = graphql.TraceTiming{Start: begin, End: graphql.Now()}
@@ -425,11 +552,11 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 	if errs != nil {
 		resp := s.exec.DispatchError(graphql.WithOperationContext(ctx, rc), errs)
 		if errcode.GetErrorKind(errs) == errcode.KindProtocol {
-			s.sendErrors(op.id, resp.Errors)
-		} else {
-			s.sendResponse(op.id, &graphql.Response{Errors: errs})
+			op.end(resp.Errors)
+			return
 		}
-		op.abandon()
+		op.deliver(&graphql.Response{Errors: errs})
+		op.end(nil)
 		return
 	}
 	op.rc = rc
@@ -449,19 +576,11 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 	op.pull(ctx, nil)
 }
 
-// abandon ends an operation that never ran (its request was refused):
-// complete, as for one that ran.
-func (op *operation) abandon() {
-	if op.retire() {
-		op.s.complete(op.id)
-	}
-	op.cancel()
-}
-
 // retire frees the operation's id, just before its last message (the
 // client may reuse the id as soon as it reads that message), and reports
-// whether the id was still the operation's: false when a later operation
-// of the same id took it over, and no last message is to be sent.
+// whether the id was still the operation's: false when the operation had
+// ended or been stopped already, and no last message is to be sent.
+// Called with the socket's sendMu held.
 func (op *operation) retire() (owned bool) {
 	op.s.mu.Lock()
 	owned = op.s.active[op.id] == op
@@ -476,7 +595,7 @@ func (op *operation) retire() (owned bool) {
 }
 
 // current reports whether the operation still has its id: a response of
-// one that was stopped and whose id was taken over is not sent.
+// one that was stopped is not sent.
 func (op *operation) current() bool {
 	op.s.mu.Lock()
 	defer op.s.mu.Unlock()
@@ -550,9 +669,23 @@ func (op *operation) pull(ctx context.Context, responses graphql.ResponseHandler
 		if resp == nil {
 			return
 		}
-		if op.current() {
-			op.s.sendResponse(op.id, resp)
-		}
+		op.deliver(resp)
+	}
+}
+
+// deliver writes a result of the operation while it has its id; one that
+// cannot be encoded ends the operation with an error message instead.
+func (op *operation) deliver(resp *graphql.Response) {
+	s := op.s
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	if !op.current() {
+		return
+	}
+	if err := s.sendResponse(op.id, resp); err != nil {
+		op.retire()
+		s.sendErrors(op.id, gqlerror.List{{Message: "encode response: " + err.Error()}})
+		op.stop()
 	}
 }
 
@@ -571,22 +704,29 @@ func (op *operation) fail(ctx context.Context, p any) {
 			gqlErr.Message = err.Error()
 		}
 	}
-	if op.current() {
-		op.s.sendErrors(op.id, gqlerror.List{gqlErr})
-	}
-	op.finish()
+	op.end(gqlerror.List{gqlErr})
 }
 
 // finish ends the operation: an error message with the errors added by
 // AddSubscriptionError, else complete unless the socket is closing.
-func (op *operation) finish() {
-	switch {
-	case !op.retire():
-	case len(op.subscriptionErrors()) > 0:
-		op.s.sendErrors(op.id, op.subscriptionErrors())
-	case op.s.ctx.Err() == nil:
-		op.s.complete(op.id)
+func (op *operation) finish() { op.end(op.subscriptionErrors()) }
+
+// end sends the operation's last message unless it no longer has its id:
+// an error message with errs, which in both subprotocols ends the
+// operation without a complete, else complete unless the socket is
+// closing. It then cancels the operation.
+func (op *operation) end(errs gqlerror.List) {
+	s := op.s
+	s.sendMu.Lock()
+	if op.retire() {
+		switch {
+		case len(errs) > 0:
+			s.sendErrors(op.id, errs)
+		case s.ctx.Err() == nil:
+			s.complete(op.id)
+		}
 	}
+	s.sendMu.Unlock()
 	op.cancel()
 }
 
@@ -627,18 +767,19 @@ func (s *socket) dataType() string {
 	return "next"
 }
 
-// sendResponse writes one result of operation id.
-func (s *socket) sendResponse(id string, resp *graphql.Response) {
+// sendResponse writes one result of operation id; the error is one of
+// encoding it (a failed write has closed the socket).
+func (s *socket) sendResponse(id string, resp *graphql.Response) error {
 	if parts, ok := s.sharedFrame(id, resp); ok {
 		_ = s.conn.writeMessage(s.dataType(), id, parts...)
-		return
+		return nil
 	}
 	b, err := json.Marshal(resp)
 	if err != nil {
-		s.sendErrors(id, gqlerror.List{{Message: "encode response: " + err.Error()}})
-		return
+		return err
 	}
 	s.send(s.dataType(), id, b)
+	return nil
 }
 
 // sharedFrame returns a result message as parts around resp.Data, which

@@ -58,14 +58,20 @@ import (
 )
 
 // Close codes this package sends. The 44xx ones are those of the
-// graphql-transport-ws protocol; they are used for the legacy graphql-ws
-// subprotocol too.
+// graphql-transport-ws protocol. The legacy graphql-ws subprotocol gets
+// 4400 (for a connection_init payload only), 4408 and 4409 too; where
+// graphql-transport-ws has 4401, 4429 or 4400 for a message, Transport
+// closes graphql-ws with 1002 after a connection_error, or with 1000 for
+// malformed JSON or an unknown type after the acknowledgement, as
+// gqlgen's transport does.
 const (
 	// CloseGoingAway (RFC 6455) is sent to every socket by Shutdown.
 	CloseGoingAway = websocket.CloseGoingAway
 	// CloseBadRequest: a connection_init payload that is not a JSON
 	// object; on graphql-transport-ws also a message that is not one the
-	// client may send (malformed JSON, an unknown or server-only type).
+	// client may send (malformed JSON, an unknown or server-only type) or
+	// not a valid one (a subscribe or complete without an id, a subscribe
+	// payload that is not an operation).
 	CloseBadRequest = 4400
 	// CloseNotInitialised: subscribe before connection_ack
 	// (graphql-transport-ws; the protocol names it Unauthorized).
@@ -596,7 +602,9 @@ func (c *Conn) next() (mt int, b []byte, m clientMessage, parsed bool, err error
 // and applies the socket rules to it: skip reports a message not to hand
 // on (it broke a rule, or came after a close frame was sent). A read
 // error drops the network connection; a normal close by the peer is
-// transport.ErrWebsocketClosed.
+// transport.ErrWebsocketClosed. A binary message is taken as the text it
+// holds: neither subprotocol defines binary messages, and the reference
+// servers of both read them so.
 func (c *Conn) take(r io.Reader, rerr error) (b []byte, m clientMessage, parsed, skip bool, err error) {
 	if err = rerr; err == nil {
 		b, err = io.ReadAll(r) // at most the read limit
