@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -31,10 +32,21 @@ const maxGroupRunners = 2
 // and its rows' locks are held for a bounded time.
 const maxGroupMembers = 64
 
-// groupTimeout bounds a grouped write's transaction, shared or not. It
-// does not run under any caller's cancellation: a client that goes away
-// must not roll back the others' orders.
-const groupTimeout = 30 * time.Second
+// groupTimeout bounds a shared transaction. It does not run under any
+// caller's cancellation: a client that goes away must not roll back the
+// others' orders.
+const groupTimeout = 10 * time.Second
+
+// groupLockTimeout and groupStatementTimeout bound, on the server, a
+// shared transaction's waits: a member stuck on a row another
+// transaction holds fails with a database error its savepoint absorbs,
+// and is written again on its own once the others committed, instead of
+// holding them all up (a client-side deadline would drop the connection
+// and the whole transaction with it).
+const (
+	groupLockTimeout      = "1s"
+	groupStatementTimeout = "5s"
+)
 
 // commitGroup queues the grouped writes of one outbox.
 type commitGroup struct {
@@ -51,24 +63,30 @@ type groupMember struct {
 	run    func(ctx context.Context, tx pgx.Tx) ([]db.Event, error)
 	events []db.Event // committed with the member
 	err    error
-	done   chan struct{}
+	// alone: the member's write in the shared transaction timed out on
+	// the server; it is written on its own after the others.
+	alone    bool
+	finished bool // done is closed; read and set by the runner only
+	done     chan struct{}
 }
 
 // WriteGrouped is Write for a mutation that inserts a new document which
 // takes its number at commit (createSalesOrder), and whose writes touch
-// nothing another such mutation could. A call made while a shared
-// transaction is in flight waits for the next one and runs in it, in a
-// savepoint: its error (returned to it alone) rolls back only its own
-// writes, and the transaction commits the others. fn gets ctx's values
-// without its cancellation, bounded by the transaction's 30 s, and must
-// use that context for its statements; a call whose ctx ends before its
-// turn writes nothing and returns ctx's error, one whose ctx ends later
-// is committed all the same.
-// A shared commit that fails with a database error (all of it rolled
-// back, e.g. an exhausted series) runs each member again in a transaction
-// of its own, so that one member's failure is its alone; a commit whose
-// outcome is unknown (the connection lost) fails every member, as Write
-// does. Errors are Write's.
+// nothing another such mutation could. A call that finds fewer than two
+// shared transactions in flight is written at once, alone, under ctx, as
+// Write would. One made while two are in flight waits and goes into the
+// next, in a savepoint: its error (returned to it alone) rolls back only
+// its own writes, and the transaction commits the others. There fn runs
+// under ctx's values without its cancellation, within the transaction's
+// 10 s and server-side lock (1 s) and statement (5 s) timeouts; a call
+// stopped by those is written again on its own after the others. A call
+// whose ctx ends while it waits returns ctx's error and writes nothing;
+// once in a shared transaction it is decided there. A shared commit that
+// fails with a database error or before COMMIT was sent (all of it rolled
+// back, e.g. an exhausted series) writes each member again on its own,
+// under its ctx, so that one member's failure is its alone; a commit
+// whose outcome is unknown (the connection lost during COMMIT) fails
+// every member, as Write does. Errors are Write's.
 func WriteGrouped[T any](ctx context.Context, o *Outbox, fn func(ctx context.Context, tx pgx.Tx) (T, []db.Event, error)) (T, error) {
 	var result T
 	m := &groupMember{ctx: ctx, done: make(chan struct{})}
@@ -91,9 +109,16 @@ func WriteGrouped[T any](ctx context.Context, o *Outbox, fn func(ctx context.Con
 	if start {
 		go o.runGroups(batch)
 	}
-	// Not ctx: a member taken into a transaction is decided there, and
-	// one still queued is skipped at its turn when its ctx has ended.
-	<-m.done
+	select {
+	case <-m.done:
+	case <-ctx.Done():
+		if o.group.remove(m) {
+			var zero T
+			return zero, ctx.Err()
+		}
+		// Taken into a shared transaction: decided there.
+		<-m.done
+	}
 	if m.err != nil {
 		var zero T
 		return zero, m.err
@@ -112,15 +137,54 @@ func (g *commitGroup) takeLocked() []*groupMember {
 	return batch
 }
 
+// remove takes m out of the queue; false when a runner took it already.
+func (g *commitGroup) remove(m *groupMember) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, x := range g.queue {
+		if x == m {
+			g.queue = append(g.queue[:i], g.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
 // runGroups commits batch, then whatever queued meanwhile, until the
-// queue is empty.
+// queue is empty. Should it end otherwise (a panic outside a member's fn,
+// in River's insert or pgx, or runtime.Goexit), the members of its batch
+// not yet told are told so, and another runner takes the queue on.
 func (o *Outbox) runGroups(batch []*groupMember) {
+	normal := false
+	defer func() {
+		if normal {
+			return
+		}
+		err := fmt.Errorf("shared write ended abnormally: %v", recover())
+		for _, m := range batch {
+			if !m.finished {
+				m.finish(nil, err)
+			}
+		}
+		o.group.mu.Lock()
+		var next []*groupMember
+		if len(o.group.queue) > 0 {
+			next = o.group.takeLocked()
+		} else {
+			o.group.runners--
+		}
+		o.group.mu.Unlock()
+		if next != nil {
+			go o.runGroups(next)
+		}
+	}()
 	for {
 		o.commitShared(batch)
 		o.group.mu.Lock()
 		if len(o.group.queue) == 0 {
 			o.group.runners--
 			o.group.mu.Unlock()
+			normal = true
 			return
 		}
 		batch = o.group.takeLocked()
@@ -153,14 +217,17 @@ func (o *Outbox) commitShared(batch []*groupMember) {
 	switch {
 	case err == nil:
 		for _, m := range live {
-			if m.err != nil {
+			switch {
+			case m.alone:
+				o.writeAlone(m)
+			case m.err != nil:
 				m.finish(nil, m.err)
-				continue
+			default:
+				o.countWritten(m.events)
+				m.finish(m.events, nil)
 			}
-			o.countWritten(m.events)
-			m.finish(m.events, nil)
 		}
-	case written && !errors.As(err, &pgErr):
+	case written && !errors.As(err, &pgErr) && !pgconn.SafeToRetry(err):
 		// The commit's outcome is unknown: retrying could write twice.
 		err = db.CommitErr(err)
 		for _, m := range live {
@@ -189,19 +256,24 @@ func (o *Outbox) writeShared(ctx context.Context, live []*groupMember) (committi
 			_ = tx.Rollback(ctx)
 		}
 	}()
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+groupLockTimeout+"'; SET LOCAL statement_timeout = '"+groupStatementTimeout+"'"); err != nil {
+		return false, err
+	}
 	var all []db.Event
 	for _, m := range live {
-		m.err = nil
+		m.err, m.alone = nil, false
 		sp, err := tx.Begin(ctx) // a savepoint
 		if err != nil {
 			return false, err
 		}
-		events, err := m.runSafely(ctx, sp)
+		fnCtx, cancel := sharedCtx(ctx, m)
+		events, err := m.runSafely(fnCtx, sp)
+		cancel()
 		if err != nil {
 			if rbErr := sp.Rollback(ctx); rbErr != nil {
 				return false, rbErr
 			}
-			m.err = err
+			m.err, m.alone = err, timedOut(err)
 			continue
 		}
 		if err := sp.Commit(ctx); err != nil {
@@ -216,17 +288,20 @@ func (o *Outbox) writeShared(ctx context.Context, live []*groupMember) (committi
 	return true, tx.Commit(ctx)
 }
 
-// writeAlone writes m in a transaction of its own, as Write does.
+// writeAlone writes m in a transaction of its own under its own context,
+// as Write does: a member whose caller left is not written.
 func (o *Outbox) writeAlone(m *groupMember) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(m.ctx), groupTimeout)
-	defer cancel()
+	if err := m.ctx.Err(); err != nil {
+		m.finish(nil, err)
+		return
+	}
 	var events []db.Event
-	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(m.ctx, o.pool, func(tx pgx.Tx) error {
 		var err error
-		if events, err = m.runSafely(ctx, tx); err != nil {
+		if events, err = m.runSafely(m.ctx, tx); err != nil {
 			return err
 		}
-		return EnqueueDispatch(ctx, o.river, tx, events)
+		return EnqueueDispatch(m.ctx, o.river, tx, events)
 	})
 	if err != nil {
 		m.finish(nil, db.CommitErr(err))
@@ -236,26 +311,34 @@ func (o *Outbox) writeAlone(m *groupMember) {
 	m.finish(events, nil)
 }
 
-// runSafely runs m's fn in tx under m's context without its cancellation
-// and with the transaction's deadline, a panic in fn becoming m's error
-// (fn runs on a goroutine no request's recovery covers).
+// sharedCtx is the context m's fn runs under in a shared transaction
+// whose context is ctx: m's values without its cancellation, with ctx's
+// deadline.
+func sharedCtx(ctx context.Context, m *groupMember) (context.Context, context.CancelFunc) {
+	deadline, _ := ctx.Deadline()
+	return context.WithDeadline(context.WithoutCancel(m.ctx), deadline)
+}
+
+// timedOut reports a statement that the shared transaction's server-side
+// timeouts ended (lock_not_available, query_canceled).
+func timedOut(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.LockNotAvailable || pgErr.Code == pgerrcode.QueryCanceled)
+}
+
+// runSafely runs m's fn in tx under ctx, a panic in fn becoming m's error
+// (fn may run on a goroutine no request's recovery covers).
 func (m *groupMember) runSafely(ctx context.Context, tx pgx.Tx) (events []db.Event, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("write panicked: %v", p)
 		}
 	}()
-	fnCtx := context.WithoutCancel(m.ctx)
-	if deadline, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		fnCtx, cancel = context.WithDeadline(fnCtx, deadline)
-		defer cancel()
-	}
-	return m.run(fnCtx, tx)
+	return m.run(ctx, tx)
 }
 
 func (m *groupMember) finish(events []db.Event, err error) {
-	m.events, m.err = events, err
+	m.events, m.err, m.finished = events, err, true
 	close(m.done)
 }
 

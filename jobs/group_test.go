@@ -214,3 +214,44 @@ func TestSharedCommitFailureRetriesEachAlone(t *testing.T) {
 	var pgErr interface{ SQLState() string }
 	require.True(t, errors.As(got[2+poison].err, &pgErr) && pgErr.SQLState() == "23514", "the member's own commit error: %v", got[2+poison].err)
 }
+
+// A grouped order stuck on a row another transaction holds does not hold
+// up the orders it shares a transaction with: the server's lock timeout
+// ends its statement, the others commit, and it is written on its own
+// once the row is free.
+func TestStuckGroupedOrderDoesNotHoldUpOthers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Hour)
+	_, err := db.CreateItem(b.ctx, b.pool, db.ItemInput{SKU: "B2", Name: "Шкаф", Unit: "шт"})
+	require.NoError(t, err)
+	release := b.holdSeries(t)
+	var entered atomic.Int64
+	wait := b.writeOrders(b.ctx, orderLines(2, func(int) string { return "A1" }), &entered, nil)
+	b.waitBlocked(t, 2, &entered)
+
+	holder, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(b.ctx) }()
+	_, err = holder.Exec(b.ctx, `SELECT 1 FROM items WHERE sku = 'B2' FOR UPDATE`)
+	require.NoError(t, err)
+	const n = 4
+	stuck := 0
+	waitShared := b.writeOrders(b.ctx, orderLines(n, func(i int) string {
+		if i == stuck {
+			return "B2"
+		}
+		return "A1"
+	}), &entered, nil)
+	require.Eventually(t, func() bool { return jobs.GroupQueued(b.outbox) == n }, 10*time.Second, 5*time.Millisecond)
+	release()
+
+	// Everything but the stuck order commits while B2 is still held.
+	require.Eventually(t, func() bool { return b.count(t, `SELECT count(*) FROM sales_orders`) == 2+n-1 }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, holder.Rollback(b.ctx))
+	got := append(wait(), waitShared()...)
+	for i, g := range got {
+		require.NoError(t, g.err, "order %d", i)
+	}
+	require.Equal(t, "B2", got[2+stuck].order.Lines[0].SKU)
+	b.requireGapless(t, got, 2+n)
+}
