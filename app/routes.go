@@ -67,6 +67,7 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	})
 	gql.AddTransport(transport.Options{})
 	gql.AddTransport(httpapi.GraphQLHTTP{})
+	gql.SetValidationRulesFn(httpapi.ValidationRules)
 	gql.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	gql.SetParserTokenLimit(maxQueryTokens)
 	gql.Use(extension.FixedComplexityLimit(maxComplexity))

@@ -260,3 +260,36 @@ func TestWebsocketBinaryFrameReadAsText(t *testing.T) {
 		})
 	}
 }
+
+// A subscription selecting its stream under two response keys is refused
+// by validation, over HTTP and on both subprotocols; a single stream, by
+// an alias or a fragment, is not.
+func TestSubscriptionOfTwoStreamsRefused(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	two := `subscription { a: eventProcessed { id } b: eventProcessed { id } }`
+	_, resp := s.Do(t, s.Token, two, nil)
+	require.Len(t, resp.Errors, 1)
+	require.Equal(t, "GRAPHQL_VALIDATION_FAILED", resp.Errors[0].Extensions["code"])
+	require.Contains(t, resp.Errors[0].Message, "must select only one top level field")
+	for _, proto := range []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS} {
+		t.Run(proto, func(t *testing.T) { // in turn: they count the feed's subscribers
+			c := apptest.DialWS(t, s, proto)
+			c.Init(s.Token)
+			c.Subscribe("two", two, nil)
+			m, err := c.Read(5 * time.Second)
+			require.NoError(t, err)
+			require.Equal(t, "error two", m.Type+" "+m.ID)
+			require.Contains(t, string(m.Payload), "GRAPHQL_VALIDATION_FAILED")
+			for _, one := range []string{
+				`subscription { a: eventProcessed { id } }`,
+				`subscription { ...f } fragment f on Subscription { eventProcessed { id } }`,
+			} {
+				c.Subscribe("one", one, nil)
+				apptest.WaitFor(t, 5*time.Second, "the subscription", func() bool { return s.App.Feed().Subscribers() == 1 })
+				c.Send(apptest.Message{ID: "one", Type: map[string]string{apptest.ProtoTransportWS: "complete", apptest.ProtoLegacyWS: "stop"}[proto]})
+				apptest.WaitFor(t, 5*time.Second, "no subscription", func() bool { return s.App.Feed().Subscribers() == 0 })
+			}
+		})
+	}
+}
