@@ -9,3 +9,7 @@ const WSMaxOperations = wsMaxOperations
 // SharedFeedStats is the live events executed and shared by the app's
 // SharedFeedPayloads, for the tests of package app_test.
 func (a *App) SharedFeedStats() (executed, shared int64) { return a.sharedFeed.Stats() }
+
+// WatchedSockets is the app's httpapi.Auth.WatchedSockets, for the tests
+// of package app_test.
+func (a *App) WatchedSockets() int { return a.auth.WatchedSockets() }

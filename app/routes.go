@@ -62,6 +62,7 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	gql.AddTransport(wsgorilla.Transport{
 		Implementation:   ws,
 		InitFunc:         a.auth.WebsocketInit,
+		OnClose:          a.auth.WebsocketClose,
 		PayloadReadLimit: &readLimit,
 		MaxOperations:    wsMaxOperations,
 	})
@@ -70,10 +71,9 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	gql.SetValidationRulesFn(httpapi.ValidationRules)
 	gql.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	gql.SetParserTokenLimit(maxQueryTokens)
-	gql.Use(extension.FixedComplexityLimit(maxComplexity))
+	gql.Use(&httpapi.ComplexityLimit{Max: maxComplexity})
 	gql.Use(httpapi.ShapeLimit{MaxDepth: maxDepth, MaxFields: maxFields})
 	gql.Use(httpapi.RolesUpfront{})
-	gql.Use(resolvers.Loaders{Pool: res.Pool})
 	if opts.Introspection {
 		gql.Use(extension.Introspection{})
 	}
@@ -84,6 +84,10 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	}
 	// Inside Observer, so that shared payloads still get their request id.
 	gql.Use(a.sharedFeed)
+	// Inside the shared feed, so that a subscription's event answered with
+	// another socket's execution makes no loaders (Loaders makes a
+	// subscription's per event).
+	gql.Use(resolvers.Loaders{Pool: res.Pool})
 	gql.SetErrorPresenter(resolvers.ErrorPresenter(res.Logger))
 	gql.SetRecoverFunc(resolvers.Recover)
 

@@ -405,6 +405,45 @@ func TestWebsocketHalfOpenSocketCleanedUp(t *testing.T) {
 	}
 }
 
+// A socket lets go of what it registered, however it ends: its feed
+// subscriptions and its place among the sockets the token watch would close.
+func TestWebsocketEndsLetGoOfTheirRegistrations(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	other := apptest.RoleToken(t, s, "watcher", "VIEWER")
+	open := func(proto, token string) *apptest.WS {
+		c := apptest.DialWS(t, s, proto)
+		c.Init(token)
+		c.Subscribe("1", apptest.FeedSubscription, nil)
+		return c
+	}
+	byClient := open(apptest.ProtoTransportWS, s.Token)
+	terminated := open(apptest.ProtoLegacyWS, s.Token)
+	stopped := open(apptest.ProtoTransportWS, s.Token)
+	revoked := open(apptest.ProtoLegacyWS, other)
+	apptest.WaitFor(t, 5*time.Second, "4 subscriptions", func() bool { return s.App.Feed().Subscribers() == 4 })
+	require.Equal(t, 4, s.App.WatchedSockets())
+
+	// A stopped subscription ends its feed subscription; its socket stays.
+	stopped.Send(map[string]any{"type": "complete", "id": "1"})
+	apptest.WaitFor(t, 5*time.Second, "the stopped subscription released", func() bool { return s.App.Feed().Subscribers() == 3 })
+	require.Equal(t, 4, s.App.WatchedSockets(), "a socket stays watched while open")
+
+	require.NoError(t, byClient.Conn.Close())
+	terminated.Send(map[string]any{"type": "connection_terminate"})
+	toks := apptest.GQL[struct {
+		Tokens []struct{ ID string } `json:"tokens"`
+	}](t, s, `{ tokens(login: "watcher") { id } }`, nil)
+	require.Len(t, toks.Tokens, 1)
+	apptest.GQL[map[string]any](t, s, `mutation($id: ID!) { revokeToken(id: $id) { revokedAt } }`, map[string]any{"id": toks.Tokens[0].ID})
+	require.Equal(t, websocket.CloseNormalClosure, revoked.CloseCode(10*time.Second, false), "a revoked token's socket")
+
+	apptest.WaitFor(t, 5*time.Second, "the ended sockets' subscriptions released", func() bool { return s.App.Feed().Subscribers() == 0 })
+	apptest.WaitFor(t, 5*time.Second, "only the open socket watched", func() bool { return s.App.WatchedSockets() == 1 })
+	require.NoError(t, stopped.Conn.Close())
+	apptest.WaitFor(t, 5*time.Second, "no socket watched", func() bool { return s.App.WatchedSockets() == 0 })
+}
+
 func TestWebsocketShutdownClosesEverySocketWith1001(t *testing.T) {
 	t.Parallel()
 	const sockets = 50

@@ -50,11 +50,11 @@ type FeedSubscription struct {
 	filter EventFilter
 	feed   *Feed
 	buffer int
-	done   chan struct{} // closed when the subscription ends
 	// wake (capacity 1) tells a waiting Next that the queue grew or the
 	// subscription ended. One channel rather than a select on done too:
 	// an idle subscriber waits for as long as it is idle, and each channel
-	// it waits on holds a 112-byte sudog.
+	// it waits on holds a 112-byte sudog. Nil under SubscribeFunc, whose
+	// subscriber is told by notify instead and never waits in Next.
 	wake chan struct{}
 	// notify, when set (SubscribeFunc), is told of the same as wake; it
 	// runs with the feed locked.
@@ -64,6 +64,9 @@ type FeedSubscription struct {
 	queue []*Event // pending events are queue[head:]
 	head  int
 	ended bool
+	// done is closed when the subscription ends; made by the first call
+	// of Done, which few subscribers make (an idle one keeps no channel).
+	done chan struct{}
 
 	overflowed bool   // guarded by feed.mu
 	onOverflow func() // guarded by feed.mu
@@ -126,18 +129,20 @@ func (f *Feed) Subscribe(filter EventFilter, buffer int) *FeedSubscription {
 // SubscribeFunc is Subscribe for a subscriber that is told rather than
 // waits: notify (when not nil) is called each time an event is queued and
 // once when the subscription ends, and the subscriber takes what is there
-// with TryNext. notify runs on the feed's goroutine with the feed locked:
-// it must return at once and must not call the feed. A subscription of a
+// with TryNext (with a notify, Next is not to be called: it would not be
+// woken). notify runs on the feed's goroutine with the feed locked: it
+// must return at once and must not call the feed. A subscription of a
 // feed that stopped already has ended, and notify is called before
 // SubscribeFunc returns.
 func (f *Feed) SubscribeFunc(filter EventFilter, buffer int, notify func()) *FeedSubscription {
-	s := &FeedSubscription{filter: filter, feed: f, buffer: max(buffer, 1),
-		done: make(chan struct{}), wake: make(chan struct{}, 1), notify: notify}
+	s := &FeedSubscription{filter: filter, feed: f, buffer: max(buffer, 1), notify: notify}
+	if notify == nil {
+		s.wake = make(chan struct{}, 1)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.stopped {
 		s.ended = true
-		close(s.done)
 		if notify != nil {
 			notify()
 		}
@@ -231,15 +236,16 @@ func (s *FeedSubscription) push(ev *Event) bool {
 	return true
 }
 
-// signal wakes a waiting Next, unless a wake is pending already, and
+// signal wakes a waiting Next, unless a wake is pending already, or
 // tells notify. Called with the feed locked.
 func (s *FeedSubscription) signal() {
+	if s.notify != nil {
+		s.notify()
+		return
+	}
 	select {
 	case s.wake <- struct{}{}:
 	default:
-	}
-	if s.notify != nil {
-		s.notify()
 	}
 }
 
@@ -252,7 +258,17 @@ func (s *FeedSubscription) Close() {
 
 // Done is closed when the subscription ends: a subscriber busy handing on
 // an event it took selects on it to learn at once that it was dropped.
-func (s *FeedSubscription) Done() <-chan struct{} { return s.done }
+func (s *FeedSubscription) Done() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done == nil {
+		s.done = make(chan struct{})
+		if s.ended {
+			close(s.done)
+		}
+	}
+	return s.done
+}
 
 // OnOverflow registers fn to run when the feed drops the subscription for
 // falling behind (at once if it was dropped already). fn runs on the feed's
@@ -281,8 +297,10 @@ func (f *Feed) removeLocked(s *FeedSubscription) {
 		delete(f.subs, s)
 		s.mu.Lock()
 		s.ended = true
+		if s.done != nil {
+			close(s.done)
+		}
 		s.mu.Unlock()
-		close(s.done)
 		s.signal()
 	}
 }

@@ -34,26 +34,47 @@ type Tokens interface {
 }
 
 type (
-	userKey        struct{}
-	socketTokenKey struct{}
-	requestIDKey   struct{}
+	principalKey struct{}
+	requestIDKey struct{}
 )
+
+// principal is who a context acts for: the user, and for a websocket the
+// token it authenticated with. One value for both: a websocket's context
+// lives as long as the socket.
+type principal struct {
+	user        db.User
+	socketToken string // "" outside a websocket
+}
 
 // WithUser returns ctx carrying the authenticated user.
 func WithUser(ctx context.Context, u db.User) context.Context {
-	return context.WithValue(ctx, userKey{}, u)
+	return context.WithValue(ctx, principalKey{}, &principal{user: u})
+}
+
+// WithSocketUser returns ctx carrying the user a websocket authenticated
+// as at connection_init and the token it used, which Allow checks again
+// for every operation.
+func WithSocketUser(ctx context.Context, u db.User, token string) context.Context {
+	return context.WithValue(ctx, principalKey{}, &principal{user: u, socketToken: token})
 }
 
 // UserFrom returns the authenticated user of ctx.
 func UserFrom(ctx context.Context) (db.User, bool) {
-	u, ok := ctx.Value(userKey{}).(db.User)
-	return u, ok
+	p, ok := ctx.Value(principalKey{}).(*principal)
+	if !ok {
+		return db.User{}, false
+	}
+	return p.user, true
 }
 
-// WithSocketToken returns ctx carrying the token a websocket authenticated
-// with at connection_init, which Allow checks again for every operation.
-func WithSocketToken(ctx context.Context, token string) context.Context {
-	return context.WithValue(ctx, socketTokenKey{}, token)
+// SocketToken returns the token of ctx's websocket (WithSocketUser); ok
+// is false outside one.
+func SocketToken(ctx context.Context) (token string, ok bool) {
+	p, ok := ctx.Value(principalKey{}).(*principal)
+	if !ok || p.socketToken == "" {
+		return "", false
+	}
+	return p.socketToken, true
 }
 
 // WithRequestID returns ctx carrying the id of its HTTP request.
@@ -86,7 +107,7 @@ func (r *Resolver) Allow(ctx context.Context, _ any, next graphql.Resolver, role
 	if !ok {
 		return nil, ErrUnauthenticated
 	}
-	if token, ok := ctx.Value(socketTokenKey{}).(string); ok {
+	if token, ok := SocketToken(ctx); ok {
 		// A websocket authenticated once, at connection_init: check its
 		// token again for every operation (revoked, expired, role changed).
 		// Not cancelled by the client's own "complete" racing the start: the
@@ -95,8 +116,13 @@ func (r *Resolver) Allow(ctx context.Context, _ any, next graphql.Resolver, role
 		if err != nil {
 			return nil, err
 		}
-		u = fresh
-		ctx = WithUser(ctx, u)
+		if fresh != u {
+			// A role or name changed since connection_init. Unchanged,
+			// the socket's value serves: a subscription keeps this
+			// context for its life.
+			u = fresh
+			ctx = WithSocketUser(ctx, u, token)
+		}
 	}
 	if u.Role == db.RoleAdmin || slices.Contains(roles, model.Role(strings.ToUpper(u.Role))) {
 		return next(ctx)

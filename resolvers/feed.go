@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unique"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -52,10 +53,10 @@ type feedStream struct {
 	slot *feedSlot
 
 	// Owned by the goroutine pulling or advancing the stream.
-	backfilling bool
-	ready       bool       // the feed listens (back-fill may start)
 	page        []db.Event // back-filled events not handed on yet
-	more        bool       // the last page was full: read another
+	backfilling bool
+	ready       bool // the feed listens (back-fill may start)
+	more        bool // the last page was full: read another
 
 	last     atomic.Int64 // feed sequence of the last event handed on
 	progress atomic.Int64 // when the last event was handed on (Unix ns)
@@ -63,9 +64,11 @@ type feedStream struct {
 	wasLive  atomic.Bool  // live once: a back-fill is a catch-up, bounded
 	warned   atomic.Bool  // the slow consumer was logged
 
+	// closed (guarded by mu, as sub) sits in the atomics' padding: the
+	// struct, one per open subscription, stays at 176 bytes.
+	closed bool
 	mu     sync.Mutex
 	sub    *db.FeedSubscription
-	closed bool
 }
 
 // liveEvents implements eventProcessed: with after, every processed event
@@ -109,8 +112,11 @@ func (r *Resolver) liveEvents(ctx context.Context, f db.EventFilter, after *stri
 		s.setLive()
 	}
 	s.subscribe()
-	// The subscription ends with the operation (gqlgen cancels ctx).
-	context.AfterFunc(ctx, s.close)
+	// The subscription ends with the operation: a pushed stream is
+	// closed by the transport (Close), any other when gqlgen cancels ctx.
+	if s.wake == nil {
+		context.AfterFunc(ctx, s.close)
+	}
 	if slot != nil {
 		ch := make(chan *db.Event, 1)
 		slot.stream, slot.ch = s, ch
@@ -221,6 +227,10 @@ func (s *feedStream) current() *db.FeedSubscription {
 	defer s.mu.Unlock()
 	return s.sub
 }
+
+// Close implements wsgorilla's optional Stream closer: the transport
+// calls it once the pushed operation ended.
+func (s *feedStream) Close() { s.close() }
 
 func (s *feedStream) close() {
 	s.mu.Lock()
@@ -412,8 +422,8 @@ type SharedFeedPayloads struct {
 	executed, shared atomic.Int64 // events executed, and answered from the cache
 
 	mu    sync.RWMutex
-	bySeq map[int64]map[string]*sharedPayload // feed sequence → operation key → data
-	seqs  []int64                             // cached sequences, oldest first
+	bySeq map[int64]map[unique.Handle[string]]*sharedPayload // feed sequence → operation key → data
+	seqs  []int64                                            // cached sequences, oldest first
 }
 
 // sharedPayloadEvents is how many recent events keep their payloads: a
@@ -422,7 +432,7 @@ const sharedPayloadEvents = 256
 
 // NewSharedFeedPayloads returns the extension with an empty cache.
 func NewSharedFeedPayloads() *SharedFeedPayloads {
-	return &SharedFeedPayloads{bySeq: make(map[int64]map[string]*sharedPayload)}
+	return &SharedFeedPayloads{bySeq: make(map[int64]map[unique.Handle[string]]*sharedPayload)}
 }
 
 var _ interface {
@@ -436,7 +446,7 @@ const sharedFeedPayloadsName = "SharedFeedPayloads"
 // feedSlot is where a subscription operation's eventProcessed resolver
 // leaves its stream for InterceptResponse.
 type feedSlot struct {
-	key    string // the operation's cache key
+	key    unique.Handle[string] // the operation's cache key, one copy for all sockets that share it
 	stream *feedStream
 	ch     chan *db.Event // what gqlgen's field executor reads (capacity 1)
 	// push: the stream is pushed, and parked holds the event Advance
@@ -445,11 +455,13 @@ type feedSlot struct {
 	parked *db.Event
 }
 
+// feedSlotKey is the context key of an operation's *feedSlot: a context
+// value rather than an extension in the operation's Stats, whose map
+// would cost every open subscription 300 bytes.
+type feedSlotKey struct{}
+
 func feedSlotOf(ctx context.Context) *feedSlot {
-	if !graphql.HasOperationContext(ctx) {
-		return nil
-	}
-	slot, _ := graphql.GetOperationContext(ctx).Stats.GetExtension(sharedFeedPayloadsName).(*feedSlot)
+	slot, _ := ctx.Value(feedSlotKey{}).(*feedSlot)
 	return slot
 }
 
@@ -487,10 +499,9 @@ func (*SharedFeedPayloads) InterceptOperation(ctx context.Context, next graphql.
 	if u, ok := UserFrom(ctx); ok {
 		role = u.Role
 	}
-	oc.Stats.SetExtension(sharedFeedPayloadsName, &feedSlot{
-		key: strings.Join([]string{role, oc.OperationName, oc.RawQuery, string(vars)}, "\x00"),
-	})
-	return next(ctx)
+	return next(context.WithValue(ctx, feedSlotKey{}, &feedSlot{
+		key: unique.Make(strings.Join([]string{role, oc.OperationName, oc.RawQuery, string(vars)}, "\x00")),
+	}))
 }
 
 // InterceptResponse implements graphql.ResponseInterceptor: for an
@@ -579,7 +590,7 @@ type sharedPayload struct {
 
 // claim returns the entry of (seq, key), making it when there is none:
 // first then reports that the caller executes the event and closes done.
-func (p *SharedFeedPayloads) claim(seq int64, key string) (e *sharedPayload, first bool) {
+func (p *SharedFeedPayloads) claim(seq int64, key unique.Handle[string]) (e *sharedPayload, first bool) {
 	p.mu.RLock()
 	e = p.bySeq[seq][key]
 	p.mu.RUnlock()
@@ -594,7 +605,7 @@ func (p *SharedFeedPayloads) claim(seq int64, key string) (e *sharedPayload, fir
 			delete(p.bySeq, p.seqs[0])
 			p.seqs = append(p.seqs[:0], p.seqs[1:]...)
 		}
-		byKey = make(map[string]*sharedPayload)
+		byKey = make(map[unique.Handle[string]]*sharedPayload)
 		p.bySeq[seq] = byKey
 		p.seqs = append(p.seqs, seq)
 	}

@@ -8,13 +8,14 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vikstrous/dataloadgen"
 
 	"erp/db"
 )
 
-// Loaders is a gqlgen extension that gives each operation its own batch
-// loaders, so that a page of 50 events asking for their deliveries costs
+// Loaders is a gqlgen extension that gives each operation (each event of
+// a subscription) its own batch loaders, so that a page of 50 events asking for their deliveries costs
 // one query, not 50, and so does a page of deliveries asking for their
 // events (and another for their subscribers), and the subscribers list
 // asking for each one's lag, and a page of the stock ledger asking for
@@ -25,6 +26,7 @@ type Loaders struct{ Pool *pgxpool.Pool }
 var _ interface {
 	graphql.HandlerExtension
 	graphql.OperationInterceptor
+	graphql.ResponseInterceptor
 } = Loaders{}
 
 type loadersKey struct{}
@@ -36,9 +38,8 @@ type loadersKey struct{}
 // subscribers).
 const loaderWait = 3 * time.Millisecond
 
-// loaders are one operation's batch loaders, made on first use: most
-// operations load nothing in batches, and a subscription keeps its
-// operation's for its life.
+// loaders are one response's batch loaders, made on first use: most
+// operations load nothing in batches.
 type loaders struct {
 	pool *pgxpool.Pool
 	once sync.Once
@@ -56,9 +57,28 @@ func (Loaders) ExtensionName() string { return "Loaders" }
 // Validate implements graphql.HandlerExtension.
 func (Loaders) Validate(graphql.ExecutableSchema) error { return nil }
 
-// InterceptOperation implements graphql.OperationInterceptor.
+// InterceptOperation implements graphql.OperationInterceptor: a query or
+// a mutation gets its loaders here, for its one response.
 func (l Loaders) InterceptOperation(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+	if isSubscription(ctx) {
+		return next(ctx)
+	}
 	return next(context.WithValue(ctx, loadersKey{}, &loaders{pool: l.Pool}))
+}
+
+// InterceptResponse implements graphql.ResponseInterceptor: each event of
+// a subscription is one response, executed with loaders of its own, so
+// that an idle subscription keeps none.
+func (l Loaders) InterceptResponse(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
+	if !isSubscription(ctx) {
+		return next(ctx)
+	}
+	return next(context.WithValue(ctx, loadersKey{}, &loaders{pool: l.Pool}))
+}
+
+func isSubscription(ctx context.Context) bool {
+	oc := graphql.GetOperationContext(ctx)
+	return oc.Operation != nil && oc.Operation.Operation == ast.Subscription
 }
 
 // loadersOf returns the operation's loaders, made on the first call.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/gorilla/websocket"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
@@ -141,53 +142,70 @@ func (a *Auth) WebsocketInit(ctx context.Context, payload transport.InitPayload)
 	// and revoking or expiring it closes the socket (WatchTokens).
 	noteUser(ctx, u.Login)
 	token := bearer(payload.Authorization())
-	ctx = resolvers.WithSocketToken(resolvers.WithUser(ctx, u), token)
-	ctx, cancel := context.WithCancel(ctx)
-	so := a.sockets.add(db.TokenKey(token), cancel)
-	context.AfterFunc(ctx, func() { a.sockets.remove(db.TokenKey(token), so) })
+	ctx = resolvers.WithSocketUser(ctx, u, token)
+	a.sockets.add(db.TokenKey(token), ctx)
 	return ctx, nil, nil
 }
 
-// sockets maps token keys to the websockets opened with them (each by
-// the cancel of its connection context).
-type sockets struct {
-	mu sync.Mutex
-	m  map[string]map[*socket]struct{}
+// WebsocketClose is the websocket transport's OnClose: it forgets the
+// socket of ctx, WebsocketInit's context, which WatchTokens would
+// otherwise close when its token ends.
+func (a *Auth) WebsocketClose(ctx context.Context) {
+	if token, ok := resolvers.SocketToken(ctx); ok {
+		a.sockets.remove(db.TokenKey(token), ctx)
+	}
 }
 
-type socket struct{ cancel context.CancelFunc }
+// WatchedSockets is the number of websockets WatchTokens watches: every
+// open socket that passed WebsocketInit, until it closed.
+func (a *Auth) WatchedSockets() int {
+	a.sockets.mu.Lock()
+	defer a.sockets.mu.Unlock()
+	n := 0
+	for _, set := range a.sockets.m {
+		n += len(set)
+	}
+	return n
+}
 
-func (s *sockets) add(key string, cancel context.CancelFunc) *socket {
+// sockets maps token keys to the websockets opened with them, each by
+// its context (WebsocketInit's), through which wsgorilla.CloseSocket
+// reaches it. A context, not a cancel function: an idle socket then
+// needs no context of its own for this.
+type sockets struct {
+	mu sync.Mutex
+	m  map[string]map[context.Context]struct{}
+}
+
+func (s *sockets) add(key string, socket context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
-		s.m = map[string]map[*socket]struct{}{}
+		s.m = map[string]map[context.Context]struct{}{}
 	}
 	if s.m[key] == nil {
-		s.m[key] = map[*socket]struct{}{}
+		s.m[key] = map[context.Context]struct{}{}
 	}
-	so := &socket{cancel: cancel}
-	s.m[key][so] = struct{}{}
-	return so
+	s.m[key][socket] = struct{}{}
 }
 
-func (s *sockets) remove(key string, so *socket) {
+func (s *sockets) remove(key string, socket context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.m[key], so)
+	delete(s.m[key], socket)
 	if len(s.m[key]) == 0 {
 		delete(s.m, key)
 	}
 }
 
-// closeAll cancels every socket opened with the token key.
+// closeAll closes every socket opened with the token key, with 1000.
 func (s *sockets) closeAll(key string) int {
 	s.mu.Lock()
 	set := s.m[key]
 	delete(s.m, key)
 	s.mu.Unlock()
-	for so := range set {
-		so.cancel()
+	for socket := range set {
+		wsgorilla.CloseSocket(socket, websocket.CloseNormalClosure, "terminated")
 	}
 	return len(set)
 }

@@ -10,12 +10,52 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/99designs/gqlgen/complexity"
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/errcode"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"erp/resolvers"
 )
+
+// ComplexityLimit is a gqlgen extension refusing an operation whose
+// complexity, as gqlgen's complexity.Calculate weighs it with the schema's
+// complexity functions, is over Max: COMPLEXITY_LIMIT_EXCEEDED, with
+// gqlgen's message. It is gqlgen's extension.FixedComplexityLimit without
+// the ComplexityStats that one keeps in the operation's Stats: nothing
+// reads them, and their map would cost every open subscription 300 bytes
+// for its life. Use it by pointer (Validate takes the schema).
+type ComplexityLimit struct {
+	Max int
+
+	es graphql.ExecutableSchema
+}
+
+var _ interface {
+	graphql.HandlerExtension
+	graphql.OperationContextMutator
+} = (*ComplexityLimit)(nil)
+
+// ExtensionName implements graphql.HandlerExtension.
+func (*ComplexityLimit) ExtensionName() string { return "ComplexityLimit" }
+
+// Validate implements graphql.HandlerExtension.
+func (c *ComplexityLimit) Validate(es graphql.ExecutableSchema) error {
+	c.es = es
+	return nil
+}
+
+// MutateOperationContext implements graphql.OperationContextMutator.
+func (c *ComplexityLimit) MutateOperationContext(ctx context.Context, opCtx *graphql.OperationContext) *gqlerror.Error {
+	n := complexity.Calculate(ctx, c.es, opCtx.Operation, opCtx.Variables)
+	if n <= c.Max {
+		return nil
+	}
+	err := gqlerror.Errorf("operation has complexity %d, which exceeds the limit of %d", n, c.Max)
+	errcode.Set(err, "COMPLEXITY_LIMIT_EXCEEDED")
+	return err
+}
 
 // ShapeLimit is a gqlgen extension refusing operations whose fields nest
 // deeper than MaxDepth or that select more than MaxFields fields (aliases

@@ -2,6 +2,7 @@ package wsgorilla
 
 import (
 	"context"
+	"slices"
 	"sync"
 )
 
@@ -10,7 +11,10 @@ import (
 // Push and calls the wake function Push returns whenever an event may be
 // ready (from any goroutine; wake never blocks). The socket's writer then
 // calls Advance and, while it reports true, the operation's response
-// handler, and writes what it returns.
+// handler, and writes what it returns. A Stream that also has a Close
+// method has it called once its operation ended (it was stopped, it
+// finished, or its socket closed), so that it needs no watch on the
+// operation's context of its own.
 type Stream interface {
 	// Advance readies the operation's next response without waiting for
 	// an event: true when the response handler, called next, returns at
@@ -45,9 +49,9 @@ type pusher struct {
 	mu      sync.Mutex
 	cond    *sync.Cond // signalled when writing ends
 	ready   []*operation
-	ops     map[*operation]struct{} // started and not finished
-	writing bool                    // the writer goroutine runs
-	closed  bool                    // the socket closed: no new writer
+	ops     []*operation // started and not finished (a slice: most sockets have one)
+	writing bool         // the writer goroutine runs
+	closed  bool         // the socket closed: no new writer
 }
 
 // start makes op, whose DispatchOperation returned ctx, ready for its
@@ -62,10 +66,7 @@ func (p *pusher) start(op *operation, ctx context.Context) {
 		op.finish()
 		return
 	}
-	if p.ops == nil {
-		p.ops = make(map[*operation]struct{})
-	}
-	p.ops[op] = struct{}{}
+	p.ops = append(p.ops, op)
 	p.enqueueLocked(op)
 	p.mu.Unlock()
 }
@@ -159,7 +160,9 @@ func (p *pusher) markFinished(op *operation) bool {
 		return false
 	}
 	op.finished = true
-	delete(p.ops, op)
+	if i := slices.Index(p.ops, op); i >= 0 {
+		p.ops = slices.Delete(p.ops, i, i+1)
+	}
 	return true
 }
 
@@ -176,10 +179,9 @@ func (p *pusher) stop() {
 	for p.writing {
 		p.cond.Wait()
 	}
-	var left []*operation
-	for op := range p.ops {
+	left := p.ops
+	for _, op := range left {
 		op.finished = true
-		left = append(left, op)
 	}
 	p.ops, p.ready = nil, nil
 	p.mu.Unlock()

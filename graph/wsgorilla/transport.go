@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unique"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/errcode"
@@ -36,10 +37,16 @@ const defaultPayloadReadLimit = 1 << 20
 const defaultMaxOperations = 100
 
 // InitFunc authenticates a socket from its connection_init payload. It
-// returns the context the socket's operations run in and, optionally, the
-// payload of connection_ack. On an error the socket is closed with the
-// code and reason put on the returned context with WithCloseCode (1000,
-// "terminated" without), after a connection_error message on graphql-ws.
+// returns the context the socket's operations run in, derived from ctx,
+// and, optionally, the payload of connection_ack. On an error the socket
+// is closed with the code and reason put on the returned context with
+// WithCloseCode (1000, "terminated" without), after a connection_error
+// message on graphql-ws.
+//
+// The socket takes the returned context's values, not its end: a
+// deadline or cancel InitFunc adds is not watched, since a watch is a
+// context and a channel for every idle socket. To close the socket later
+// (a revoked token), keep the context and call CloseSocket with it.
 type InitFunc func(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error)
 
 // Transport is a gqlgen transport (graphql.Transport) for GraphQL over
@@ -73,6 +80,11 @@ type Transport struct {
 	// a subscribe (start) past it is answered with an error message for
 	// its id, and the socket stays open. 0 means 100.
 	MaxOperations int
+	// OnClose, when set, is called once for every socket InitFunc
+	// accepted (every initialised socket without InitFunc), with the
+	// context its operations ran in (InitFunc's), after the socket closed
+	// and its operations ended: where what InitFunc registered is let go.
+	OnClose func(ctx context.Context)
 }
 
 var _ graphql.Transport = Transport{}
@@ -95,6 +107,7 @@ func (t Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Graph
 	}
 	c := wc.(*Conn)
 	c.untrackLater = true // by end, once the operations and writer ended
+	c.ownIDs = true       // the socket's active set refuses a running id (4409)
 	switch c.Subprotocol() {
 	case ProtoLegacyWS, "", ProtoTransportWS:
 	default:
@@ -110,15 +123,30 @@ func (t Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Graph
 	if limit > 0 {
 		c.SetReadLimit(limit)
 	}
-	ctx, cancel := context.WithCancel(r.Context())
+	// Behind Handler the handshake's context already ends with the socket
+	// and reaches it (CloseSocket); without, the socket makes one that
+	// does the same.
+	ctx, cancel := r.Context(), context.CancelFunc(nil)
+	if c.handle != nil {
+		cancel = c.handle.cancel
+	} else {
+		h := &handle{}
+		h.conn.Store(c)
+		ctx, cancel = context.WithCancel(context.WithValue(ctx, handleKey{}, h))
+	}
+	maxOps := t.MaxOperations
+	if maxOps <= 0 {
+		maxOps = defaultMaxOperations
+	}
 	s := &socket{
-		t:      t,
-		conn:   c,
-		legacy: c.Subprotocol() != ProtoTransportWS,
-		exec:   exec,
-		ctx:    ctx,
-		cancel: cancel,
-		active: make(map[string]*operation),
+		initFunc: t.InitFunc,
+		onClose:  t.OnClose,
+		maxOps:   maxOps,
+		conn:     c,
+		legacy:   c.Subprotocol() != ProtoTransportWS,
+		exec:     exec,
+		ctx:      ctx,
+		cancel:   cancel,
 	}
 	if !s.init() {
 		s.end()
@@ -149,30 +177,44 @@ func (s *socket) end() {
 	s.close(websocket.CloseNormalClosure, "terminated")
 	s.push.stop()
 	s.running.Wait()
+	if s.accepted && s.onClose != nil {
+		s.onClose(s.ctx)
+	}
 	s.conn.untrack()
 }
 
 // socket is one socket's protocol state; its methods run on the socket's
 // goroutine unless they say otherwise.
 type socket struct {
-	t      Transport
-	conn   *Conn
-	legacy bool // graphql-ws rather than graphql-transport-ws
-	exec   graphql.GraphExecutor
+	// The Transport settings the socket uses (maxOps is MaxOperations
+	// with its default applied), not the whole Transport: every open
+	// socket carries them.
+	initFunc InitFunc
+	onClose  func(ctx context.Context)
+	maxOps   int
+
+	conn *Conn
+	exec graphql.GraphExecutor
 	// ctx is the connection's: InitFunc's, cancelled when the socket
 	// closes.
 	ctx    context.Context
 	cancel context.CancelFunc
+	legacy bool // graphql-ws rather than graphql-transport-ws
+	// accepted: InitFunc took the socket, and OnClose is owed.
+	accepted bool
 
 	initPayload transport.InitPayload
 
 	mu sync.Mutex
-	// active holds the running operations by id. An operation leaves it
+	// active holds the running operations. An operation leaves it
 	// (retire) when it ends or the moment the client stops it (complete,
 	// stop), and sends nothing once it left: the client may reuse the id
 	// at once, and a message of the stopped operation with that id would
 	// be taken for one of the new operation.
-	active map[string]*operation
+	//
+	// A slice, not a map: a socket runs one or a few operations (at most
+	// MaxOperations), and a map costs an idle subscription 200 bytes more.
+	active []*operation
 	closed bool
 
 	// sendMu is held while an operation's message is written, with the
@@ -272,19 +314,17 @@ func (s *socket) init() bool {
 		}
 	}
 	var ack *transport.InitPayload
-	if s.t.InitFunc != nil {
-		ctx, payload, err := s.t.InitFunc(s.ctx, s.initPayload)
+	if s.initFunc != nil {
+		ctx, payload, err := s.initFunc(s.ctx, s.initPayload)
 		if err != nil {
 			s.connectionError(err.Error())
 			code, reason := closeCodeOf(ctx)
 			s.close(code, reason)
 			return false
 		}
-		// Derived from s.ctx, so cancelled with the socket; cancelled
-		// before (the token was revoked), it closes the socket.
 		s.ctx, ack = ctx, payload
-		context.AfterFunc(s.ctx, func() { s.close(websocket.CloseNormalClosure, "terminated") })
 	}
+	s.accepted = true
 	var payload []byte
 	if ack != nil {
 		b, err := json.Marshal(*ack)
@@ -414,6 +454,16 @@ func (s *socket) start(m clientMessage) bool {
 		s.refuse(invalidMessage(m.Type + " message without an id"))
 		return false
 	}
+	// Only this goroutine adds to active, so the id is still free below.
+	s.mu.Lock()
+	dup := s.operation(m.ID) != nil
+	s.mu.Unlock()
+	if dup {
+		// Reading on, which skips what follows the close frame, until the
+		// peer's close frame ends the socket.
+		s.conn.closeSubscriberExists(m.ID)
+		return true
+	}
 	if err := checkPayload(m.Type, m.Payload); err != nil {
 		if !s.legacy {
 			s.refuse(err)
@@ -423,11 +473,13 @@ func (s *socket) start(m clientMessage) bool {
 		s.sendErrors(m.ID, gqlerror.List{{Message: err.Error()}})
 		return true
 	}
-	limit := s.t.MaxOperations
-	if limit <= 0 {
-		limit = defaultMaxOperations
-	}
+	limit := s.maxOps
 	s.mu.Lock()
+	if s.closed {
+		// close stopped the operations it found; this one it did not.
+		s.mu.Unlock()
+		return false
+	}
 	if len(s.active) >= limit {
 		s.mu.Unlock()
 		s.conn.forget(m.ID)
@@ -437,11 +489,14 @@ func (s *socket) start(m clientMessage) bool {
 		}})
 		return true
 	}
-	ctx, cancel := context.WithCancel(s.ctx)
+	// Not a child of the socket's context, which would keep an entry for
+	// it in its children for the operation's life (for every idle
+	// subscription): close stops every operation in active itself.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(s.ctx))
 	op := &operation{s: s, id: m.ID, cancel: cancel}
-	// No operation has the id: Conn refuses the id of a running one
-	// (4409), and a stopped one left active when it was stopped.
-	s.active[m.ID] = op
+	// No operation has the id: a running one's was refused above (4409),
+	// and a stopped one left active when it was stopped.
+	s.active = append(s.active, op)
 	s.mu.Unlock()
 	s.running.Go(func() { op.run(ctx, m.Payload, begin) })
 	return true
@@ -524,7 +579,7 @@ func (s *socket) refuse(err error) {
 // protocol has it. An id that runs nothing is ignored.
 func (s *socket) stopOperation(id string) {
 	s.mu.Lock()
-	op := s.active[id]
+	op := s.operation(id)
 	s.mu.Unlock()
 	if op == nil {
 		return
@@ -552,6 +607,9 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 		return
 	}
 	params.ReadTime = graphql.TraceTiming{Start: begin, End: graphql.Now()}
+	// The operation context keeps the query for the operation's life:
+	// sockets subscribed with the same query share one copy of it.
+	params.Query = unique.Make(params.Query).Value()
 
 	rc, errs := s.exec.CreateOperationContext(ctx, params)
 	if errs != nil {
@@ -565,8 +623,8 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 		return
 	}
 	op.rc = rc
-	ctx = graphql.WithOperationContext(ctx, rc)
-	// One value for InitPayload, AddSubscriptionError and Push.
+	// One value for InitPayload, AddSubscriptionError and Push; rc goes
+	// on ctx in DispatchOperation.
 	ctx = context.WithValue(ctx, operationKey{}, op)
 	if rc.Operation != nil && rc.Operation.Operation == ast.Subscription {
 		// The subscription's resolver runs in DispatchOperation: one that
@@ -581,6 +639,17 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 	op.pull(ctx, nil)
 }
 
+// operation returns the running operation with id, nil when none has it.
+// Called with the socket's mu held.
+func (s *socket) operation(id string) *operation {
+	for _, op := range s.active {
+		if op.id == id {
+			return op
+		}
+	}
+	return nil
+}
+
 // retire frees the operation's id, just before its last message (the
 // client may reuse the id as soon as it reads that message), and reports
 // whether the id was still the operation's: false when the operation had
@@ -588,9 +657,10 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 // Called with the socket's sendMu held.
 func (op *operation) retire() (owned bool) {
 	op.s.mu.Lock()
-	owned = op.s.active[op.id] == op
+	i := slices.Index(op.s.active, op)
+	owned = i >= 0
 	if owned {
-		delete(op.s.active, op.id)
+		op.s.active = slices.Delete(op.s.active, i, i+1)
 	}
 	op.s.mu.Unlock()
 	if owned {
@@ -604,7 +674,7 @@ func (op *operation) retire() (owned bool) {
 func (op *operation) current() bool {
 	op.s.mu.Lock()
 	defer op.s.mu.Unlock()
-	return op.s.active[op.id] == op
+	return slices.Contains(op.s.active, op)
 }
 
 // dispatchPushed dispatches a subscription and reports whether its
@@ -638,12 +708,11 @@ type operation struct {
 	stream Stream
 	// ctx is what DispatchOperation returned, for a pushed operation.
 	ctx context.Context
+
+	errs gqlerror.List // AddSubscriptionError's, guarded by the socket's mu
+
 	// subscription: Push may register a stream.
 	subscription bool
-
-	errMu sync.Mutex
-	errs  gqlerror.List // AddSubscriptionError's
-
 	// Guarded by the socket's pusher.
 	queued, started, finished bool
 }
@@ -719,7 +788,7 @@ func (op *operation) finish() { op.end(op.subscriptionErrors()) }
 // end sends the operation's last message unless it no longer has its id:
 // an error message with errs, which in both subprotocols ends the
 // operation without a complete, else complete unless the socket is
-// closing. It then cancels the operation.
+// closing. It then cancels the operation and closes its stream.
 func (op *operation) end(errs gqlerror.List) {
 	s := op.s
 	s.sendMu.Lock()
@@ -733,6 +802,9 @@ func (op *operation) end(errs gqlerror.List) {
 	}
 	s.sendMu.Unlock()
 	op.cancel()
+	if c, ok := op.stream.(interface{ Close() }); ok {
+		c.Close()
+	}
 }
 
 // close closes the socket with code and reason (unless a close frame went
@@ -745,10 +817,7 @@ func (s *socket) close(code int, reason string) {
 		return
 	}
 	s.closed = true
-	ops := make([]*operation, 0, len(s.active))
-	for _, op := range s.active {
-		ops = append(ops, op)
-	}
+	ops := slices.Clone(s.active)
 	s.mu.Unlock()
 	_ = s.conn.WriteClose(code, reason)
 	s.cancel()
@@ -900,14 +969,14 @@ func InitPayload(ctx context.Context) transport.InitPayload {
 // Outside an operation of this transport it does nothing.
 func AddSubscriptionError(ctx context.Context, err *gqlerror.Error) {
 	if op, ok := ctx.Value(operationKey{}).(*operation); ok {
-		op.errMu.Lock()
+		op.s.mu.Lock()
 		op.errs = append(op.errs, err)
-		op.errMu.Unlock()
+		op.s.mu.Unlock()
 	}
 }
 
 func (op *operation) subscriptionErrors() gqlerror.List {
-	op.errMu.Lock()
-	defer op.errMu.Unlock()
+	op.s.mu.Lock()
+	defer op.s.mu.Unlock()
 	return op.errs
 }

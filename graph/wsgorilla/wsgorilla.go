@@ -177,6 +177,9 @@ type handle struct {
 	// by serveSocket after next returned, at the bottom of the
 	// goroutine's stack.
 	loop func()
+	// cancel ends the handshake's context, which lives as long as the
+	// socket: Transport uses it as the socket's own.
+	cancel context.CancelFunc
 }
 
 // release lets the handshake's net/http goroutine return, panicking with p
@@ -227,6 +230,7 @@ func (i *Implementation) Handler(next http.Handler) http.Handler {
 		// Values stay (request id, logger attributes); cancellation does
 		// not: net/http cancels r's context as soon as this returns.
 		ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+		h.cancel = cancel
 		ctx = context.WithValue(ctx, handleKey{}, h)
 		go serveSocket(next, &handshakeWriter{w: w}, r.WithContext(ctx), h, cancel)
 		h.released.Wait()
@@ -387,9 +391,8 @@ func (i *Implementation) Accept(w http.ResponseWriter, r *http.Request, opts tra
 		}
 	}
 	c := &Conn{
-		ws:     ws,
-		impl:   i,
-		active: make(map[string]struct{}),
+		ws:   ws,
+		impl: i,
 	}
 	if h, ok := r.Context().Value(handleKey{}).(*handle); ok {
 		h.conn.Store(c)
@@ -482,8 +485,9 @@ func (i *Implementation) forget(c *Conn) {
 	}
 }
 
-// CloseSocket closes the websocket that carries ctx (a resolver's context,
-// derived from a handshake that went through Handler) with code and reason,
+// CloseSocket closes the websocket that carries ctx (a resolver's or
+// InitFunc's context, of a socket of Transport or of a handshake that went
+// through Handler) with code and reason,
 // without waiting: data writes stop at once, the close frame follows the
 // frame being written if any (a client that stopped reading gets it when
 // it reads again within WriteTimeout), and the network connection is
@@ -546,6 +550,9 @@ type Conn struct {
 	// open set itself (untrack) once its operations and writer ended, so
 	// that Shutdown returns only after them; Close then leaves it there.
 	untrackLater bool
+	// ownIDs: Transport keeps the running operations' ids (4409) in its
+	// own set, and active stays nil.
+	ownIDs bool
 
 	// acked is set once connection_ack was written: keepalive messages
 	// follow from then on.
@@ -555,7 +562,7 @@ type Conn struct {
 	initTimer *time.Timer         // closes with 4408; stopped by connection_init
 	pingTimer *time.Timer         // sends the next ping; stopped with the connection
 	initSeen  bool                // a connection_init arrived
-	active    map[string]struct{} // ids of operations running on this socket
+	active    map[string]struct{} // ids of operations running on this socket, made on first use
 }
 
 var (
@@ -655,9 +662,15 @@ func (c *Conn) admit(m clientMessage) bool {
 			return false
 		}
 	case "subscribe", "start":
+		if c.ownIDs {
+			break
+		}
 		if _, dup := c.active[m.ID]; dup {
-			c.closeWith(CloseSubscriberExists, "Subscriber for "+m.ID+" already exists", c.impl.writeTimeout())
+			c.closeSubscriberExists(m.ID)
 			return false
+		}
+		if c.active == nil {
+			c.active = make(map[string]struct{})
 		}
 		c.active[m.ID] = struct{}{}
 	case "complete", "stop":
@@ -666,6 +679,12 @@ func (c *Conn) admit(m clientMessage) bool {
 		delete(c.active, m.ID)
 	}
 	return true
+}
+
+// closeSubscriberExists closes the socket for a subscribe (start) with the
+// id of a running operation.
+func (c *Conn) closeSubscriberExists(id string) {
+	c.closeWith(CloseSubscriberExists, "Subscriber for "+id+" already exists", c.impl.writeTimeout())
 }
 
 // ended forgets the operation id of an outgoing complete or error, which
