@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unique"
 
@@ -148,6 +149,9 @@ func (t Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Graph
 		ctx:      ctx,
 		cancel:   cancel,
 	}
+	if c.handle != nil {
+		c.handle.socket = s
+	}
 	if !s.init() {
 		s.end()
 		return
@@ -157,6 +161,14 @@ func (t Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Graph
 		c.handle.loop = s.serve
 		return
 	}
+	// On net/http's goroutine, whose stack is large already, a deferred
+	// teardown costs nothing: a panic leaves no operation running.
+	defer func() {
+		if p := recover(); p != nil {
+			s.end()
+			panic(p)
+		}
+	}()
 	s.serve()
 }
 
@@ -174,6 +186,9 @@ func (s *socket) serve() {
 // end closes the socket, waits for its writer and its operations'
 // goroutines, and only then takes it out of the set Shutdown waits on.
 func (s *socket) end() {
+	if s.ended.Swap(true) {
+		return // a panic in end itself comes back here
+	}
 	s.close(websocket.CloseNormalClosure, "terminated")
 	s.push.stop()
 	s.running.Wait()
@@ -202,6 +217,7 @@ type socket struct {
 	legacy bool // graphql-ws rather than graphql-transport-ws
 	// accepted: InitFunc took the socket, and OnClose is owed.
 	accepted bool
+	ended    atomic.Bool // end ran or runs
 
 	initPayload transport.InitPayload
 
@@ -609,7 +625,8 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 	params.ReadTime = graphql.TraceTiming{Start: begin, End: graphql.Now()}
 	// The operation context keeps the query for the operation's life:
 	// sockets subscribed with the same query share one copy of it.
-	params.Query = unique.Make(params.Query).Value()
+	op.query = unique.Make(params.Query)
+	params.Query = op.query.Value()
 
 	rc, errs := s.exec.CreateOperationContext(ctx, params)
 	if errs != nil {
@@ -633,7 +650,9 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 		if s.dispatchPushed(ctx, op) {
 			return
 		}
-		op.pull(ctx, op.responses)
+		// DispatchOperation's context: it has rc and what the operation
+		// interceptors added.
+		op.pull(op.ctx, op.responses)
 		return
 	}
 	op.pull(ctx, nil)
@@ -688,7 +707,7 @@ func (s *socket) dispatchPushed(ctx context.Context, op *operation) (pushed bool
 		}
 	}()
 	responses, ctx := s.exec.DispatchOperation(ctx, op.rc)
-	op.responses = responses
+	op.responses, op.ctx = responses, ctx
 	if op.stream == nil {
 		return false
 	}
@@ -706,8 +725,11 @@ type operation struct {
 	responses graphql.ResponseHandler
 	// stream is the pushing resolver's (Push), nil for a pulled operation.
 	stream Stream
-	// ctx is what DispatchOperation returned, for a pushed operation.
+	// ctx is what DispatchOperation returned, for a subscription.
 	ctx context.Context
+	// query holds the interned query (RawQuery) while the operation runs:
+	// unique keeps a value only while a Handle of it is held.
+	query unique.Handle[string]
 
 	errs gqlerror.List // AddSubscriptionError's, guarded by the socket's mu
 

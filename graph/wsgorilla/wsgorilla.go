@@ -180,6 +180,10 @@ type handle struct {
 	// cancel ends the handshake's context, which lives as long as the
 	// socket: Transport uses it as the socket's own.
 	cancel context.CancelFunc
+	// socket is Transport's state of the socket, set once it has one: a
+	// panic that ends the socket's goroutine tears it down (its
+	// operations' contexts are not the handshake context's children).
+	socket *socket
 }
 
 // release lets the handshake's net/http goroutine return, panicking with p
@@ -281,6 +285,9 @@ func serveLoop(loop func(), h *handle, remote string, logger *log.Logger, cancel
 // it as net/http would (to the server's ErrorLog) and drops the socket.
 func recoverSocket(h *handle, remote string, logger *log.Logger) {
 	p := recover()
+	if s := h.socket; p != nil && s != nil {
+		s.end()
+	}
 	if h.release(p) || p == nil {
 		return
 	}
