@@ -289,6 +289,13 @@ func (o *Outbox) writeShared(ctx context.Context, live []*groupMember) (committi
 	if err := EnqueueDispatch(ctx, o.river, tx, all); err != nil {
 		return false, err
 	}
+	// The timeouts are for the members' statements. At COMMIT the
+	// numbering waits its turn on the series behind other commits, as
+	// every write does; a second of it under load must not fail the
+	// whole group and re-run each member alone (groupTimeout bounds it).
+	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout TO DEFAULT; SET LOCAL statement_timeout TO DEFAULT`); err != nil {
+		return false, err
+	}
 	return true, tx.Commit(ctx)
 }
 
