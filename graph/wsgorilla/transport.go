@@ -152,6 +152,17 @@ func (t Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Graph
 	if c.handle != nil {
 		c.handle.socket = s
 	}
+	// A panic in Do (InitFunc's, or the loop's without Handler) tears the
+	// socket down here, since gqlgen's handler recovers it before Handler's
+	// recoverSocket could. On net/http's goroutine, or the handshake's
+	// behind Handler, whose stacks are large already, the defer costs
+	// nothing.
+	defer func() {
+		if p := recover(); p != nil {
+			s.end()
+			panic(p)
+		}
+	}()
 	if !s.init() {
 		s.end()
 		return
@@ -161,14 +172,6 @@ func (t Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Graph
 		c.handle.loop = s.serve
 		return
 	}
-	// On net/http's goroutine, whose stack is large already, a deferred
-	// teardown costs nothing: a panic leaves no operation running.
-	defer func() {
-		if p := recover(); p != nil {
-			s.end()
-			panic(p)
-		}
-	}()
 	s.serve()
 }
 
@@ -189,13 +192,14 @@ func (s *socket) end() {
 	if s.ended.Swap(true) {
 		return // a panic in end itself comes back here
 	}
+	// Even when OnClose panics: Shutdown waits on the open set.
+	defer s.conn.untrack()
 	s.close(websocket.CloseNormalClosure, "terminated")
 	s.push.stop()
 	s.running.Wait()
 	if s.accepted && s.onClose != nil {
 		s.onClose(s.ctx)
 	}
-	s.conn.untrack()
 }
 
 // socket is one socket's protocol state; its methods run on the socket's

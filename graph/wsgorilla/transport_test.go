@@ -100,6 +100,9 @@ type testBundle struct {
 	// panicReads makes the next read of a server-side connection panic
 	// (after it read), on the socket's own goroutine.
 	panicReads atomic.Bool
+	// initPanics makes InitFunc panic; onClosePanics makes the first
+	// OnClose panic.
+	initPanics, onClosePanics bool
 
 	pulled  chan context.Context // each pulled subscription's resolver context
 	events  chan string          // the pulled subscriptions' events
@@ -116,7 +119,7 @@ type testBundle struct {
 
 // setupTransport serves a Transport over HTTP, behind Handler when
 // behindHandler is set, else as gqlgen's handler alone.
-func setupTransport(t *testing.T, behindHandler bool) *testBundle {
+func setupTransport(t *testing.T, behindHandler bool, configure ...func(*testBundle)) *testBundle {
 	t.Helper()
 	b := &testBundle{
 		impl:    &Implementation{},
@@ -126,6 +129,9 @@ func setupTransport(t *testing.T, behindHandler bool) *testBundle {
 		streams: make(chan struct{}, 4),
 		seen:    make(chan seenResponse, 4),
 		watched: map[int]bool{},
+	}
+	for _, c := range configure {
+		c(b)
 	}
 	schema := gqlparser.MustLoadSchema(&ast.Source{Input: transportSchema})
 	gql := handler.New(&graphql.ExecutableSchemaMock{
@@ -192,6 +198,9 @@ func (b *testBundle) exec(ctx context.Context) graphql.ResponseHandler {
 
 // init registers the socket, as Auth registers a socket with its token.
 func (b *testBundle) init(ctx context.Context, _ transport.InitPayload) (context.Context, *transport.InitPayload, error) {
+	if b.initPanics {
+		panic("InitFunc panicked")
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.sockets++
@@ -204,6 +213,9 @@ func (b *testBundle) onClose(ctx context.Context) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.closes++
+	if b.onClosePanics && b.closes == 1 {
+		panic("OnClose panicked")
+	}
 	delete(b.watched, ctx.Value(socketKey{}).(int))
 }
 
@@ -380,6 +392,53 @@ func TestPanicOnSocketGoroutineEndsTheSocket(t *testing.T) {
 				waitFor(t, "the panic to be reported", func() bool { return strings.Contains(b.logged(), "read panicked") })
 			})
 		}
+	}
+}
+
+// A panic in the socket's end itself (OnClose) does not run end again:
+// OnClose is called once, and the socket still leaves the open set that
+// Shutdown waits on.
+func TestEndRunsOnceWhenOnClosePanics(t *testing.T) {
+	t.Parallel()
+	for _, behindHandler := range []bool{true, false} {
+		t.Run(fmt.Sprintf("behindHandler=%t", behindHandler), func(t *testing.T) {
+			t.Parallel()
+			b := setupTransport(t, behindHandler, func(b *testBundle) { b.onClosePanics = true })
+			conn := b.dial(t, ProtoTransportWS)
+			subscribe(t, conn, ProtoTransportWS, "1", "subscription { pulled }")
+			resolverCtx := receive(t, b.pulled, "the pulled subscription's resolver")
+
+			require.NoError(t, conn.Close())
+			receive(t, resolverCtx.Done(), "the pulled subscription's context to end")
+			waitFor(t, "the socket to leave the open set", func() bool { return b.impl.Open() == 0 })
+			closes, _ := b.registrations()
+			require.Equal(t, 1, closes, "OnClose calls")
+			waitFor(t, "the panic to be reported", func() bool { return strings.Contains(b.logged(), "OnClose panicked") })
+		})
+	}
+}
+
+// A panic in InitFunc, on the socket's goroutine before any operation,
+// closes the socket and takes it out of the open set; OnClose is not owed.
+func TestInitFuncPanicClosesTheSocket(t *testing.T) {
+	t.Parallel()
+	for _, behindHandler := range []bool{true, false} {
+		t.Run(fmt.Sprintf("behindHandler=%t", behindHandler), func(t *testing.T) {
+			t.Parallel()
+			b := setupTransport(t, behindHandler, func(b *testBundle) { b.initPanics = true })
+			d := websocket.Dialer{Subprotocols: []string{ProtoTransportWS}, HandshakeTimeout: 5 * time.Second}
+			conn, res, err := d.Dial(b.url, nil)
+			require.NoError(t, err)
+			res.Body.Close()
+			t.Cleanup(func() { conn.Close() })
+			require.NoError(t, conn.WriteJSON(testMessage{Type: "connection_init"}))
+
+			require.Equal(t, websocket.CloseNormalClosure, closeCode(t, conn), "the socket's close frame")
+			waitFor(t, "the socket to leave the open set", func() bool { return b.impl.Open() == 0 })
+			waitFor(t, "the panic to be reported", func() bool { return strings.Contains(b.logged(), "InitFunc panicked") })
+			closes, _ := b.registrations()
+			require.Zero(t, closes, "OnClose calls for a socket InitFunc did not accept")
+		})
 	}
 }
 
