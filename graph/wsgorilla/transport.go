@@ -489,7 +489,6 @@ func (s *socket) start(m clientMessage) bool {
 			s.refuse(err)
 			return false
 		}
-		s.conn.forget(m.ID)
 		s.sendErrors(m.ID, gqlerror.List{{Message: err.Error()}})
 		return true
 	}
@@ -502,7 +501,6 @@ func (s *socket) start(m clientMessage) bool {
 	}
 	if len(s.active) >= limit {
 		s.mu.Unlock()
-		s.conn.forget(m.ID)
 		s.sendErrors(m.ID, gqlerror.List{{
 			Message:    fmt.Sprintf("too many operations on this socket: at most %d at once", limit),
 			Extensions: map[string]any{"code": "TOO_MANY_OPERATIONS"},
@@ -686,9 +684,6 @@ func (op *operation) retire() (owned bool) {
 		op.s.active = slices.Delete(op.s.active, i, i+1)
 	}
 	op.s.mu.Unlock()
-	if owned {
-		op.s.conn.forget(op.id)
-	}
 	return owned
 }
 

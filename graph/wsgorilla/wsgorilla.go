@@ -724,7 +724,8 @@ func (c *Conn) WriteJSON(v any) error {
 
 // writeMessage writes one text message made of parts, of type typ for
 // operation id, and notes the acknowledgement. Which message frees an id
-// is the caller's to say (ended, forget).
+// is the caller's to say (WriteJSON's ended; Transport keeps its ids in
+// its own set).
 func (c *Conn) writeMessage(typ, id string, parts ...[]byte) error {
 	if err := c.writeText(parts...); err != nil {
 		return err
