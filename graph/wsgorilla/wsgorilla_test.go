@@ -176,11 +176,7 @@ func TestHandlerPanics(t *testing.T) {
 		var ne interface{ Timeout() bool }
 		require.False(t, errors.As(err, &ne) && ne.Timeout(), "dropped, not timed out: %v", err)
 		conn.Close()
-		deadline := time.Now().Add(5 * time.Second)
-		for impl.Open() != 0 && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		require.Zero(t, impl.Open())
+		waitFor(t, "the socket to leave the open set", func() bool { return impl.Open() == 0 })
 		srv.Close()
 	}
 }
