@@ -312,6 +312,20 @@ func SetLockTimeout(ctx context.Context, tx pgx.Tx, timeout string) (previous st
 	return row.Previous, nil
 }
 
+// Timeouts are a transaction's lock_timeout and statement_timeout, in
+// PostgreSQL's syntax for them ("100ms"; "0" is no bound).
+type Timeouts struct{ Lock, Statement string }
+
+// SetTimeouts bounds every lock wait and every statement of tx from here
+// on to t, and returns the bounds before, to restore them with.
+func SetTimeouts(ctx context.Context, tx pgx.Tx, t Timeouts) (previous Timeouts, err error) {
+	row, err := queries.TxSetTimeouts(ctx, tx, t.Lock, t.Statement)
+	if err != nil {
+		return Timeouts{}, fmt.Errorf("set lock_timeout %s, statement_timeout %s: %w", t.Lock, t.Statement, translate(err))
+	}
+	return Timeouts{Lock: row.PreviousLockTimeout, Statement: row.PreviousStatementTimeout}, nil
+}
+
 // UndispatchedEventIDs returns up to limit ids (> afterID, ascending) of
 // unprocessed events whose deliveries were never created: their dispatch
 // job was lost or has not run yet.

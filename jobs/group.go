@@ -37,16 +37,12 @@ const maxGroupMembers = 64
 // others' orders.
 const groupTimeout = 10 * time.Second
 
-// groupLockTimeout and groupStatementTimeout bound, on the server, a
-// shared transaction's waits: a member stuck on a row another
-// transaction holds fails with a database error its savepoint absorbs,
-// and is written again on its own once the others committed, instead of
-// holding them all up (a client-side deadline would drop the connection
-// and the whole transaction with it).
-const (
-	groupLockTimeout      = "1s"
-	groupStatementTimeout = "5s"
-)
+// groupTimeouts bound, on the server, a shared transaction's waits: a
+// member stuck on a row another transaction holds fails with a database
+// error its savepoint absorbs, and is written again on its own once the
+// others committed, instead of holding them all up (a client-side
+// deadline would drop the connection and the whole transaction with it).
+var groupTimeouts = db.Timeouts{Lock: "1s", Statement: "5s"}
 
 // commitGroup queues the grouped writes of one outbox.
 type commitGroup struct {
@@ -259,8 +255,8 @@ func (o *Outbox) writeShared(ctx context.Context, live []*groupMember) (committi
 			_ = tx.Rollback(ctx)
 		}
 	}()
-	if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true), set_config('statement_timeout', $2, true)`,
-		groupLockTimeout, groupStatementTimeout); err != nil {
+	sessionTimeouts, err := db.SetTimeouts(ctx, tx, groupTimeouts)
+	if err != nil {
 		return false, err
 	}
 	var all []db.Event
@@ -293,7 +289,7 @@ func (o *Outbox) writeShared(ctx context.Context, live []*groupMember) (committi
 	// numbering waits its turn on the series behind other commits, as
 	// every write does; a second of it under load must not fail the
 	// whole group and re-run each member alone (groupTimeout bounds it).
-	if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout TO DEFAULT; SET LOCAL statement_timeout TO DEFAULT`); err != nil {
+	if _, err := db.SetTimeouts(ctx, tx, sessionTimeouts); err != nil {
 		return false, err
 	}
 	return true, tx.Commit(ctx)

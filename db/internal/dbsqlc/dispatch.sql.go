@@ -563,3 +563,33 @@ func (q *Queries) TxSetLockTimeout(ctx context.Context, db DBTX, timeout string)
 	err := row.Scan(&i.Previous, &i.Timeout)
 	return i, err
 }
+
+const txSetTimeouts = `-- name: TxSetTimeouts :one
+WITH prev AS MATERIALIZED (SELECT current_setting('lock_timeout') AS lock_timeout, current_setting('statement_timeout') AS statement_timeout)
+SELECT prev.lock_timeout::text AS previous_lock_timeout, prev.statement_timeout::text AS previous_statement_timeout,
+    set_config('lock_timeout', $1::text, true)::text AS lock_timeout,
+    set_config('statement_timeout', $2::text, true)::text AS statement_timeout
+FROM prev
+`
+
+type TxSetTimeoutsRow struct {
+	PreviousLockTimeout      string
+	PreviousStatementTimeout string
+	LockTimeout              string
+	StatementTimeout         string
+}
+
+// Bounds every lock wait and every statement of the transaction from here
+// on to @lock_timeout and @statement_timeout (their settings' syntax,
+// "0": unbounded) and returns the bounds before, to restore them with.
+func (q *Queries) TxSetTimeouts(ctx context.Context, db DBTX, lockTimeout string, statementTimeout string) (TxSetTimeoutsRow, error) {
+	row := db.QueryRow(ctx, txSetTimeouts, lockTimeout, statementTimeout)
+	var i TxSetTimeoutsRow
+	err := row.Scan(
+		&i.PreviousLockTimeout,
+		&i.PreviousStatementTimeout,
+		&i.LockTimeout,
+		&i.StatementTimeout,
+	)
+	return i, err
+}
