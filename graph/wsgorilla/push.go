@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Stream is a subscription whose events are pushed to the socket rather
@@ -44,7 +45,8 @@ func Push(ctx context.Context, stream Stream) (wake func(), ok bool) {
 }
 
 // pusher writes the responses of a socket's pushed operations. It has a
-// goroutine only while some operation is ready: an idle socket has none.
+// writer goroutine only while some operation is ready: an idle socket has
+// none.
 type pusher struct {
 	mu      sync.Mutex
 	cond    *sync.Cond // signalled when writing ends
@@ -90,12 +92,50 @@ func (p *pusher) enqueueLocked(op *operation) {
 	p.ready = append(p.ready, op)
 	if !p.writing && !p.closed {
 		p.writing = true
-		go p.write()
+		startWriter(p)
 	}
 }
 
-// write is the writer goroutine: it drains the ready operations and ends
-// when none is left or the socket closed.
+// parkedWriters hands a socket that has responses ready to a writer
+// goroutine that finished another socket's burst. A goroutine starts on
+// the smallest stack, and writing a response takes several times that:
+// a fresh goroutine per burst copies its stack as it grows, at every
+// burst of every socket, which at thousands of sockets is a tenth of the
+// server's CPU. A reused writer keeps the stack it grew.
+var parkedWriters = make(chan *pusher)
+
+// writerIdle is how long a writer stays parked without work before it
+// ends, so that an idle server keeps no writer goroutines.
+const writerIdle = time.Second
+
+// startWriter runs p.write on a parked writer, or on a new one when none
+// is parked.
+func startWriter(p *pusher) {
+	select {
+	case parkedWriters <- p:
+	default:
+		go runWriter(p)
+	}
+}
+
+// runWriter is a writer goroutine: it writes p's ready responses, then
+// parks for the next socket's until writerIdle passes without one.
+func runWriter(p *pusher) {
+	idle := time.NewTimer(writerIdle)
+	defer idle.Stop()
+	for {
+		p.write()
+		idle.Reset(writerIdle)
+		select {
+		case p = <-parkedWriters:
+		case <-idle.C:
+			return
+		}
+	}
+}
+
+// write drains the ready operations, and returns when none is left or
+// the socket closed.
 func (p *pusher) write() {
 	for {
 		p.mu.Lock()
