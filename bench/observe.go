@@ -101,10 +101,10 @@ func (o *observer) finish() string {
 
 // topStatements lists the eight statements with the most execution time
 // since observe started (pg_stat_statements, this tool's sampling
-// excepted): total ms, calls and mean ms each.
+// excepted): total ms, calls, mean ms and the longest call's ms each.
 func (o *observer) topStatements() string {
 	rows, err := o.e.pool.Query(o.e.ctx, `
-		SELECT left(regexp_replace(query, '\s+', ' ', 'g'), 70), calls, total_exec_time
+		SELECT left(regexp_replace(query, '\s+', ' ', 'g'), 70), calls, total_exec_time, max_exec_time
 		FROM pg_stat_statements
 		WHERE query NOT LIKE '%pg_stat_%' AND query NOT LIKE 'SELECT pg_stat_statements_reset%'
 		ORDER BY total_exec_time DESC LIMIT 8`)
@@ -116,9 +116,9 @@ func (o *observer) topStatements() string {
 	for rows.Next() {
 		var q string
 		var calls int64
-		var total float64
-		if rows.Scan(&q, &calls, &total) == nil {
-			parts = append(parts, fmt.Sprintf("[%s] %.0f ms / %d calls = %.3f ms", q, total, calls, total/float64(max(calls, 1))))
+		var total, longest float64
+		if rows.Scan(&q, &calls, &total, &longest) == nil {
+			parts = append(parts, fmt.Sprintf("[%s] %.0f ms / %d calls = %.3f ms (max %.1f)", q, total, calls, total/float64(max(calls, 1)), longest))
 		}
 	}
 	return strings.Join(parts, "; ")
