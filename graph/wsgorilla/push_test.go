@@ -1,72 +1,115 @@
 package wsgorilla
 
 import (
-	"fmt"
-	"maps"
-	"runtime"
-	"slices"
-	"strings"
+	"context"
 	"testing"
+	"time"
 
-	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 )
 
-// writerGoroutines returns the ids of the goroutines running runWriter,
-// writing or parked.
-func writerGoroutines() map[string]bool {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	ids := map[string]bool{}
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "wsgorilla.runWriter(") {
-			id, _, _ := strings.Cut(strings.TrimPrefix(g, "goroutine "), " ")
-			ids[id] = true
-		}
-	}
-	return ids
+// idlePusher is a socket's pusher with a writer due and nothing ready:
+// its write returns at once.
+func idlePusher() *pusher { return &pusher{writing: true} }
+
+// heldPusher is a pusher whose write takes until release is closed: its
+// one ready operation's stream blocks in Advance.
+func heldPusher(release <-chan struct{}) *pusher {
+	op := &operation{s: &socket{conn: &Conn{}}, stream: heldStream(release), queued: true}
+	return &pusher{writing: true, ready: []*operation{op}}
 }
 
-// The writer goroutine that wrote a socket's responses stays parked and
-// writes the next socket's, rather than a goroutine starting for every
-// burst; parked writers end once idle. Not parallel: it counts the
-// package's writer goroutines.
-func TestWritersAreReusedAndEndWhenIdle(t *testing.T) {
-	waitFor(t, "the writers of earlier tests to end", func() bool { return len(writerGoroutines()) == 0 })
-	b := setupTransport(t, false, func(b *testBundle) { b.seen = make(chan seenResponse, 64) })
-	var subs []queuedSubscription
-	var conns []*websocket.Conn
-	for range 2 {
-		conn := b.dial(t, ProtoTransportWS)
-		subscribe(t, conn, ProtoTransportWS, "1", "subscription { queued }")
-		subs = append(subs, receive(t, b.queued, "the queued subscription"))
-		conns = append(conns, conn)
+type heldStream <-chan struct{}
+
+func (s heldStream) Advance(context.Context) bool { <-s; return false }
+
+// writersAre polls the pool until it has alive writer goroutines, parked
+// of them parked, failing the test after 5 s.
+func writersAre(t *testing.T, wp *writerPool, alive, parked int) {
+	t.Helper()
+	waitFor(t, "writers", func() bool {
+		a, p := wp.counts()
+		return a == alive && p == parked
+	})
+}
+
+// A writer that finished a socket's frames writes the next socket's: no
+// goroutine starts for a burst while one is parked.
+func TestWriterPoolReusesAParkedWriter(t *testing.T) {
+	t.Parallel()
+	var wp writerPool
+	t.Cleanup(wp.close)
+	first := idlePusher()
+	wp.start(first)
+	writersAre(t, &wp, 1, 1)
+	for range 3 {
+		p := idlePusher()
+		wp.start(p)
+		waitFor(t, "the pusher's frames written", func() bool { return written(p) })
+		alive, _ := wp.counts()
+		require.Equal(t, 1, alive, "writer goroutines once the parked one wrote")
+		writersAre(t, &wp, 1, 1)
 	}
-	var writers map[string]bool
-	for round := range 5 {
-		for i, sub := range subs {
-			want := fmt.Sprintf("round %d, socket %d", round, i)
-			sub.stream.put(want)
-			sub.wake()
-			m := readMessage(t, conns[i])
-			require.Equal(t, "next", m.Type)
-			require.JSONEq(t, `{"data":{"queued":"`+want+`"}}`, string(m.Payload))
-			if writers == nil {
-				// The writers that ran the starts and the first response.
-				waitFor(t, "a parked writer", func() bool { return len(writerGoroutines()) > 0 })
-				writers = writerGoroutines()
-				continue
-			}
-			require.Subset(t, slices.Collect(maps.Keys(writers)), slices.Collect(maps.Keys(writerGoroutines())),
-				"%s: written by a parked writer, not a new goroutine", want)
+}
+
+// written reports whether p's writer is done.
+func written(p *pusher) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.writing
+}
+
+// Writers are reused most recently parked first, so a load that needs
+// one writer keeps one: those a burst left parked end after idleTimeout
+// even while the pool is in use.
+func TestWriterPoolShrinksToTheLoad(t *testing.T) {
+	t.Parallel()
+	wp := writerPool{idleTimeout: 200 * time.Millisecond}
+	t.Cleanup(wp.close)
+	release := make(chan struct{})
+	for range 3 {
+		wp.start(heldPusher(release))
+	}
+	writersAre(t, &wp, 3, 0)
+	close(release)
+	writersAre(t, &wp, 3, 3)
+
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if alive, _ := wp.counts(); alive == 1 {
+			break
 		}
+		require.True(t, time.Now().Before(deadline), "the burst's writers outlived a one-writer load")
+		wp.start(idlePusher())
+		time.Sleep(20 * time.Millisecond)
 	}
-	waitFor(t, "the parked writers to end", func() bool { return len(writerGoroutines()) == 0 })
+}
+
+// Parked writers end once idle, and all of them at close; a writer
+// started after close writes and ends.
+func TestWriterPoolEnds(t *testing.T) {
+	t.Parallel()
+	t.Run("idle", func(t *testing.T) {
+		t.Parallel()
+		wp := writerPool{idleTimeout: 50 * time.Millisecond}
+		wp.start(idlePusher())
+		writersAre(t, &wp, 0, 0)
+	})
+	t.Run("close", func(t *testing.T) {
+		t.Parallel()
+		var wp writerPool
+		release := make(chan struct{})
+		wp.start(heldPusher(release))
+		wp.start(idlePusher()) // the first writer is busy: a second one
+		writersAre(t, &wp, 2, 1)
+		wp.close()
+		writersAre(t, &wp, 1, 0)
+		close(release)
+		writersAre(t, &wp, 0, 0)
+
+		p := idlePusher()
+		wp.start(p)
+		writersAre(t, &wp, 0, 0)
+		require.True(t, written(p), "a writer started after close wrote")
+	})
 }
