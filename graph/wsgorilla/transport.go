@@ -160,7 +160,7 @@ func (t Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Graph
 	// nothing.
 	defer func() {
 		if p := recover(); p != nil {
-			s.end()
+			s.fail()
 			panic(p)
 		}
 	}()
@@ -184,6 +184,14 @@ func (t Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Graph
 // recoverSocket's, which drops the connection and untracks it.
 func (s *socket) serve() {
 	s.run()
+	s.end()
+}
+
+// fail ends the socket after a panic on its goroutine: the close frame
+// says 1011, a fault of the server's (unless a close frame went out
+// already).
+func (s *socket) fail() {
+	s.close(websocket.CloseInternalServerErr, "internal server error")
 	s.end()
 }
 

@@ -410,8 +410,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // A panic on a socket's own goroutine tears the socket down as its end
 // would: its operations (whose contexts are not the socket's children) are
 // stopped, pulled and pushed alike, OnClose lets go of what InitFunc
-// registered, once, and the client gets a close frame. The process lives
-// on, behind Handler or not.
+// registered, once, and the client gets a close frame saying 1011. The
+// process lives on, behind Handler or not.
 func TestPanicOnSocketGoroutineEndsTheSocket(t *testing.T) {
 	t.Parallel()
 	for _, behindHandler := range []bool{true, false} {
@@ -434,7 +434,7 @@ func TestPanicOnSocketGoroutineEndsTheSocket(t *testing.T) {
 				closes, watched := b.registrations()
 				require.Equal(t, 1, closes, "OnClose calls")
 				require.Zero(t, watched, "sockets still registered")
-				require.Equal(t, websocket.CloseNormalClosure, closeCode(t, conn), "the socket's close frame")
+				require.Equal(t, websocket.CloseInternalServerErr, closeCode(t, conn), "the socket's close frame")
 				waitFor(t, "the panic to be reported", func() bool { return strings.Contains(b.logged(), "read panicked") })
 			})
 		}
@@ -465,7 +465,8 @@ func TestEndRunsOnceWhenOnClosePanics(t *testing.T) {
 }
 
 // A panic in InitFunc, on the socket's goroutine before any operation,
-// closes the socket and takes it out of the open set; OnClose is not owed.
+// closes the socket with 1011 and takes it out of the open set; OnClose is
+// not owed.
 func TestInitFuncPanicClosesTheSocket(t *testing.T) {
 	t.Parallel()
 	for _, behindHandler := range []bool{true, false} {
@@ -479,7 +480,7 @@ func TestInitFuncPanicClosesTheSocket(t *testing.T) {
 			t.Cleanup(func() { conn.Close() })
 			require.NoError(t, conn.WriteJSON(testMessage{Type: "connection_init"}))
 
-			require.Equal(t, websocket.CloseNormalClosure, closeCode(t, conn), "the socket's close frame")
+			require.Equal(t, websocket.CloseInternalServerErr, closeCode(t, conn), "the socket's close frame")
 			waitFor(t, "the socket to leave the open set", func() bool { return b.impl.Open() == 0 })
 			waitFor(t, "the panic to be reported", func() bool { return strings.Contains(b.logged(), "InitFunc panicked") })
 			closes, _ := b.registrations()

@@ -287,7 +287,7 @@ func serveLoop(loop func(), h *handle, remote string, logger *log.Logger, cancel
 func recoverSocket(h *handle, remote string, logger *log.Logger) {
 	p := recover()
 	if s := h.socket; p != nil && s != nil {
-		s.end()
+		s.fail()
 	}
 	if h.release(p) || p == nil {
 		return
