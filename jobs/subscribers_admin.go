@@ -17,7 +17,8 @@ const maxRedeliver = 10000
 // refused address is an error on "url"), the filter compiles (event types
 // known, entities known tables or payload names, the condition parses and
 // type-checks: a *FilterError) and is stored normalised, a secret given is
-// a Standard Webhooks one (ValidateWebhookSecret) and the format is known.
+// a Standard Webhooks one (ValidateWebhookSecret) and the format is known;
+// the URL, which may take a DNS lookup, is checked last.
 // Without a secret one is generated (NewWebhookSecret) and returned once,
 // in the result's NewSecret. Errors: *db.InputError (also matching
 // db.ErrConflict for a taken name).
@@ -60,14 +61,6 @@ func (d *Dispatcher) checkWebhookInput(ctx context.Context, in *db.WebhookSubscr
 	if d.filtersErr != nil {
 		return d.filtersErr
 	}
-	if in.URL != nil {
-		if err := d.webhooks.CheckURL(ctx, *in.URL); err != nil {
-			if ctx.Err() != nil {
-				return fmt.Errorf("check webhook url: %w", ctx.Err())
-			}
-			return &db.InputError{Field: "url", Msg: err.Error()}
-		}
-	}
 	if in.Secret != nil {
 		if err := ValidateWebhookSecret(*in.Secret); err != nil {
 			return &db.InputError{Field: "secret", Msg: err.Error()}
@@ -99,6 +92,16 @@ func (d *Dispatcher) checkWebhookInput(ctx context.Context, in *db.WebhookSubscr
 	}
 	if in.Condition != nil {
 		in.Condition = &norm.Condition
+	}
+	// Last: it may ask DNS, and an address that does not resolve must not
+	// hide a mistake in the fields above.
+	if in.URL != nil {
+		if err := d.webhooks.CheckURL(ctx, *in.URL); err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("check webhook url: %w", ctx.Err())
+			}
+			return &db.InputError{Field: "url", Msg: err.Error()}
+		}
 	}
 	return nil
 }

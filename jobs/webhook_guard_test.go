@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"erp/db"
 )
 
 // No test here sends a packet anywhere but loopback: names resolve through
@@ -388,4 +390,36 @@ func FuzzCheckWebhookURL(f *testing.F) {
 		}
 		require.Error(t, err, "the stub resolves no name")
 	})
+}
+
+// A webhook's other fields are checked before its URL is resolved: an
+// address that does not resolve (a typo, a receiver not set up yet) does
+// not hide a mistake in the filter or the format, and no lookup is made
+// for input that is refused anyway.
+func TestWebhookInputIsCheckedBeforeItsURLResolves(t *testing.T) {
+	t.Parallel()
+	r := &stubResolver{names: map[string][]string{}}
+	d := NewDispatcher(nil, DispatcherConfig{Webhooks: NewWebhookSender(WithAllowPrivate(false), WithWebhookResolver(r))})
+	hook, name := "https://receiver.example/hook", "mes"
+	bad := []struct {
+		in    db.WebhookSubscriberInput
+		field string
+	}{
+		{db.WebhookSubscriberInput{Name: &name, URL: &hook, EventTypes: []string{"doc.nope"}}, "eventTypes"},
+		{db.WebhookSubscriberInput{Name: &name, URL: &hook, Condition: new("payload.no ==")}, "condition"},
+		{db.WebhookSubscriberInput{Name: &name, URL: &hook, Format: new("xml")}, "format"},
+	}
+	for _, tt := range bad {
+		_, err := d.CreateWebhookSubscriber(t.Context(), nil, tt.in)
+		var ie *db.InputError
+		require.ErrorAs(t, err, &ie, tt.field)
+		require.True(t, strings.HasPrefix(ie.Field, tt.field), "field %q: %v", ie.Field, err)
+	}
+	require.Zero(t, r.calls.Load(), "lookups for refused input")
+
+	_, err := d.CreateWebhookSubscriber(t.Context(), nil, db.WebhookSubscriberInput{Name: &name, URL: &hook})
+	var ie *db.InputError
+	require.ErrorAs(t, err, &ie)
+	require.Equal(t, "url", ie.Field)
+	require.ErrorContains(t, err, "does not resolve")
 }
