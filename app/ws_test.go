@@ -291,9 +291,6 @@ func socketGoroutines() int {
 		if strings.Contains(g, "WatchTokens") {
 			continue // one per server, not per socket
 		}
-		if strings.Contains(g, "wsgorilla.(*writerPool).run(") && !strings.Contains(g, "wsgorilla.(*pusher).write(") {
-			continue // a parked writer: the server's, waiting for any socket's responses
-		}
 		if strings.Contains(g, "erp/graph/wsgorilla.") ||
 			strings.Contains(g, "gqlgen/graphql/handler/transport.") ||
 			strings.Contains(g, "erp/resolvers.") {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"sync"
-	"time"
 )
 
 // Stream is a subscription whose events are pushed to the socket rather
@@ -45,8 +44,7 @@ func Push(ctx context.Context, stream Stream) (wake func(), ok bool) {
 }
 
 // pusher writes the responses of a socket's pushed operations. It has a
-// writer goroutine only while some operation is ready: an idle socket has
-// none.
+// goroutine only while some operation is ready: an idle socket has none.
 type pusher struct {
 	mu      sync.Mutex
 	cond    *sync.Cond // signalled when writing ends
@@ -92,140 +90,12 @@ func (p *pusher) enqueueLocked(op *operation) {
 	p.ready = append(p.ready, op)
 	if !p.writing && !p.closed {
 		p.writing = true
-		op.s.conn.impl.writers.start(p)
+		go p.write()
 	}
 }
 
-// writerPool keeps the writer goroutines that have written a socket's
-// frames, to write the next socket's. A goroutine starts on the smallest
-// stack, and writing a response takes several times that: a goroutine per
-// burst copies its stack as it grows, at every burst of every socket,
-// which at thousands of sockets was a tenth of the server's CPU. A reused
-// writer starts from the stack it has (the GC halves a parked writer's
-// stack at each cycle, so a writer reused within a cycle or two keeps most
-// of it). The most recently parked writer is reused first, so the writers
-// beyond what the load keeps busy go unused and end after idleTimeout: the
-// pool follows the load down, and an idle server keeps none. Its zero
-// value is ready; close ends the parked writers and parks no more.
-type writerPool struct {
-	mu          sync.Mutex
-	idle        []*writer // parked, the most recently parked last
-	alive       int       // writer goroutines, parked or writing
-	closed      bool
-	idleTimeout time.Duration // 0: writerIdle
-}
-
-// writerIdle is how long a writer stays parked without work before it
-// ends.
-const writerIdle = time.Second
-
-// writer is a parked writer goroutine's inbox: the pusher it is handed
-// next, or nil when the pool closed. Buffered, so that a hand-off never
-// waits.
-type writer struct{ work chan *pusher }
-
-// start runs p.write on the most recently parked writer, or on a new one
-// when none is parked.
-func (wp *writerPool) start(p *pusher) {
-	wp.mu.Lock()
-	if n := len(wp.idle); n > 0 {
-		w := wp.idle[n-1]
-		wp.idle[n-1] = nil
-		wp.idle = wp.idle[:n-1]
-		wp.mu.Unlock()
-		w.work <- p
-		return
-	}
-	wp.alive++
-	wp.mu.Unlock()
-	go wp.run(p)
-}
-
-// run is a writer goroutine: it writes p's ready responses, then parks
-// for the next socket's until idleTimeout passes without one.
-func (wp *writerPool) run(p *pusher) {
-	defer func() {
-		wp.mu.Lock()
-		wp.alive--
-		wp.mu.Unlock()
-	}()
-	w := &writer{work: make(chan *pusher, 1)}
-	timeout := wp.idleTimeout
-	if timeout == 0 {
-		timeout = writerIdle
-	}
-	var idle *time.Timer
-	for p != nil {
-		p.write()
-		if !wp.park(w) {
-			return
-		}
-		if idle == nil {
-			idle = time.NewTimer(timeout)
-			defer idle.Stop()
-		} else {
-			idle.Reset(timeout)
-		}
-		select {
-		case p = <-w.work:
-		case <-idle.C:
-			if wp.unpark(w) {
-				return
-			}
-			// A start took w off the stack as the timer fired: its
-			// pusher is on the way.
-			p = <-w.work
-		}
-	}
-}
-
-// park puts w on the stack of idle writers, unless the pool closed.
-func (wp *writerPool) park(w *writer) bool {
-	wp.mu.Lock()
-	defer wp.mu.Unlock()
-	if wp.closed {
-		return false
-	}
-	wp.idle = append(wp.idle, w)
-	return true
-}
-
-// unpark takes w off the stack, reporting whether it was there. The
-// writers that time out are the least recently parked: near the bottom.
-func (wp *writerPool) unpark(w *writer) bool {
-	wp.mu.Lock()
-	defer wp.mu.Unlock()
-	i := slices.Index(wp.idle, w)
-	if i < 0 {
-		return false
-	}
-	wp.idle = slices.Delete(wp.idle, i, i+1)
-	return true
-}
-
-// close ends the parked writers; a writer that is writing ends when it
-// is done. Writers started afterwards end once they wrote.
-func (wp *writerPool) close() {
-	wp.mu.Lock()
-	wp.closed = true
-	idle := wp.idle
-	wp.idle = nil
-	wp.mu.Unlock()
-	for _, w := range idle {
-		w.work <- nil
-	}
-}
-
-// counts returns how many writer goroutines there are, and how many of
-// them are parked.
-func (wp *writerPool) counts() (alive, parked int) {
-	wp.mu.Lock()
-	defer wp.mu.Unlock()
-	return wp.alive, len(wp.idle)
-}
-
-// write drains the ready operations, and returns when none is left or
-// the socket closed.
+// write is the writer goroutine: it drains the ready operations and ends
+// when none is left or the socket closed.
 func (p *pusher) write() {
 	for {
 		p.mu.Lock()

@@ -59,8 +59,7 @@ type InitFunc func(ctx context.Context, payload transport.InitPayload) (context.
 // gqlgen's transport, but a subscription whose resolver pushes (Push) ends
 // it once dispatched: its events are written, when its stream says they
 // are ready, by a writer goroutine that the socket has only while it has
-// frames to write (a writer parked after another socket's frames, or a
-// new one). An idle subscribed socket is therefore one goroutine,
+// frames to write. An idle subscribed socket is therefore one goroutine,
 // blocked reading on a small stack. Unlike gqlgen's transport it does not
 // keep the upgrade request's headers for the socket's life (0.7 KiB an
 // idle socket): an operation's OperationContext has no Headers; the

@@ -73,11 +73,10 @@ func TestSharedFrameMatchesEncodingJSON(t *testing.T) {
 
 // transportSchema is what the Transport tests serve: pulled is an
 // ordinary subscription, a channel that gqlgen's executor waits on; pushed
-// registers a Stream (Push) that never has a response, as the live feed
-// does; queued one whose responses the test puts in it.
+// registers a Stream (Push), as the live feed does.
 const transportSchema = `
 type Query { ok: Boolean! }
-type Subscription { pulled: String! pushed: String! queued: String! }
+type Subscription { pulled: String! pushed: String! }
 `
 
 // markKey is the key of the value the operation interceptor adds to an
@@ -110,7 +109,6 @@ type testBundle struct {
 	pushed  chan struct{}        // a pushed subscription registered its stream
 	streams chan struct{}        // a pushed subscription's stream was closed
 	seen    chan seenResponse    // what the response interceptor saw
-	queued  chan queuedSubscription
 
 	mu      sync.Mutex
 	sockets int          // sockets InitFunc accepted
@@ -130,7 +128,6 @@ func setupTransport(t *testing.T, behindHandler bool, configure ...func(*testBun
 		pushed:  make(chan struct{}, 4),
 		streams: make(chan struct{}, 4),
 		seen:    make(chan seenResponse, 4),
-		queued:  make(chan queuedSubscription, 4),
 		watched: map[int]bool{},
 	}
 	for _, c := range configure {
@@ -180,15 +177,6 @@ func (b *testBundle) exec(ctx context.Context) graphql.ResponseHandler {
 	rc := graphql.GetOperationContext(ctx)
 	if rc.Operation.Operation != ast.Subscription {
 		return graphql.OneShot(&graphql.Response{Data: json.RawMessage(`{"ok":true}`)})
-	}
-	if rc.Operation.SelectionSet[0].(*ast.Field).Name == "queued" {
-		stream := &queueStream{}
-		wake, ok := Push(ctx, stream)
-		if !ok {
-			return graphql.OneShot(graphql.ErrorResponse(ctx, "not a subscription of Transport"))
-		}
-		b.queued <- queuedSubscription{stream: stream, wake: wake}
-		return func(context.Context) *graphql.Response { return stream.next() }
 	}
 	if rc.Operation.SelectionSet[0].(*ast.Field).Name == "pushed" {
 		if _, ok := Push(ctx, closeStream{b.streams}); !ok {
@@ -266,40 +254,6 @@ type closeStream struct{ closed chan<- struct{} }
 
 func (closeStream) Advance(context.Context) bool { return false }
 func (s closeStream) Close()                     { s.closed <- struct{}{} }
-
-// queueStream is a pushed subscription whose responses are the values
-// put in it.
-type queueStream struct {
-	mu    sync.Mutex
-	queue []string
-}
-
-// queuedSubscription is a queued subscription's stream and the function
-// that tells its socket a response is ready.
-type queuedSubscription struct {
-	stream *queueStream
-	wake   func()
-}
-
-func (s *queueStream) put(v string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.queue = append(s.queue, v)
-}
-
-func (s *queueStream) Advance(context.Context) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.queue) > 0
-}
-
-func (s *queueStream) next() *graphql.Response {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v := s.queue[0]
-	s.queue = s.queue[1:]
-	return &graphql.Response{Data: json.RawMessage(`{"queued":` + strconv.Quote(v) + `}`)}
-}
 
 // panicListener accepts connections whose Read panics, once it returned,
 // when armed is set: after the handshake, only the socket's own goroutine

@@ -150,8 +150,7 @@ type Implementation struct {
 	// Metrics hook in here.
 	OnMessage func(sent bool)
 
-	writePool sync.Pool  // write buffers shared by every socket
-	writers   writerPool // writer goroutines shared by every socket
+	writePool sync.Pool // write buffers shared by every socket
 
 	mu           sync.Mutex
 	conns        map[*Conn]struct{}
@@ -462,8 +461,6 @@ func (i *Implementation) Shutdown(ctx context.Context) error {
 	}
 	drained := i.drained
 	i.mu.Unlock()
-	// Once the sockets closed (or were dropped), no writer is needed.
-	defer i.writers.close()
 
 	for _, c := range conns {
 		c.closeWith(CloseGoingAway, "server shutting down", closeGrace)
