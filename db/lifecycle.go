@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -232,7 +233,12 @@ func LockDocument(ctx context.Context, tx pgx.Tx, k *DocKind, id int64) (LockedD
 		st, err = k.lock(ctx, tx, id)
 	}
 	if err != nil {
-		return LockedDocument{}, fmt.Errorf("lock %s %d: %w", k.Noun, id, translate(err))
+		err = translate(err)
+		if errors.Is(err, ErrNotFound) {
+			// The client's message: the document's noun, not our step.
+			return LockedDocument{}, fmt.Errorf("there is no %s %d: %w", k.Noun, id, err)
+		}
+		return LockedDocument{}, fmt.Errorf("lock %s %d: %w", k.Noun, id, err)
 	}
 	return LockedDocument{Kind: k, ID: id, Number: st.Number, Status: st.Status, Version: st.Version}, nil
 }
