@@ -301,27 +301,17 @@ func FinishEventsIfDone(ctx context.Context, tx pgx.Tx, ids []int64) ([]Processe
 	return MarkEventsProcessed(ctx, tx, ids)
 }
 
-// SetLockTimeout bounds every lock wait of tx from here on to timeout
-// (PostgreSQL's lock_timeout syntax: "100ms"; "0" is no bound) and returns
-// the bound before, to restore it with.
-func SetLockTimeout(ctx context.Context, tx pgx.Tx, timeout string) (previous string, err error) {
-	row, err := queries.TxSetLockTimeout(ctx, tx, timeout)
-	if err != nil {
-		return "", fmt.Errorf("set lock_timeout %s: %w", timeout, translate(err))
-	}
-	return row.Previous, nil
-}
-
 // Timeouts are a transaction's lock_timeout and statement_timeout, in
-// PostgreSQL's syntax for them ("100ms"; "0" is no bound).
+// PostgreSQL's syntax for them ("100ms"; "0" is no bound). SetTimeouts
+// leaves one that is empty as it is.
 type Timeouts struct{ Lock, Statement string }
 
 // SetTimeouts bounds every lock wait and every statement of tx from here
-// on to t, and returns the bounds before, to restore them with.
+// on to t, and returns both bounds before, to restore them with.
 func SetTimeouts(ctx context.Context, tx pgx.Tx, t Timeouts) (previous Timeouts, err error) {
-	row, err := queries.TxSetTimeouts(ctx, tx, t.Lock, t.Statement)
+	row, err := queries.TxSetTimeouts(ctx, tx, nonEmpty(t.Lock), nonEmpty(t.Statement))
 	if err != nil {
-		return Timeouts{}, fmt.Errorf("set lock_timeout %s, statement_timeout %s: %w", t.Lock, t.Statement, translate(err))
+		return Timeouts{}, fmt.Errorf("set lock_timeout %q, statement_timeout %q: %w", t.Lock, t.Statement, translate(err))
 	}
 	return Timeouts{Lock: row.PreviousLockTimeout, Statement: row.PreviousStatementTimeout}, nil
 }

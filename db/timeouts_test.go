@@ -40,6 +40,12 @@ func TestSetTimeoutsRestoresTheSessionsBounds(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, previous, settings())
 
+	// An empty bound is left as it is.
+	before, err := db.SetTimeouts(ctx, tx, db.Timeouts{Lock: "250ms"})
+	require.NoError(t, err)
+	require.Equal(t, previous, before)
+	require.Equal(t, db.Timeouts{Lock: "250ms", Statement: "7s"}, settings())
+
 	_, err = db.SetTimeouts(ctx, tx, bounded)
 	require.NoError(t, err)
 	require.NoError(t, tx.Commit(ctx))
@@ -56,5 +62,5 @@ func TestSetTimeoutsRefusesAnUnreadableBound(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
 	_, err = db.SetTimeouts(ctx, tx, db.Timeouts{Lock: "soon", Statement: "0"})
-	require.ErrorContains(t, err, "lock_timeout soon")
+	require.ErrorContains(t, err, `lock_timeout "soon"`)
 }

@@ -354,9 +354,9 @@ type docKey struct {
 // before the feed counter is taken, and a batch with neither (no built-in
 // takes its events) spends no round trip on it.
 type lockBound struct {
-	on       bool   // the transaction holds a backlog
-	set      bool   // the bound is in force
-	previous string // lock_timeout before it
+	on       bool        // the transaction holds a backlog
+	set      bool        // the bound is in force
+	previous db.Timeouts // the bounds before it
 }
 
 // before sets the bound, once, ahead of a statement that may wait.
@@ -364,7 +364,7 @@ func (b *lockBound) before(ctx context.Context, tx pgx.Tx) error {
 	if !b.on || b.set {
 		return nil
 	}
-	prev, err := db.SetLockTimeout(ctx, tx, backlogLockTimeout)
+	prev, err := db.SetTimeouts(ctx, tx, db.Timeouts{Lock: backlogLockTimeout})
 	if err != nil {
 		return err
 	}
@@ -378,7 +378,7 @@ func (b *lockBound) lift(ctx context.Context, tx pgx.Tx) error {
 	if !b.set {
 		return nil
 	}
-	if _, err := db.SetLockTimeout(ctx, tx, b.previous); err != nil {
+	if _, err := db.SetTimeouts(ctx, tx, b.previous); err != nil {
 		return err
 	}
 	b.set = false

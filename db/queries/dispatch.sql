@@ -193,21 +193,15 @@ UPDATE events SET dispatch_job_id = j.job_id
 FROM (SELECT unnest(@event_ids::bigint[]) AS event_id, unnest(@job_ids::bigint[]) AS job_id) j
 WHERE events.id = j.event_id;
 
--- name: TxSetLockTimeout :one
--- Bounds every lock wait of the transaction from here on to @timeout
--- (lock_timeout syntax, "0": unbounded) and returns the bound before, to
--- restore it with.
-WITH prev AS MATERIALIZED (SELECT current_setting('lock_timeout') AS timeout)
-SELECT prev.timeout::text AS previous, set_config('lock_timeout', @timeout::text, true)::text AS timeout FROM prev;
-
 -- name: TxSetTimeouts :one
 -- Bounds every lock wait and every statement of the transaction from here
 -- on to @lock_timeout and @statement_timeout (their settings' syntax,
--- "0": unbounded) and returns the bounds before, to restore them with.
+-- "0": unbounded; NULL leaves that one as it is) and returns the bounds
+-- before, to restore them with.
 WITH prev AS MATERIALIZED (SELECT current_setting('lock_timeout') AS lock_timeout, current_setting('statement_timeout') AS statement_timeout)
 SELECT prev.lock_timeout::text AS previous_lock_timeout, prev.statement_timeout::text AS previous_statement_timeout,
-    set_config('lock_timeout', @lock_timeout::text, true)::text AS lock_timeout,
-    set_config('statement_timeout', @statement_timeout::text, true)::text AS statement_timeout
+    set_config('lock_timeout', coalesce(sqlc.narg('lock_timeout')::text, prev.lock_timeout), true)::text AS lock_timeout,
+    set_config('statement_timeout', coalesce(sqlc.narg('statement_timeout')::text, prev.statement_timeout), true)::text AS statement_timeout
 FROM prev;
 
 -- name: EventListUndispatchedIDs :many

@@ -544,31 +544,11 @@ func (q *Queries) EventSetDispatchJobs(ctx context.Context, db DBTX, eventIds []
 	return err
 }
 
-const txSetLockTimeout = `-- name: TxSetLockTimeout :one
-WITH prev AS MATERIALIZED (SELECT current_setting('lock_timeout') AS timeout)
-SELECT prev.timeout::text AS previous, set_config('lock_timeout', $1::text, true)::text AS timeout FROM prev
-`
-
-type TxSetLockTimeoutRow struct {
-	Previous string
-	Timeout  string
-}
-
-// Bounds every lock wait of the transaction from here on to @timeout
-// (lock_timeout syntax, "0": unbounded) and returns the bound before, to
-// restore it with.
-func (q *Queries) TxSetLockTimeout(ctx context.Context, db DBTX, timeout string) (TxSetLockTimeoutRow, error) {
-	row := db.QueryRow(ctx, txSetLockTimeout, timeout)
-	var i TxSetLockTimeoutRow
-	err := row.Scan(&i.Previous, &i.Timeout)
-	return i, err
-}
-
 const txSetTimeouts = `-- name: TxSetTimeouts :one
 WITH prev AS MATERIALIZED (SELECT current_setting('lock_timeout') AS lock_timeout, current_setting('statement_timeout') AS statement_timeout)
 SELECT prev.lock_timeout::text AS previous_lock_timeout, prev.statement_timeout::text AS previous_statement_timeout,
-    set_config('lock_timeout', $1::text, true)::text AS lock_timeout,
-    set_config('statement_timeout', $2::text, true)::text AS statement_timeout
+    set_config('lock_timeout', coalesce($1::text, prev.lock_timeout), true)::text AS lock_timeout,
+    set_config('statement_timeout', coalesce($2::text, prev.statement_timeout), true)::text AS statement_timeout
 FROM prev
 `
 
@@ -581,8 +561,9 @@ type TxSetTimeoutsRow struct {
 
 // Bounds every lock wait and every statement of the transaction from here
 // on to @lock_timeout and @statement_timeout (their settings' syntax,
-// "0": unbounded) and returns the bounds before, to restore them with.
-func (q *Queries) TxSetTimeouts(ctx context.Context, db DBTX, lockTimeout string, statementTimeout string) (TxSetTimeoutsRow, error) {
+// "0": unbounded; NULL leaves that one as it is) and returns the bounds
+// before, to restore them with.
+func (q *Queries) TxSetTimeouts(ctx context.Context, db DBTX, lockTimeout *string, statementTimeout *string) (TxSetTimeoutsRow, error) {
 	row := db.QueryRow(ctx, txSetTimeouts, lockTimeout, statementTimeout)
 	var i TxSetTimeoutsRow
 	err := row.Scan(
