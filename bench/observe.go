@@ -96,14 +96,15 @@ func (o *observer) finish() string {
 	return fmt.Sprintf("active backends by wait: %s; CPU (cores): server %.2f, postgres %.2f, bench %.2f, machine %.2f of %d; top statements: %s",
 		strings.Join(parts, ", "),
 		(end.server-o.start.server)/wall, (end.postgres-o.start.postgres)/wall, (end.self-o.start.self)/wall,
-		(end.total-o.start.total)/wall, nproc(), o.topStatements())
+		(end.total-o.start.total)/wall, nproc(), o.e.topStatements())
 }
 
 // topStatements lists the eight statements with the most execution time
-// since observe started (pg_stat_statements, this tool's sampling
-// excepted): total ms, calls, mean ms and the longest call's ms each.
-func (o *observer) topStatements() string {
-	rows, err := o.e.pool.Query(o.e.ctx, `
+// since pg_stat_statements was last reset (observe and withTopStatements
+// reset it; this tool's sampling excepted): total ms, calls, mean ms and
+// the longest call's ms each.
+func (e *env) topStatements() string {
+	rows, err := e.pool.Query(e.ctx, `
 		SELECT left(regexp_replace(query, '\s+', ' ', 'g'), 70), calls, total_exec_time, max_exec_time
 		FROM pg_stat_statements
 		WHERE query NOT LIKE '%pg_stat_%' AND query NOT LIKE 'SELECT pg_stat_statements_reset%'
