@@ -542,10 +542,18 @@ func (p *SharedFeedPayloads) InterceptResponse(ctx context.Context, next graphql
 func (p *SharedFeedPayloads) respond(ctx context.Context, slot *feedSlot, ev *db.Event, next graphql.ResponseHandler) *graphql.Response {
 	e, first := p.claim(*ev.FeedSeq, slot.key)
 	if !first {
+		// Most subscribers come once the data is there: a receive that
+		// may not wait reads a closed channel without its lock, where
+		// the select below locks it, and the thousands of sockets of one
+		// event queue on that lock.
 		select {
 		case <-e.done:
-		case <-ctx.Done():
-			return nil
+		default:
+			select {
+			case <-e.done:
+			case <-ctx.Done():
+				return nil
+			}
 		}
 		if e.data != nil {
 			p.shared.Add(1)
