@@ -187,6 +187,9 @@ func (o Observer) InterceptOperation(ctx context.Context, next graphql.Operation
 		id:    resolvers.RequestID(ctx),
 		first: true,
 	}
+	if op.id != "" {
+		op.ext = map[string]any{"requestId": op.id}
+	}
 	return op.respond
 }
 
@@ -196,7 +199,11 @@ type observedOperation struct {
 	handler           graphql.ResponseHandler
 	start             time.Time
 	opType, field, id string
-	first             bool
+	// ext is the extensions of every response that has none of its own:
+	// one map for all of a subscription's responses, which nothing
+	// changes after Observer (the outermost extension) put it there.
+	ext   map[string]any
+	first bool
 }
 
 // respond is the operation's ResponseHandler. An idle subscription's
@@ -217,10 +224,11 @@ func (op *observedOperation) observe(resp *graphql.Response) *graphql.Response {
 		op.first = false
 		op.metrics.GraphQLRequest(op.opType, op.field, resp != nil && len(resp.Errors) == 0, time.Since(op.start))
 	}
-	if resp != nil && op.id != "" {
-		if resp.Extensions == nil {
-			resp.Extensions = map[string]any{}
-		}
+	switch {
+	case resp == nil || op.id == "":
+	case resp.Extensions == nil:
+		resp.Extensions = op.ext
+	default:
 		resp.Extensions["requestId"] = op.id
 	}
 	return resp
