@@ -11,7 +11,9 @@ import (
 // Push and calls the wake function Push returns whenever an event may be
 // ready (from any goroutine; wake never blocks). The socket's writer then
 // calls Advance and, while it reports true, the operation's response
-// handler, and writes what it returns. A Stream that also has a Close
+// handler, and writes what it returns (after the next Advance, which tells
+// it whether that response can wait for the next one to share a write).
+// A Stream that also has a Close
 // method has it called once its operation ended (it was stopped, it
 // finished, or its socket closed), so that it needs no watch on the
 // operation's context of its own.
@@ -120,7 +122,11 @@ func (p *pusher) write() {
 }
 
 // drain writes op's ready responses, at most pushTurn of them before it
-// queues op again behind the others.
+// queues op again behind the others. A response is held (Conn.writeText)
+// when Advance reports the next one ready, so that the responses ready
+// together go out in one write; the last goes out at once. The next
+// response is not read before the last is written: its execution may
+// reuse the last one's buffer.
 func (p *pusher) drain(op *operation) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -129,16 +135,13 @@ func (p *pusher) drain(op *operation) {
 			}
 		}
 	}()
-	for range pushTurn {
-		if op.s.conn.closing.Load() || op.s.conn.netClosed.Load() {
-			// Nothing goes out any more (a close frame went out, or a
-			// write failed and dropped the connection); the socket's
-			// goroutine ends the operation once it closed.
-			return
-		}
-		if !op.stream.Advance(op.ctx) {
-			return
-		}
+	// A response held for a write that did not come (the operation
+	// stopped meanwhile, or panicked) goes out at the end of the turn.
+	defer op.s.conn.flush()
+	if !p.advance(op) {
+		return
+	}
+	for n := 1; ; n++ {
 		resp := op.responses(op.ctx)
 		if resp == nil {
 			if p.markFinished(op) {
@@ -146,9 +149,29 @@ func (p *pusher) drain(op *operation) {
 			}
 			return
 		}
-		op.deliver(resp)
+		if n == pushTurn {
+			op.deliver(resp, false)
+			p.wake(op)
+			return
+		}
+		more := p.advance(op)
+		op.deliver(resp, more)
+		if !more {
+			return
+		}
 	}
-	p.wake(op)
+}
+
+// advance reports whether op's stream has its next response ready, false
+// once the socket is closing: nothing goes out any more (a close frame went
+// out, or a write failed and dropped the connection), and the socket's
+// goroutine ends the operation once it closed.
+func (p *pusher) advance(op *operation) bool {
+	conn := op.s.conn
+	if conn.closing.Load() || conn.netClosed.Load() {
+		return false
+	}
+	return op.stream.Advance(op.ctx)
 }
 
 // markFinished reports whether op was still running, and ends it for the

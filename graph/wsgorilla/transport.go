@@ -645,7 +645,7 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 			op.end(resp.Errors)
 			return
 		}
-		op.deliver(&graphql.Response{Errors: errs})
+		op.deliver(&graphql.Response{Errors: errs}, false)
 		op.end(nil)
 		return
 	}
@@ -772,20 +772,21 @@ func (op *operation) pull(ctx context.Context, responses graphql.ResponseHandler
 		if resp == nil {
 			return
 		}
-		op.deliver(resp)
+		op.deliver(resp, false)
 	}
 }
 
 // deliver writes a result of the operation while it has its id; one that
-// cannot be encoded ends the operation with an error message instead.
-func (op *operation) deliver(resp *graphql.Response) {
+// cannot be encoded ends the operation with an error message instead. A
+// held result goes out with the socket's next write (Conn.writeText).
+func (op *operation) deliver(resp *graphql.Response, hold bool) {
 	s := op.s
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	if !op.current() {
 		return
 	}
-	if err := s.sendResponse(op.id, resp); err != nil {
+	if err := s.sendResponse(op.id, resp, hold); err != nil {
 		op.retire()
 		s.sendErrors(op.id, gqlerror.List{{Message: "encode response: " + err.Error()}})
 		op.stop()
@@ -872,16 +873,16 @@ func (s *socket) dataType() string {
 
 // sendResponse writes one result of operation id; the error is one of
 // encoding it (a failed write has closed the socket).
-func (s *socket) sendResponse(id string, resp *graphql.Response) error {
+func (s *socket) sendResponse(id string, resp *graphql.Response, hold bool) error {
 	if parts, ok := s.sharedFrame(id, resp); ok {
-		_ = s.conn.writeMessage(s.dataType(), id, parts...)
+		_ = s.conn.writeText(hold, parts...)
 		return nil
 	}
 	b, err := json.Marshal(resp)
 	if err != nil {
 		return err
 	}
-	s.send(s.dataType(), id, b)
+	_ = s.conn.writeText(hold, encodeEnvelope(s.dataType(), id, b))
 	return nil
 }
 

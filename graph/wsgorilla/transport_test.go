@@ -73,11 +73,15 @@ func TestSharedFrameMatchesEncodingJSON(t *testing.T) {
 
 // transportSchema is what the Transport tests serve: pulled is an
 // ordinary subscription, a channel that gqlgen's executor waits on; pushed
-// registers a Stream (Push), as the live feed does.
+// registers a Stream (Push), as the live feed does; burst is a pushed
+// stream with burstLength responses ready at once.
 const transportSchema = `
 type Query { ok: Boolean! }
-type Subscription { pulled: String! pushed: String! }
+type Subscription { pulled: String! pushed: String! burst: String! }
 `
+
+// burstLength is how many responses a burst subscription has ready.
+const burstLength = 2*pushTurn + 3
 
 // markKey is the key of the value the operation interceptor adds to an
 // operation's context.
@@ -100,6 +104,8 @@ type testBundle struct {
 	// panicReads makes the next read of a server-side connection panic
 	// (after it read), on the socket's own goroutine.
 	panicReads atomic.Bool
+	// writes counts the server's writes to its network connections.
+	writes atomic.Int64
 	// initPanics makes InitFunc panic; onClosePanics makes the first
 	// OnClose panic.
 	initPanics, onClosePanics bool
@@ -108,7 +114,7 @@ type testBundle struct {
 	events  chan string          // the pulled subscriptions' events
 	pushed  chan struct{}        // a pushed subscription registered its stream
 	streams chan struct{}        // a pushed subscription's stream was closed
-	seen    chan seenResponse    // what the response interceptor saw
+	seen    chan seenResponse    // what the response interceptor saw (nil: not kept)
 
 	mu      sync.Mutex
 	sockets int          // sockets InitFunc accepted
@@ -151,7 +157,9 @@ func setupTransport(t *testing.T, behindHandler bool, configure ...func(*testBun
 		if graphql.HasOperationContext(ctx) {
 			rc = graphql.GetOperationContext(ctx)
 		}
-		b.seen <- seenResponse{rc: rc, mark: ctx.Value(markKey{})}
+		if b.seen != nil {
+			b.seen <- seenResponse{rc: rc, mark: ctx.Value(markKey{})}
+		}
 		return next(ctx)
 	})
 	gql.SetRecoverFunc(func(_ context.Context, p any) error {
@@ -163,7 +171,7 @@ func setupTransport(t *testing.T, behindHandler bool, configure ...func(*testBun
 		h = b.impl.Handler(gql)
 	}
 	srv := httptest.NewUnstartedServer(h)
-	srv.Listener = panicListener{Listener: srv.Listener, armed: &b.panicReads}
+	srv.Listener = panicListener{Listener: srv.Listener, armed: &b.panicReads, writes: &b.writes}
 	srv.Config.ErrorLog = log.New(logWriter{b}, "", 0)
 	srv.Start()
 	t.Cleanup(srv.Close)
@@ -178,7 +186,14 @@ func (b *testBundle) exec(ctx context.Context) graphql.ResponseHandler {
 	if rc.Operation.Operation != ast.Subscription {
 		return graphql.OneShot(&graphql.Response{Data: json.RawMessage(`{"ok":true}`)})
 	}
-	if rc.Operation.SelectionSet[0].(*ast.Field).Name == "pushed" {
+	switch rc.Operation.SelectionSet[0].(*ast.Field).Name {
+	case "burst":
+		stream := &burstStream{left: burstLength}
+		if _, ok := Push(ctx, stream); !ok {
+			return graphql.OneShot(graphql.ErrorResponse(ctx, "not a subscription of Transport"))
+		}
+		return stream.next
+	case "pushed":
 		if _, ok := Push(ctx, closeStream{b.streams}); !ok {
 			return graphql.OneShot(graphql.ErrorResponse(ctx, "not a subscription of Transport"))
 		}
@@ -255,12 +270,38 @@ type closeStream struct{ closed chan<- struct{} }
 func (closeStream) Advance(context.Context) bool { return false }
 func (s closeStream) Close()                     { s.closed <- struct{}{} }
 
+// burstStream is a pushed subscription with left responses ready from
+// the start, numbered from 1. Like gqlgen's executor, it writes each
+// response's data into the buffer of the one before.
+type burstStream struct {
+	mu        sync.Mutex
+	left, off int
+	buf       []byte
+}
+
+func (s *burstStream) Advance(context.Context) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.left > 0
+}
+
+func (s *burstStream) next(context.Context) *graphql.Response {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.left--
+	s.off++
+	s.buf = append(s.buf[:0], `{"burst":"`+strconv.Itoa(s.off)+`"}`...)
+	return &graphql.Response{Data: s.buf}
+}
+
 // panicListener accepts connections whose Read panics, once it returned,
 // when armed is set: after the handshake, only the socket's own goroutine
-// reads the connection, so the panic ends that goroutine.
+// reads the connection, so the panic ends that goroutine. It counts the
+// server's writes to its connections in writes.
 type panicListener struct {
 	net.Listener
-	armed *atomic.Bool
+	armed  *atomic.Bool
+	writes *atomic.Int64
 }
 
 func (l panicListener) Accept() (net.Conn, error) {
@@ -268,12 +309,18 @@ func (l panicListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return panicConn{Conn: c, armed: l.armed}, nil
+	return panicConn{Conn: c, armed: l.armed, writes: l.writes}, nil
 }
 
 type panicConn struct {
 	net.Conn
-	armed *atomic.Bool
+	armed  *atomic.Bool
+	writes *atomic.Int64
+}
+
+func (c panicConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
 }
 
 func (c panicConn) Read(p []byte) (int, error) {
@@ -494,5 +541,30 @@ func TestPulledSubscriptionRunsInOperationContext(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// Responses ready together leave in one write to the network per turn of
+// the socket's writer (pushTurn of them), not one each, in order, on both
+// subprotocols; nothing is left behind when the stream runs dry.
+func TestReadyResponsesShareAWrite(t *testing.T) {
+	t.Parallel()
+	for _, proto := range []string{ProtoTransportWS, ProtoLegacyWS} {
+		t.Run(proto, func(t *testing.T) {
+			t.Parallel()
+			b := setupTransport(t, true, func(b *testBundle) { b.seen = nil })
+			conn := b.dial(t, proto)
+			before := b.writes.Load()
+			subscribe(t, conn, proto, "1", "subscription { burst }")
+			for i := 1; i <= burstLength; i++ {
+				m := readMessage(t, conn)
+				want := `{"data":{"burst":"` + strconv.Itoa(i) + `"}}`
+				require.Equal(t, "1", m.ID)
+				require.JSONEq(t, want, string(m.Payload), "message %d", i)
+			}
+			turns := (burstLength + pushTurn - 1) / pushTurn
+			require.Equal(t, int64(turns), b.writes.Load()-before,
+				"%d responses ready at once: one write per turn of %d", burstLength, pushTurn)
+		})
 	}
 }

@@ -29,7 +29,8 @@
 // An idle socket costs little: one goroutine, which reads; pings run on a
 // timer; a subscription that pushes (Push, the live feed) has no
 // goroutine while it waits, and write buffers come from a pool shared by
-// all sockets, held only while a message is written.
+// all sockets, held only while a message is written. A busy socket costs
+// less: the messages ready for it together leave in one write.
 package wsgorilla
 
 import (
@@ -387,19 +388,17 @@ func (i *Implementation) Accept(w http.ResponseWriter, r *http.Request, opts tra
 		WriteBufferSize: i.WriteBufferSize,
 		WriteBufferPool: &i.writePool,
 	}
-	ws, err := up.Upgrade(w, r, opts.ResponseHeader)
+	c := &Conn{impl: i}
+	ws, err := up.Upgrade(hijacker{w, &c.net}, r, opts.ResponseHeader)
 	if err != nil {
 		// Upgrade has already answered the request with an HTTP error.
 		return nil, err
 	}
+	c.ws = ws
 	if i.SendBuffer > 0 {
-		if tc, ok := ws.NetConn().(interface{ SetWriteBuffer(int) error }); ok {
+		if tc, ok := c.net.Conn.(interface{ SetWriteBuffer(int) error }); ok {
 			_ = tc.SetWriteBuffer(i.SendBuffer)
 		}
-	}
-	c := &Conn{
-		ws:   ws,
-		impl: i,
 	}
 	if h, ok := r.Context().Value(handleKey{}).(*handle); ok {
 		h.conn.Store(c)
@@ -536,6 +535,7 @@ func CloseStalledSocket(ctx context.Context, code int, reason string) bool {
 // (pings, close) may be written concurrently with them.
 type Conn struct {
 	ws   *websocket.Conn
+	net  netConn // under ws
 	impl *Implementation
 	// handle is the handshake's, when it came through Handler: released
 	// once the socket is acknowledged or closed.
@@ -727,7 +727,7 @@ func (c *Conn) WriteJSON(v any) error {
 // is the caller's to say (WriteJSON's ended; Transport keeps its ids in
 // its own set).
 func (c *Conn) writeMessage(typ, id string, parts ...[]byte) error {
-	if err := c.writeText(parts...); err != nil {
+	if err := c.writeText(false, parts...); err != nil {
 		return err
 	}
 	if typ == "connection_ack" {
@@ -740,8 +740,10 @@ func (c *Conn) writeMessage(typ, id string, parts ...[]byte) error {
 // writeText writes one text message, the concatenation of parts, unless
 // the socket is closing, and counts it. The parts go straight into the
 // socket's write buffer: a payload shared by many sockets is never copied
-// into a message of each one's own.
-func (c *Conn) writeText(parts ...[]byte) error {
+// into a message of each one's own. A held message waits in memory for
+// the socket's next write, which takes it along (netConn): a pushed
+// operation's writer holds a message when the next one is ready.
+func (c *Conn) writeText(hold bool, parts ...[]byte) error {
 	if c.closing.Load() {
 		c.impl.onMessage(false)
 		return errClosing
@@ -749,6 +751,10 @@ func (c *Conn) writeText(parts ...[]byte) error {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	_ = c.ws.SetWriteDeadline(time.Now().Add(c.impl.writeTimeout()))
+	if hold {
+		c.net.holdNext()
+		defer c.net.releaseHold()
+	}
 	if err := c.writeParts(parts); err != nil {
 		c.impl.onMessage(false)
 		if !c.closing.Load() {
@@ -775,6 +781,14 @@ func (c *Conn) writeParts(parts [][]byte) error {
 		}
 	}
 	return w.Close()
+}
+
+// flush writes the messages held, if any (writeText); a failed write
+// drops the connection.
+func (c *Conn) flush() {
+	if err := c.net.flush(); err != nil && !c.closing.Load() {
+		c.closeNetwork()
+	}
 }
 
 func (i *Implementation) onMessage(sent bool) {
@@ -902,7 +916,7 @@ func (c *Conn) ping() {
 		if c.ws.Subprotocol() != "graphql-transport-ws" {
 			msg = keepAliveGraphQLWS
 		}
-		if c.writeText(msg) != nil {
+		if c.writeText(false, msg) != nil {
 			return
 		}
 	}

@@ -1,0 +1,163 @@
+package wsgorilla
+
+import (
+	"bytes"
+	"net"
+	"testing"
+	"time"
+)
+
+// recordingConn is the network under a netConn: it keeps each Write it
+// got and the write deadline in force at it.
+type recordingConn struct {
+	net.Conn
+	writes    [][]byte
+	deadlines []time.Time
+	deadline  time.Time
+}
+
+func (c *recordingConn) Write(p []byte) (int, error) {
+	c.writes = append(c.writes, bytes.Clone(p))
+	c.deadlines = append(c.deadlines, c.deadline)
+	return len(p), nil
+}
+
+func (c *recordingConn) SetWriteDeadline(t time.Time) error {
+	c.deadline = t
+	return nil
+}
+
+// Frames as gorilla writes them from a server: one Write per frame,
+// header first, unmasked.
+var (
+	textFrame1   = []byte("\x81\x03one")
+	textFrame2   = []byte("\x81\x03two")
+	textFrame3   = []byte("\x81\x05three")
+	firstOfTwo   = []byte("\x01\x03par") // a text message's first frame, more to come
+	pingFrame    = []byte("\x89\x00")
+	closeFrame   = []byte("\x88\x02\x03\xe8")
+	deadlineBase = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+)
+
+func TestHeldFramesGoOutWithTheNextWrite(t *testing.T) {
+	t.Parallel()
+	rec := &recordingConn{}
+	n := &netConn{Conn: rec}
+
+	_ = n.SetWriteDeadline(deadlineBase)
+	n.holdNext()
+	mustWrite(t, n, textFrame1)
+	n.releaseHold()
+	_ = n.SetWriteDeadline(deadlineBase.Add(time.Second))
+	n.holdNext()
+	mustWrite(t, n, textFrame2)
+	n.releaseHold()
+	if len(rec.writes) != 0 {
+		t.Fatalf("held frames reached the network: %q", rec.writes)
+	}
+	_ = n.SetWriteDeadline(deadlineBase.Add(2 * time.Second))
+	mustWrite(t, n, textFrame3)
+
+	want := [][]byte{join(textFrame1, textFrame2, textFrame3)}
+	if !equalWrites(rec.writes, want) {
+		t.Fatalf("writes %q, want %q", rec.writes, want)
+	}
+	if got := rec.deadlines[0]; !got.Equal(deadlineBase.Add(2 * time.Second)) {
+		t.Errorf("the write went out under deadline %v, want the last one set", got)
+	}
+	if n.held != nil {
+		t.Error("the buffer of held frames was kept after they went out")
+	}
+}
+
+// A ping or close frame is written at once, even while a hold is armed,
+// and takes the frames held before it along in order; the hold stays for
+// the data frame it was armed for.
+func TestControlFramesAreNotHeld(t *testing.T) {
+	t.Parallel()
+	rec := &recordingConn{}
+	n := &netConn{Conn: rec}
+
+	n.holdNext()
+	mustWrite(t, n, textFrame1)
+	n.releaseHold()
+	n.holdNext()
+	mustWrite(t, n, pingFrame)
+	mustWrite(t, n, textFrame2)
+	n.releaseHold()
+	mustWrite(t, n, closeFrame)
+
+	want := [][]byte{join(textFrame1, pingFrame), join(textFrame2, closeFrame)}
+	if !equalWrites(rec.writes, want) {
+		t.Fatalf("writes %q, want %q", rec.writes, want)
+	}
+}
+
+// A message gorilla splits into frames is never held, nor is anything once
+// the hold is released or past maxHeld.
+func TestWhatIsNotHeld(t *testing.T) {
+	t.Parallel()
+	rec := &recordingConn{}
+	n := &netConn{Conn: rec}
+
+	n.holdNext()
+	mustWrite(t, n, firstOfTwo)
+	n.releaseHold()
+	mustWrite(t, n, textFrame1) // not armed
+	if want := [][]byte{firstOfTwo, textFrame1}; !equalWrites(rec.writes, want) {
+		t.Fatalf("writes %q, want %q", rec.writes, want)
+	}
+
+	rec.writes = nil
+	big := append([]byte("\x81\x7f"), make([]byte, maxHeld-100)...)
+	n.holdNext()
+	mustWrite(t, n, big)
+	n.releaseHold()
+	n.holdNext()
+	mustWrite(t, n, big) // would pass maxHeld: goes out, with the first
+	n.releaseHold()
+	if len(rec.writes) != 1 || len(rec.writes[0]) != 2*len(big) {
+		t.Fatalf("past maxHeld: %d writes, want one of both frames", len(rec.writes))
+	}
+}
+
+// flush writes what is held, and nothing when nothing is.
+func TestFlushWritesTheHeldFrames(t *testing.T) {
+	t.Parallel()
+	rec := &recordingConn{}
+	n := &netConn{Conn: rec}
+
+	if err := n.flush(); err != nil || len(rec.writes) != 0 {
+		t.Fatalf("flush with nothing held: %v, %d writes", err, len(rec.writes))
+	}
+	n.holdNext()
+	mustWrite(t, n, textFrame1)
+	n.releaseHold()
+	if err := n.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if want := [][]byte{textFrame1}; !equalWrites(rec.writes, want) {
+		t.Fatalf("writes %q, want %q", rec.writes, want)
+	}
+}
+
+func mustWrite(t *testing.T, n *netConn, p []byte) {
+	t.Helper()
+	if w, err := n.Write(p); err != nil || w != len(p) {
+		t.Fatalf("Write(%q) = %d, %v", p, w, err)
+	}
+}
+
+func join(ps ...[]byte) []byte { return bytes.Join(ps, nil) }
+
+func equalWrites(got, want [][]byte) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		if !bytes.Equal(got[i], want[i]) {
+			return false
+		}
+	}
+	return true
+}
