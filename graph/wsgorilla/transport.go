@@ -914,6 +914,18 @@ func (s *socket) sharedFrame(id string, resp *graphql.Response) (parts [][]byte,
 // only strings (a request id, on every result of a busy feed), else as
 // encoding/json writes it. Keys are sorted either way.
 func appendExtensions(b []byte, ext map[string]any) ([]byte, error) {
+	if len(ext) == 1 {
+		// The request id alone: nothing to sort.
+		for k, v := range ext {
+			if v, ok := v.(string); ok {
+				b = append(b, '{')
+				b = appendString(b, k)
+				b = append(b, ':')
+				b = appendString(b, v)
+				return append(b, '}'), nil
+			}
+		}
+	}
 	keys := make([]string, 0, len(ext))
 	for k, v := range ext {
 		if _, ok := v.(string); !ok {
