@@ -187,9 +187,6 @@ func (o Observer) InterceptOperation(ctx context.Context, next graphql.Operation
 		id:    resolvers.RequestID(ctx),
 		first: true,
 	}
-	if op.id != "" {
-		op.ext = map[string]any{"requestId": op.id}
-	}
 	return op.respond
 }
 
@@ -199,9 +196,10 @@ type observedOperation struct {
 	handler           graphql.ResponseHandler
 	start             time.Time
 	opType, field, id string
-	// ext is the extensions of every response that has none of its own:
-	// one map for all of a subscription's responses, which nothing
-	// changes after Observer (the outermost extension) put it there.
+	// ext is the extensions of every response that has none of its own,
+	// made with the first: one map for all of a subscription's responses
+	// (an idle one has none), which nothing changes after Observer (the
+	// outermost extension) put it there.
 	ext   map[string]any
 	first bool
 }
@@ -227,6 +225,9 @@ func (op *observedOperation) observe(resp *graphql.Response) *graphql.Response {
 	switch {
 	case resp == nil || op.id == "":
 	case resp.Extensions == nil:
+		if op.ext == nil {
+			op.ext = map[string]any{"requestId": op.id}
+		}
 		resp.Extensions = op.ext
 	default:
 		resp.Extensions["requestId"] = op.id

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// netConn is a socket's network connection as gorilla's Conn sees it. A
+// netConn is a socket's network connection as gorilla's Conn writes it. A
 // whole text frame written while the connection holds (hold, armed by the
 // socket's data writer) stays in memory, and goes out with the next write
 // that is not held, in one system call. A writer with several messages
@@ -19,17 +19,49 @@ import (
 //
 // Control frames (ping, pong, close) are never held, and take the held
 // frames out with them, in order. A write holds the connection's lock
-// while it waits on the network, as gorilla's own lock does.
+// while it waits on the network, as gorilla's own lock does. Reads do not
+// pass here (forGorilla).
 type netConn struct {
-	net.Conn
+	raw net.Conn
 
-	// mu is held through a write to Conn, so that bytes leave in the
+	// mu is held through a write to raw, so that bytes leave in the
 	// order they came, and guards the fields below.
 	mu       sync.Mutex
 	hold     bool    // the next whole text frame is held
 	held     *[]byte // frames held, oldest first, from heldBuffers; nil when none
 	deadline int64   // the write deadline gorilla set last (Unix ns, 0: none), applied at the write
 }
+
+// forGorilla returns the net.Conn gorilla's Conn gets: raw for reads and
+// everything else, n for writes and write deadlines. For a TCP
+// connection, the wrapper's Read is a jump to the TCPConn's, not a call:
+// an idle socket waits in that read, and one more frame there would
+// double its goroutine's stack (the runtime keeps it at 4 KiB only while
+// less than a quarter of 8 is in use).
+func (n *netConn) forGorilla() net.Conn {
+	if tc, ok := n.raw.(*net.TCPConn); ok {
+		return &tcpConn{TCPConn: tc, n: n}
+	}
+	return &anyConn{Conn: n.raw, n: n}
+}
+
+type tcpConn struct {
+	*net.TCPConn
+	n *netConn
+}
+
+func (c *tcpConn) Write(p []byte) (int, error)        { return c.n.Write(p) }
+func (c *tcpConn) SetWriteDeadline(t time.Time) error { return c.n.SetWriteDeadline(t) }
+func (c *tcpConn) SetDeadline(t time.Time) error      { return c.n.SetDeadline(t) }
+
+type anyConn struct {
+	net.Conn
+	n *netConn
+}
+
+func (c *anyConn) Write(p []byte) (int, error)        { return c.n.Write(p) }
+func (c *anyConn) SetWriteDeadline(t time.Time) error { return c.n.SetWriteDeadline(t) }
+func (c *anyConn) SetDeadline(t time.Time) error      { return c.n.SetDeadline(t) }
 
 // heldBuffers keeps the buffers of held frames between bursts: an idle
 // socket has none.
@@ -61,7 +93,7 @@ func (n *netConn) releaseHold() {
 	n.mu.Unlock()
 }
 
-// Write implements net.Conn.
+// Write writes p, or holds it (holdNext).
 func (n *netConn) Write(p []byte) (int, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -94,16 +126,16 @@ func (n *netConn) writeLocked(p []byte) (int, error) {
 	if n.deadline != 0 {
 		deadline = time.Unix(0, n.deadline)
 	}
-	if err := n.Conn.SetWriteDeadline(deadline); err != nil {
+	if err := n.raw.SetWriteDeadline(deadline); err != nil {
 		return 0, err
 	}
 	if held == nil {
-		return n.Conn.Write(p)
+		return n.raw.Write(p)
 	}
 	n.held = nil
 	defer heldBuffers.Put(held)
 	*held = append(*held, p...)
-	w, err := n.Conn.Write(*held)
+	w, err := n.raw.Write(*held)
 	// What gorilla counts is what went out of p: the held frames it took
 	// as written already.
 	w = max(0, w-(len(*held)-len(p)))
@@ -111,8 +143,8 @@ func (n *netConn) writeLocked(p []byte) (int, error) {
 	return w, err
 }
 
-// SetWriteDeadline implements net.Conn: the deadline applies to the next
-// write that reaches the network.
+// SetWriteDeadline sets the deadline of the next write that reaches the
+// network.
 func (n *netConn) SetWriteDeadline(t time.Time) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -123,14 +155,14 @@ func (n *netConn) SetWriteDeadline(t time.Time) error {
 	return nil
 }
 
-// SetDeadline implements net.Conn.
+// SetDeadline sets the read deadline and the next write's.
 func (n *netConn) SetDeadline(t time.Time) error {
 	_ = n.SetWriteDeadline(t)
-	return n.Conn.SetReadDeadline(t)
+	return n.raw.SetReadDeadline(t)
 }
 
-// hijacker gives gorilla's Upgrader the hijacked connection wrapped in
-// conn.
+// hijacker gives gorilla's Upgrader the hijacked connection, with its
+// writes through conn.
 type hijacker struct {
 	http.ResponseWriter
 	conn *netConn
@@ -142,6 +174,6 @@ func (h hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	h.conn.Conn = c
-	return h.conn, brw, nil
+	h.conn.raw = c
+	return h.conn.forGorilla(), brw, nil
 }

@@ -42,7 +42,7 @@ var (
 func TestHeldFramesGoOutWithTheNextWrite(t *testing.T) {
 	t.Parallel()
 	rec := &recordingConn{}
-	n := &netConn{Conn: rec}
+	n := &netConn{raw: rec}
 
 	_ = n.SetWriteDeadline(deadlineBase)
 	n.holdNext()
@@ -76,7 +76,7 @@ func TestHeldFramesGoOutWithTheNextWrite(t *testing.T) {
 func TestControlFramesAreNotHeld(t *testing.T) {
 	t.Parallel()
 	rec := &recordingConn{}
-	n := &netConn{Conn: rec}
+	n := &netConn{raw: rec}
 
 	n.holdNext()
 	mustWrite(t, n, textFrame1)
@@ -98,7 +98,7 @@ func TestControlFramesAreNotHeld(t *testing.T) {
 func TestWhatIsNotHeld(t *testing.T) {
 	t.Parallel()
 	rec := &recordingConn{}
-	n := &netConn{Conn: rec}
+	n := &netConn{raw: rec}
 
 	n.holdNext()
 	mustWrite(t, n, firstOfTwo)
@@ -125,7 +125,7 @@ func TestWhatIsNotHeld(t *testing.T) {
 func TestFlushWritesTheHeldFrames(t *testing.T) {
 	t.Parallel()
 	rec := &recordingConn{}
-	n := &netConn{Conn: rec}
+	n := &netConn{raw: rec}
 
 	if err := n.flush(); err != nil || len(rec.writes) != 0 {
 		t.Fatalf("flush with nothing held: %v, %d writes", err, len(rec.writes))

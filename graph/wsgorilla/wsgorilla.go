@@ -396,7 +396,7 @@ func (i *Implementation) Accept(w http.ResponseWriter, r *http.Request, opts tra
 	}
 	c.ws = ws
 	if i.SendBuffer > 0 {
-		if tc, ok := c.net.Conn.(interface{ SetWriteBuffer(int) error }); ok {
+		if tc, ok := c.net.raw.(interface{ SetWriteBuffer(int) error }); ok {
 			_ = tc.SetWriteBuffer(i.SendBuffer)
 		}
 	}
