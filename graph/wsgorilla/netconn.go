@@ -10,24 +10,26 @@ import (
 
 // netConn is a socket's network connection as gorilla's Conn writes it. A
 // whole text frame written while the connection holds (hold, armed by the
-// socket's data writer) stays in memory, and goes out with the next write
-// that is not held, in one system call. A writer with several messages
-// ready for one socket (a burst the socket is behind on, a catch-up from
-// the journal) so writes them with one call rather than one each: on a
-// busy feed that call is most of the server's CPU, and the receiving
-// client is woken once for them.
+// socket's data writer) stays in memory, and goes out with the next data
+// frame, in one system call. A writer with several messages ready for one
+// socket (a burst the socket is behind on, a catch-up from the journal) so
+// writes them with one call rather than one each: on a busy feed that call
+// is most of the server's CPU, and the receiving client is woken once for
+// them.
 //
-// Control frames (ping, pong, close) are never held, and take the held
-// frames out with them, in order. A write holds the connection's lock
-// while it waits on the network, as gorilla's own lock does. Reads do not
-// pass here (forGorilla).
+// Every Write is one whole frame, header first: gorilla writes a frame
+// with one call unless it is handed a part too large for its write buffer,
+// which Conn.writeParts never does. Pings and pongs go out alone, under
+// their own deadline, and leave the held frames held; a close frame takes
+// them out before it. All writes come from gorilla, under its write lock,
+// so they are never concurrent; mu guards the fields against the data
+// writer's holdNext and releaseHeld and is never held through I/O.
+// Reads do not pass here (forGorilla).
 type netConn struct {
 	raw net.Conn
 
-	// mu is held through a write to raw, so that bytes leave in the
-	// order they came, and guards the fields below.
 	mu       sync.Mutex
-	hold     bool    // the next whole text frame is held
+	hold     bool    // the next data frame is held, if it is a whole text frame
 	held     *[]byte // frames held, oldest first, from heldBuffers; nil when none
 	deadline int64   // the write deadline gorilla set last (Unix ns, 0: none), applied at the write
 }
@@ -70,17 +72,16 @@ var heldBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return
 // maxHeld bounds the bytes held for one socket: past it, the frames go out.
 const maxHeld = 64 << 10
 
-// wholeTextFrame reports whether p starts a server's text frame that is a
-// whole message (FIN set, no continuation): a message gorilla writes in
-// several frames is never held.
-func wholeTextFrame(p []byte) bool {
-	const fin, text = 0x80, 0x1
-	return len(p) > 0 && p[0] == fin|text
-}
+// The first byte of the frames netConn tells apart.
+const (
+	finText  = 0x81 // a text message in one frame
+	opClose  = 0x8
+	opIsCtrl = 0x8 // bit of the opcodes of control frames
+)
 
-// holdNext makes the next whole text frame wait for the write after it;
-// releaseHold takes that back if the frame was not written. The socket's
-// data writer calls both, under Conn.writeMu.
+// holdNext makes the next data frame wait for the one after it, if it is a
+// whole text frame; releaseHold takes that back if no frame was written.
+// The socket's data writer calls both, under Conn.writeMu.
 func (n *netConn) holdNext() {
 	n.mu.Lock()
 	n.hold = true
@@ -93,54 +94,76 @@ func (n *netConn) releaseHold() {
 	n.mu.Unlock()
 }
 
-// Write writes p, or holds it (holdNext).
-func (n *netConn) Write(p []byte) (int, error) {
+// releaseHeld drops the frames held, if any: a writer's turn ended with
+// them unwritten, because their operation stopped meanwhile.
+func (n *netConn) releaseHeld() {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.hold && wholeTextFrame(p) && (n.held == nil || len(*n.held)+len(p) <= maxHeld) {
-		n.hold = false
-		if n.held == nil {
-			n.held = heldBuffers.Get().(*[]byte)
-		}
-		*n.held = append(*n.held, p...)
-		return len(p), nil
-	}
-	return n.writeLocked(p)
-}
-
-// flush writes the frames held, if any.
-func (n *netConn) flush() error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	_, err := n.writeLocked(nil)
-	return err
-}
-
-// writeLocked writes the frames held, then p, in one call.
-func (n *netConn) writeLocked(p []byte) (int, error) {
 	held := n.held
-	if held == nil && len(p) == 0 {
+	n.held = nil
+	n.mu.Unlock()
+	putHeld(held)
+}
+
+// Write writes the frame p, after the frames held unless p is a ping or
+// pong, or holds it (holdNext).
+func (n *netConn) Write(p []byte) (int, error) {
+	if len(p) == 0 {
 		return 0, nil
 	}
-	var deadline time.Time
-	if n.deadline != 0 {
-		deadline = time.Unix(0, n.deadline)
+	n.mu.Lock()
+	deadline := n.deadline
+	op := p[0] & 0x0f
+	if op&opIsCtrl != 0 && op != opClose {
+		n.mu.Unlock()
+		return n.write(nil, p, deadline)
 	}
-	if err := n.raw.SetWriteDeadline(deadline); err != nil {
+	if op&opIsCtrl == 0 && n.hold {
+		n.hold = false // one frame for each holdNext
+		size := len(p)
+		if n.held != nil {
+			size += len(*n.held)
+		}
+		if p[0] == finText && size <= maxHeld {
+			if n.held == nil {
+				n.held = heldBuffers.Get().(*[]byte)
+			}
+			*n.held = append(*n.held, p...)
+			n.mu.Unlock()
+			return len(p), nil
+		}
+	}
+	held := n.held
+	n.held = nil
+	n.mu.Unlock()
+	return n.write(held, p, deadline)
+}
+
+// write writes the frames held, then p, in one call, by deadline.
+func (n *netConn) write(held *[]byte, p []byte, deadline int64) (int, error) {
+	t := time.Time{}
+	if deadline != 0 {
+		t = time.Unix(0, deadline)
+	}
+	if err := n.raw.SetWriteDeadline(t); err != nil {
+		putHeld(held)
 		return 0, err
 	}
 	if held == nil {
 		return n.raw.Write(p)
 	}
-	n.held = nil
-	defer heldBuffers.Put(held)
+	defer putHeld(held)
 	*held = append(*held, p...)
 	w, err := n.raw.Write(*held)
 	// What gorilla counts is what went out of p: the held frames it took
 	// as written already.
-	w = max(0, w-(len(*held)-len(p)))
-	*held = (*held)[:0]
-	return w, err
+	return max(0, w-(len(*held)-len(p))), err
+}
+
+func putHeld(held *[]byte) {
+	if held != nil {
+		*held = (*held)[:0]
+		heldBuffers.Put(held)
+	}
 }
 
 // SetWriteDeadline sets the deadline of the next write that reaches the

@@ -35,6 +35,7 @@ var (
 	textFrame3   = []byte("\x81\x05three")
 	firstOfTwo   = []byte("\x01\x03par") // a text message's first frame, more to come
 	pingFrame    = []byte("\x89\x00")
+	pongFrame    = []byte("\x8a\x00")
 	closeFrame   = []byte("\x88\x02\x03\xe8")
 	deadlineBase = time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
 )
@@ -70,9 +71,9 @@ func TestHeldFramesGoOutWithTheNextWrite(t *testing.T) {
 	}
 }
 
-// A ping or close frame is written at once, even while a hold is armed,
-// and takes the frames held before it along in order; the hold stays for
-// the data frame it was armed for.
+// A ping or pong goes out at once, even while a hold is armed, alone: the
+// frames held stay held, and the hold stays for the data frame it was
+// armed for. A close frame takes the frames held out before it.
 func TestControlFramesAreNotHeld(t *testing.T) {
 	t.Parallel()
 	rec := &recordingConn{}
@@ -83,11 +84,12 @@ func TestControlFramesAreNotHeld(t *testing.T) {
 	n.releaseHold()
 	n.holdNext()
 	mustWrite(t, n, pingFrame)
+	mustWrite(t, n, pongFrame)
 	mustWrite(t, n, textFrame2)
 	n.releaseHold()
 	mustWrite(t, n, closeFrame)
 
-	want := [][]byte{join(textFrame1, pingFrame), join(textFrame2, closeFrame)}
+	want := [][]byte{pingFrame, pongFrame, join(textFrame1, textFrame2, closeFrame)}
 	if !equalWrites(rec.writes, want) {
 		t.Fatalf("writes %q, want %q", rec.writes, want)
 	}
@@ -102,8 +104,8 @@ func TestWhatIsNotHeld(t *testing.T) {
 
 	n.holdNext()
 	mustWrite(t, n, firstOfTwo)
+	mustWrite(t, n, textFrame1) // the hold was the first frame's
 	n.releaseHold()
-	mustWrite(t, n, textFrame1) // not armed
 	if want := [][]byte{firstOfTwo, textFrame1}; !equalWrites(rec.writes, want) {
 		t.Fatalf("writes %q, want %q", rec.writes, want)
 	}
@@ -121,22 +123,19 @@ func TestWhatIsNotHeld(t *testing.T) {
 	}
 }
 
-// flush writes what is held, and nothing when nothing is.
-func TestFlushWritesTheHeldFrames(t *testing.T) {
+// releaseHeld drops what is held: nothing of it reaches the network.
+func TestReleaseHeldDropsTheHeldFrames(t *testing.T) {
 	t.Parallel()
 	rec := &recordingConn{}
 	n := &netConn{raw: rec}
 
-	if err := n.flush(); err != nil || len(rec.writes) != 0 {
-		t.Fatalf("flush with nothing held: %v, %d writes", err, len(rec.writes))
-	}
+	n.releaseHeld() // nothing held
 	n.holdNext()
 	mustWrite(t, n, textFrame1)
 	n.releaseHold()
-	if err := n.flush(); err != nil {
-		t.Fatal(err)
-	}
-	if want := [][]byte{textFrame1}; !equalWrites(rec.writes, want) {
+	n.releaseHeld()
+	mustWrite(t, n, textFrame2)
+	if want := [][]byte{textFrame2}; !equalWrites(rec.writes, want) {
 		t.Fatalf("writes %q, want %q", rec.writes, want)
 	}
 }

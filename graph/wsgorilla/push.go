@@ -135,9 +135,7 @@ func (p *pusher) drain(op *operation) {
 			}
 		}
 	}()
-	// A response held for a write that did not come (the operation
-	// stopped meanwhile, or panicked) goes out at the end of the turn.
-	defer op.s.conn.flush()
+	defer op.s.conn.endTurn()
 	if !p.advance(op) {
 		return
 	}

@@ -106,6 +106,10 @@ type testBundle struct {
 	panicReads atomic.Bool
 	// writes counts the server's writes to its network connections.
 	writes atomic.Int64
+	// plainTCP serves on the listener's own *net.TCPConn, as a server
+	// does, rather than through the wrapper that counts writes and
+	// panics reads.
+	plainTCP bool
 	// initPanics makes InitFunc panic; onClosePanics makes the first
 	// OnClose panic.
 	initPanics, onClosePanics bool
@@ -171,7 +175,9 @@ func setupTransport(t *testing.T, behindHandler bool, configure ...func(*testBun
 		h = b.impl.Handler(gql)
 	}
 	srv := httptest.NewUnstartedServer(h)
-	srv.Listener = panicListener{Listener: srv.Listener, armed: &b.panicReads, writes: &b.writes}
+	if !b.plainTCP {
+		srv.Listener = panicListener{Listener: srv.Listener, armed: &b.panicReads, writes: &b.writes}
+	}
 	srv.Config.ErrorLog = log.New(logWriter{b}, "", 0)
 	srv.Start()
 	t.Cleanup(srv.Close)
@@ -188,7 +194,7 @@ func (b *testBundle) exec(ctx context.Context) graphql.ResponseHandler {
 	}
 	switch rc.Operation.SelectionSet[0].(*ast.Field).Name {
 	case "burst":
-		stream := &burstStream{left: burstLength}
+		stream := &burstStream{left: burstLength, big: b.plainTCP}
 		if _, ok := Push(ctx, stream); !ok {
 			return graphql.OneShot(graphql.ErrorResponse(ctx, "not a subscription of Transport"))
 		}
@@ -272,11 +278,15 @@ func (s closeStream) Close()                     { s.closed <- struct{}{} }
 
 // burstStream is a pushed subscription with left responses ready from
 // the start, numbered from 1. Like gqlgen's executor, it writes each
-// response's data into the buffer of the one before.
+// response's data into the buffer of the one before. With big set, the
+// second response carries 20 KiB of data and the fourth an error of
+// 10 KiB, larger than a socket's write buffer, written around shared data
+// and encoded whole.
 type burstStream struct {
 	mu        sync.Mutex
 	left, off int
 	buf       []byte
+	big       bool
 }
 
 func (s *burstStream) Advance(context.Context) bool {
@@ -290,7 +300,14 @@ func (s *burstStream) next(context.Context) *graphql.Response {
 	defer s.mu.Unlock()
 	s.left--
 	s.off++
-	s.buf = append(s.buf[:0], `{"burst":"`+strconv.Itoa(s.off)+`"}`...)
+	n := strconv.Itoa(s.off)
+	switch {
+	case s.big && s.off == 2:
+		n += strings.Repeat("d", 20<<10)
+	case s.big && s.off == 4:
+		return &graphql.Response{Errors: gqlerror.List{{Message: strings.Repeat("e", 10<<10)}}}
+	}
+	s.buf = append(s.buf[:0], `{"burst":"`+n+`"}`...)
 	return &graphql.Response{Data: s.buf}
 }
 
@@ -565,6 +582,40 @@ func TestReadyResponsesShareAWrite(t *testing.T) {
 			turns := (burstLength + pushTurn - 1) / pushTurn
 			require.Equal(t, int64(turns), b.writes.Load()-before,
 				"%d responses ready at once: one write per turn of %d", burstLength, pushTurn)
+		})
+	}
+}
+
+// On a server's own TCP connection, messages larger than a socket's write
+// buffer (shared data, an error response) in the middle of responses that
+// share writes arrive whole and in order, after an idle spell longer than
+// WriteTimeout: every frame goes through the socket's writes, none
+// straight to the network under a deadline left from an earlier write.
+func TestLargeMessagesAmongHeldOnesOnTCP(t *testing.T) {
+	t.Parallel()
+	for _, proto := range []string{ProtoTransportWS, ProtoLegacyWS} {
+		t.Run(proto, func(t *testing.T) {
+			t.Parallel()
+			b := setupTransport(t, true, func(b *testBundle) {
+				b.seen, b.plainTCP = nil, true
+				b.impl.WriteTimeout = 200 * time.Millisecond
+			})
+			conn := b.dial(t, proto)
+			time.Sleep(400 * time.Millisecond) // past the ack's write deadline
+			subscribe(t, conn, proto, "1", "subscription { burst }")
+			for i := 1; i <= burstLength; i++ {
+				m := readMessage(t, conn)
+				require.Equal(t, "1", m.ID)
+				if i == 4 {
+					require.Contains(t, string(m.Payload), strings.Repeat("e", 10<<10), "message 4: the error")
+					continue
+				}
+				n := strconv.Itoa(i)
+				if i == 2 {
+					n += strings.Repeat("d", 20<<10)
+				}
+				require.JSONEq(t, `{"data":{"burst":"`+n+`"}}`, string(m.Payload), "message %d", i)
+			}
 		})
 	}
 }

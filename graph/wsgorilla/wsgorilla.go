@@ -92,6 +92,9 @@ const (
 	defaultReadBufferSize = 256
 	// defaultWriteTimeout bounds one frame write when WriteTimeout is 0.
 	defaultWriteTimeout = 10 * time.Second
+	// defaultWriteBufferSize is the write buffer of a socket when
+	// WriteBufferSize is 0, in bytes.
+	defaultWriteBufferSize = 4096
 	// closeGrace is how long a socket we sent a close frame on waits for
 	// the peer's close frame before the network connection is dropped.
 	closeGrace = time.Second
@@ -370,6 +373,15 @@ func (i *Implementation) originAllowed(r *http.Request) bool {
 	return sameOriginOrNone(r)
 }
 
+// writeBufferSize is the payload a socket's write buffer holds, in bytes
+// (gorilla's default when WriteBufferSize is 0).
+func (i *Implementation) writeBufferSize() int {
+	if i.WriteBufferSize > 0 {
+		return i.WriteBufferSize
+	}
+	return defaultWriteBufferSize
+}
+
 func (i *Implementation) writeTimeout() time.Duration {
 	if i.WriteTimeout > 0 {
 		return i.WriteTimeout
@@ -385,7 +397,7 @@ func (i *Implementation) Accept(w http.ResponseWriter, r *http.Request, opts tra
 		Subprotocols:    slices.Clone(opts.Subprotocols),
 		CheckOrigin:     i.originAllowed,
 		ReadBufferSize:  cmp.Or(i.ReadBufferSize, defaultReadBufferSize),
-		WriteBufferSize: i.WriteBufferSize,
+		WriteBufferSize: i.writeBufferSize(),
 		WriteBufferPool: &i.writePool,
 	}
 	c := &Conn{impl: i}
@@ -766,8 +778,15 @@ func (c *Conn) writeText(hold bool, parts ...[]byte) error {
 	return nil
 }
 
+// writeParts writes one text message, the concatenation of parts. gorilla
+// copies what it is handed into its write buffer and writes each frame
+// with one call, except a part too large for the buffer, which it writes
+// as a buffer of its own beside the frame's header: on a TCP connection
+// straight to the socket, past netConn. A large part is therefore handed
+// over in pieces that fit.
 func (c *Conn) writeParts(parts [][]byte) error {
-	if len(parts) == 1 {
+	piece := c.impl.writeBufferSize()
+	if len(parts) == 1 && len(parts[0]) <= piece {
 		return c.ws.WriteMessage(websocket.TextMessage, parts[0])
 	}
 	w, err := c.ws.NextWriter(websocket.TextMessage)
@@ -775,19 +794,25 @@ func (c *Conn) writeParts(parts [][]byte) error {
 		return err
 	}
 	for _, p := range parts {
-		if _, err := w.Write(p); err != nil {
-			_ = w.Close()
-			return err
+		for len(p) > 0 {
+			k := min(len(p), piece)
+			if _, err := w.Write(p[:k]); err != nil {
+				_ = w.Close()
+				return err
+			}
+			p = p[k:]
 		}
 	}
 	return w.Close()
 }
 
-// flush writes the messages held, if any (writeText); a failed write
-// drops the connection.
-func (c *Conn) flush() {
-	if err := c.net.flush(); err != nil && !c.closing.Load() {
-		c.closeNetwork()
+// endTurn is called when a pushed operation's writer ends its turn. A
+// message still held then (writeText) is one of an operation stopped
+// meanwhile, and is dropped; while the socket closes it is left for the
+// close frame, which takes it out before itself.
+func (c *Conn) endTurn() {
+	if !c.closing.Load() {
+		c.net.releaseHeld()
 	}
 }
 
