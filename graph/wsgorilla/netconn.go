@@ -2,6 +2,7 @@ package wsgorilla
 
 import (
 	"bufio"
+	"encoding/binary"
 	"net"
 	"net/http"
 	"sync"
@@ -17,9 +18,10 @@ import (
 // is most of the server's CPU, and the receiving client is woken once for
 // them.
 //
-// Every Write is one whole frame, header first: gorilla writes a frame
-// with one call unless it is handed a part too large for its write buffer,
-// which Conn.writeParts never does. Pings and pongs go out alone, under
+// Every Write but the handshake's response is one whole frame, header
+// first: gorilla writes a frame with one call unless it is handed a part
+// too large for its write buffer, which Conn.writeParts never does; a
+// Write that is not one frame is written as it is, in order. Pings and pongs go out alone, under
 // their own deadline, and leave the held frames held; a close frame takes
 // them out before it. All writes come from gorilla, under its write lock,
 // so they are never concurrent; mu guards the fields against the data
@@ -79,6 +81,32 @@ const (
 	opIsCtrl = 0x8 // bit of the opcodes of control frames
 )
 
+// isFrame reports whether p is exactly one frame as a server writes it
+// (unmasked), header included.
+func isFrame(p []byte) bool {
+	if len(p) < 2 || p[1]&0x80 != 0 {
+		return false
+	}
+	size, header := int(p[1]&0x7f), 2
+	switch size {
+	case 126:
+		if len(p) < 4 {
+			return false
+		}
+		size, header = int(binary.BigEndian.Uint16(p[2:])), 4
+	case 127:
+		if len(p) < 10 {
+			return false
+		}
+		n := binary.BigEndian.Uint64(p[2:])
+		if n > uint64(len(p)) {
+			return false
+		}
+		size, header = int(n), 10
+	}
+	return header+size == len(p)
+}
+
 // holdNext makes the next data frame wait for the one after it, if it is a
 // whole text frame; releaseHold takes that back if no frame was written.
 // The socket's data writer calls both, under Conn.writeMu.
@@ -112,6 +140,15 @@ func (n *netConn) Write(p []byte) (int, error) {
 	}
 	n.mu.Lock()
 	deadline := n.deadline
+	if !isFrame(p) {
+		// Not the one frame gorilla is expected to hand over (the
+		// handshake's response, or a change in gorilla): written as it
+		// is, in order.
+		held := n.held
+		n.held = nil
+		n.mu.Unlock()
+		return n.write(held, p, deadline)
+	}
 	op := p[0] & 0x0f
 	if op&opIsCtrl != 0 && op != opClose {
 		n.mu.Unlock()

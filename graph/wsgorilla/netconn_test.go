@@ -111,7 +111,7 @@ func TestWhatIsNotHeld(t *testing.T) {
 	}
 
 	rec.writes = nil
-	big := append([]byte("\x81\x7f"), make([]byte, maxHeld-100)...)
+	big := textFrame(make([]byte, maxHeld-100))
 	n.holdNext()
 	mustWrite(t, n, big)
 	n.releaseHold()
@@ -148,6 +148,39 @@ func mustWrite(t *testing.T, n *netConn, p []byte) {
 }
 
 func join(ps ...[]byte) []byte { return bytes.Join(ps, nil) }
+
+// textFrame is a whole text message of payload (at most 64 KiB) as a
+// server frames it.
+func textFrame(payload []byte) []byte {
+	b := []byte{0x81, 126, byte(len(payload) >> 8), byte(len(payload))}
+	return append(b, payload...)
+}
+
+// Anything but one frame (the handshake's response; a frame's payload
+// written apart from its header) is written as it is, with the frames
+// held before it, and never held.
+func TestWhatIsNotAFrameIsWrittenThrough(t *testing.T) {
+	t.Parallel()
+	rec := &recordingConn{}
+	n := &netConn{raw: rec}
+
+	handshake := []byte("HTTP/1.1 101 Switching Protocols\r\n\r\n")
+	mustWrite(t, n, handshake)
+	n.holdNext()
+	mustWrite(t, n, textFrame1)
+	n.releaseHold()
+	header, payload := textFrame(make([]byte, 300))[:4], textFrame(make([]byte, 300))[4:]
+	payload[0] = 0x81 // what a payload may start with
+	n.holdNext()
+	mustWrite(t, n, header)
+	mustWrite(t, n, payload)
+	n.releaseHold()
+
+	want := [][]byte{handshake, join(textFrame1, header), payload}
+	if !equalWrites(rec.writes, want) {
+		t.Fatalf("writes %q, want %q", rec.writes, want)
+	}
+}
 
 func equalWrites(got, want [][]byte) bool {
 	if len(got) != len(want) {

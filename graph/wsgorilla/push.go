@@ -128,6 +128,8 @@ func (p *pusher) write() {
 // response is not read before the last is written: its execution may
 // reuse the last one's buffer.
 func (p *pusher) drain(op *operation) {
+	// Last: after a panic's error message, which takes out what is held.
+	defer op.s.conn.endTurn()
 	defer func() {
 		if r := recover(); r != nil {
 			if p.markFinished(op) {
@@ -135,7 +137,6 @@ func (p *pusher) drain(op *operation) {
 			}
 		}
 	}()
-	defer op.s.conn.endTurn()
 	if !p.advance(op) {
 		return
 	}

@@ -826,7 +826,9 @@ func (op *operation) end(errs gqlerror.List) {
 		switch {
 		case len(errs) > 0:
 			s.sendErrors(op.id, errs)
-		case s.ctx.Err() == nil:
+		case !s.conn.closing.Load() && !s.conn.netClosed.Load():
+			// Not s.ctx: a deadline InitFunc gave it is not the
+			// socket's end.
 			s.complete(op.id)
 		}
 	}

@@ -110,6 +110,13 @@ type testBundle struct {
 	// does, rather than through the wrapper that counts writes and
 	// panics reads.
 	plainTCP bool
+	// burstPanicsAt makes a burst's Advance panic once it handed out
+	// that many responses; burstEnds makes a burst end (its handler
+	// returns nil) after its last response.
+	burstPanicsAt int
+	burstEnds     bool
+	// initDeadline is a deadline InitFunc puts on the socket's context.
+	initDeadline time.Duration
 	// initPanics makes InitFunc panic; onClosePanics makes the first
 	// OnClose panic.
 	initPanics, onClosePanics bool
@@ -194,7 +201,7 @@ func (b *testBundle) exec(ctx context.Context) graphql.ResponseHandler {
 	}
 	switch rc.Operation.SelectionSet[0].(*ast.Field).Name {
 	case "burst":
-		stream := &burstStream{left: burstLength, big: b.plainTCP}
+		stream := &burstStream{left: burstLength, big: b.plainTCP, panicAt: b.burstPanicsAt, ends: b.burstEnds}
 		if _, ok := Push(ctx, stream); !ok {
 			return graphql.OneShot(graphql.ErrorResponse(ctx, "not a subscription of Transport"))
 		}
@@ -226,7 +233,13 @@ func (b *testBundle) init(ctx context.Context, _ transport.InitPayload) (context
 	defer b.mu.Unlock()
 	b.sockets++
 	b.watched[b.sockets] = true
-	return context.WithValue(ctx, socketKey{}, b.sockets), nil, nil
+	ctx = context.WithValue(ctx, socketKey{}, b.sockets)
+	if b.initDeadline > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, b.initDeadline)
+		context.AfterFunc(ctx, cancel)
+	}
+	return ctx, nil, nil
 }
 
 // onClose lets go of what init registered for the socket of ctx.
@@ -287,17 +300,26 @@ type burstStream struct {
 	left, off int
 	buf       []byte
 	big       bool
+	panicAt   int  // Advance panics once off reaches it
+	ends      bool // after the last response, the end of the stream is ready
 }
 
 func (s *burstStream) Advance(context.Context) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.left > 0
+	if s.panicAt > 0 && s.off == s.panicAt {
+		panic("Advance panicked")
+	}
+	return s.left > 0 || (s.ends && s.left == 0)
 }
 
 func (s *burstStream) next(context.Context) *graphql.Response {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.left == 0 {
+		s.left--
+		return nil
+	}
 	s.left--
 	s.off++
 	n := strconv.Itoa(s.off)
@@ -618,4 +640,42 @@ func TestLargeMessagesAmongHeldOnesOnTCP(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A stream that panics after a response was held for the next still
+// delivers it: the error message that ends the operation takes it out.
+func TestPanicInAStreamKeepsWhatItHeld(t *testing.T) {
+	t.Parallel()
+	for _, proto := range []string{ProtoTransportWS, ProtoLegacyWS} {
+		t.Run(proto, func(t *testing.T) {
+			t.Parallel()
+			b := setupTransport(t, true, func(b *testBundle) { b.seen, b.burstPanicsAt = nil, 2 })
+			conn := b.dial(t, proto)
+			subscribe(t, conn, proto, "1", "subscription { burst }")
+			m := readMessage(t, conn)
+			require.NotEqual(t, "error", m.Type, "the response held before the panic was dropped")
+			require.JSONEq(t, `{"data":{"burst":"1"}}`, string(m.Payload))
+			// The second response was read when Advance panicked,
+			// and is lost with the operation.
+			require.Equal(t, "error", readMessage(t, conn).Type)
+		})
+	}
+}
+
+// A stream that ends while the socket is open gets its complete, and its
+// responses held before it, even once the context InitFunc gave the socket
+// has passed its deadline (a deadline the transport does not watch).
+func TestStreamEndAfterInitDeadlineCompletes(t *testing.T) {
+	t.Parallel()
+	b := setupTransport(t, true, func(b *testBundle) {
+		b.seen, b.burstEnds, b.initDeadline = nil, true, 50*time.Millisecond
+	})
+	conn := b.dial(t, ProtoTransportWS)
+	time.Sleep(100 * time.Millisecond)
+	subscribe(t, conn, ProtoTransportWS, "1", "subscription { burst }")
+	for i := 1; i <= burstLength; i++ {
+		m := readMessage(t, conn)
+		require.JSONEq(t, `{"data":{"burst":"`+strconv.Itoa(i)+`"}}`, string(m.Payload), "message %d", i)
+	}
+	require.Equal(t, "complete", readMessage(t, conn).Type)
 }

@@ -808,8 +808,10 @@ func (c *Conn) writeParts(parts [][]byte) error {
 
 // endTurn is called when a pushed operation's writer ends its turn. A
 // message still held then (writeText) is one of an operation stopped
-// meanwhile, and is dropped; while the socket closes it is left for the
-// close frame, which takes it out before itself.
+// meanwhile, and is dropped, as a message written after the stop would
+// be (another message on the socket may have taken it out first); while
+// the socket closes it is left for the close frame, which takes it out
+// before itself.
 func (c *Conn) endTurn() {
 	if !c.closing.Load() {
 		c.net.releaseHeld()
