@@ -21,12 +21,12 @@ import (
 // Every Write but the handshake's response is one whole frame, header
 // first: gorilla writes a frame with one call unless it is handed a part
 // too large for its write buffer, which Conn.writeParts never does; a
-// Write that is not one frame is written as it is, in order. Pings and pongs go out alone, under
-// their own deadline, and leave the held frames held; a close frame takes
-// them out before it. All writes come from gorilla, under its write lock,
-// so they are never concurrent; mu guards the fields against the data
-// writer's holdNext and releaseHeld and is never held through I/O.
-// Reads do not pass here (forGorilla).
+// Write that is not one frame is written as it is, in order. Pings and
+// pongs go out alone, under their own deadline, and leave the held frames
+// held; a close frame takes them out before it. All writes come from
+// gorilla, under its write lock, so they are never concurrent; mu guards
+// the fields against the data writer's holdNext and releaseHeld and is
+// never held through I/O. Reads do not pass here (forGorilla).
 type netConn struct {
 	raw net.Conn
 
@@ -49,6 +49,10 @@ func (n *netConn) forGorilla() net.Conn {
 	return &anyConn{Conn: n.raw, n: n}
 }
 
+// tcpConn also inherits TCPConn's unexported writeBuffers, through which
+// net.Buffers would write straight to the socket, past n: gorilla uses
+// net.Buffers only for a part too large for its write buffer, which
+// Conn.writeParts never hands it (TestLargeMessagesAmongHeldOnesOnTCP).
 type tcpConn struct {
 	*net.TCPConn
 	n *netConn
