@@ -400,7 +400,7 @@ func (s *feedStream) dropped() {
 func (s *feedStream) warnSlow() {
 	if s.warned.CompareAndSwap(false, true) {
 		s.r.Logger.WarnContext(s.ctx, "live subscriber fell too far behind or stopped reading, closing its socket",
-			slog.Int64("max_lag", s.r.feedMaxLag()), slog.Duration("max_stall", s.r.feedMaxStall()),
+			slog.Int64("max_lag", s.r.feedMaxLag()), slog.String("max_stall", s.r.feedMaxStall().String()),
 			slog.Int64("last_feed_seq", s.last.Load()))
 	}
 }
