@@ -916,19 +916,8 @@ func (s *socket) sharedFrame(id string, resp *graphql.Response) (parts [][]byte,
 // only strings (a request id, on every result of a busy feed), else as
 // encoding/json writes it. Keys are sorted either way.
 func appendExtensions(b []byte, ext map[string]any) ([]byte, error) {
-	if len(ext) == 1 {
-		// The request id alone: nothing to sort.
-		for k, v := range ext {
-			if v, ok := v.(string); ok {
-				b = append(b, '{')
-				b = appendString(b, k)
-				b = append(b, ':')
-				b = appendString(b, v)
-				return append(b, '}'), nil
-			}
-		}
-	}
-	keys := make([]string, 0, len(ext))
+	var few [4]string // the usual extensions fit: no allocation
+	keys := few[:0]
 	for k, v := range ext {
 		if _, ok := v.(string); !ok {
 			j, err := json.Marshal(ext)
@@ -936,7 +925,9 @@ func appendExtensions(b []byte, ext map[string]any) ([]byte, error) {
 		}
 		keys = append(keys, k)
 	}
-	slices.Sort(keys)
+	if len(keys) > 1 { // the request id alone, on every result of a busy feed, needs no sort
+		slices.Sort(keys)
+	}
 	b = append(b, '{')
 	for i, k := range keys {
 		if i > 0 {
