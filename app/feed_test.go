@@ -497,6 +497,95 @@ func TestFeedStalledConsumerClosed(t *testing.T) {
 	require.Equal(t, journal[len(seqs):], rest, "it resumes with its last cursor")
 }
 
+// journalLongCatchUp journals one event, then n more of 1 KB each (about
+// 1.3 KB a message on the feed), all processed, and returns the first:
+// resuming after it is a catch-up of n events from the journal.
+func journalLongCatchUp(t *testing.T, s *apptest.Server, n int) db.Event {
+	t.Helper()
+	require.NoError(t, insertEvents(t.Context(), s, 1, 1))
+	apptest.WaitAllProcessed(t, s)
+	var start db.Event
+	require.NoError(t, s.Pool.QueryRow(t.Context(),
+		`SELECT id, feed_seq FROM events WHERE feed_seq IS NOT NULL ORDER BY feed_seq DESC LIMIT 1`).Scan(&start.ID, &start.FeedSeq))
+	_, err := jobs.Write(t.Context(), jobs.NewOutbox(s.Pool, s.App.River()), func(tx pgx.Tx) (struct{}, []db.Event, error) {
+		rows, err := tx.Query(t.Context(), `
+			INSERT INTO events (type, entity, entity_id, payload)
+			SELECT 'doc.created', 'sales_orders', g, jsonb_build_object('id', g, 'note', repeat('ж', 500))
+			FROM generate_series(1, $1::int) g
+			RETURNING id`, n)
+		if err != nil {
+			return struct{}{}, nil, err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		evs := make([]db.Event, len(ids))
+		for i, id := range ids {
+			evs[i].ID = id
+		}
+		return struct{}{}, evs, err
+	})
+	require.NoError(t, err)
+	apptest.WaitAllProcessed(t, s)
+	return start
+}
+
+// A client that reads slowly but steadily through a long catch-up keeps its
+// socket, although the pongs to the server's pings wait behind everything
+// already in the socket's buffers for far longer than two ping intervals:
+// the peer's receive window moving on as it reads proves it is there. The
+// keepalive is short (a 1 s read deadline), the catch-up about 1.5 MB read
+// at 300 KB/s, and the buffers between server and client hold more than
+// the client reads in a second.
+func TestFeedSlowReaderKeptThroughItsCatchUp(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, func(c *config.Config) { c.KeepAlive = 500 * time.Millisecond })
+	const events = 1200
+	start := journalLongCatchUp(t, s, events)
+	c := apptest.DialWS(t, s, apptest.ProtoTransportWS)
+	c.Init(s.Token)
+	c.Subscribe("s", apptest.FeedSubscription, map[string]any{"after": start.Cursor()})
+	var seqs []int64
+	began := time.Now()
+	for len(seqs) < events {
+		got, _, code, err := readFeed(c, 1)
+		require.NoError(t, err, "after %d events, %s into the catch-up", len(seqs), time.Since(began).Round(time.Millisecond))
+		require.Zero(t, code, "closed after %d events, %s into the catch-up", len(seqs), time.Since(began).Round(time.Millisecond))
+		seqs = append(seqs, got...)
+		time.Sleep(4 * time.Millisecond)
+	}
+	rows, err := s.Pool.Query(t.Context(), `SELECT feed_seq FROM events WHERE feed_seq > $1 ORDER BY feed_seq`, *start.FeedSeq)
+	require.NoError(t, err)
+	journal, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Equal(t, journal, seqs, "every event once, in feed order")
+	require.Greater(t, time.Since(began), 4*time.Second, "the catch-up outlasted four read deadlines")
+	require.Equal(t, 1, s.App.Websockets().Open(), "the socket is still open")
+}
+
+// A client that stops reading in the middle of a catch-up is still taken
+// for gone after two ping intervals without a frame from it: its receive
+// window stops moving once its buffer is full. The feed's stall bound and
+// the write timeout are far longer here, so only the keepalive can close it.
+func TestFeedReaderThatStopsDroppedByKeepalive(t *testing.T) {
+	t.Parallel()
+	const interval = 500 * time.Millisecond
+	s := apptest.New(t, func(c *config.Config) { c.KeepAlive, c.FeedMaxStall = interval, time.Minute })
+	start := journalLongCatchUp(t, s, 2000)
+	c := apptest.DialWS(t, s, apptest.ProtoTransportWS)
+	c.Init(s.Token)
+	c.Subscribe("s", apptest.FeedSubscription, map[string]any{"after": start.Cursor()})
+	got, _, code, err := readFeed(c, 100)
+	require.NoError(t, err)
+	require.Zero(t, code)
+	require.Len(t, got, 100)
+	stopped := time.Now()
+	apptest.WaitFor(t, 10*time.Second, "the socket closed", func() bool { return s.App.Websockets().Open() == 0 })
+	took := time.Since(stopped)
+	t.Logf("closed %s after the client stopped reading (ping interval %s)", took.Round(time.Millisecond), interval)
+	// Two intervals, one more while the client's kernel still took data,
+	// and scheduling; the write timeout (10 s) would be far later.
+	require.Less(t, took, 6*interval)
+}
+
 // A client that fell behind by more than FeedMaxLag events is closed with
 // CloseSlowConsumer when it reads on, instead of catching up through an
 // unbounded stretch of the journal.

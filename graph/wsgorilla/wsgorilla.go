@@ -11,8 +11,10 @@
 //     a connection_init whose payload is not an object with 4400;
 //   - a subscribe (start) whose id is already running is closed with 4409;
 //   - a peer from which nothing arrived for two PingIntervals (websocket
-//     pings are answered by every client, whatever the subprotocol) is taken
-//     for gone: its socket is closed and its operations cancelled;
+//     pings are answered by every client, whatever the subprotocol) and
+//     that read nothing of what was sent meanwhile (on Linux, its TCP
+//     receive window did not move) is taken for gone: its socket is closed
+//     and its operations cancelled;
 //   - with ProtocolKeepAlive, each ping frame is followed by the
 //     subprotocol's own keepalive message ("ka" on graphql-ws, "ping" on
 //     graphql-transport-ws);
@@ -133,7 +135,9 @@ type Implementation struct {
 	SendBuffer int
 	// PingInterval is the period of websocket ping frames; a peer from
 	// which nothing (pong, ping or message) arrived for two intervals is
-	// taken for gone and its socket closed. 0 disables both.
+	// taken for gone and its socket closed, unless it is reading what the
+	// socket sent (on Linux its TCP receive window moves on): its pongs
+	// then wait behind that. 0 disables both.
 	PingInterval time.Duration
 	// ProtocolKeepAlive sends, with every ping frame once the connection
 	// is acknowledged, the subprotocol's keepalive message: {"type":"ka"}
@@ -577,11 +581,15 @@ type Conn struct {
 	// follow from then on.
 	acked atomic.Bool
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// peerEdge is the low 32 bits of receiveEdge at the last ping.
+	peerEdge  atomic.Uint32
 	initTimer *time.Timer         // closes with 4408; stopped by connection_init
 	pingTimer *time.Timer         // sends the next ping; stopped with the connection
-	initSeen  bool                // a connection_init arrived
 	active    map[string]struct{} // ids of operations running on this socket, made on first use
+	initSeen  bool                // a connection_init arrived
+	// pinging is set while ping writes a ping frame and keepalive message.
+	pinging atomic.Bool
 }
 
 var (
@@ -916,22 +924,39 @@ func (c *Conn) release() {
 func (c *Conn) SetReadLimit(limit int64) { c.ws.SetReadLimit(limit) }
 
 // alive moves the read deadline two ping intervals ahead; called for every
-// frame from the peer. Only the reading goroutine calls it.
+// frame from the peer, and by ping while the peer reads what the socket
+// sent (peerReading).
 func (c *Conn) alive() {
 	if p := c.impl.PingInterval; p > 0 {
 		_ = c.ws.SetReadDeadline(time.Now().Add(2 * p))
 	}
 }
 
-// ping sends a ping frame, and the subprotocol's keepalive message when
-// ProtocolKeepAlive is set, then arms the timer for the next one. It runs
-// on the timer's goroutine: an idle socket has no goroutine for its pings.
-// Every websocket client answers pings with pongs on its own (browsers,
-// Node's ws), so this detects a vanished peer on both subprotocols.
+// ping runs every PingInterval on the timer's goroutine (an idle socket
+// has no goroutine for its pings). It moves the read deadline on while the
+// peer reads what the socket sent (peerReading), then sends a ping frame,
+// and the subprotocol's keepalive message when ProtocolKeepAlive is set,
+// unless the previous ones are still being written: behind a full send
+// buffer they wait for the peer to read, and the next interval's check
+// must not wait with them. Every websocket client answers pings with
+// pongs on its own (browsers, Node's ws), so this detects a vanished peer
+// on both subprotocols.
 func (c *Conn) ping() {
 	if c.netClosed.Load() || c.closing.Load() {
 		return
 	}
+	if c.peerReading() {
+		c.alive()
+	}
+	c.mu.Lock()
+	if !c.netClosed.Load() { // else closeNetwork stopped the timer before this Reset
+		c.pingTimer.Reset(c.impl.PingInterval)
+	}
+	c.mu.Unlock()
+	if !c.pinging.CompareAndSwap(false, true) {
+		return
+	}
+	defer c.pinging.Store(false)
 	if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.impl.writeTimeout())); err != nil {
 		if !c.closing.Load() {
 			c.closeNetwork()
@@ -943,15 +968,30 @@ func (c *Conn) ping() {
 		if c.ws.Subprotocol() != "graphql-transport-ws" {
 			msg = keepAliveGraphQLWS
 		}
-		if c.writeText(false, msg) != nil {
-			return
-		}
+		_ = c.writeText(false, msg) // a failed write closes the socket
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.netClosed.Load() { // else closeNetwork stopped the timer before this Reset
-		c.pingTimer.Reset(c.impl.PingInterval)
+}
+
+// minPeerProgress is how far the peer's receive window must have moved
+// since the last ping for the peer to count as reading.
+const minPeerProgress = 1024
+
+// peerReading reports whether the right edge of the peer's receive window
+// (receiveEdge) moved by at least minPeerProgress bytes since the last
+// ping: its program read that much of what the socket sent. A client
+// reading a long stream slowly (a catch-up from the journal) answers
+// pings only once it has read everything sent before them, which takes
+// longer than two ping intervals when the buffers between us hold
+// megabytes; its window shows it is there and reading. The window of a
+// peer that stopped reading moves at most while its kernel grows its
+// receive buffer; a vanished peer's not at all.
+func (c *Conn) peerReading() bool {
+	edge, ok := receiveEdge(c.net.raw)
+	if !ok {
+		return false
 	}
+	progress := uint32(edge) - c.peerEdge.Swap(uint32(edge)) // modulo 2³²: one interval never moves 4 GiB
+	return progress >= minPeerProgress
 }
 
 // The keepalive messages of the two subprotocols.
