@@ -482,6 +482,17 @@ func TestFeedStalledConsumerClosed(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, []int{resolvers.CloseSlowConsumer, websocket.CloseAbnormalClosure}, code, "after %d events", len(seqs))
 	require.Less(t, len(seqs), events)
+	// The warning names the socket's request and user, as its log line does.
+	var warned []map[string]any
+	for _, rec := range s.Logs(t) {
+		if rec["msg"] == "live subscriber fell too far behind or stopped reading, closing its socket" {
+			warned = append(warned, rec)
+		}
+	}
+	require.Len(t, warned, 1)
+	require.NotEmpty(t, warned[0]["request_id"])
+	require.Equal(t, "admin", warned[0]["user"])
+	require.GreaterOrEqual(t, warned[0]["last_feed_seq_sent"], float64(len(seqs)), "the server handed on at least what the client read")
 	rows, err := s.Pool.Query(t.Context(), `SELECT feed_seq FROM events ORDER BY feed_seq`)
 	require.NoError(t, err)
 	journal, err := pgx.CollectRows(rows, pgx.RowTo[int64])

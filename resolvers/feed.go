@@ -397,11 +397,20 @@ func (s *feedStream) dropped() {
 	}
 }
 
+// warnSlow logs, once, that the subscriber is closed as a slow consumer:
+// with the socket's request id and user, so that the line meets the
+// socket's own, and the feed sequence of the last event handed to the
+// socket (the client may not have read that far).
 func (s *feedStream) warnSlow() {
 	if s.warned.CompareAndSwap(false, true) {
+		login := ""
+		if u, ok := UserFrom(s.ctx); ok {
+			login = u.Login
+		}
 		s.r.Logger.WarnContext(s.ctx, "live subscriber fell too far behind or stopped reading, closing its socket",
+			slog.String("request_id", RequestID(s.ctx)), slog.String("user", login),
 			slog.Int64("max_lag", s.r.feedMaxLag()), slog.String("max_stall", s.r.feedMaxStall().String()),
-			slog.Int64("last_feed_seq", s.last.Load()))
+			slog.Int64("last_feed_seq_sent", s.last.Load()))
 	}
 }
 

@@ -50,6 +50,9 @@ type Server struct {
 	Pool  *pgxpool.Pool
 	App   *app.App
 
+	// logs keeps the application's warnings and errors (JSON lines).
+	logs *lockedBuffer
+
 	stopServing context.CancelFunc
 	served      chan error // Serve's result, once it returned
 	stopOnce    sync.Once
@@ -92,14 +95,16 @@ func NewOn(t testing.TB, pool *pgxpool.Pool, opts ...func(*config.Config)) *Serv
 		_, err := db.EnsureAdmin(ctx, tx, token)
 		return err
 	}))
-	a, err := app.New(db.Direct(pool), cfg, Logger(t))
+	logs := &lockedBuffer{}
+	a, err := app.New(db.Direct(pool), cfg, slog.New(slog.NewMultiHandler(Logger(t).Handler(),
+		slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	serveCtx, stopServing := context.WithCancel(ctx)
 	s := &Server{
-		URL: "http://" + ln.Addr().String(), Token: token, Pool: pool, App: a,
+		URL: "http://" + ln.Addr().String(), Token: token, Pool: pool, App: a, logs: logs,
 		stopServing: stopServing, served: make(chan error, 1),
 	}
 	go func() { s.served <- a.Serve(serveCtx, ln, nil) }()
@@ -117,6 +122,38 @@ func NewOn(t testing.TB, pool *pgxpool.Pool, opts ...func(*config.Config)) *Serv
 		t.Fatal("feed did not start listening")
 	}
 	return s
+}
+
+// Logs returns the warnings and errors the application logged so far, each
+// a log record's attributes by key ("msg", "level" and the record's own).
+func (s *Server) Logs(t testing.TB) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for line := range bytes.Lines(s.logs.Bytes()) {
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal(line, &rec))
+		out = append(out, rec)
+	}
+	return out
+}
+
+// lockedBuffer is a bytes.Buffer for concurrent writers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// Bytes returns a copy of what was written.
+func (b *lockedBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
 }
 
 // Client addresses a server running elsewhere (a child process at url)
