@@ -290,6 +290,12 @@ func heapBytes() uint64 {
 // and their dispatch jobs in one transaction per batch), as mutations do
 // but without the documents, so that River and the feed see real traffic.
 func insertEvents(ctx context.Context, s *apptest.Server, n, batch int) error {
+	return insertPaddedEvents(ctx, s, n, batch, 0)
+}
+
+// insertPaddedEvents is insertEvents with a note of pad characters (two
+// bytes each) in every payload.
+func insertPaddedEvents(ctx context.Context, s *apptest.Server, n, batch, pad int) error {
 	outbox := jobs.NewOutbox(s.Pool, s.App.River())
 	for from := 1; from <= n; from += batch {
 		to := min(from+batch-1, n)
@@ -298,8 +304,9 @@ func insertEvents(ctx context.Context, s *apptest.Server, n, batch int) error {
 				INSERT INTO events (type, entity, entity_id, payload)
 				SELECT 'doc.created', 'sales_orders', g,
 				       jsonb_build_object('id', g, 'no', 'ЗК-2026-' || lpad(g::text, 6, '0'), 'entity', 'sales_order')
+				       || CASE WHEN $3 > 0 THEN jsonb_build_object('note', repeat('ж', $3)) ELSE '{}' END
 				FROM generate_series($1::bigint, $2::bigint) g
-				RETURNING id`, from, to)
+				RETURNING id`, from, to, pad)
 			if err != nil {
 				return struct{}{}, nil, err
 			}
@@ -518,23 +525,7 @@ func journalLongCatchUp(t *testing.T, s *apptest.Server, n int) db.Event {
 	var start db.Event
 	require.NoError(t, s.Pool.QueryRow(t.Context(),
 		`SELECT id, feed_seq FROM events WHERE feed_seq IS NOT NULL ORDER BY feed_seq DESC LIMIT 1`).Scan(&start.ID, &start.FeedSeq))
-	_, err := jobs.Write(t.Context(), jobs.NewOutbox(s.Pool, s.App.River()), func(tx pgx.Tx) (struct{}, []db.Event, error) {
-		rows, err := tx.Query(t.Context(), `
-			INSERT INTO events (type, entity, entity_id, payload)
-			SELECT 'doc.created', 'sales_orders', g, jsonb_build_object('id', g, 'note', repeat('ж', 500))
-			FROM generate_series(1, $1::int) g
-			RETURNING id`, n)
-		if err != nil {
-			return struct{}{}, nil, err
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		evs := make([]db.Event, len(ids))
-		for i, id := range ids {
-			evs[i].ID = id
-		}
-		return struct{}{}, evs, err
-	})
-	require.NoError(t, err)
+	require.NoError(t, insertPaddedEvents(t.Context(), s, n, n, 500))
 	apptest.WaitAllProcessed(t, s)
 	return start
 }
