@@ -58,28 +58,13 @@ func TestWebsocketCloseCodes(t *testing.T) {
 		{"start before connection_init", []string{apptest.ProtoLegacyWS}, func(c *apptest.WS) {
 			c.Subscribe("early", apptest.FeedSubscription, nil)
 		}, websocket.CloseProtocolError},
-		{"malformed JSON before connection_init", []string{apptest.ProtoTransportWS}, func(c *apptest.WS) {
-			require.NoError(t, c.Conn.WriteMessage(websocket.TextMessage, []byte(`{"type":`)))
-		}, wsgorilla.CloseBadRequest},
 		{"malformed JSON before connection_init", []string{apptest.ProtoLegacyWS}, func(c *apptest.WS) {
 			require.NoError(t, c.Conn.WriteMessage(websocket.TextMessage, []byte(`{"type":`)))
 		}, websocket.CloseProtocolError},
-		{"malformed JSON after the ack", []string{apptest.ProtoTransportWS}, func(c *apptest.WS) {
-			c.Init(s.Token)
-			require.NoError(t, c.Conn.WriteMessage(websocket.TextMessage, []byte(`{"type":`)))
-		}, wsgorilla.CloseBadRequest},
 		{"malformed JSON after the ack", []string{apptest.ProtoLegacyWS}, func(c *apptest.WS) {
 			c.Init(s.Token)
 			require.NoError(t, c.Conn.WriteMessage(websocket.TextMessage, []byte(`{"type":`)))
 		}, websocket.CloseNormalClosure},
-		{"a server-only message type", []string{apptest.ProtoTransportWS}, func(c *apptest.WS) {
-			c.Init(s.Token)
-			c.Send(apptest.Message{ID: "1", Type: "next", Payload: json.RawMessage(`{}`)})
-		}, wsgorilla.CloseBadRequest},
-		{"an unknown message type", []string{apptest.ProtoTransportWS}, func(c *apptest.WS) {
-			c.Init(s.Token)
-			c.Send(apptest.Message{Type: "hello"})
-		}, wsgorilla.CloseBadRequest},
 		{"message over 64 KiB", []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS}, func(c *apptest.WS) {
 			c.Init(s.Token)
 			c.Subscribe("big", "subscription { eventProcessed { id } } #"+strings.Repeat("x", app.WSReadLimit), nil)
