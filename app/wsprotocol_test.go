@@ -90,34 +90,60 @@ func TestWebsocketInvalidMessages(t *testing.T) {
 		noInit bool   // send the frames before connection_init
 		frame  string // what the client sends
 		want   []string
-		code   int    // 0: the socket stays open
-		reason string // in the close reason
+		code   int // 0: the socket stays open
+		// graphql-transport-ws: the close reason; graphql-ws: in the
+		// error or connection_error
+		reason string
 	}{
 		// graphql-transport-ws: 4400, nothing before it.
 		{name: "subscribe without an id", proto: apptest.ProtoTransportWS,
-			frame: `{"type":"subscribe","payload":{"query":"{ __typename }"}}`, code: wsgorilla.CloseBadRequest, reason: "id"},
+			frame: `{"type":"subscribe","payload":{"query":"{ __typename }"}}`, code: wsgorilla.CloseBadRequest, reason: "subscribe message without an id"},
 		{name: "subscribe with an empty id", proto: apptest.ProtoTransportWS,
-			frame: `{"type":"subscribe","id":"","payload":{"query":"{ __typename }"}}`, code: wsgorilla.CloseBadRequest, reason: "id"},
+			frame: `{"type":"subscribe","id":"","payload":{"query":"{ __typename }"}}`, code: wsgorilla.CloseBadRequest, reason: "subscribe message without an id"},
 		{name: "complete without an id", proto: apptest.ProtoTransportWS,
-			frame: `{"type":"complete"}`, code: wsgorilla.CloseBadRequest, reason: "id"},
+			frame: `{"type":"complete"}`, code: wsgorilla.CloseBadRequest, reason: "complete message without an id"},
 		{name: "subscribe without a payload", proto: apptest.ProtoTransportWS,
-			frame: `{"type":"subscribe","id":"1"}`, code: wsgorilla.CloseBadRequest, reason: "payload"},
+			frame: `{"type":"subscribe","id":"1"}`, code: wsgorilla.CloseBadRequest, reason: "subscribe payload must be an object"},
 		{name: "subscribe payload not an object", proto: apptest.ProtoTransportWS,
-			frame: `{"type":"subscribe","id":"1","payload":"{ __typename }"}`, code: wsgorilla.CloseBadRequest, reason: "payload"},
+			frame: `{"type":"subscribe","id":"1","payload":"{ __typename }"}`, code: wsgorilla.CloseBadRequest, reason: "subscribe payload must be an object"},
 		{name: "subscribe payload without a query", proto: apptest.ProtoTransportWS,
-			frame: `{"type":"subscribe","id":"1","payload":{}}`, code: wsgorilla.CloseBadRequest, reason: "query"},
+			frame: `{"type":"subscribe","id":"1","payload":{}}`, code: wsgorilla.CloseBadRequest, reason: `subscribe payload has no "query" string`},
 		{name: "subscribe query not a string", proto: apptest.ProtoTransportWS,
-			frame: `{"type":"subscribe","id":"1","payload":{"query":5}}`, code: wsgorilla.CloseBadRequest, reason: "query"},
+			frame: `{"type":"subscribe","id":"1","payload":{"query":5}}`, code: wsgorilla.CloseBadRequest, reason: `subscribe payload: "query" must be a string`},
 		{name: "subscribe variables not an object", proto: apptest.ProtoTransportWS,
-			frame: `{"type":"subscribe","id":"1","payload":{"query":"{ __typename }","variables":[1]}}`, code: wsgorilla.CloseBadRequest, reason: "variables"},
+			frame: `{"type":"subscribe","id":"1","payload":{"query":"{ __typename }","variables":[1]}}`, code: wsgorilla.CloseBadRequest, reason: `subscribe payload: "variables" must be an object`},
+		{name: "malformed JSON", proto: apptest.ProtoTransportWS,
+			frame: `{"type":`, code: wsgorilla.CloseBadRequest, reason: "malformed JSON message"},
+		{name: "a message not an object", proto: apptest.ProtoTransportWS,
+			frame: `["subscribe"]`, code: wsgorilla.CloseBadRequest, reason: "message must be a JSON object"},
+		{name: "a type not a string", proto: apptest.ProtoTransportWS,
+			frame: `{"type":5}`, code: wsgorilla.CloseBadRequest, reason: `message: "type" must be a string`},
+		{name: "an id not a string", proto: apptest.ProtoTransportWS,
+			frame: `{"type":"complete","id":1}`, code: wsgorilla.CloseBadRequest, reason: `message: "id" must be a string`},
+		{name: "a message without a type", proto: apptest.ProtoTransportWS,
+			frame: `{"id":"1"}`, code: wsgorilla.CloseBadRequest, reason: "message without a type"},
+		{name: "an unknown message type", proto: apptest.ProtoTransportWS,
+			frame: `{"type":"hello"}`, code: wsgorilla.CloseBadRequest, reason: `unknown message type "hello"`},
+		// The type is quoted with its bytes escaped, and cut short.
+		{name: "a long unknown message type", proto: apptest.ProtoTransportWS,
+			frame: `{"type":"\u0001` + strings.Repeat("é", 1000) + `"}`, code: wsgorilla.CloseBadRequest,
+			reason: `unknown message type "\x01` + strings.Repeat("é", 21) + `"…`},
+		{name: "a server-only message type", proto: apptest.ProtoTransportWS,
+			frame: `{"type":"next","id":"1","payload":{}}`, code: wsgorilla.CloseBadRequest, reason: `message type "next" is sent only by the server`},
 		{name: "bad token", proto: apptest.ProtoTransportWS, noInit: true,
-			frame: init("erp_wrong"), code: 4403},
+			frame: init("erp_wrong"), code: 4403, reason: "unauthorized"},
 		{name: "connection_init payload not an object", proto: apptest.ProtoTransportWS, noInit: true,
-			frame: `{"type":"connection_init","payload":"x"}`, code: wsgorilla.CloseBadRequest},
+			frame: `{"type":"connection_init","payload":"x"}`, code: wsgorilla.CloseBadRequest, reason: "connection_init payload must be an object"},
 		{name: "subscribe before connection_init", proto: apptest.ProtoTransportWS, noInit: true,
-			frame: `{"type":"subscribe","id":"1","payload":{"query":"{ __typename }"}}`, code: wsgorilla.CloseNotInitialised},
+			frame: `{"type":"subscribe","id":"1","payload":{"query":"{ __typename }"}}`, code: wsgorilla.CloseNotInitialised, reason: "Unauthorized"},
+		{name: "complete before connection_init", proto: apptest.ProtoTransportWS, noInit: true,
+			frame: `{"type":"complete","id":"1"}`, code: wsgorilla.CloseBadRequest, reason: "complete message before connection_init"},
 		{name: "malformed JSON before connection_init", proto: apptest.ProtoTransportWS, noInit: true,
-			frame: `{"type":`, code: wsgorilla.CloseBadRequest},
+			frame: `{"type":`, code: wsgorilla.CloseBadRequest, reason: "malformed JSON message"},
+		{name: "an unknown message type before connection_init", proto: apptest.ProtoTransportWS, noInit: true,
+			frame: `{"type":"hello"}`, code: wsgorilla.CloseBadRequest, reason: `unknown message type "hello"`},
+		{name: "a server-only message type before connection_init", proto: apptest.ProtoTransportWS, noInit: true,
+			frame: `{"type":"connection_ack"}`, code: wsgorilla.CloseBadRequest, reason: `message type "connection_ack" is sent only by the server`},
 
 		// graphql-ws: an error for the id, the socket stays open.
 		{name: "start without a payload", proto: apptest.ProtoLegacyWS,
@@ -166,10 +192,11 @@ func TestWebsocketInvalidMessages(t *testing.T) {
 			}
 			require.Equal(t, tt.want, kinds(got))
 			require.Equal(t, tt.code, code, "close reason %q", reason)
-			if tt.proto == apptest.ProtoLegacyWS && len(got) > 0 {
+			switch {
+			case tt.proto == apptest.ProtoTransportWS:
+				require.Equal(t, tt.reason, reason, "the close reason says why")
+			case len(got) > 0:
 				require.Contains(t, string(got[0].Payload), tt.reason, "the connection_error says why")
-			} else {
-				require.Contains(t, reason, tt.reason, "the close reason says why")
 			}
 		})
 	}

@@ -198,14 +198,16 @@ func (s *sockets) remove(key string, socket context.Context) {
 	}
 }
 
-// closeAll closes every socket opened with the token key, with 1000.
+// closeAll closes every socket opened with the token key, with 1000 and
+// a reason of its own: "terminated", what a client's connection_terminate
+// gets, would not tell the client to get a new token.
 func (s *sockets) closeAll(key string) int {
 	s.mu.Lock()
 	set := s.m[key]
 	delete(s.m, key)
 	s.mu.Unlock()
 	for socket := range set {
-		wsgorilla.CloseSocket(socket, websocket.CloseNormalClosure, "terminated")
+		wsgorilla.CloseSocket(socket, websocket.CloseNormalClosure, "token revoked or expired")
 	}
 	return len(set)
 }

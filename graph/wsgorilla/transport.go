@@ -9,9 +9,11 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 	"unique"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -268,34 +270,72 @@ const (
 	msgUnexpected // a message type the server sends, not takes
 )
 
-// errBadMessage is a message that is not JSON or of no type of the
-// subprotocol; errServerOnly one of a type only the server sends.
-var (
-	errBadMessage = errors.New("invalid message received")
-	errServerOnly = errors.New("invalid client->server message type")
-)
-
-// invalidMessage is a client message of a type the subprotocol takes
-// that is not valid (no id, a payload of the wrong shape); its text is
-// for the client.
+// invalidMessage is a client message the subprotocol does not take (not
+// a JSON object of the envelope's shape, of no type the client sends) or
+// not a valid one of a type it takes (no id, a payload of the wrong
+// shape); its text is for the client.
 type invalidMessage string
 
 func (e invalidMessage) Error() string { return string(e) }
 
-// next reads the next message and classifies it.
-func (s *socket) next() (kind int, m clientMessage, err error) {
-	_, _, m, parsed, err := s.conn.next()
-	return s.classify(m, parsed, err)
+// maxQuotedType bounds a client's message type quoted in a close reason,
+// quotes included, so that the reason's own words fit the frame too.
+const maxQuotedType = 48
+
+// quoteType quotes a client's message type for a close reason: escaped,
+// so that no byte of it can break the frame or the client's log, and cut
+// to maxQuotedType bytes, then marked with "…", when it is longer.
+func quoteType(typ string) string {
+	t := cutUTF8(typ, maxQuotedType)
+	q := strconv.Quote(t)
+	for len(q) > maxQuotedType {
+		_, n := utf8.DecodeLastRuneInString(t)
+		t = t[:len(t)-n]
+		q = strconv.Quote(t)
+	}
+	if len(t) < len(typ) {
+		q += "…"
+	}
+	return q
 }
 
-// classify tells what an incoming message means in the socket's
-// subprotocol.
-func (s *socket) classify(m clientMessage, parsed bool, err error) (kind int, _ clientMessage, _ error) {
+// unknownType is the invalidMessage of a type the subprotocol does not
+// have.
+func unknownType(typ string) invalidMessage {
+	if typ == "" {
+		return "message without a type"
+	}
+	return invalidMessage("unknown message type " + quoteType(typ))
+}
+
+// notEnvelope says what keeps message b, which did not decode into a
+// clientMessage, from being one.
+func notEnvelope(b []byte) invalidMessage {
+	if !json.Valid(b) {
+		return "malformed JSON message"
+	}
+	var te *json.UnmarshalTypeError
+	if err := json.Unmarshal(b, new(clientMessage)); errors.As(err, &te) && te.Field != "" {
+		return invalidMessage(fmt.Sprintf("message: %q must be a string", te.Field))
+	}
+	return "message must be a JSON object"
+}
+
+// next reads the next message and classifies it.
+func (s *socket) next() (kind int, m clientMessage, err error) {
+	_, b, m, parsed, err := s.conn.next()
+	return s.classify(b, m, parsed, err)
+}
+
+// classify tells what an incoming message b, m once decoded, means in the
+// socket's subprotocol. A message the client may not send in it is an
+// invalidMessage error that says why.
+func (s *socket) classify(b []byte, m clientMessage, parsed bool, err error) (kind int, _ clientMessage, _ error) {
 	if err != nil {
 		return 0, m, err
 	}
 	if !parsed {
-		return 0, m, errBadMessage
+		return 0, m, notEnvelope(b)
 	}
 	if s.legacy {
 		switch m.Type {
@@ -310,7 +350,7 @@ func (s *socket) classify(m clientMessage, parsed bool, err error) (kind int, _ 
 		case "connection_ack", "connection_error", "data", "error", "complete", "ka":
 			return msgUnexpected, m, nil
 		}
-		return 0, m, errBadMessage
+		return 0, m, unknownType(m.Type)
 	}
 	switch m.Type {
 	case "connection_init":
@@ -324,9 +364,9 @@ func (s *socket) classify(m clientMessage, parsed bool, err error) (kind int, _ 
 	case "pong":
 		return msgPong, m, nil
 	case "connection_ack", "next", "error":
-		return 0, m, fmt.Errorf("%w: %s", errServerOnly, m.Type)
+		return 0, m, invalidMessage("message type " + quoteType(m.Type) + " is sent only by the server")
 	}
-	return 0, m, errBadMessage
+	return 0, m, unknownType(m.Type)
 }
 
 // init reads connection_init and acknowledges it; false means the socket
@@ -377,7 +417,7 @@ func (s *socket) init() bool {
 func (s *socket) awaitInit() (clientMessage, bool) {
 	for {
 		kind, m, err := s.next()
-		bad := errors.Is(err, errBadMessage) || errors.Is(err, errServerOnly)
+		bad := errors.As(err, new(invalidMessage))
 		switch {
 		case err != nil && !bad:
 			s.close(websocket.CloseNormalClosure, "terminated") // the read failed
@@ -401,8 +441,11 @@ func (s *socket) awaitInit() (clientMessage, bool) {
 		case kind == msgStart:
 			s.close(CloseNotInitialised, "Unauthorized")
 			return m, false
+		case bad:
+			s.refuse(err)
+			return m, false
 		default:
-			s.close(CloseBadRequest, "Invalid message received")
+			s.refuse(invalidMessage(m.Type + " message before connection_init"))
 			return m, false
 		}
 	}
@@ -431,14 +474,14 @@ func (s *socket) run() {
 //
 //go:noinline
 func (s *socket) handle(r io.Reader, err error) bool {
-	_, m, parsed, skip, err := s.conn.take(r, err)
+	b, m, parsed, skip, err := s.conn.take(r, err)
 	if skip {
 		return true
 	}
-	kind, m, err := s.classify(m, parsed, err)
+	kind, m, err := s.classify(b, m, parsed, err)
 	if err != nil {
-		if !s.legacy && (errors.Is(err, errBadMessage) || errors.Is(err, errServerOnly)) {
-			s.close(CloseBadRequest, "Invalid message received")
+		if !s.legacy && errors.As(err, new(invalidMessage)) {
+			s.refuse(err)
 		}
 		return false
 	}

@@ -74,7 +74,7 @@ const (
 	// object; on graphql-transport-ws also a message that is not one the
 	// client may send (malformed JSON, an unknown or server-only type) or
 	// not a valid one (a subscribe or complete without an id, a subscribe
-	// payload that is not an operation).
+	// payload that is not an operation). The close reason says which.
 	CloseBadRequest = 4400
 	// CloseNotInitialised: subscribe before connection_ack
 	// (graphql-transport-ws; the protocol names it Unauthorized).
@@ -1005,13 +1005,16 @@ var (
 // maxCloseReason bytes, cut between characters. The reason may quote a
 // client's operation id.
 func closeReason(reason string) string {
-	reason = strings.ToValidUTF8(reason, "\uFFFD")
-	if len(reason) <= maxCloseReason {
-		return reason
+	return cutUTF8(strings.ToValidUTF8(reason, "\uFFFD"), maxCloseReason)
+}
+
+// cutUTF8 cuts s to at most n bytes, between characters.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	cut := maxCloseReason
-	for cut > 0 && !utf8.RuneStart(reason[cut]) {
-		cut--
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
-	return reason[:cut]
+	return s[:n]
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -193,4 +194,29 @@ func TestCloseReasonIsValidUTF8WithinTheFrame(t *testing.T) {
 	}
 	require.Equal(t, "terminated", closeReason("terminated"))
 	require.Len(t, closeReason(long), 122, "cut before the é that would straddle byte 123")
+}
+
+// A close reason quotes the client's message type (4400): whatever the
+// type, however much its escapes grow it, the quote stays within
+// maxQuotedType bytes and a cut one is marked, so the reason's own words
+// are never cut off.
+func TestQuotedTypeStaysShort(t *testing.T) {
+	for _, typ := range []string{
+		strings.Repeat("x", 10000),
+		strings.Repeat("\x00", 10000),
+		strings.Repeat("\u2028", 1000),
+		strings.Repeat("é", 1000),
+		"\xff\xfe" + strings.Repeat("y", 100),
+	} {
+		got := quoteType(typ)
+		require.LessOrEqual(t, len(got), maxQuotedType+len("…"), "%q", got)
+		require.True(t, strings.HasSuffix(got, `"…`), "%q", got)
+		unquoted, err := strconv.Unquote(strings.TrimSuffix(got, "…"))
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(typ, unquoted), "%q cut from %q", unquoted, typ)
+		reason := "unknown message type " + got
+		require.Equal(t, reason, closeReason(reason), "the reason fits the frame")
+	}
+	require.Equal(t, `"hello"`, quoteType("hello"))
+	require.Equal(t, `"a\tb"`, quoteType("a\tb"))
 }
