@@ -98,6 +98,20 @@ func (e *env) figureE() error {
 	}
 	defer s.stop()
 	obs := e.observe(s.cmd.Process.Pid)
+	// The server's CPU profile of the drain's first 10 s (1 s with -quick;
+	// kept with -keep), taken to its end however soon the drain ends.
+	profiled := make(chan string, 1)
+	go func() {
+		seconds := 10
+		if e.opts.quick {
+			seconds = 1
+		}
+		file, err := s.saveProfile(fmt.Sprintf("/profile?seconds=%d", seconds), "e-server.pprof")
+		if err != nil {
+			file = ""
+		}
+		profiled <- file
+	}()
 	limit := 30 * time.Minute
 	// Poll with EXISTS: a count over the shrinking backlog cost PostgreSQL
 	// 20 ms a poll (0.1 core at 5 polls/s), taken from the server.
@@ -117,6 +131,9 @@ func (e *env) figureE() error {
 		return err
 	}
 	oursNote := obs.finish()
+	if file := <-profiled; file != "" {
+		oursNote += "; CPU profile " + file
+	}
 	// Jobs still queued once every event is processed: dispatch jobs whose
 	// event a batch took on, left to find nothing to do. The server stops
 	// before the reference runs so that they do not load it.
