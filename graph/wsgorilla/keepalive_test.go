@@ -1,6 +1,7 @@
 package wsgorilla
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -86,5 +87,45 @@ func TestKeepaliveClosesAPeerThatReadsNothingOfATrickle(t *testing.T) {
 		t.Logf("closed %s after the handshake (ping interval %s)", at.Sub(start).Round(time.Millisecond), interval)
 	case <-time.After(10 * interval):
 		t.Fatalf("a client that reads nothing is still open after %d ping intervals", 10)
+	}
+}
+
+// A client that reads a slow stream in bursts, never two ping intervals
+// apart, keeps its socket though it answers no ping: each burst shows as
+// its receive window moving on. That shows at the next ping only, up to
+// an interval after the burst, and the read deadline must not pass
+// before the ping that sees the next burst.
+func TestKeepaliveKeepsAPeerReadingInBursts(t *testing.T) {
+	t.Parallel()
+	const interval = 200 * time.Millisecond
+	msg := []byte(`"` + strings.Repeat("x", 16<<10) + `"`)
+	url, closed := keepaliveServer(t, interval, func(c *Conn) error { return c.writeText(false, msg) })
+	raw := dialRaw(t, url)
+	// Each burst reads more than the client's buffer holds, so its window
+	// opens at each: Linux opens a window only by a sixteenth of the
+	// buffer (autotuned to megabytes for this reader) and by at least the
+	// MSS (64 KiB on loopback).
+	_ = raw.(*net.TCPConn).SetReadBuffer(64 << 10)
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	go func() {
+		buf := make([]byte, 256<<10)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * interval / 4):
+			}
+			if _, err := io.ReadFull(raw, buf); err != nil {
+				return
+			}
+		}
+	}()
+	start := time.Now()
+	select {
+	case at := <-closed:
+		t.Fatalf("closed %s after the handshake, reading every %s (ping interval %s)",
+			at.Sub(start).Round(time.Millisecond), 5*interval/4, interval)
+	case <-time.After(25 * interval):
 	}
 }

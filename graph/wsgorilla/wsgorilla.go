@@ -924,8 +924,8 @@ func (c *Conn) release() {
 func (c *Conn) SetReadLimit(limit int64) { c.ws.SetReadLimit(limit) }
 
 // alive moves the read deadline two ping intervals ahead; called for every
-// frame from the peer, and by ping while the peer reads what the socket
-// sent (peerReading).
+// frame from the peer. ping moves it too while the peer reads what the
+// socket sent (peerReading).
 func (c *Conn) alive() {
 	if p := c.impl.PingInterval; p > 0 {
 		_ = c.ws.SetReadDeadline(time.Now().Add(2 * p))
@@ -945,8 +945,11 @@ func (c *Conn) ping() {
 	if c.netClosed.Load() || c.closing.Load() {
 		return
 	}
-	if c.peerReading() {
-		c.alive()
+	if p := c.impl.PingInterval; c.peerReading() {
+		// The reading shows here, up to an interval after it happened:
+		// the deadline leaves the ping two intervals on, which sees any
+		// reading since this one, room to run before it.
+		_ = c.ws.SetReadDeadline(time.Now().Add(2*p + p/4))
 	}
 	c.mu.Lock()
 	if !c.netClosed.Load() { // else closeNetwork stopped the timer before this Reset
