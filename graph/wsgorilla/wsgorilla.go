@@ -13,8 +13,8 @@
 //   - a peer from which nothing arrived for two PingIntervals (websocket
 //     pings are answered by every client, whatever the subprotocol) and
 //     that read nothing of what was sent meanwhile (on Linux, its TCP
-//     receive window did not move) is taken for gone: its socket is closed
-//     and its operations cancelled;
+//     receive window did not move while data waited for it) is taken for
+//     gone: its socket is closed and its operations cancelled;
 //   - with ProtocolKeepAlive, each ping frame is followed by the
 //     subprotocol's own keepalive message ("ka" on graphql-ws, "ping" on
 //     graphql-transport-ws);
@@ -136,8 +136,8 @@ type Implementation struct {
 	// PingInterval is the period of websocket ping frames; a peer from
 	// which nothing (pong, ping or message) arrived for two intervals is
 	// taken for gone and its socket closed, unless it is reading what the
-	// socket sent (on Linux its TCP receive window moves on): its pongs
-	// then wait behind that. 0 disables both.
+	// socket sent (on Linux its TCP receive window moves on while data
+	// waits for it): its pongs then wait behind that. 0 disables both.
 	PingInterval time.Duration
 	// ProtocolKeepAlive sends, with every ping frame once the connection
 	// is acknowledged, the subprotocol's keepalive message: {"type":"ka"}
@@ -582,7 +582,7 @@ type Conn struct {
 	acked atomic.Bool
 
 	mu sync.Mutex
-	// peerEdge is the low 32 bits of receiveEdge at the last ping.
+	// peerEdge is receiveEdge at the last ping (peerReading).
 	peerEdge  atomic.Uint32
 	initTimer *time.Timer         // closes with 4408; stopped by connection_init
 	pingTimer *time.Timer         // sends the next ping; stopped with the connection
@@ -924,8 +924,8 @@ func (c *Conn) release() {
 func (c *Conn) SetReadLimit(limit int64) { c.ws.SetReadLimit(limit) }
 
 // alive moves the read deadline two ping intervals ahead; called for every
-// frame from the peer, and by ping while the peer reads what the socket
-// sent (peerReading).
+// frame from the peer. ping moves it too while the peer reads what the
+// socket sent (peerReading).
 func (c *Conn) alive() {
 	if p := c.impl.PingInterval; p > 0 {
 		_ = c.ws.SetReadDeadline(time.Now().Add(2 * p))
@@ -945,8 +945,11 @@ func (c *Conn) ping() {
 	if c.netClosed.Load() || c.closing.Load() {
 		return
 	}
-	if c.peerReading() {
-		c.alive()
+	if p := c.impl.PingInterval; c.peerReading() {
+		// The reading shows here, up to an interval after it happened:
+		// the deadline leaves the ping two intervals on, which sees any
+		// reading since this one, room to run before it.
+		_ = c.ws.SetReadDeadline(time.Now().Add(2*p + p/4))
 	}
 	c.mu.Lock()
 	if !c.netClosed.Load() { // else closeNetwork stopped the timer before this Reset
@@ -978,20 +981,30 @@ const minPeerProgress = 1024
 
 // peerReading reports whether the right edge of the peer's receive window
 // (receiveEdge) moved by at least minPeerProgress bytes since the last
-// ping: its program read that much of what the socket sent. A client
-// reading a long stream slowly (a catch-up from the journal) answers
-// pings only once it has read everything sent before them, which takes
-// longer than two ping intervals when the buffers between us hold
-// megabytes; its window shows it is there and reading. The window of a
-// peer that stopped reading moves at most while its kernel grows its
-// receive buffer; a vanished peer's not at all.
+// ping while data waited for that window (at that ping or at this one):
+// its program read that much of what the socket sent. A client reading a
+// long stream slowly (a catch-up from the journal) answers pings only
+// once it has read everything sent before them, which takes longer than
+// two ping intervals when the buffers between us hold megabytes; its
+// window, which then holds the stream back, shows it is there and
+// reading. Without data waiting the edge proves nothing: the kernel of a
+// peer that reads nothing moves it for every message of a live feed. The
+// window of a peer that stopped reading with data waiting moves at most
+// while it fills; a vanished peer's not at all.
 func (c *Conn) peerReading() bool {
-	edge, ok := receiveEdge(c.net.raw)
+	edge, waiting, ok := receiveEdge(c.net.raw)
 	if !ok {
 		return false
 	}
-	progress := uint32(edge) - c.peerEdge.Swap(uint32(edge)) // modulo 2³²: one interval never moves 4 GiB
-	return progress >= minPeerProgress
+	// peerEdge keeps the edge's low 32 bits, but for the lowest, which
+	// says whether data was waiting.
+	now := uint32(edge) &^ 1
+	if waiting {
+		now |= 1
+	}
+	last := c.peerEdge.Swap(now)
+	progress := now&^1 - last&^1 // modulo 2³²: one interval never moves 4 GiB
+	return (waiting || last&1 != 0) && progress >= minPeerProgress
 }
 
 // The keepalive messages of the two subprotocols.
