@@ -1003,7 +1003,9 @@ func (c *Conn) peerReading() bool {
 		now |= 1
 	}
 	last := c.peerEdge.Swap(now)
-	progress := now&^1 - last&^1 // modulo 2³²: one interval never moves 4 GiB
+	// Modulo 2³² (one interval never moves 2 GiB), signed: a window the
+	// peer shrank moved back, which is no reading.
+	progress := int32(now&^1 - last&^1)
 	return (waiting || last&1 != 0) && progress >= minPeerProgress
 }
 
