@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"runtime"
@@ -515,6 +516,23 @@ func TestFeedStalledConsumerClosed(t *testing.T) {
 	require.Equal(t, journal[len(seqs):], rest, "it resumes with its last cursor")
 }
 
+// readFeedSlowly reads n eventProcessed results from c, pausing after
+// each, and returns their feed sequences; the socket closing fails the
+// test.
+func readFeedSlowly(t *testing.T, c *apptest.WS, n int, pause time.Duration) []int64 {
+	t.Helper()
+	var seqs []int64
+	began := time.Now()
+	for len(seqs) < n {
+		got, _, code, err := readFeed(c, 1)
+		require.NoError(t, err, "after %d events, %s into the catch-up", len(seqs), time.Since(began).Round(time.Millisecond))
+		require.Zero(t, code, "closed after %d events, %s into the catch-up", len(seqs), time.Since(began).Round(time.Millisecond))
+		seqs = append(seqs, got...)
+		time.Sleep(pause)
+	}
+	return seqs
+}
+
 // journalLongCatchUp journals one event, then n more of 1 KB each (about
 // 1.3 KB a message on the feed), all processed, and returns the first:
 // resuming after it is a catch-up of n events from the journal.
@@ -545,21 +563,52 @@ func TestFeedSlowReaderKeptThroughItsCatchUp(t *testing.T) {
 	c := apptest.DialWS(t, s, apptest.ProtoTransportWS)
 	c.Init(s.Token)
 	c.Subscribe("s", apptest.FeedSubscription, map[string]any{"after": start.Cursor()})
-	var seqs []int64
 	began := time.Now()
-	for len(seqs) < events {
-		got, _, code, err := readFeed(c, 1)
-		require.NoError(t, err, "after %d events, %s into the catch-up", len(seqs), time.Since(began).Round(time.Millisecond))
-		require.Zero(t, code, "closed after %d events, %s into the catch-up", len(seqs), time.Since(began).Round(time.Millisecond))
-		seqs = append(seqs, got...)
-		time.Sleep(4 * time.Millisecond)
-	}
+	seqs := readFeedSlowly(t, c, events, 4*time.Millisecond)
 	rows, err := s.Pool.Query(t.Context(), `SELECT feed_seq FROM events WHERE feed_seq > $1 ORDER BY feed_seq`, *start.FeedSeq)
 	require.NoError(t, err)
 	journal, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
 	require.Equal(t, journal, seqs, "every event once, in feed order")
 	require.Greater(t, time.Since(began), 4*time.Second, "the catch-up outlasted four read deadlines")
+	require.Equal(t, 1, s.App.Websockets().Open(), "the socket is still open")
+}
+
+// A live client that fell behind a burst and reads its catch-up slowly, at
+// 100 KB/s, is not taken for one that stopped reading, though for more
+// than a second at a time nothing is handed on to its socket: the kernel
+// lets the server's writer on only once a third of the socket's send
+// buffer (170 KB) is free. Its receive window moving on shows it reads.
+// The stall bound is 1 s here; the burst (1 MB) outlasts the buffers.
+func TestFeedSlowReaderIsNotStalled(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, func(c *config.Config) { c.FeedMaxStall, c.FeedBuffer = time.Second, 16 })
+	apptest.WaitAllProcessed(t, s)
+	d := websocket.Dialer{Subprotocols: []string{apptest.ProtoTransportWS}, HandshakeTimeout: 5 * time.Second,
+		NetDial: func(network, addr string) (net.Conn, error) {
+			conn, err := net.Dial(network, addr)
+			if err == nil {
+				// A small receive buffer, so that its window opens often.
+				err = conn.(*net.TCPConn).SetReadBuffer(32 << 10)
+			}
+			return conn, err
+		}}
+	conn, res, err := d.Dial(apptest.WSURL(s), nil)
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	t.Cleanup(func() { _ = conn.Close() })
+	c := apptest.NewWS(t, conn, apptest.ProtoTransportWS)
+	c.Init(s.Token)
+	c.Subscribe("s", apptest.FeedSubscription, nil)
+	apptest.WaitFor(t, 5*time.Second, "the subscription", func() bool { return s.App.Feed().Subscribers() == 1 })
+	const events = 800
+	require.NoError(t, insertPaddedEvents(t.Context(), s, events, events, 500))
+	seqs := readFeedSlowly(t, c, events, 13*time.Millisecond) // 1.3 KB an event: 100 KB/s
+	rows, err := s.Pool.Query(t.Context(), `SELECT feed_seq FROM events WHERE feed_seq IS NOT NULL ORDER BY feed_seq`)
+	require.NoError(t, err)
+	journal, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Equal(t, journal, seqs, "every event once, in feed order")
 	require.Equal(t, 1, s.App.Websockets().Open(), "the socket is still open")
 }
 

@@ -23,7 +23,8 @@ import (
 // too far behind the live feed: one that fell more than its feed buffer
 // (Resolver.FeedBuffer) behind reads on from the journal, and is closed
 // only once it lags more than Resolver.FeedMaxLag events or takes no
-// event for Resolver.FeedMaxStall (it stopped reading); the server never
+// event and reads nothing for Resolver.FeedMaxStall (it stopped reading:
+// wsgorilla.LastRead); the server never
 // buffers without bound, and the client resumes with
 // eventProcessed(after: <its last cursor>). Not 4429, which
 // graphql-transport-ws uses for repeated connection_init and which the
@@ -59,7 +60,7 @@ type feedStream struct {
 	more        bool // the last page was full: read another
 
 	last     atomic.Int64 // feed sequence of the last event handed on
-	progress atomic.Int64 // when the last event was handed on (Unix ns)
+	progress atomic.Int64 // when the last event was handed on, or the client last seen reading (Unix ns)
 	live     atomic.Bool  // back-fill done: a drop means the client fell behind
 	wasLive  atomic.Bool  // live once: a back-fill is a catch-up, bounded
 	warned   atomic.Bool  // the slow consumer was logged
@@ -183,8 +184,9 @@ func (s *feedStream) handedOn(ev *db.Event) {
 
 // watchCatchUp checks, FeedMaxStall after the last event handed on and
 // again until the stream is live, that a stream catching up still takes
-// events and is within FeedMaxLag of the feed; else it closes the socket
-// with CloseSlowConsumer.
+// events, or its client still reads what its socket was sent
+// (wsgorilla.LastRead), and is within FeedMaxLag of the feed; else it
+// closes the socket with CloseSlowConsumer.
 func (s *feedStream) watchCatchUp() {
 	stall := s.r.feedMaxStall()
 	wait := stall - time.Since(time.Unix(0, s.progress.Load()))
@@ -196,10 +198,17 @@ func (s *feedStream) watchCatchUp() {
 			return
 		}
 		if time.Since(time.Unix(0, s.progress.Load())) >= stall {
-			if wsgorilla.CloseStalledSocket(s.ctx, CloseSlowConsumer, closeReasonSlowConsumer) {
-				s.warnSlow()
+			// A client reading slowly is not stalled, though nothing was
+			// handed on: its events wait for its reading to free the
+			// socket's buffers.
+			read := wsgorilla.LastRead(s.ctx)
+			if time.Since(read) >= stall {
+				if wsgorilla.CloseStalledSocket(s.ctx, CloseSlowConsumer, closeReasonSlowConsumer) {
+					s.warnSlow()
+				}
+				return
 			}
-			return
+			s.progress.Store(read.UnixNano())
 		}
 		if s.tooFarBehind() {
 			s.closeSlow()

@@ -88,9 +88,10 @@ type Config struct {
 	// FeedMaxLag and FeedMaxStall bound a live subscriber that fell
 	// behind its feed buffer and reads on from the journal: it is closed
 	// with 4503 once it is more than FeedMaxLag events behind the feed, or
-	// has taken no event for FeedMaxStall (it stopped reading).
+	// has taken no event and read nothing for FeedMaxStall (it stopped
+	// reading).
 	FeedMaxLag   int           `env:"FEED_MAX_LAG" envDefault:"100000" help:"events a live subscriber that fell behind may lag the feed while it catches up from the journal, before its socket is closed with 4503" want:"a whole number of at least 1"`
-	FeedMaxStall time.Duration `env:"FEED_MAX_STALL" envDefault:"8s" help:"how long a live subscriber that fell behind may take no event before its socket is closed with 4503; above 10s the 10s write timeout drops a client that stopped reading first" want:"a duration of at least 1s like 8s"`
+	FeedMaxStall time.Duration `env:"FEED_MAX_STALL" envDefault:"8s" help:"how long a live subscriber that fell behind may take no event and read nothing before its socket is closed with 4503; above 10s the 10s write timeout drops a client that stopped reading first" want:"a duration of at least 1s like 8s"`
 
 	// User is the user subcommand's flags.
 	User User

@@ -13,12 +13,16 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// keepaliveServer serves sockets with pings every interval; each socket's
-// writer calls write until it fails. closed gets the time its reader
-// failed (the keepalive's read deadline, or the network gone).
-func keepaliveServer(t *testing.T, interval time.Duration, write func(*Conn) error) (url string, closed <-chan time.Time) {
+// keepaliveServer serves sockets with pings every interval, on a 64 KiB
+// send buffer unless configure changes impl; each socket's writer calls
+// write until it fails. closed gets the time its reader failed (the
+// keepalive's read deadline, or the network gone).
+func keepaliveServer(t *testing.T, interval time.Duration, write func(*Conn) error, configure ...func(*Implementation)) (url string, closed <-chan time.Time) {
 	t.Helper()
 	impl := &Implementation{PingInterval: interval, SendBuffer: 64 << 10}
+	for _, c := range configure {
+		c(impl)
+	}
 	ch := make(chan time.Time, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		wc, err := impl.Accept(w, r, transport.WebsocketAcceptOptions{Subprotocols: []string{"graphql-transport-ws"}})
@@ -41,6 +45,26 @@ func keepaliveServer(t *testing.T, interval time.Duration, write func(*Conn) err
 	}))
 	t.Cleanup(srv.Close)
 	return "ws" + strings.TrimPrefix(srv.URL, "http"), ch
+}
+
+// readEvery reads size bytes from raw every interval, from a goroutine
+// that ends with the test.
+func readEvery(t *testing.T, raw net.Conn, size int, every time.Duration) {
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	go func() {
+		buf := make([]byte, size)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(every):
+			}
+			if _, err := io.ReadFull(raw, buf); err != nil {
+				return
+			}
+		}
+	}()
 }
 
 // dialRaw opens a socket to url and returns its TCP connection, which the
@@ -106,26 +130,51 @@ func TestKeepaliveKeepsAPeerReadingInBursts(t *testing.T) {
 	// buffer (autotuned to megabytes for this reader) and by at least the
 	// MSS (64 KiB on loopback).
 	_ = raw.(*net.TCPConn).SetReadBuffer(64 << 10)
-	done := make(chan struct{})
-	t.Cleanup(func() { close(done) })
-	go func() {
-		buf := make([]byte, 256<<10)
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(5 * interval / 4):
-			}
-			if _, err := io.ReadFull(raw, buf); err != nil {
-				return
-			}
-		}
-	}()
+	readEvery(t, raw, 256<<10, 5*interval/4)
 	start := time.Now()
 	select {
 	case at := <-closed:
 		t.Fatalf("closed %s after the handshake, reading every %s (ping interval %s)",
 			at.Sub(start).Round(time.Millisecond), 5*interval/4, interval)
 	case <-time.After(25 * interval):
+	}
+}
+
+// A client reading slowly keeps its socket though one write waits longer
+// than WriteTimeout: the kernel lets a writer on only once a third of the
+// send buffer is free (170 KB of the 512 KiB a 256 KiB SO_SNDBUF
+// reserves), which a client reading 80 KB/s takes 2 s to free. Its receive
+// window moving on, every time it has read half its small buffer, moves
+// the write's deadline on.
+func TestWriteWaitingForASlowReaderIsNotTimedOut(t *testing.T) {
+	t.Parallel()
+	const interval = 400 * time.Millisecond
+	msg := []byte(`"` + strings.Repeat("x", 16<<10) + `"`)
+	url, closed := keepaliveServer(t, interval, func(c *Conn) error { return c.writeText(false, msg) },
+		func(i *Implementation) { i.SendBuffer, i.WriteTimeout = 256<<10, time.Second })
+	raw := dialRaw(t, url)
+	_ = raw.(*net.TCPConn).SetReadBuffer(32 << 10)
+	readEvery(t, raw, 4<<10, 50*time.Millisecond) // 80 KB/s
+	start := time.Now()
+	select {
+	case at := <-closed:
+		t.Fatalf("closed %s after the handshake while the client read 80 KB/s", at.Sub(start).Round(time.Millisecond))
+	case <-time.After(6 * time.Second):
+	}
+}
+
+// A reading seen within the current millisecond, or a moment ago, is that
+// old, never weeks (the clock's lowest bit against the stored one's).
+func TestLastReadIsWhenItWasSeen(t *testing.T) {
+	var c Conn
+	if !c.lastRead().IsZero() {
+		t.Fatal("a peer never seen reading has a last read")
+	}
+	for range 50 {
+		c.readSeen.Store(uint32(time.Since(readEpoch).Milliseconds()) | 1)
+		if age := time.Since(c.lastRead()); age < -2*time.Millisecond || age > time.Second {
+			t.Fatalf("seen just now, last read %s ago", age)
+		}
+		time.Sleep(time.Millisecond / 2)
 	}
 }

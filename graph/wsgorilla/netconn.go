@@ -30,10 +30,14 @@ import (
 type netConn struct {
 	raw net.Conn
 
-	mu       sync.Mutex
-	hold     bool    // the next data frame is held, if it is a whole text frame
-	held     *[]byte // frames held, oldest first, from heldBuffers; nil when none
-	deadline int64   // the write deadline gorilla set last (Unix ns, 0: none), applied at the write
+	mu   sync.Mutex
+	hold bool // the next data frame is held, if it is a whole text frame
+	// readUntil is a floor under the write deadlines while the peer reads
+	// (extendWrite): seconds after readEpoch, 0 for none. gorilla sets
+	// its message's deadline again for every frame of it.
+	readUntil uint32
+	held      *[]byte // frames held, oldest first, from heldBuffers; nil when none
+	deadline  int64   // the write deadline gorilla set last (Unix ns, 0: none), applied at the write
 }
 
 // forGorilla returns the net.Conn gorilla's Conn gets: raw for reads and
@@ -143,7 +147,7 @@ func (n *netConn) Write(p []byte) (int, error) {
 		return 0, nil
 	}
 	n.mu.Lock()
-	deadline := n.deadline
+	deadline := n.deadlineLocked()
 	if !isFrame(p) {
 		// Not the one frame gorilla is expected to hand over (the
 		// handshake's response, or a change in gorilla): written as it
@@ -217,6 +221,28 @@ func (n *netConn) SetWriteDeadline(t time.Time) error {
 		n.deadline = t.UnixNano()
 	}
 	return nil
+}
+
+// extendWrite moves the deadlines of the write in progress, if any, and of
+// the writes until t on to t (rounded up to a second): the peer reads, and
+// a write waits for its reading to free the send buffer.
+func (n *netConn) extendWrite(t time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.readUntil = uint32((t.Sub(readEpoch) + time.Second - 1) / time.Second)
+	if d := n.deadlineLocked(); d != 0 {
+		_ = n.raw.SetWriteDeadline(time.Unix(0, d))
+	}
+}
+
+// deadlineLocked is the deadline of the next write: gorilla's, or the
+// floor extendWrite set when that is later. Under mu.
+func (n *netConn) deadlineLocked() int64 {
+	d := n.deadline
+	if d != 0 && n.readUntil != 0 {
+		d = max(d, readEpoch.Add(time.Duration(n.readUntil)*time.Second).UnixNano())
+	}
+	return d
 }
 
 // SetDeadline sets the read deadline and the next write's.

@@ -576,6 +576,9 @@ type Conn struct {
 	// ownIDs: Transport keeps the running operations' ids (4409) in its
 	// own set, and active stays nil.
 	ownIDs bool
+	// initSeen is set once a connection_init arrived; guarded by mu (it
+	// sits here to fill the padding after ownIDs).
+	initSeen bool
 
 	// acked is set once connection_ack was written: keepalive messages
 	// follow from then on.
@@ -587,9 +590,11 @@ type Conn struct {
 	initTimer *time.Timer         // closes with 4408; stopped by connection_init
 	pingTimer *time.Timer         // sends the next ping; stopped with the connection
 	active    map[string]struct{} // ids of operations running on this socket, made on first use
-	initSeen  bool                // a connection_init arrived
 	// pinging is set while ping writes a ping frame and keepalive message.
 	pinging atomic.Bool
+	// readSeen is when checkReading last saw the peer reading, in ms
+	// since readEpoch modulo 2³², with the lowest bit set (0: never).
+	readSeen atomic.Uint32
 }
 
 var (
@@ -933,24 +938,19 @@ func (c *Conn) alive() {
 }
 
 // ping runs every PingInterval on the timer's goroutine (an idle socket
-// has no goroutine for its pings). It moves the read deadline on while the
-// peer reads what the socket sent (peerReading), then sends a ping frame,
+// has no goroutine for its pings). It moves the deadlines on while the
+// peer reads what the socket sent (checkReading), then sends a ping frame,
 // and the subprotocol's keepalive message when ProtocolKeepAlive is set,
-// unless the previous ones are still being written: behind a full send
-// buffer they wait for the peer to read, and the next interval's check
-// must not wait with them. Every websocket client answers pings with
+// unless the previous ones are still being written or a data write is in
+// progress: behind a full send buffer they wait for the peer to read, and
+// the next interval's check must not wait with them. Every websocket client answers pings with
 // pongs on its own (browsers, Node's ws), so this detects a vanished peer
 // on both subprotocols.
 func (c *Conn) ping() {
 	if c.netClosed.Load() || c.closing.Load() {
 		return
 	}
-	if p := c.impl.PingInterval; c.peerReading() {
-		// The reading shows here, up to an interval after it happened:
-		// the deadline leaves the ping two intervals on, which sees any
-		// reading since this one, room to run before it.
-		_ = c.ws.SetReadDeadline(time.Now().Add(2*p + p/4))
-	}
+	c.checkReading()
 	c.mu.Lock()
 	if !c.netClosed.Load() { // else closeNetwork stopped the timer before this Reset
 		c.pingTimer.Reset(c.impl.PingInterval)
@@ -960,7 +960,17 @@ func (c *Conn) ping() {
 		return
 	}
 	defer c.pinging.Store(false)
-	if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.impl.writeTimeout())); err != nil {
+	// A data write in progress waits for the peer to read: a ping would
+	// wait behind it in gorilla's lock, under a deadline that no reading
+	// moves on (checkReading moves the write's), and fail there. The
+	// write's own deadline watches the peer meanwhile. Holding writeMu,
+	// the ping keeps data writes from coming between.
+	if !c.writeMu.TryLock() {
+		return
+	}
+	err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.impl.writeTimeout()))
+	c.writeMu.Unlock()
+	if err != nil {
 		if !c.closing.Load() {
 			c.closeNetwork()
 		}
@@ -973,6 +983,66 @@ func (c *Conn) ping() {
 		}
 		_ = c.writeText(false, msg) // a failed write closes the socket
 	}
+}
+
+// checkReading looks whether the peer read what the socket sent since the
+// last look (peerReading) and, when it did, notes when (LastRead) and
+// moves the socket's deadlines on, as a frame from the peer would: the
+// read deadline, which its pongs, behind what it has yet to read, would
+// miss, and the write deadline of a write waiting for its reading to free
+// the send buffer (the kernel lets a writer on only once a third of the
+// buffer is free: hundreds of kilobytes for a slow reader to take).
+func (c *Conn) checkReading() {
+	if !c.peerReading() {
+		return
+	}
+	now := time.Now()
+	c.readSeen.Store(uint32(now.Sub(readEpoch).Milliseconds()) | 1)
+	if p := c.impl.PingInterval; p > 0 {
+		// At a ping the reading shows up to an interval after it
+		// happened: the deadline leaves the ping two intervals on, which
+		// sees any reading since this one, room to run before it.
+		_ = c.ws.SetReadDeadline(now.Add(2*p + p/4))
+	}
+	if !c.closing.Load() {
+		c.net.extendWrite(now.Add(c.impl.writeTimeout()))
+	}
+}
+
+// readEpoch is the origin of Conn.readSeen.
+var readEpoch = time.Now()
+
+// lastRead is when checkReading last saw the peer reading; zero when it
+// never did.
+func (c *Conn) lastRead() time.Time {
+	seen := c.readSeen.Load()
+	if seen == 0 {
+		return time.Time{}
+	}
+	// Modulo 2³² ms (49 days); seen has its lowest bit set, so the clock's
+	// too, or a look within its millisecond would be a negative age.
+	age := uint32(time.Since(readEpoch).Milliseconds()) | 1 - seen
+	return time.Now().Add(-time.Duration(age) * time.Millisecond)
+}
+
+// LastRead is when the client of ctx's socket was last seen reading what
+// the socket sent (on Linux, its TCP receive window moving on while data
+// waited for it), looking once more now; zero outside a socket, where it
+// cannot be told, or when it was never seen. A writer waiting on a full
+// socket has handed nothing on for seconds while a client reads slowly;
+// this tells that client from one that stopped reading. Seeing it read
+// moves the socket's deadlines on, as its pings do.
+func LastRead(ctx context.Context) time.Time {
+	h, ok := ctx.Value(handleKey{}).(*handle)
+	if !ok {
+		return time.Time{}
+	}
+	c := h.conn.Load()
+	if c == nil || c.netClosed.Load() {
+		return time.Time{}
+	}
+	c.checkReading()
+	return c.lastRead()
 }
 
 // minPeerProgress is how far the peer's receive window must have moved
