@@ -673,22 +673,41 @@ func TestFeedRefusesForeignCursor(t *testing.T) {
 		base64.RawURLEncoding.EncodeToString([]byte("e1:7:-")),
 		base64.RawURLEncoding.EncodeToString([]byte("e1:999999:5")),
 	} {
-		id := fmt.Sprint("c", i)
-		c.Subscribe(id, apptest.FeedSubscription, map[string]any{"after": after})
-		// gqlgen sends a resolver's error as a result, then completes.
-		m, err := c.Read(5 * time.Second)
-		require.NoError(t, err)
-		require.Equal(t, "next", m.Type, "cursor %q: %s", after, m.Payload)
-		require.Equal(t, id, m.ID)
-		var res apptest.Response
-		require.NoError(t, json.Unmarshal(m.Payload, &res))
-		require.Len(t, res.Errors, 1)
-		require.Equal(t, "BAD_USER_INPUT", res.Errors[0].Extensions["code"], "cursor %q: %s", after, res.Errors[0].Message)
-		require.Equal(t, "after", res.Errors[0].Extensions["field"])
-		m, err = c.Read(5 * time.Second)
-		require.NoError(t, err)
-		require.Equal(t, "complete", m.Type)
+		requireFeedRefused(t, c, fmt.Sprint("c", i), map[string]any{"after": after}, "after")
 	}
+}
+
+// A filter on unprocessed events would match nothing the feed carries:
+// it is refused rather than waiting forever.
+func TestFeedRefusesUnprocessedFilter(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	c := apptest.DialWS(t, s, apptest.ProtoTransportWS)
+	c.Init(s.Token)
+	requireFeedRefused(t, c, "u", map[string]any{"filter": map[string]any{"processed": false}}, "filter.processed")
+	// processed: true is what the feed carries anyway.
+	c.Subscribe("p", apptest.FeedSubscription, map[string]any{"filter": map[string]any{"processed": true}})
+	apptest.WaitFor(t, 5*time.Second, "the subscription", func() bool { return s.App.Feed().Subscribers() == 1 })
+}
+
+// requireFeedRefused subscribes id to the feed with vars and requires the
+// refusal gqlgen sends for a resolver's error: a result with one
+// BAD_USER_INPUT error on field, then complete.
+func requireFeedRefused(t *testing.T, c *apptest.WS, id string, vars map[string]any, field string) {
+	t.Helper()
+	c.Subscribe(id, apptest.FeedSubscription, vars)
+	m, err := c.Read(5 * time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "next", m.Type, "%v: %s", vars, m.Payload)
+	require.Equal(t, id, m.ID)
+	var res apptest.Response
+	require.NoError(t, json.Unmarshal(m.Payload, &res))
+	require.Len(t, res.Errors, 1)
+	require.Equal(t, "BAD_USER_INPUT", res.Errors[0].Extensions["code"], "%v: %s", vars, res.Errors[0].Message)
+	require.Equal(t, field, res.Errors[0].Extensions["field"])
+	m, err = c.Read(5 * time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "complete", m.Type)
 }
 
 // processedCount is the number of processed events in s's journal.

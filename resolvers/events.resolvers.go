@@ -60,6 +60,10 @@ func (r *subscriptionResolver) EventProcessed(ctx context.Context, filter *db.Ev
 	if err != nil {
 		return nil, err
 	}
+	if f.Processed != nil && !*f.Processed {
+		// It would match nothing the feed ever carries.
+		return nil, &db.InputError{Field: "filter.processed", Msg: "eventProcessed carries processed events only: leave processed out or set it true"}
+	}
 	return r.liveEvents(ctx, f, after)
 }
 
