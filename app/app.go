@@ -193,6 +193,7 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 		InitTimeout:       cmp.Or(cfg.InitTimeout, wsInitTimeout),
 		SendBuffer:        wsSendBuffer,
 		OnMessage:         m.WebsocketMessage,
+		Logger:            logger,
 	}
 	riverUI, err := riverui.NewHandler(&riverui.HandlerOpts{
 		Endpoints: riverui.NewEndpoints(riverClient, nil),

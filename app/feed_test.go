@@ -561,17 +561,28 @@ func TestFeedSlowReaderKeptThroughItsCatchUp(t *testing.T) {
 	const events = 1200
 	start := journalLongCatchUp(t, s, events)
 	c := apptest.DialWS(t, s, apptest.ProtoTransportWS)
+	var pings atomic.Int32
+	c.Conn.SetPingHandler(func(data string) error {
+		pings.Add(1)
+		return c.Conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(time.Second))
+	})
 	c.Init(s.Token)
 	c.Subscribe("s", apptest.FeedSubscription, map[string]any{"after": start.Cursor()})
 	began := time.Now()
 	seqs := readFeedSlowly(t, c, events, 4*time.Millisecond)
+	took := time.Since(began)
 	rows, err := s.Pool.Query(t.Context(), `SELECT feed_seq FROM events WHERE feed_seq > $1 ORDER BY feed_seq`, *start.FeedSeq)
 	require.NoError(t, err)
 	journal, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
 	require.Equal(t, journal, seqs, "every event once, in feed order")
-	require.Greater(t, time.Since(began), 4*time.Second, "the catch-up outlasted four read deadlines")
+	require.Greater(t, took, 4*time.Second, "the catch-up outlasted four read deadlines")
 	require.Equal(t, 1, s.App.Websockets().Open(), "the socket is still open")
+	// The keepalive goes on among the catch-up's messages (a legacy
+	// client closes after 30 s without one): a ping every 500 ms, less
+	// those skipped while the one before still waited for room in the
+	// socket, and those queued behind the last events read.
+	require.GreaterOrEqual(t, pings.Load(), int32(took/(2*time.Second)), "pings read in %s of catch-up", took.Round(time.Millisecond))
 }
 
 // A live client that fell behind a burst and reads its catch-up slowly, at
@@ -635,6 +646,14 @@ func TestFeedReaderThatStopsDroppedByKeepalive(t *testing.T) {
 	// Two intervals, one more while the client's kernel still took data,
 	// and scheduling; the write timeout (10 s) would be far later.
 	require.Less(t, took, 6*interval)
+	// The server says why it dropped the socket.
+	var dropped []string
+	for _, rec := range s.Logs(t) {
+		if rec["msg"] == "websocket dropped: peer gone" {
+			dropped = append(dropped, fmt.Sprint(rec["reason"]))
+		}
+	}
+	require.Equal(t, []string{"nothing came from the peer and it read nothing for two ping intervals"}, dropped)
 }
 
 // A client that fell behind by more than FeedMaxLag events is closed with

@@ -50,7 +50,8 @@ type Server struct {
 	Pool  *pgxpool.Pool
 	App   *app.App
 
-	// logs keeps the application's warnings and errors (JSON lines).
+	// logs keeps the application's log records of level info and above
+	// (JSON lines).
 	logs *lockedBuffer
 
 	stopServing context.CancelFunc
@@ -97,7 +98,7 @@ func NewOn(t testing.TB, pool *pgxpool.Pool, opts ...func(*config.Config)) *Serv
 	}))
 	logs := &lockedBuffer{}
 	a, err := app.New(db.Direct(pool), cfg, slog.New(slog.NewMultiHandler(Logger(t).Handler(),
-		slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+		slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))))
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -124,8 +125,8 @@ func NewOn(t testing.TB, pool *pgxpool.Pool, opts ...func(*config.Config)) *Serv
 	return s
 }
 
-// Logs returns the warnings and errors the application logged so far, each
-// a log record's attributes by key ("msg", "level" and the record's own).
+// Logs returns the records of level info and above the application logged
+// so far, each its attributes by key ("msg", "level" and the record's own).
 func (s *Server) Logs(t testing.TB) []map[string]any {
 	t.Helper()
 	var out []map[string]any

@@ -1,11 +1,14 @@
 package wsgorilla
 
 import (
+	"bytes"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -178,3 +181,35 @@ func TestLastReadIsWhenItWasSeen(t *testing.T) {
 		time.Sleep(time.Millisecond / 2)
 	}
 }
+
+// A socket dropped because a write waited WriteTimeout on a peer that
+// reads nothing is logged with why, for the operator the client's 1006
+// does not reach.
+func TestWriteTimeoutDropIsLogged(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	msg := []byte(`"` + strings.Repeat("x", 16<<10) + `"`)
+	url, closed := keepaliveServer(t, 0, func(c *Conn) error { return c.writeText(false, msg) },
+		func(i *Implementation) { i.WriteTimeout, i.Logger = 300*time.Millisecond, logger })
+	dialRaw(t, url) // never read
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a write to a peer that reads nothing did not time out")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got := logs.String(); !strings.Contains(got, `msg="websocket dropped: peer gone" reason="a write waited the write timeout while the peer read nothing"`) {
+		t.Fatalf("log: %q", got)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

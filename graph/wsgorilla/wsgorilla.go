@@ -45,6 +45,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"maps"
 	"net"
 	"net/http"
@@ -157,6 +158,11 @@ type Implementation struct {
 	// it was dropped (the socket was closing or the write failed).
 	// Metrics hook in here.
 	OnMessage func(sent bool)
+	// Logger, when set, gets one line (info) for each socket dropped
+	// because its peer seemed gone: nothing came from it and it read
+	// nothing for two PingIntervals, or a write waited WriteTimeout while
+	// it read nothing. The client sees 1006 then, and no close frame.
+	Logger *slog.Logger
 
 	writePool sync.Pool // write buffers shared by every socket
 
@@ -659,6 +665,9 @@ func (c *Conn) take(r io.Reader, rerr error) (b []byte, m clientMessage, parsed,
 			return b, m, true, !c.admit(m), nil
 		}
 	}
+	if isTimeout(err) && !c.closing.Load() && !c.netClosed.Load() {
+		c.dropped("nothing came from the peer and it read nothing for two ping intervals")
+	}
 	c.closeNetwork()
 	var ce *websocket.CloseError
 	if errors.As(err, &ce) && (ce.Code == websocket.CloseNormalClosure || ce.Code == websocket.CloseNoStatusReceived) {
@@ -783,6 +792,9 @@ func (c *Conn) writeText(hold bool, parts ...[]byte) error {
 	if err := c.writeParts(parts); err != nil {
 		c.impl.onMessage(false)
 		if !c.closing.Load() {
+			if isTimeout(err) && !c.netClosed.Load() {
+				c.dropped("a write waited the write timeout while the peer read nothing")
+			}
 			c.closeNetwork()
 		}
 		return err
@@ -901,6 +913,22 @@ func (c *Conn) Close() error {
 // safe to call more than once.
 func (c *Conn) untrack() { c.impl.forget(c) }
 
+// isTimeout reports a deadline that passed; gorilla hands it on as an
+// error of its own, a net.Error.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// dropped logs that the socket is dropped because its peer seemed gone,
+// for why.
+func (c *Conn) dropped(why string) {
+	if l := c.impl.Logger; l != nil {
+		l.Info("websocket dropped: peer gone", slog.String("reason", why),
+			slog.String("remote", c.ws.RemoteAddr().String()), slog.String("subprotocol", c.ws.Subprotocol()))
+	}
+}
+
 // closeNetwork closes the network connection, which fails every read and
 // write in progress; safe to call more than once.
 func (c *Conn) closeNetwork() {
@@ -941,8 +969,8 @@ func (c *Conn) alive() {
 // has no goroutine for its pings). It moves the deadlines on while the
 // peer reads what the socket sent (checkReading), then sends a ping frame,
 // and the subprotocol's keepalive message when ProtocolKeepAlive is set,
-// unless the previous ones are still being written or a data write is in
-// progress: behind a full send buffer they wait for the peer to read, and
+// between data messages, unless the previous ones are still being
+// written: behind a full send buffer they wait for the peer to read, and
 // the next interval's check must not wait with them. Every websocket client answers pings with
 // pongs on its own (browsers, Node's ws), so this detects a vanished peer
 // on both subprotocols.
@@ -960,14 +988,13 @@ func (c *Conn) ping() {
 		return
 	}
 	defer c.pinging.Store(false)
-	// A data write in progress waits for the peer to read: a ping would
-	// wait behind it in gorilla's lock, under a deadline that no reading
-	// moves on (checkReading moves the write's), and fail there. The
-	// write's own deadline watches the peer meanwhile. Holding writeMu,
-	// the ping keeps data writes from coming between.
-	if !c.writeMu.TryLock() {
-		return
-	}
+	// The ping waits its turn among the data messages: in gorilla's lock
+	// it would wait behind a data write under a deadline that no reading
+	// moves on (checkReading moves the writes'), and fail there while the
+	// peer reads a long catch-up slowly, which must still get its pings
+	// and keepalive messages (a legacy client closes after 30 s without
+	// a "ka").
+	c.writeMu.Lock()
 	err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.impl.writeTimeout()))
 	c.writeMu.Unlock()
 	if err != nil {
