@@ -36,6 +36,10 @@ type netConn struct {
 	// (extendWrite): seconds after readEpoch, 0 for none. gorilla sets
 	// its message's deadline again for every frame of it.
 	readUntil uint32
+	// closeSent is set once a close frame is being written: its deadline
+	// is its own (closeGrace for a peer taken for stalled, or at
+	// shutdown), never the floor of a reading seen before.
+	closeSent bool
 	held      *[]byte // frames held, oldest first, from heldBuffers; nil when none
 	deadline  int64   // the write deadline gorilla set last (Unix ns, 0: none), applied at the write
 }
@@ -147,6 +151,9 @@ func (n *netConn) Write(p []byte) (int, error) {
 		return 0, nil
 	}
 	n.mu.Lock()
+	if isFrame(p) && p[0]&0x0f == opClose {
+		n.closeSent = true
+	}
 	deadline := n.deadlineLocked()
 	if !isFrame(p) {
 		// Not the one frame gorilla is expected to hand over (the
@@ -236,10 +243,11 @@ func (n *netConn) extendWrite(t time.Time) {
 }
 
 // deadlineLocked is the deadline of the next write: gorilla's, or the
-// floor extendWrite set when that is later. Under mu.
+// floor extendWrite set when that is later, but for a close frame. Under
+// mu.
 func (n *netConn) deadlineLocked() int64 {
 	d := n.deadline
-	if d != 0 && n.readUntil != 0 {
+	if d != 0 && n.readUntil != 0 && !n.closeSent {
 		d = max(d, readEpoch.Add(time.Duration(n.readUntil)*time.Second).UnixNano())
 	}
 	return d

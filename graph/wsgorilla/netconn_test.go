@@ -193,3 +193,29 @@ func equalWrites(got, want [][]byte) bool {
 	}
 	return true
 }
+
+// A close frame goes out under its own deadline, not under the floor a
+// reading seen before set for data writes: a socket closed for a stalled
+// peer, or at shutdown, gets closeGrace for it, not WriteTimeout more.
+func TestCloseFrameIsNotExtendedByReading(t *testing.T) {
+	t.Parallel()
+	rec := &recordingConn{}
+	n := &netConn{raw: rec}
+	now := time.Now()
+	n.extendWrite(now.Add(10 * time.Second)) // the peer was seen reading
+
+	_ = n.SetWriteDeadline(now.Add(time.Second))
+	mustWrite(t, n, textFrame1)
+	if got := rec.deadlines[0]; got.Before(now.Add(10 * time.Second)) {
+		t.Fatalf("a data frame went out under %v, before the floor", got.Sub(now))
+	}
+	_ = n.SetWriteDeadline(now.Add(time.Second))
+	mustWrite(t, n, closeFrame)
+	if got := rec.deadlines[1]; !got.Equal(now.Add(time.Second)) {
+		t.Fatalf("the close frame went out under %v, want its own 1s", got.Sub(now).Round(time.Millisecond))
+	}
+	n.extendWrite(now.Add(20 * time.Second)) // a look while it is written
+	if !rec.deadline.Equal(now.Add(time.Second)) {
+		t.Fatalf("a reading seen moved the close frame's deadline to %v", rec.deadline.Sub(now).Round(time.Millisecond))
+	}
+}
