@@ -213,3 +213,57 @@ func TestWriteTimeoutDropIsLogged(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// A socket dropped because its ping waited WriteTimeout on a peer that
+// reads nothing, between data messages, is logged as a data write's
+// timeout is: the ping now waits its turn there and may be the write
+// that times out.
+func TestPingWriteTimeoutDropIsLogged(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	var filled sync.Once
+	// The writer fills the socket's buffers, then writes nothing: the
+	// ping at the first interval is the write that waits.
+	url, closed := keepaliveServer(t, time.Second, func(c *Conn) error {
+		filled.Do(func() {
+			time.Sleep(200 * time.Millisecond) // the client's buffer set
+			chunk := make([]byte, 64<<10)
+			for {
+				_ = c.net.raw.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+				if _, err := c.net.raw.Write(chunk); err != nil {
+					break
+				}
+			}
+			for {
+				_ = c.net.raw.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+				if _, err := c.net.raw.Write(chunk[:2]); err != nil {
+					break
+				}
+			}
+		})
+		<-done
+		return io.EOF
+	}, func(i *Implementation) { i.WriteTimeout, i.Logger = 300*time.Millisecond, logger })
+	raw := dialRaw(t, url) // never read
+	// A fixed receive buffer, which the kernel does not grow for the data
+	// arriving: the fill stays full.
+	_ = raw.(*net.TCPConn).SetReadBuffer(32 << 10)
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a ping to a peer that reads nothing did not time out")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got := logs.String(); !strings.Contains(got, `msg="websocket dropped: peer gone" reason="a write waited the write timeout while the peer read nothing"`) {
+		t.Fatalf("log: %q", got)
+	}
+}

@@ -999,6 +999,9 @@ func (c *Conn) ping() {
 	c.writeMu.Unlock()
 	if err != nil {
 		if !c.closing.Load() {
+			if isTimeout(err) && !c.netClosed.Load() {
+				c.dropped("a write waited the write timeout while the peer read nothing")
+			}
 			c.closeNetwork()
 		}
 		return
