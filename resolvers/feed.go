@@ -208,7 +208,10 @@ func (s *feedStream) watchCatchUp() {
 				}
 				return
 			}
-			s.progress.Store(read.UnixNano())
+			// Never back past an event handed on meanwhile.
+			for at := s.progress.Load(); read.UnixNano() > at && !s.progress.CompareAndSwap(at, read.UnixNano()); {
+				at = s.progress.Load()
+			}
 		}
 		if s.tooFarBehind() {
 			s.closeSlow()

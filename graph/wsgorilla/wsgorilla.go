@@ -1035,7 +1035,16 @@ func (c *Conn) checkReading() {
 		_ = c.ws.SetReadDeadline(now.Add(2*p + p/4))
 	}
 	if !c.closing.Load() {
-		c.net.extendWrite(now.Add(c.impl.writeTimeout()))
+		// The next look is a ping interval away: the floor leaves it a
+		// quarter of one to run, as the read deadline does, within a
+		// quarter more than WriteTimeout, so that a peer that stopped
+		// is not kept for long past it when pings are far apart.
+		w := c.impl.writeTimeout()
+		room := w
+		if p := c.impl.PingInterval; p > 0 {
+			room = max(w, min(p+p/4, w+w/4))
+		}
+		c.net.extendWrite(now.Add(room))
 	}
 }
 
