@@ -187,13 +187,7 @@ func TestLastReadIsWhenItWasSeen(t *testing.T) {
 // does not reach.
 func TestWriteTimeoutDropIsLogged(t *testing.T) {
 	t.Parallel()
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return logs.Write(p)
-	}), nil))
+	logger, logged := testLogger()
 	msg := []byte(`"` + strings.Repeat("x", 16<<10) + `"`)
 	url, closed := keepaliveServer(t, 0, func(c *Conn) error { return c.writeText(false, msg) },
 		func(i *Implementation) { i.WriteTimeout, i.Logger = 300*time.Millisecond, logger })
@@ -203,10 +197,24 @@ func TestWriteTimeoutDropIsLogged(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a write to a peer that reads nothing did not time out")
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if got := logs.String(); !strings.Contains(got, `msg="websocket dropped: peer gone" reason="a write waited the write timeout while the peer read nothing"`) {
+	if got := logged(); !strings.Contains(got, `msg="websocket dropped: peer gone" reason="a write waited the write timeout while the peer read nothing"`) {
 		t.Fatalf("log: %q", got)
+	}
+}
+
+// testLogger is a text logger and what it wrote so far.
+func testLogger() (*slog.Logger, func() string) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(p)
+	}), nil))
+	return logger, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.String()
 	}
 }
 
@@ -220,13 +228,7 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // that times out.
 func TestPingWriteTimeoutDropIsLogged(t *testing.T) {
 	t.Parallel()
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return logs.Write(p)
-	}), nil))
+	logger, logged := testLogger()
 	done := make(chan struct{})
 	t.Cleanup(func() { close(done) })
 	var filled sync.Once
@@ -261,9 +263,7 @@ func TestPingWriteTimeoutDropIsLogged(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a ping to a peer that reads nothing did not time out")
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if got := logs.String(); !strings.Contains(got, `msg="websocket dropped: peer gone" reason="a write waited the write timeout while the peer read nothing"`) {
+	if got := logged(); !strings.Contains(got, `msg="websocket dropped: peer gone" reason="a write waited the write timeout while the peer read nothing"`) {
 		t.Fatalf("log: %q", got)
 	}
 }
