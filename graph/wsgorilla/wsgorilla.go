@@ -591,7 +591,7 @@ type Conn struct {
 	acked atomic.Bool
 
 	mu sync.Mutex
-	// peerEdge is receiveEdge at the last ping (peerReading).
+	// peerEdge is receiveEdge at the last look (peerReading).
 	peerEdge  atomic.Uint32
 	initTimer *time.Timer         // closes with 4408; stopped by connection_init
 	pingTimer *time.Timer         // sends the next ping; stopped with the connection
@@ -957,8 +957,8 @@ func (c *Conn) release() {
 func (c *Conn) SetReadLimit(limit int64) { c.ws.SetReadLimit(limit) }
 
 // alive moves the read deadline two ping intervals ahead; called for every
-// frame from the peer. ping moves it too while the peer reads what the
-// socket sent (peerReading).
+// frame from the peer. checkReading moves it too while the peer reads
+// what the socket sent.
 func (c *Conn) alive() {
 	if p := c.impl.PingInterval; p > 0 {
 		_ = c.ws.SetReadDeadline(time.Now().Add(2 * p))
@@ -971,9 +971,9 @@ func (c *Conn) alive() {
 // and the subprotocol's keepalive message when ProtocolKeepAlive is set,
 // between data messages, unless the previous ones are still being
 // written: behind a full send buffer they wait for the peer to read, and
-// the next interval's check must not wait with them. Every websocket client answers pings with
-// pongs on its own (browsers, Node's ws), so this detects a vanished peer
-// on both subprotocols.
+// the next interval's check must not wait with them. Every websocket
+// client answers pings with pongs on its own (browsers, Node's ws), so
+// this detects a vanished peer on both subprotocols.
 func (c *Conn) ping() {
 	if c.netClosed.Load() || c.closing.Load() {
 		return
@@ -1085,18 +1085,18 @@ func LastRead(ctx context.Context) time.Time {
 }
 
 // minPeerProgress is how far the peer's receive window must have moved
-// since the last ping for the peer to count as reading.
+// since the last look for the peer to count as reading.
 const minPeerProgress = 1024
 
 // peerReading reports whether the right edge of the peer's receive window
 // (receiveEdge) moved by at least minPeerProgress bytes since the last
-// ping while data waited for that window (at that ping or at this one):
-// its program read that much of what the socket sent. A client reading a
-// long stream slowly (a catch-up from the journal) answers pings only
-// once it has read everything sent before them, which takes longer than
-// two ping intervals when the buffers between us hold megabytes; its
-// window, which then holds the stream back, shows it is there and
-// reading. Without data waiting the edge proves nothing: the kernel of a
+// look (a ping's or LastRead's) while data waited for that window (at
+// that look or at this one): its program read that much of what the
+// socket sent. A client reading a long stream slowly (a catch-up from the
+// journal) answers pings only once it has read everything sent before
+// them, which takes longer than two ping intervals when the buffers
+// between us hold megabytes; its window, which then holds the stream
+// back, shows it is there and reading. Without data waiting the edge proves nothing: the kernel of a
 // peer that reads nothing moves it for every message of a live feed. The
 // window of a peer that stopped reading with data waiting moves at most
 // while it fills; a vanished peer's not at all.
