@@ -150,11 +150,16 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 	})
 	webhooks := jobs.NewWebhookSender(jobs.WithAllowPrivate(cfg.WebhookAllowPrivate),
 		jobs.WithWebhookTracing(cfg.TracerProvider))
+	instance := instanceID()
+	disableAfter := cfg.WebhookDisableAfter
+	if disableAfter == 0 {
+		disableAfter = -1 // never
+	}
 	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger, Metrics: m, Webhooks: webhooks,
-		ReplayBatch: cfg.ReplayBatch, TracerProvider: cfg.TracerProvider},
+		ReplayBatch: cfg.ReplayBatch, TracerProvider: cfg.TracerProvider, Instance: instance, DisableAfter: disableAfter},
 		jobs.OrderAcceptance{}, jobs.ProductionPlanning{}, jobs.MaterialIssue{})
 	riverClient, err := jobs.NewRiverClient(pool, dispatcher, jobs.RiverConfig{
-		ID:               instanceID(),
+		ID:               instance,
 		DispatchInterval: cfg.DispatchInterval,
 		MaxWorkers:       dispatchWorkers,
 		Retention:        cfg.Retention,

@@ -26,8 +26,14 @@ const (
 	// cancelled: {"replay_id", "subscriber", "status", "total", "done",
 	// "dead"}.
 	EventReplayFinished = "subscriber.replay_finished"
+	// EventSubscriberDisabled is journaled when the server disables a
+	// webhook (DisableWebhook): {"subscriber", "reason", "since"}.
+	EventSubscriberDisabled = "subscriber.disabled"
+	// EventSubscriberEnabled is journaled when a paused subscriber is
+	// resumed: {"subscriber", "was_disabled"} (the reason, or null).
+	EventSubscriberEnabled = "subscriber.enabled"
 
-	// EntitySubscribers is the table the replay events are about.
+	// EntitySubscribers is the table the subscriber.* events are about.
 	EntitySubscribers = "subscribers"
 )
 

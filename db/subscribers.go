@@ -217,24 +217,96 @@ func webhookWriteErr(err error, in WebhookSubscriberInput, action string) error 
 	return fmt.Errorf("%s: %w", action, err)
 }
 
-// SetSubscriberPaused pauses or resumes subscriber id. A paused
-// subscriber's deliveries are recorded but held (their events stay
-// unprocessed) until it is resumed. It returns the subscriber and the keys
-// of its open deliveries (to schedule on resume).
-func SetSubscriberPaused(ctx context.Context, tx pgx.Tx, id int64, paused bool) (Subscriber, []DeliveryKey, error) {
+// SetSubscriberPaused pauses or resumes subscriber id, by actorID. A paused
+// subscriber's deliveries are recorded but held until it is resumed (a
+// paused built-in one holds its events unprocessed; a webhook's never
+// do). Resuming a paused subscriber ends a disabled webhook's disabled
+// state and run of failures and journals subscriber.enabled (payload:
+// the reason it had been disabled for, or null) about it. It returns the
+// subscriber, the keys of its open deliveries (to schedule on resume) and
+// the event journaled, if any.
+func SetSubscriberPaused(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, paused bool) (Subscriber, []DeliveryKey, *Event, error) {
 	row, err := queries.SubscriberSetPaused(ctx, tx, paused, id)
 	if err != nil {
-		return Subscriber{}, nil, fmt.Errorf("set subscriber %d paused=%t: %w", id, paused, translate(err))
+		return Subscriber{}, nil, nil, fmt.Errorf("set subscriber %d paused=%t: %w", id, paused, translate(err))
 	}
-	s := subscriberFrom(dbsqlc.SubscriberRow(row))
+	s := subscriberFrom(dbsqlc.SubscriberRow{ID: row.ID, Name: row.Name, Kind: row.Kind, EventTypes: row.EventTypes,
+		Url: row.Url, HasSecret: row.HasSecret, MaxAttempts: row.MaxAttempts, TimeoutMs: row.TimeoutMs, Paused: row.Paused,
+		CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt, Entities: row.Entities, Condition: row.Condition,
+		Format: row.Format, MaxInFlight: row.MaxInFlight, RatePerSecond: row.RatePerSecond})
 	if paused {
-		return s, nil, nil
+		return s, nil, nil, nil
+	}
+	var enabled *Event
+	if row.WasPaused {
+		ev, err := appendEvent(ctx, tx, actorID, EventSubscriberEnabled, EntitySubscribers, s.ID,
+			map[string]any{"subscriber": s.Name, "was_disabled": row.WasDisabled})
+		if err != nil {
+			return Subscriber{}, nil, nil, err
+		}
+		enabled = &ev
 	}
 	rows, err := queries.DeliveryListOpenKeysOfSubscriber(ctx, tx, id)
 	if err != nil {
-		return Subscriber{}, nil, fmt.Errorf("open deliveries of subscriber %d: %w", id, translate(err))
+		return Subscriber{}, nil, nil, fmt.Errorf("open deliveries of subscriber %d: %w", id, translate(err))
 	}
-	return s, keysFrom(rows), nil
+	return s, keysFrom(rows), enabled, nil
+}
+
+// Why a webhook was disabled (subscribers.disabled_reason, and the
+// reason of subscriber.disabled): it answered 410 Gone, or it failed
+// continuously for the disable-after period.
+const (
+	DisabledGone    = "gone"
+	DisabledFailing = "failing"
+)
+
+// NoteWebhookFailure notes, in tx, a failed attempt to webhook id at now
+// (the caller's clock): it starts the webhook's run of failures unless one
+// runs. It returns when the run began (now when it begins here or at the
+// same instant in a concurrent attempt).
+func NoteWebhookFailure(ctx context.Context, tx pgx.Tx, id int64, now time.Time) (time.Time, error) {
+	since, err := queries.SubscriberNoteFailure(ctx, tx, id, now)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("note failure of subscriber %d: %w", id, translate(err))
+	}
+	if since == nil {
+		return now, nil
+	}
+	return *since, nil
+}
+
+// NoteWebhookSuccess ends webhook id's run of failures, if one runs
+// (otherwise it writes nothing, so the subscriber row stays cold).
+func NoteWebhookSuccess(ctx context.Context, q Querier, id int64) error {
+	if err := queries.SubscriberNoteSuccess(ctx, q, id); err != nil {
+		return fmt.Errorf("note success of subscriber %d: %w", id, translate(err))
+	}
+	return nil
+}
+
+// DisableWebhook pauses webhook sub for reason (DisabledGone or
+// DisabledFailing) and journals subscriber.disabled about it, by the
+// system, with payload {"subscriber", "reason", "since"}: since is when
+// its run of failures began, or now. ok is false, and nothing is
+// written, when it was disabled already.
+func DisableWebhook(ctx context.Context, tx pgx.Tx, sub Subscriber, reason string, now time.Time) (ev Event, ok bool, err error) {
+	since, err := queries.SubscriberDisable(ctx, tx, &reason, sub.ID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Event{}, false, nil
+	}
+	if err != nil {
+		return Event{}, false, fmt.Errorf("disable subscriber %d: %w", sub.ID, translate(err))
+	}
+	if since == nil {
+		since = &now
+	}
+	ev, err = appendEvent(ctx, tx, nil, EventSubscriberDisabled, EntitySubscribers, sub.ID,
+		map[string]any{"subscriber": sub.Name, "reason": reason, "since": since.UTC().Format(time.RFC3339Nano)})
+	if err != nil {
+		return Event{}, false, err
+	}
+	return ev, true, nil
 }
 
 // SubscriberByID returns subscriber id, or ErrNotFound.

@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	crand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,11 +48,11 @@ const (
 	OutcomeDead      = db.DeliveryDead
 )
 
-// Deliver makes one attempt of delivery k, in one transaction with its
-// record: lock it (skipping one in flight elsewhere), wait for earlier
-// events of the same document, call the subscriber (a built-in one in a
-// savepoint), store the outcome, schedule the retry or finish the event,
-// and release deliveries that were waiting for this one. It returns the
+// Deliver makes one attempt of delivery k. A built-in subscriber's runs
+// in one transaction with its record (deliverBuiltin); an external one's
+// (a webhook's) in three steps with nothing held while the request is out
+// (deliverExternal). Either way it schedules the retry of a failure and
+// releases the deliveries that were waiting for this one. It returns the
 // outcome; an error means the attempt itself could not be made or stored
 // (the job is retried). Dispatch makes the first attempt of built-in
 // deliveries itself; Deliver makes webhook deliveries, retries and
@@ -70,6 +69,23 @@ func (d *Dispatcher) Deliver(ctx context.Context, k db.DeliveryKey) (string, err
 		return OutcomeThrottled, nil
 	}
 	return w.outcome, err
+}
+
+// deliver is Deliver returning the work of the transaction that recorded
+// the attempt; w.outcome is the outcome. A *throttledError means no
+// attempt was made.
+func (d *Dispatcher) deliver(ctx context.Context, k db.DeliveryKey) (txWork, error) {
+	sub, err := db.SubscriberByID(ctx, d.pool, k.SubscriberID)
+	if errors.Is(err, db.ErrNotFound) {
+		return txWork{outcome: OutcomeSkipped}, nil
+	}
+	if err != nil {
+		return txWork{}, fmt.Errorf("deliver event %d to subscriber %d: %w", k.EventID, k.SubscriberID, err)
+	}
+	if sub.Kind == db.SubscriberBuiltin {
+		return d.deliverBuiltin(ctx, k)
+	}
+	return d.deliverExternal(ctx, liveDelivery{k})
 }
 
 // readyToAttempt reads, in the attempt's transaction, the subscriber and
@@ -96,80 +112,15 @@ func (d *Dispatcher) readyToAttempt(ctx context.Context, tx pgx.Tx, w *txWork, k
 	return sub, ev, true, nil
 }
 
-// throttledError is deliver's error when a webhook's limits leave no room
-// now: retryIn is when a rate token is due, 0 when a lease slot is (no one
-// knows when a request in flight ends).
-type throttledError struct {
-	subscriberID int64
-	retryIn      time.Duration
-}
-
-func (e *throttledError) Error() string {
-	return fmt.Sprintf("webhook %d at its limit", e.subscriberID)
-}
-
-// leaseMargin is how long a webhook's lease outlives its request timeout:
-// the lease is taken before the delivery's transaction reads what the
-// request needs, so the request starts a little after it.
-const leaseMargin = time.Second
-
-// limit takes, for a delivery to webhook subscriberID (live or replayed),
-// a lease slot and (with a rate) a token, committed on their own so that
-// every instance counts them; it
-// returns the release of the lease, to call once the attempt is over. A
-// *throttledError says the webhook has no room now. Built-in and paused
-// subscribers have no limits (Deliver skips a paused one).
-func (d *Dispatcher) limit(ctx context.Context, subscriberID int64) (func(), error) {
-	noop := func() {}
-	sub, err := db.SubscriberByID(ctx, d.pool, subscriberID)
-	if errors.Is(err, db.ErrNotFound) {
-		return noop, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	if sub.Kind != db.SubscriberWebhook || sub.Paused {
-		return noop, nil
-	}
-	holder := crand.Text()
-	ttl := time.Duration(sub.TimeoutMs)*time.Millisecond + leaseMargin
-	slot, ok, err := db.TakeWebhookLease(ctx, d.pool, sub.ID, holder, ttl)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, &throttledError{subscriberID: sub.ID}
-	}
-	release := func() {
-		// After the attempt, even when its context ended: a lease left
-		// behind holds the slot until it runs out.
-		if err := db.ReleaseWebhookLease(context.WithoutCancel(ctx), d.pool, sub.ID, slot, holder); err != nil {
-			d.logger.WarnContext(ctx, "release webhook lease", slog.Int64("subscriber_id", sub.ID), slog.String("error", err.Error()))
-		}
-	}
-	if sub.RatePerSecond != nil {
-		wait, err := db.TakeWebhookToken(ctx, d.pool, sub.ID, *sub.RatePerSecond)
-		if err != nil || wait > 0 {
-			release()
-			if err != nil {
-				return nil, err
-			}
-			return nil, &throttledError{subscriberID: sub.ID, retryIn: wait}
-		}
-	}
-	return release, nil
-}
-
-// deliver is Deliver returning the transaction's work; w.outcome is the
-// outcome. A *throttledError means no attempt was made.
-func (d *Dispatcher) deliver(ctx context.Context, k db.DeliveryKey) (txWork, error) {
-	release, err := d.limit(ctx, k.SubscriberID)
-	if err != nil {
-		return txWork{}, err
-	}
-	defer release()
+// deliverBuiltin makes one attempt of delivery k to a built-in subscriber
+// in one transaction with its record, so that its effect and the record
+// commit together (exactly once): lock the delivery (skipping one in
+// flight elsewhere), wait for earlier events of the same document, run the
+// subscriber in a savepoint, store the outcome, schedule the retry or
+// finish the event, and release the deliveries that were waiting for it.
+func (d *Dispatcher) deliverBuiltin(ctx context.Context, k db.DeliveryKey) (txWork, error) {
 	var w txWork
-	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		w = txWork{outcome: OutcomeSkipped}
 		del, err := db.LockOpenDelivery(ctx, tx, k)
 		if errors.Is(err, db.ErrNotFound) {
@@ -182,7 +133,7 @@ func (d *Dispatcher) deliver(ctx context.Context, k db.DeliveryKey) (txWork, err
 		if err != nil || !ready {
 			return err
 		}
-		attempt, written, err := d.attempt(ctx, tx, sub, ev, del.Attempts+1, true, WebhookMessageID(ev.ID, sub.ID))
+		attempt, written, err := d.attemptBuiltin(ctx, tx, sub, ev, del.Attempts+1, true)
 		if err != nil {
 			return err
 		}
@@ -191,30 +142,22 @@ func (d *Dispatcher) deliver(ctx context.Context, k db.DeliveryKey) (txWork, err
 			return err
 		}
 		w.outcome = rec.Status
-		w.outcomes = append(w.outcomes, deliveryOutcome{key: k, evType: ev.Type, subscriber: sub.Name, outcome: rec.Status})
+		w.outcomes = append(w.outcomes, outcomeOf(k, ev, sub, rec.Attempts, attempt, rec.NextAttemptAt))
 		w.written = append(w.written, written...)
 		if rec.Status == db.DeliveryFailed {
 			w.retries = append(w.retries, db.Retry{Key: k, At: rec.NextAttemptAt})
-		} else {
-			// Lock the event before looking for later deliveries: one
-			// being dispatched right now share-locks it and sees our commit.
-			if w.finished, err = db.FinishEventsIfDone(ctx, tx, []int64{ev.ID}); err != nil {
-				return err
-			}
-			later, err := db.LaterOpenDeliveries(ctx, tx, ev, &sub.ID)
-			if err != nil {
-				return err
-			}
-			w.now = append(w.now, later...)
-			if sub.Kind == db.SubscriberWebhook {
-				// A replay of the subscriber may wait for this event too.
-				laterReplayed, err := db.LaterOpenReplayDeliveries(ctx, tx, ev, sub.ID)
-				if err != nil {
-					return err
-				}
-				w.replayNow = append(w.replayNow, laterReplayed...)
-			}
+			return d.enqueue(ctx, tx, &w)
 		}
+		// Lock the event before looking for later deliveries: one being
+		// dispatched right now share-locks it and sees our commit.
+		if w.finished, err = db.FinishEventsIfDone(ctx, tx, []int64{ev.ID}); err != nil {
+			return err
+		}
+		later, err := db.LaterOpenDeliveries(ctx, tx, ev, &sub.ID)
+		if err != nil {
+			return err
+		}
+		w.now = append(w.now, later...)
 		return d.enqueue(ctx, tx, &w)
 	})
 	if err != nil {
@@ -224,73 +167,48 @@ func (d *Dispatcher) deliver(ctx context.Context, k db.DeliveryKey) (txWork, err
 	return w, nil
 }
 
-// attemptOnce calls the subscriber once; attemptNo counts this attempt, msgID
-// is a webhook request's webhook-id. A
-// built-in subscriber runs in tx, in a savepoint with savepoint (its
-// failure undoes its writes but not the transaction); without, its failure
-// is a *rerun carrying the attempt: the transaction must roll back. Any
-// other error means the attempt could not be made at all (the context
-// ended, a lock wait ran out): nothing is recorded.
-func (d *Dispatcher) attemptOnce(ctx context.Context, tx pgx.Tx, sub db.Subscriber, ev db.Event, attemptNo int32, savepoint bool, msgID string) (db.Attempt, []db.Event, error) {
-	timeout := time.Duration(sub.TimeoutMs) * time.Millisecond
-	var a db.Attempt
-	var newEvents []db.Event
-	var permanent bool
-	var retryAfter time.Duration
-	switch sub.Kind {
-	case db.SubscriberBuiltin:
+// attemptBuiltin runs built-in subscriber sub once on ev in tx (attempt
+// number attemptNo), traced. With savepoint it runs in a savepoint (its
+// failure undoes its writes but not the transaction); without, its
+// failure is a *rerun carrying the attempt: the transaction must roll
+// back. Any other error means the attempt could not be made at all (the
+// context ended, a lock wait ran out): nothing is recorded. It returns the
+// attempt and the events the subscriber journaled.
+func (d *Dispatcher) attemptBuiltin(ctx context.Context, tx pgx.Tx, sub db.Subscriber, ev db.Event, attemptNo int32, savepoint bool) (db.Attempt, []db.Event, error) {
+	var written []db.Event
+	a, err := d.traced(ctx, sub, ev, attemptNo, func(ctx context.Context) (db.Attempt, error) {
+		var a db.Attempt
 		s, ok := d.builtins[sub.Name]
 		if !ok {
-			a.Error, permanent = fmt.Sprintf("built-in subscriber %s is not part of this server", sub.Name), true
-			break
+			a.Error = fmt.Sprintf("built-in subscriber %s is not part of this server", sub.Name)
+			d.settle(&a, true, 0, attemptNo, sub)
+			return a, nil
 		}
-		hctx, cancel := context.WithTimeout(ctx, timeout)
+		hctx, cancel := context.WithTimeout(ctx, time.Duration(sub.TimeoutMs)*time.Millisecond)
 		start := time.Now()
 		events, err := handle(hctx, tx, s, ev, savepoint)
 		cancel()
 		a.Duration = time.Since(start)
 		if err != nil {
 			if ctx.Err() != nil {
-				return db.Attempt{}, nil, ctx.Err()
+				return db.Attempt{}, ctx.Err()
 			}
 			if db.IsLockWait(err) {
 				// Not the subscriber's failure: the attempt could not run.
-				return db.Attempt{}, nil, err
+				return db.Attempt{}, err
 			}
 			a.Error = err.Error()
 			d.settle(&a, isPermanent(err), 0, attemptNo, sub)
 			if !savepoint {
-				return a, nil, &rerun{failed: &priorAttempt{key: db.DeliveryKey{EventID: ev.ID, SubscriberID: sub.ID}, attempt: a}}
+				return a, &rerun{failed: &priorAttempt{key: db.DeliveryKey{EventID: ev.ID, SubscriberID: sub.ID}, attempt: a}}
 			}
-			return a, nil, nil
+			return a, nil
 		}
-		newEvents = events
-	case db.SubscriberWebhook:
-		target, err := db.WebhookTargetOf(ctx, tx, sub.ID)
-		if err != nil {
-			return db.Attempt{}, nil, err
-		}
-		body, err := json.Marshal(feedView(ev))
-		if err != nil {
-			return db.Attempt{}, nil, fmt.Errorf("marshal event %d: %w", ev.ID, err)
-		}
-		res := d.webhooks.Send(ctx, WebhookConfig{
-			URL: target.URL, Secret: target.Secret, Timeout: timeout,
-			MessageID: msgID, Format: WebhookFormat(target.Format),
-			Event: WebhookEvent{Type: ev.Type, Entity: ev.Entity, EntityID: ev.EntityID, CreatedAt: ev.CreatedAt},
-		}, ev.ID, body)
-		if res.Err != nil && ctx.Err() != nil {
-			return db.Attempt{}, nil, ctx.Err()
-		}
-		a.Duration, a.ResponseStatus, a.ResponseBody = res.Duration, res.Status, res.Body
-		if res.Err != nil {
-			a.Error, permanent, retryAfter = res.Err.Error(), res.Permanent, res.RetryAfter
-		}
-	default:
-		a.Error, permanent = fmt.Sprintf("unknown subscriber kind %q", sub.Kind), true
-	}
-	d.settle(&a, permanent, retryAfter, attemptNo, sub)
-	return a, newEvents, nil
+		written = events
+		d.settle(&a, false, 0, attemptNo, sub)
+		return a, nil
+	})
+	return a, written, err
 }
 
 // settle sets the status of attempt a (number attemptNo) of a delivery to
@@ -356,11 +274,19 @@ type txWork struct {
 	links []trace.Link
 }
 
+// deliveryOutcome is one recorded attempt, for the metrics and the log.
 type deliveryOutcome struct {
 	key        db.DeliveryKey
 	evType     string
 	subscriber string
 	outcome    string
+	attempt    int32
+	err        string
+	next       time.Time // a failed attempt's retry
+}
+
+func outcomeOf(k db.DeliveryKey, ev db.Event, sub db.Subscriber, attemptNo int32, a db.Attempt, next time.Time) deliveryOutcome {
+	return deliveryOutcome{key: k, evType: ev.Type, subscriber: sub.Name, outcome: a.Status, attempt: attemptNo, err: a.Error, next: next}
 }
 
 // enqueue inserts, in tx and in one statement, the dispatch jobs of the
@@ -415,9 +341,15 @@ func (d *Dispatcher) record(ctx context.Context, w *txWork) {
 	}
 	for _, o := range w.outcomes {
 		d.metrics.Delivery(o.evType, o.subscriber, o.outcome)
-		if o.outcome == OutcomeFailed || o.outcome == OutcomeDead {
-			d.logger.WarnContext(ctx, "delivery "+o.outcome, slog.Int64("event_id", o.key.EventID),
-				slog.Int64("subscriber_id", o.key.SubscriberID), slog.String("subscriber", o.subscriber))
+		switch o.outcome {
+		case OutcomeFailed:
+			d.logger.WarnContext(ctx, "delivery failed", slog.Int64("event_id", o.key.EventID),
+				slog.Int64("subscriber_id", o.key.SubscriberID), slog.String("subscriber", o.subscriber),
+				slog.Int("attempt", int(o.attempt)), slog.String("error", o.err), slog.Time("next_attempt_at", o.next))
+		case OutcomeDead:
+			d.logger.WarnContext(ctx, "delivery dead", slog.Int64("event_id", o.key.EventID),
+				slog.Int64("subscriber_id", o.key.SubscriberID), slog.String("subscriber", o.subscriber),
+				slog.Int("attempt", int(o.attempt)), slog.String("error", o.err))
 		}
 	}
 	for _, ev := range w.written {
@@ -428,8 +360,10 @@ func (d *Dispatcher) record(ctx context.Context, w *txWork) {
 	}
 }
 
-// feedEvent is an event as the live feed and webhooks show it: the GraphQL
-// Event's fields, ids as strings.
+// feedEvent is an event as a webhook's body shows it: the GraphQL Event's
+// fields, ids as strings. No cursor: a feed position belongs to the feed,
+// and a webhook may be sent before its event is processed (a built-in
+// subscriber still retrying).
 type feedEvent struct {
 	ID          string          `json:"id"`
 	Type        string          `json:"type"`
@@ -440,7 +374,6 @@ type feedEvent struct {
 	CreatedAt   time.Time       `json:"createdAt"`
 	ProcessedAt *time.Time      `json:"processedAt"`
 	Actor       *feedActor      `json:"actor"`
-	Cursor      string          `json:"cursor"`
 }
 
 type feedActor struct {
@@ -453,7 +386,7 @@ func feedView(ev db.Event) feedEvent {
 	v := feedEvent{
 		ID: strconv.FormatInt(ev.ID, 10), Type: ev.Type, Entity: ev.Entity,
 		EntityID: strconv.FormatInt(ev.EntityID, 10), Object: ev.Object(), Payload: ev.Payload,
-		CreatedAt: ev.CreatedAt, ProcessedAt: ev.ProcessedAt, Cursor: ev.Cursor(),
+		CreatedAt: ev.CreatedAt, ProcessedAt: ev.ProcessedAt,
 	}
 	if u := ev.Actor(); u != nil {
 		v.Actor = &feedActor{ID: strconv.FormatInt(u.ID, 10), Login: u.Login, DisplayName: u.DisplayName}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,7 +20,9 @@ import (
 // Dispatcher turns journal events into deliveries and makes them: one
 // delivery record per (event, subscriber), attempted by River jobs, retried
 // with backoff, dead after the subscriber's max attempts. An event is
-// processed once every delivery is delivered or dead.
+// processed once every built-in subscriber's delivery is delivered or dead
+// and every external subscriber (webhook) has its delivery record: a
+// receiver's answer never holds an event, the feed or the journal.
 type Dispatcher struct {
 	pool     *pgxpool.Pool
 	logger   *slog.Logger
@@ -41,6 +44,11 @@ type Dispatcher struct {
 	tracer trace.Tracer
 	// share: the dispatch jobs of this process share transactions.
 	share dispatchShare
+	// instance names this process in the attempt log.
+	instance string
+	// disableAfter: see DispatcherConfig.DisableAfter; now is its clock.
+	disableAfter time.Duration
+	now          func() time.Time
 }
 
 // DispatcherConfig configures NewDispatcher; zero fields take defaults.
@@ -69,6 +77,15 @@ type DispatcherConfig struct {
 	// TracerProvider, when set, traces dispatches and delivery attempts
 	// (see spanDispatch, spanDeliver); nil: no spans, no cost.
 	TracerProvider trace.TracerProvider
+	// Instance names this process in the attempt log (default: the host
+	// name and pid).
+	Instance string
+	// DisableAfter is how long a webhook may fail continuously (no
+	// delivered attempt in between) before it is disabled (default
+	// DefaultDisableAfter; negative: never).
+	DisableAfter time.Duration
+	// Now is the clock of the disable-after rule (default time.Now).
+	Now func() time.Time
 }
 
 // DefaultBacklogAfter: an event dispatched within 20 ms of its commit means
@@ -130,9 +147,19 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig, builtins ...Subscri
 	if cfg.ReplayBatch <= 0 {
 		cfg.ReplayBatch = DefaultReplayBatch
 	}
+	if cfg.Instance == "" {
+		host, _ := os.Hostname()
+		cfg.Instance = fmt.Sprintf("%s_pid%d", host, os.Getpid())
+	}
+	if cfg.DisableAfter == 0 {
+		cfg.DisableAfter = DefaultDisableAfter
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	d := &Dispatcher{pool: pool, logger: cfg.Logger, retry: cfg.Retry, webhooks: cfg.Webhooks,
 		builtins: map[string]Subscriber{}, metrics: cfg.Metrics, batch: cfg.DispatchBatch, replayBatch: cfg.ReplayBatch,
-		backlogAfter: cfg.BacklogAfter}
+		backlogAfter: cfg.BacklogAfter, instance: cfg.Instance, disableAfter: cfg.DisableAfter, now: cfg.Now}
 	if cfg.TracerProvider != nil {
 		d.tracer = cfg.TracerProvider.Tracer(tracerName)
 	}
@@ -204,8 +231,9 @@ func (d *Dispatcher) takes(ctx context.Context, sub db.Subscriber, fe *FilterEve
 // DispatchBatch−1 of the undispatched events after it, in one
 // transaction: it creates their delivery records, makes the deliveries to
 // built-in subscribers right there and enqueues a deliver job for each
-// webhook delivery. An event whose deliveries are all done (or that no
-// subscriber takes) is processed when the transaction commits. It returns
+// webhook delivery. An event whose built-in deliveries are all done (or
+// that no built-in subscriber takes) is processed when the transaction
+// commits. It returns
 // how many events it dispatched: 0 when there was nothing to do.
 func (d *Dispatcher) Dispatch(ctx context.Context, id int64) (int, error) {
 	w, err := d.dispatch(ctx, id)
@@ -554,7 +582,9 @@ func (d *Dispatcher) deliverEvents(ctx context.Context, tx pgx.Tx, w *txWork, l 
 				rec.Attempt = &a
 			}
 			if rec.Attempt == nil || rec.Attempt.Status == db.DeliveryFailed {
-				isDone = false
+				// An external delivery's record is all its event waits
+				// for: processed never waits for a receiver.
+				isDone = isDone && sub.Kind != db.SubscriberBuiltin
 				if open[doc] == nil {
 					open[doc] = map[int64]bool{}
 				}
@@ -601,12 +631,12 @@ func (d *Dispatcher) firstAttempt(ctx context.Context, tx pgx.Tx, w *txWork, l *
 	if !ok {
 		var written []db.Event
 		var err error
-		if a, written, err = d.attempt(ctx, tx, sub, ev, 1, l.savepoints, WebhookMessageID(ev.ID, sub.ID)); err != nil {
+		if a, written, err = d.attemptBuiltin(ctx, tx, sub, ev, 1, l.savepoints); err != nil {
 			return db.Attempt{}, err
 		}
 		w.written = append(w.written, written...)
 	}
-	w.outcomes = append(w.outcomes, deliveryOutcome{key: k, evType: ev.Type, subscriber: sub.Name, outcome: a.Status})
+	w.outcomes = append(w.outcomes, outcomeOf(k, ev, sub, 1, a, time.Now().Add(a.RetryIn)))
 	return a, nil
 }
 

@@ -48,7 +48,7 @@ var ErrFilterCostLimit = errors.New("condition stopped: cost limit exceeded")
 func DefaultEventTypes() []string {
 	return []string{
 		db.EventDocCreated, db.EventOrderReceived, db.EventStatusChanged, db.EventRedelivered,
-		db.EventReplayStarted, db.EventReplayFinished,
+		db.EventReplayStarted, db.EventReplayFinished, db.EventSubscriberDisabled, db.EventSubscriberEnabled,
 		db.EventUserCreated, db.EventUserRoleChanged, db.EventTokenIssued, db.EventTokenRevoked,
 	}
 }

@@ -263,100 +263,107 @@ func (d *Dispatcher) DeliverReplayed(ctx context.Context, k db.ReplayKey) (strin
 	return w.outcome, err
 }
 
-// deliverReplayed is DeliverReplayed returning the transaction's work. A
-// replayed request counts against the webhook's limits like a live one
-// (a *throttledError means no attempt was made), so that a replay never
-// takes more of a slow webhook, or of the workers, than live deliveries.
+// deliverReplayed is DeliverReplayed returning the work of the
+// transaction that recorded the attempt: the three steps of
+// deliverExternal. A replayed request counts against the webhook's limits
+// like a live one (a *throttledError means no attempt was made), so that a
+// replay never takes more of a slow webhook, or of the workers, than live
+// deliveries.
 func (d *Dispatcher) deliverReplayed(ctx context.Context, k db.ReplayKey) (txWork, error) {
-	r, err := db.ReplayByID(ctx, d.pool, k.ReplayID)
-	if errors.Is(err, db.ErrNotFound) {
-		return txWork{outcome: OutcomeSkipped}, nil
-	}
+	return d.deliverExternal(ctx, replayedDelivery{k})
+}
+
+// replayedDelivery is a delivery of a replay (table replay_deliveries).
+type replayedDelivery struct{ k db.ReplayKey }
+
+func (x replayedDelivery) String() string {
+	return fmt.Sprintf("event %d of replay %d", x.k.EventID, x.k.ReplayID)
+}
+
+// lock attempts nothing unless the replay is running.
+func (x replayedDelivery) lock(ctx context.Context, d *Dispatcher, tx pgx.Tx, w *txWork) (db.Subscriber, db.Event, bool, error) {
+	rec, err := db.LockOpenReplayDelivery(ctx, tx, x.k)
 	if err != nil {
-		return txWork{}, err
-	}
-	release, err := d.limit(ctx, r.SubscriberID)
-	if err != nil {
-		return txWork{}, err
-	}
-	defer release()
-	var w txWork
-	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		w = txWork{outcome: OutcomeSkipped}
-		rec, err := db.LockOpenReplayDelivery(ctx, tx, k)
 		if errors.Is(err, db.ErrNotFound) {
-			return nil
+			return db.Subscriber{}, db.Event{}, false, nil
 		}
-		if err != nil {
-			return err
-		}
-		r, err := db.ReplayByID(ctx, tx, k.ReplayID)
-		if err != nil {
-			return err
-		}
-		if r.Status != db.ReplayRunning {
-			return nil
-		}
-		sub, ev, ready, err := d.readyToAttempt(ctx, tx, &w, db.DeliveryKey{EventID: k.EventID, SubscriberID: rec.SubscriberID})
-		if err != nil || !ready {
-			return err
-		}
-		a, _, err := d.attempt(ctx, tx, sub, ev, rec.Attempts+1, true, ReplayMessageID(k.ReplayID, ev.ID, sub.ID))
-		if err != nil {
-			return err
-		}
-		status, next, err := db.RecordReplayAttempt(ctx, tx, k, a)
-		if err != nil {
-			return err
-		}
-		w.outcome = status
-		if status == db.DeliveryFailed {
-			d.logger.WarnContext(ctx, "replayed delivery failed", slog.Int64("replay_id", k.ReplayID),
-				slog.Int64("event_id", k.EventID), slog.String("subscriber", sub.Name))
-			w.replayRetries = append(w.replayRetries, replayRetry{key: k, at: next})
-			return d.enqueue(ctx, tx, &w)
-		}
-		later, err := db.LaterOpenDeliveries(ctx, tx, ev, &sub.ID)
-		if err != nil {
-			return err
-		}
-		w.now = append(w.now, later...)
-		laterReplayed, err := db.LaterOpenReplayDeliveries(ctx, tx, ev, sub.ID)
-		if err != nil {
-			return err
-		}
-		w.replayNow = append(w.replayNow, laterReplayed...)
-		// Counting locks the replay: of the batch's last deliveries
-		// finishing at once, the last to count sees the others'.
-		if _, err := db.LockReplay(ctx, tx, k.ReplayID); err != nil {
-			return err
-		}
-		r, err = db.CountReplayDelivery(ctx, tx, k.ReplayID, status == db.DeliveryDead)
-		if err != nil {
-			return err
-		}
-		if r.Status == db.ReplayRunning {
-			open, err := db.OpenReplayDeliveries(ctx, tx, r.ID)
-			if err != nil {
-				return err
-			}
-			switch {
-			case open > 0:
-			case r.Written:
-				if err := d.replayNext(ctx, tx, &w, r); err != nil {
-					return err
-				}
-			default:
-				w.replayBatches = append(w.replayBatches, r.ID)
-			}
-		}
-		return d.enqueue(ctx, tx, &w)
-	})
-	if err != nil {
-		return txWork{}, fmt.Errorf("deliver event %d of replay %d: %w", k.EventID, k.ReplayID, err)
+		return db.Subscriber{}, db.Event{}, false, err
 	}
-	d.record(ctx, &w)
-	return w, nil
+	r, err := db.ReplayByID(ctx, tx, x.k.ReplayID)
+	if err != nil || r.Status != db.ReplayRunning {
+		return db.Subscriber{}, db.Event{}, false, err
+	}
+	return d.readyToAttempt(ctx, tx, w, db.DeliveryKey{EventID: x.k.EventID, SubscriberID: rec.SubscriberID})
+}
+
+func (x replayedDelivery) lease(ctx context.Context, tx pgx.Tx, holder, instance string, ttl time.Duration) (db.Lease, error) {
+	return db.LeaseReplayDelivery(ctx, tx, x.k, holder, instance, ttl)
+}
+
+func (x replayedDelivery) messageID(ev db.Event, sub db.Subscriber) string {
+	return ReplayMessageID(x.k.ReplayID, ev.ID, sub.ID)
+}
+
+func (x replayedDelivery) drop(ctx context.Context, tx pgx.Tx, l db.Lease) error {
+	return db.DropReplayLease(ctx, tx, x.k, l)
+}
+
+// record stores the outcome. A finished delivery releases the document's
+// later deliveries, live and replayed, counts in the replay's progress
+// and, when it was the batch's last, continues the replay (the next batch
+// job, or the end).
+func (x replayedDelivery) record(ctx context.Context, d *Dispatcher, tx pgx.Tx, w *txWork, t *taken, a db.Attempt) (bool, error) {
+	status, next, err := db.RecordLeasedReplayAttempt(ctx, tx, x.k, t.lease, a)
+	if errors.Is(err, db.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	w.outcome = status
+	if status == db.DeliveryFailed {
+		d.logger.WarnContext(ctx, "replayed delivery failed", slog.Int64("replay_id", x.k.ReplayID),
+			slog.Int64("event_id", x.k.EventID), slog.String("subscriber", t.sub.Name), slog.Int("attempt", int(t.lease.Attempt)),
+			slog.String("error", a.Error), slog.Time("next_attempt_at", next))
+		w.replayRetries = append(w.replayRetries, replayRetry{key: x.k, at: next})
+		return true, nil
+	}
+	later, err := db.LaterOpenDeliveries(ctx, tx, t.ev, &t.sub.ID)
+	if err != nil {
+		return false, err
+	}
+	w.now = append(w.now, later...)
+	laterReplayed, err := db.LaterOpenReplayDeliveries(ctx, tx, t.ev, t.sub.ID)
+	if err != nil {
+		return false, err
+	}
+	w.replayNow = append(w.replayNow, laterReplayed...)
+	// Counting locks the replay: of the batch's last deliveries finishing
+	// at once, the last to count sees the others'.
+	if _, err := db.LockReplay(ctx, tx, x.k.ReplayID); err != nil {
+		return false, err
+	}
+	r, err := db.CountReplayDelivery(ctx, tx, x.k.ReplayID, status == db.DeliveryDead)
+	if err != nil {
+		return false, err
+	}
+	if r.Status != db.ReplayRunning {
+		return true, nil
+	}
+	open, err := db.OpenReplayDeliveries(ctx, tx, r.ID)
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case open > 0:
+	case r.Written:
+		if err := d.replayNext(ctx, tx, w, r); err != nil {
+			return false, err
+		}
+	default:
+		w.replayBatches = append(w.replayBatches, r.ID)
+	}
+	return true, nil
 }
 
 // replayRetry is a failed replayed delivery and when its next attempt is

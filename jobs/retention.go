@@ -52,15 +52,21 @@ func (w *PruneWorker) Work(ctx context.Context, _ *river.Job[PruneArgs]) error {
 }
 
 // PruneDeliveries deletes delivered delivery records delivered before
-// before and the records of replays that ended before before, in batches
-// of pruneBatch rows, and returns how many it deleted.
+// before, the records of replays that ended before before and the
+// attempt log's rows of attempts started before before, in batches of
+// pruneBatch rows, and returns how many it deleted.
 func PruneDeliveries(ctx context.Context, pool *pgxpool.Pool, before time.Time) (int64, error) {
-	total, err := pruneEach(ctx, func() (int64, error) { return db.PruneDeliveredDeliveries(ctx, pool, before, pruneBatch) })
-	if err != nil {
-		return total, err
+	var total int64
+	for _, prune := range []func(context.Context, db.Querier, time.Time, int) (int64, error){
+		db.PruneDeliveredDeliveries, db.PruneEndedReplayDeliveries, db.PruneAttemptLog,
+	} {
+		n, err := pruneEach(ctx, func() (int64, error) { return prune(ctx, pool, before, pruneBatch) })
+		total += n
+		if err != nil {
+			return total, err
+		}
 	}
-	n, err := pruneEach(ctx, func() (int64, error) { return db.PruneEndedReplayDeliveries(ctx, pool, before, pruneBatch) })
-	return total + n, err
+	return total, nil
 }
 
 // pruneEach runs prune, which deletes at most pruneBatch rows, until it

@@ -106,17 +106,22 @@ func (d *Dispatcher) checkWebhookInput(ctx context.Context, in *db.WebhookSubscr
 	return nil
 }
 
-// SetPaused pauses or resumes subscriber id; resuming schedules its held
-// deliveries at once. db.ErrNotFound for no such subscriber.
-func (d *Dispatcher) SetPaused(ctx context.Context, id int64, paused bool) (db.Subscriber, error) {
+// SetPaused pauses or resumes subscriber id, by actorID; resuming
+// schedules its held deliveries at once, and resuming a paused one (a
+// disabled webhook included) journals subscriber.enabled. db.ErrNotFound
+// for no such subscriber.
+func (d *Dispatcher) SetPaused(ctx context.Context, actorID *int64, id int64, paused bool) (db.Subscriber, error) {
 	var sub db.Subscriber
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		s, held, err := db.SetSubscriberPaused(ctx, tx, id, paused)
+		s, held, enabled, err := db.SetSubscriberPaused(ctx, tx, actorID, id, paused)
 		if err != nil {
 			return err
 		}
 		sub = s
 		w := txWork{now: held}
+		if enabled != nil {
+			w.written = append(w.written, *enabled)
+		}
 		if !paused {
 			if w.replayNow, err = db.OpenReplayDeliveriesOf(ctx, tx, id); err != nil {
 				return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,6 +15,9 @@ import (
 
 // sweepBatch is how many ids the sweep reads per query.
 const sweepBatch = 500
+
+// sweepParallel is how many due deliveries the sweep attempts at once.
+const sweepParallel = 8
 
 // SweepResult counts one sweep's work.
 type SweepResult struct {
@@ -92,23 +96,36 @@ func (d *Dispatcher) Sweep(ctx context.Context) (SweepResult, error) {
 	err = eachPage(func(after db.DeliveryKey) ([]db.DeliveryKey, error) {
 		return db.DueDeliveries(ctx, d.pool, after, sweepBatch)
 	}, func(keys []db.DeliveryKey) error {
+		// Up to sweepParallel attempts at once, so that receivers that
+		// never answer hold the sweep for one timeout, not one each.
+		var mu sync.Mutex
+		var noteErr error
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, sweepParallel)
 		for _, k := range keys {
-			w, err := d.deliver(ctx, k)
-			var th *throttledError
-			if errors.As(err, &th) {
-				// At its limits: the delivery's own job (snoozing) or a
-				// later sweep makes the attempt.
-				continue
-			}
-			if err != nil {
-				if err := note("delivery", k.EventID, err); err != nil {
-					return err
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				w, err := d.deliver(ctx, k)
+				mu.Lock()
+				defer mu.Unlock()
+				var th *throttledError
+				switch {
+				case errors.As(err, &th):
+					// At its limits: the delivery's own job (snoozing) or
+					// a later sweep makes the attempt.
+				case err != nil:
+					if nerr := note("delivery", k.EventID, err); nerr != nil {
+						noteErr = nerr
+					}
+				default:
+					res.Finished += len(w.finished)
+					res.count(w.outcomes)
 				}
-			}
-			res.Finished += len(w.finished)
-			res.count(w.outcomes)
+			})
 		}
-		return nil
+		wg.Wait()
+		return noteErr
 	})
 	if err != nil {
 		return res, err

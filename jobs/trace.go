@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/riverqueue/rivercontrib/otelriver"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -104,12 +103,13 @@ func (d *Dispatcher) writerLinks(events []db.Event) []trace.Link {
 	return links
 }
 
-// attempt is attemptOnce in a "deliver event" span when tracing is on: a
-// child of the span that wrote ev (when it was written traced), linked to
-// the span in ctx (the River job's, or the dispatch's).
-func (d *Dispatcher) attempt(ctx context.Context, tx pgx.Tx, sub db.Subscriber, ev db.Event, attemptNo int32, savepoint bool, msgID string) (db.Attempt, []db.Event, error) {
+// traced runs one attempt of ev to sub (number attemptNo) in a "deliver
+// event" span when tracing is on: a child of the span that wrote ev (when
+// it was written traced), linked to the span in ctx (the River job's, or
+// the dispatch's). fn gets the span's context.
+func (d *Dispatcher) traced(ctx context.Context, sub db.Subscriber, ev db.Event, attemptNo int32, fn func(context.Context) (db.Attempt, error)) (db.Attempt, error) {
 	if d.tracer == nil {
-		return d.attemptOnce(ctx, tx, sub, ev, attemptNo, savepoint, msgID)
+		return fn(ctx)
 	}
 	opts := []trace.SpanStartOption{trace.WithAttributes(attrEventID.Int64(ev.ID), attrEventType.String(ev.Type),
 		attrSubscriber.String(sub.Name), attrAttempt.Int(int(attemptNo)))}
@@ -122,7 +122,7 @@ func (d *Dispatcher) attempt(ctx context.Context, tx pgx.Tx, sub db.Subscriber, 
 	}
 	actx, span := d.tracer.Start(parent, spanDeliver, opts...)
 	defer span.End()
-	a, written, err := d.attemptOnce(actx, tx, sub, ev, attemptNo, savepoint, msgID)
+	a, err := fn(actx)
 	switch {
 	case err != nil:
 		span.RecordError(err)
@@ -133,5 +133,5 @@ func (d *Dispatcher) attempt(ctx context.Context, tx pgx.Tx, sub db.Subscriber, 
 			span.SetStatus(codes.Error, a.Error)
 		}
 	}
-	return a, written, err
+	return a, err
 }

@@ -70,12 +70,12 @@ func (r *mutationResolver) UpdateWebhookSubscriber(ctx context.Context, id int64
 }
 
 func (r *mutationResolver) PauseSubscriber(ctx context.Context, id int64) (*db.Subscriber, error) {
-	s, err := r.Dispatcher.SetPaused(ctx, id, true)
+	s, err := r.Dispatcher.SetPaused(ctx, actorID(ctx), id, true)
 	return &s, err
 }
 
 func (r *mutationResolver) ResumeSubscriber(ctx context.Context, id int64) (*db.Subscriber, error) {
-	s, err := r.Dispatcher.SetPaused(ctx, id, false)
+	s, err := r.Dispatcher.SetPaused(ctx, actorID(ctx), id, false)
 	return &s, err
 }
 

@@ -67,7 +67,10 @@ type Config struct {
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"15s" help:"how long a shutdown waits for websockets, requests and running jobs" want:"a duration of at least 1s like 15s or 1m"`
 	// Retention is how long delivered delivery records and River's
 	// finished jobs are kept; the journal is kept forever.
-	Retention time.Duration `env:"RETENTION" envDefault:"168h" help:"how long delivered delivery records and River's finished jobs are kept, at least 1h; the journal is kept forever" want:"a duration of at least 1h like 168h (7 days)"`
+	Retention time.Duration `env:"RETENTION" envDefault:"168h" help:"how long delivered delivery records, the attempt log and River's finished jobs are kept, at least 1h; the journal is kept forever" want:"a duration of at least 1h like 168h (7 days)"`
+	// WebhookDisableAfter is how long a webhook may fail continuously
+	// before it is disabled (subscriber.disabled, reason failing).
+	WebhookDisableAfter time.Duration `env:"WEBHOOK_DISABLE_AFTER" envDefault:"120h" help:"how long a webhook may fail continuously (no delivered attempt) before it is disabled and journals subscriber.disabled; 0 never" want:"a duration like 120h (5 days), or 0 for never"`
 	// LogFormat is "json" or "text"; empty: text when stderr is a
 	// terminal, else json.
 	LogFormat string `env:"LOG_FORMAT" help:"log format, json or text; empty: text when stderr is a terminal, else json"`
@@ -268,6 +271,9 @@ func validate(cmd string, cfg Config, raw map[string]string, failed map[string]b
 	}
 	if !failed["SHUTDOWN_TIMEOUT"] && cfg.ShutdownTimeout < time.Second {
 		bad("SHUTDOWN_TIMEOUT", "want a duration of at least 1s like 15s or 1m, got %q", got("SHUTDOWN_TIMEOUT", cfg.ShutdownTimeout))
+	}
+	if !failed["WEBHOOK_DISABLE_AFTER"] && cfg.WebhookDisableAfter < 0 {
+		bad("WEBHOOK_DISABLE_AFTER", "want a duration like 120h (5 days), or 0 for never, got %q", got("WEBHOOK_DISABLE_AFTER", cfg.WebhookDisableAfter))
 	}
 	if !failed["RETENTION"] && cfg.Retention < time.Hour {
 		bad("RETENTION", "want a duration of at least 1h like 168h (7 days), got %q", got("RETENTION", cfg.Retention))

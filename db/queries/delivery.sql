@@ -76,7 +76,7 @@ WITH picked AS (
     ORDER BY d.event_id LIMIT @max_rows
     FOR UPDATE OF d
 )
-UPDATE deliveries d SET status = 'pending', attempts = 0, delivered_at = NULL, next_attempt_at = now(), updated_at = now()
+UPDATE deliveries d SET status = 'pending', attempts = 0, delivered_at = NULL, lease_holder = NULL, next_attempt_at = now(), updated_at = now()
 FROM picked WHERE d.event_id = picked.event_id AND d.subscriber_id = picked.subscriber_id
 RETURNING d.event_id, d.subscriber_id;
 
@@ -90,3 +90,71 @@ DELETE FROM deliveries WHERE (event_id, subscriber_id) IN (
 DELETE FROM deliveries d USING subscribers s
 WHERE s.id = d.subscriber_id AND d.status = 'dead' AND d.updated_at < @before
   AND (sqlc.narg('subscriber')::text IS NULL OR s.name = sqlc.narg('subscriber'));
+
+-- name: DeliveryLease :one
+-- Leases the delivery (locked by the caller) to @holder for one attempt:
+-- one more attempt counted, not due again until the lease runs out
+-- (@ttl_s seconds), and the attempt's start logged by @instance. An
+-- earlier attempt of the delivery still without an outcome (its worker
+-- never came back) is noted as such. Returns the attempt's log id and
+-- number.
+WITH abandoned AS (
+    UPDATE delivery_attempts SET error = 'no answer was recorded before the lease ran out'
+    WHERE event_id = @event_id AND subscriber_id = @subscriber_id AND replay_id IS NULL
+      AND status IS NULL AND error IS NULL
+), d AS (
+    UPDATE deliveries SET lease_holder = @holder, attempts = attempts + 1,
+        next_attempt_at = clock_timestamp() + make_interval(secs => @ttl_s::float8), updated_at = clock_timestamp()
+    WHERE event_id = @event_id AND subscriber_id = @subscriber_id
+    RETURNING attempts
+)
+INSERT INTO delivery_attempts (event_id, subscriber_id, attempt, lease_holder, instance)
+SELECT @event_id, @subscriber_id, d.attempts, @holder, @instance FROM d
+RETURNING id, attempt;
+
+-- name: DeliveryRecordLeased :one
+-- Records the outcome of the attempt @holder leased, if the lease is
+-- still @holder's (not taken over after it ran out, nor reset by a
+-- redelivery); no row otherwise. Ends the lease.
+WITH d AS (
+    UPDATE deliveries SET
+        status = @status, last_error = sqlc.narg('last_error'),
+        response_status = sqlc.narg('response_status'), response_body = sqlc.narg('response_body'),
+        duration_ms = @duration_ms,
+        delivered_at = CASE WHEN @status = 'delivered' THEN clock_timestamp() END,
+        next_attempt_at = clock_timestamp() + make_interval(secs => @retry_in_s::float8),
+        lease_holder = NULL, updated_at = clock_timestamp()
+    WHERE event_id = @event_id AND subscriber_id = @subscriber_id AND lease_holder = @holder::text
+      AND status NOT IN ('delivered', 'dead')
+    RETURNING *
+)
+SELECT d.*, s.name AS subscriber_name FROM d JOIN subscribers s ON s.id = d.subscriber_id;
+
+-- name: DeliveryLeaseDrop :exec
+-- Gives the attempt @holder leased back unmade (its request never went
+-- out, or the server is stopping): due at once, not counted.
+UPDATE deliveries SET lease_holder = NULL, attempts = greatest(attempts - 1, 0),
+    next_attempt_at = clock_timestamp(), updated_at = clock_timestamp()
+WHERE event_id = @event_id AND subscriber_id = @subscriber_id AND lease_holder = @holder::text
+  AND status NOT IN ('delivered', 'dead');
+
+-- name: DeliveryAttemptFinish :exec
+-- Completes attempt log row @id with its outcome.
+UPDATE delivery_attempts SET status = sqlc.narg('status'), duration_ms = @duration_ms,
+    response_status = sqlc.narg('response_status'), response_body = sqlc.narg('response_body'),
+    error = sqlc.narg('error')
+WHERE id = @id;
+
+-- name: DeliveryAttemptListOf :many
+-- The attempt log of live deliveries @event_ids × @subscriber_ids
+-- (pairs), newest first.
+SELECT a.* FROM delivery_attempts a
+JOIN (SELECT unnest(@event_ids::bigint[]) AS event_id, unnest(@subscriber_ids::bigint[]) AS subscriber_id) k
+  ON a.event_id = k.event_id AND a.subscriber_id = k.subscriber_id
+WHERE a.replay_id IS NULL
+ORDER BY a.event_id, a.subscriber_id, a.id DESC;
+
+-- name: DeliveryAttemptDeleteOld :execrows
+-- Up to @max_rows attempt log rows started before @before.
+DELETE FROM delivery_attempts WHERE id IN (
+    SELECT o.id FROM delivery_attempts o WHERE o.started_at < @before ORDER BY o.started_at LIMIT @max_rows);

@@ -162,7 +162,8 @@ SELECT id FROM events WHERE id = ANY(@ids::bigint[]) AND processed_at IS NULL OR
 
 -- name: EventMarkProcessed :many
 -- Marks processed those of the events @ids not processed yet none of whose
--- deliveries is open (pending or failed), stamping undispatched ones
+-- built-in deliveries is open (pending or failed): an external delivery
+-- (a webhook's) never holds an event, its record is enough. Stamps undispatched ones
 -- dispatched too, gives them the next feed sequences in id order, and
 -- queues one NOTIFY on @channel whose payload is the highest, delivered at
 -- commit. Taking the sequences row-locks feed_counter until commit, so
@@ -172,7 +173,8 @@ SELECT id FROM events WHERE id = ANY(@ids::bigint[]) AND processed_at IS NULL OR
 WITH todo AS (
     SELECT e.id, row_number() OVER (ORDER BY e.id) AS n, count(*) OVER () AS total
     FROM events e WHERE e.id = ANY(@ids::bigint[]) AND e.processed_at IS NULL
-      AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND d.status NOT IN ('delivered', 'dead'))
+      AND NOT EXISTS (SELECT 1 FROM deliveries d JOIN subscribers b ON b.id = d.subscriber_id
+                      WHERE d.event_id = e.id AND d.status NOT IN ('delivered', 'dead') AND b.kind = 'builtin')
 ), s AS (
     UPDATE feed_counter SET last_seq = last_seq + (SELECT count(*) FROM todo)
     WHERE EXISTS (SELECT 1 FROM todo)
@@ -210,8 +212,10 @@ SELECT id FROM events
 WHERE processed_at IS NULL AND dispatched_at IS NULL AND id > @after_id ORDER BY id LIMIT @max_rows;
 
 -- name: EventListUnfinishedIDs :many
--- Dispatched, unprocessed events with no open delivery left, after @after_id.
+-- Dispatched, unprocessed events with no open built-in delivery left,
+-- after @after_id.
 SELECT e.id FROM events e
 WHERE e.processed_at IS NULL AND e.dispatched_at IS NOT NULL AND e.id > @after_id
-  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND d.status NOT IN ('delivered', 'dead'))
+  AND NOT EXISTS (SELECT 1 FROM deliveries d JOIN subscribers b ON b.id = d.subscriber_id
+                  WHERE d.event_id = e.id AND d.status NOT IN ('delivered', 'dead') AND b.kind = 'builtin')
 ORDER BY e.id LIMIT @max_rows;

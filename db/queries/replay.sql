@@ -140,3 +140,40 @@ ORDER BY event_id LIMIT 10000;
 DELETE FROM replay_deliveries WHERE (replay_id, event_id) IN (
     SELECT d.replay_id, d.event_id FROM replay_deliveries d JOIN replays r ON r.id = d.replay_id
     WHERE r.status <> 'running' AND r.finished_at < @before LIMIT @max_rows);
+
+-- name: ReplayDeliveryLease :one
+-- Leases the replayed delivery (locked by the caller), as DeliveryLease
+-- the live one.
+WITH abandoned AS (
+    UPDATE delivery_attempts SET error = 'no answer was recorded before the lease ran out'
+    WHERE replay_id = @replay_id AND event_id = @event_id AND status IS NULL AND error IS NULL
+), d AS (
+    UPDATE replay_deliveries SET lease_holder = @holder, attempts = attempts + 1,
+        next_attempt_at = clock_timestamp() + make_interval(secs => @ttl_s::float8), updated_at = clock_timestamp()
+    WHERE replay_id = @replay_id AND event_id = @event_id
+    RETURNING subscriber_id, attempts
+)
+INSERT INTO delivery_attempts (event_id, subscriber_id, replay_id, attempt, lease_holder, instance)
+SELECT @event_id, d.subscriber_id, sqlc.arg(replay_id)::bigint, d.attempts, @holder, @instance FROM d
+RETURNING id, attempt;
+
+-- name: ReplayDeliveryRecordLeased :one
+-- Records the outcome of the attempt @holder leased, as
+-- DeliveryRecordLeased; no row when the lease is no longer @holder's.
+UPDATE replay_deliveries SET
+    status = @status, last_error = sqlc.narg('last_error'),
+    response_status = sqlc.narg('response_status'), response_body = sqlc.narg('response_body'),
+    duration_ms = @duration_ms,
+    delivered_at = CASE WHEN @status = 'delivered' THEN clock_timestamp() END,
+    next_attempt_at = clock_timestamp() + make_interval(secs => @retry_in_s::float8),
+    lease_holder = NULL, updated_at = clock_timestamp()
+WHERE replay_id = @replay_id AND event_id = @event_id AND lease_holder = @holder::text
+  AND status NOT IN ('delivered', 'dead')
+RETURNING *;
+
+-- name: ReplayDeliveryLeaseDrop :exec
+-- Gives the attempt @holder leased back unmade, as DeliveryLeaseDrop.
+UPDATE replay_deliveries SET lease_holder = NULL, attempts = greatest(attempts - 1, 0),
+    next_attempt_at = clock_timestamp(), updated_at = clock_timestamp()
+WHERE replay_id = @replay_id AND event_id = @event_id AND lease_holder = @holder::text
+  AND status NOT IN ('delivered', 'dead');

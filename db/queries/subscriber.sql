@@ -66,10 +66,17 @@ SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' 
 FROM s;
 
 -- name: SubscriberSetPaused :one
-UPDATE subscribers SET paused = @paused, updated_at = now() WHERE id = @id
-RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
-    max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format,
-    max_in_flight, rate_per_second;
+-- Pauses or resumes @id; resuming also ends a disabled webhook's
+-- disabled state and its run of failures. Returns the subscriber and
+-- whether it was paused before, and why if it had been disabled.
+WITH old AS (SELECT o.id, o.paused, o.disabled_reason FROM subscribers o WHERE o.id = @id FOR UPDATE)
+UPDATE subscribers s SET paused = @paused, updated_at = now(),
+    disabled_reason = CASE WHEN @paused THEN s.disabled_reason END,
+    failing_since = CASE WHEN @paused THEN s.failing_since END
+FROM old WHERE s.id = old.id
+RETURNING s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
+    s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
+    s.max_in_flight, s.rate_per_second, old.paused AS was_paused, old.disabled_reason AS was_disabled;
 
 -- name: SubscriberGetByName :one
 SELECT * FROM subscriber_rows WHERE name = @name;
@@ -181,3 +188,23 @@ ON CONFLICT (subscriber_id) DO UPDATE SET
     taken = least(@burst::float8, b.tokens + greatest(0, extract(epoch FROM EXCLUDED.refilled_at - b.refilled_at)) * @rate::float8) >= 1,
     refilled_at = greatest(b.refilled_at, EXCLUDED.refilled_at)
 RETURNING taken, tokens;
+
+-- name: SubscriberNoteFailure :one
+-- Notes a failed attempt to webhook @id at @now: starts its run of
+-- failures unless one runs already. Returns when the run began (null when
+-- a concurrent attempt started it in this instant).
+WITH u AS (
+    UPDATE subscribers SET failing_since = @now::timestamptz WHERE id = @id AND failing_since IS NULL RETURNING failing_since
+)
+SELECT coalesce((SELECT u.failing_since FROM u), s.failing_since) AS failing_since FROM subscribers s WHERE s.id = @id;
+
+-- name: SubscriberNoteSuccess :exec
+-- Ends webhook @id's run of failures; writes nothing when none runs.
+UPDATE subscribers SET failing_since = NULL WHERE id = @id AND failing_since IS NOT NULL;
+
+-- name: SubscriberDisable :one
+-- Pauses webhook @id for @reason unless it is disabled already; returns
+-- when its run of failures began.
+UPDATE subscribers SET paused = true, disabled_reason = @reason, updated_at = now()
+WHERE id = @id AND disabled_reason IS NULL
+RETURNING failing_since;

@@ -10,6 +10,93 @@ import (
 	"time"
 )
 
+const deliveryAttemptDeleteOld = `-- name: DeliveryAttemptDeleteOld :execrows
+DELETE FROM delivery_attempts WHERE id IN (
+    SELECT o.id FROM delivery_attempts o WHERE o.started_at < $1 ORDER BY o.started_at LIMIT $2)
+`
+
+// Up to @max_rows attempt log rows started before @before.
+func (q *Queries) DeliveryAttemptDeleteOld(ctx context.Context, db DBTX, before time.Time, maxRows int32) (int64, error) {
+	result, err := db.Exec(ctx, deliveryAttemptDeleteOld, before, maxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const deliveryAttemptFinish = `-- name: DeliveryAttemptFinish :exec
+UPDATE delivery_attempts SET status = $1, duration_ms = $2,
+    response_status = $3, response_body = $4,
+    error = $5
+WHERE id = $6
+`
+
+type DeliveryAttemptFinishParams struct {
+	Status         *string
+	DurationMs     *int32
+	ResponseStatus *int32
+	ResponseBody   *string
+	Error          *string
+	ID             int64
+}
+
+// Completes attempt log row @id with its outcome.
+func (q *Queries) DeliveryAttemptFinish(ctx context.Context, db DBTX, arg DeliveryAttemptFinishParams) error {
+	_, err := db.Exec(ctx, deliveryAttemptFinish,
+		arg.Status,
+		arg.DurationMs,
+		arg.ResponseStatus,
+		arg.ResponseBody,
+		arg.Error,
+		arg.ID,
+	)
+	return err
+}
+
+const deliveryAttemptListOf = `-- name: DeliveryAttemptListOf :many
+SELECT a.id, a.event_id, a.subscriber_id, a.replay_id, a.attempt, a.lease_holder, a.instance, a.started_at, a.status, a.duration_ms, a.response_status, a.response_body, a.error FROM delivery_attempts a
+JOIN (SELECT unnest($1::bigint[]) AS event_id, unnest($2::bigint[]) AS subscriber_id) k
+  ON a.event_id = k.event_id AND a.subscriber_id = k.subscriber_id
+WHERE a.replay_id IS NULL
+ORDER BY a.event_id, a.subscriber_id, a.id DESC
+`
+
+// The attempt log of live deliveries @event_ids × @subscriber_ids
+// (pairs), newest first.
+func (q *Queries) DeliveryAttemptListOf(ctx context.Context, db DBTX, eventIds []int64, subscriberIds []int64) ([]DeliveryAttempt, error) {
+	rows, err := db.Query(ctx, deliveryAttemptListOf, eventIds, subscriberIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []DeliveryAttempt{}
+	for rows.Next() {
+		var i DeliveryAttempt
+		if err := rows.Scan(
+			&i.ID,
+			&i.EventID,
+			&i.SubscriberID,
+			&i.ReplayID,
+			&i.Attempt,
+			&i.LeaseHolder,
+			&i.Instance,
+			&i.StartedAt,
+			&i.Status,
+			&i.DurationMs,
+			&i.ResponseStatus,
+			&i.ResponseBody,
+			&i.Error,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const deliveryDeleteDead = `-- name: DeliveryDeleteDead :execrows
 DELETE FROM deliveries d USING subscribers s
 WHERE s.id = d.subscriber_id AND d.status = 'dead' AND d.updated_at < $1
@@ -39,8 +126,70 @@ func (q *Queries) DeliveryDeleteDelivered(ctx context.Context, db DBTX, before *
 	return result.RowsAffected(), nil
 }
 
+const deliveryLease = `-- name: DeliveryLease :one
+WITH abandoned AS (
+    UPDATE delivery_attempts SET error = 'no answer was recorded before the lease ran out'
+    WHERE event_id = $1 AND subscriber_id = $2 AND replay_id IS NULL
+      AND status IS NULL AND error IS NULL
+), d AS (
+    UPDATE deliveries SET lease_holder = $3, attempts = attempts + 1,
+        next_attempt_at = clock_timestamp() + make_interval(secs => $5::float8), updated_at = clock_timestamp()
+    WHERE event_id = $1 AND subscriber_id = $2
+    RETURNING attempts
+)
+INSERT INTO delivery_attempts (event_id, subscriber_id, attempt, lease_holder, instance)
+SELECT $1, $2, d.attempts, $3, $4 FROM d
+RETURNING id, attempt
+`
+
+type DeliveryLeaseParams struct {
+	EventID      int64
+	SubscriberID int64
+	Holder       string
+	Instance     string
+	TtlS         float64
+}
+
+type DeliveryLeaseRow struct {
+	ID      int64
+	Attempt int32
+}
+
+// Leases the delivery (locked by the caller) to @holder for one attempt:
+// one more attempt counted, not due again until the lease runs out
+// (@ttl_s seconds), and the attempt's start logged by @instance. An
+// earlier attempt of the delivery still without an outcome (its worker
+// never came back) is noted as such. Returns the attempt's log id and
+// number.
+func (q *Queries) DeliveryLease(ctx context.Context, db DBTX, arg DeliveryLeaseParams) (DeliveryLeaseRow, error) {
+	row := db.QueryRow(ctx, deliveryLease,
+		arg.EventID,
+		arg.SubscriberID,
+		arg.Holder,
+		arg.Instance,
+		arg.TtlS,
+	)
+	var i DeliveryLeaseRow
+	err := row.Scan(&i.ID, &i.Attempt)
+	return i, err
+}
+
+const deliveryLeaseDrop = `-- name: DeliveryLeaseDrop :exec
+UPDATE deliveries SET lease_holder = NULL, attempts = greatest(attempts - 1, 0),
+    next_attempt_at = clock_timestamp(), updated_at = clock_timestamp()
+WHERE event_id = $1 AND subscriber_id = $2 AND lease_holder = $3::text
+  AND status NOT IN ('delivered', 'dead')
+`
+
+// Gives the attempt @holder leased back unmade (its request never went
+// out, or the server is stopping): due at once, not counted.
+func (q *Queries) DeliveryLeaseDrop(ctx context.Context, db DBTX, eventID int64, subscriberID int64, holder string) error {
+	_, err := db.Exec(ctx, deliveryLeaseDrop, eventID, subscriberID, holder)
+	return err
+}
+
 const deliveryListByEvents = `-- name: DeliveryListByEvents :many
-SELECT event_id, subscriber_id, status, attempts, last_error, response_status, response_body, next_attempt_at, delivered_at, duration_ms, created_at, updated_at, subscriber_name FROM delivery_rows WHERE event_id = ANY($1::bigint[]) ORDER BY event_id, subscriber_name
+SELECT event_id, subscriber_id, status, attempts, last_error, response_status, response_body, next_attempt_at, delivered_at, duration_ms, created_at, updated_at, lease_holder, subscriber_name FROM delivery_rows WHERE event_id = ANY($1::bigint[]) ORDER BY event_id, subscriber_name
 `
 
 func (q *Queries) DeliveryListByEvents(ctx context.Context, db DBTX, eventIds []int64) ([]DeliveryRow, error) {
@@ -65,6 +214,7 @@ func (q *Queries) DeliveryListByEvents(ctx context.Context, db DBTX, eventIds []
 			&i.DurationMs,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.LeaseHolder,
 			&i.SubscriberName,
 		); err != nil {
 			return nil, err
@@ -190,7 +340,7 @@ func (q *Queries) DeliveryListOpenKeysOfSubscriber(ctx context.Context, db DBTX,
 }
 
 const deliveryListPage = `-- name: DeliveryListPage :many
-SELECT event_id, subscriber_id, status, attempts, last_error, response_status, response_body, next_attempt_at, delivered_at, duration_ms, created_at, updated_at, subscriber_name FROM delivery_rows
+SELECT event_id, subscriber_id, status, attempts, last_error, response_status, response_body, next_attempt_at, delivered_at, duration_ms, created_at, updated_at, lease_holder, subscriber_name FROM delivery_rows
 WHERE (event_id, subscriber_id) < ($1::bigint, $2::bigint)
   AND ($3::text IS NULL OR status = $3)
   AND ($4::text IS NULL OR subscriber_name = $4)
@@ -237,6 +387,7 @@ func (q *Queries) DeliveryListPage(ctx context.Context, db DBTX, arg DeliveryLis
 			&i.DurationMs,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.LeaseHolder,
 			&i.SubscriberName,
 		); err != nil {
 			return nil, err
@@ -251,11 +402,11 @@ func (q *Queries) DeliveryListPage(ctx context.Context, db DBTX, arg DeliveryLis
 
 const deliveryLockOpen = `-- name: DeliveryLockOpen :one
 WITH d AS (
-    SELECT event_id, subscriber_id, status, attempts, last_error, response_status, response_body, next_attempt_at, delivered_at, duration_ms, created_at, updated_at FROM deliveries WHERE event_id = $1 AND subscriber_id = $2
+    SELECT event_id, subscriber_id, status, attempts, last_error, response_status, response_body, next_attempt_at, delivered_at, duration_ms, created_at, updated_at, lease_holder FROM deliveries WHERE event_id = $1 AND subscriber_id = $2
       AND status NOT IN ('delivered', 'dead') AND next_attempt_at <= clock_timestamp()
     FOR UPDATE SKIP LOCKED
 )
-SELECT d.event_id, d.subscriber_id, d.status, d.attempts, d.last_error, d.response_status, d.response_body, d.next_attempt_at, d.delivered_at, d.duration_ms, d.created_at, d.updated_at, s.name AS subscriber_name FROM d JOIN subscribers s ON s.id = d.subscriber_id
+SELECT d.event_id, d.subscriber_id, d.status, d.attempts, d.last_error, d.response_status, d.response_body, d.next_attempt_at, d.delivered_at, d.duration_ms, d.created_at, d.updated_at, d.lease_holder, s.name AS subscriber_name FROM d JOIN subscribers s ON s.id = d.subscriber_id
 `
 
 type DeliveryLockOpenRow struct {
@@ -271,6 +422,7 @@ type DeliveryLockOpenRow struct {
 	DurationMs     *int32
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	LeaseHolder    *string
 	SubscriberName string
 }
 
@@ -295,6 +447,7 @@ func (q *Queries) DeliveryLockOpen(ctx context.Context, db DBTX, eventID int64, 
 		&i.DurationMs,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.LeaseHolder,
 		&i.SubscriberName,
 	)
 	return i, err
@@ -310,9 +463,9 @@ WITH d AS (
         next_attempt_at = clock_timestamp() + make_interval(secs => $6::float8),
         updated_at = clock_timestamp()
     WHERE event_id = $7 AND subscriber_id = $8
-    RETURNING event_id, subscriber_id, status, attempts, last_error, response_status, response_body, next_attempt_at, delivered_at, duration_ms, created_at, updated_at
+    RETURNING event_id, subscriber_id, status, attempts, last_error, response_status, response_body, next_attempt_at, delivered_at, duration_ms, created_at, updated_at, lease_holder
 )
-SELECT d.event_id, d.subscriber_id, d.status, d.attempts, d.last_error, d.response_status, d.response_body, d.next_attempt_at, d.delivered_at, d.duration_ms, d.created_at, d.updated_at, s.name AS subscriber_name FROM d JOIN subscribers s ON s.id = d.subscriber_id
+SELECT d.event_id, d.subscriber_id, d.status, d.attempts, d.last_error, d.response_status, d.response_body, d.next_attempt_at, d.delivered_at, d.duration_ms, d.created_at, d.updated_at, d.lease_holder, s.name AS subscriber_name FROM d JOIN subscribers s ON s.id = d.subscriber_id
 `
 
 type DeliveryRecordAttemptParams struct {
@@ -339,6 +492,7 @@ type DeliveryRecordAttemptRow struct {
 	DurationMs     *int32
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	LeaseHolder    *string
 	SubscriberName string
 }
 
@@ -367,6 +521,87 @@ func (q *Queries) DeliveryRecordAttempt(ctx context.Context, db DBTX, arg Delive
 		&i.DurationMs,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.LeaseHolder,
+		&i.SubscriberName,
+	)
+	return i, err
+}
+
+const deliveryRecordLeased = `-- name: DeliveryRecordLeased :one
+WITH d AS (
+    UPDATE deliveries SET
+        status = $1, last_error = $2,
+        response_status = $3, response_body = $4,
+        duration_ms = $5,
+        delivered_at = CASE WHEN $1 = 'delivered' THEN clock_timestamp() END,
+        next_attempt_at = clock_timestamp() + make_interval(secs => $6::float8),
+        lease_holder = NULL, updated_at = clock_timestamp()
+    WHERE event_id = $7 AND subscriber_id = $8 AND lease_holder = $9::text
+      AND status NOT IN ('delivered', 'dead')
+    RETURNING event_id, subscriber_id, status, attempts, last_error, response_status, response_body, next_attempt_at, delivered_at, duration_ms, created_at, updated_at, lease_holder
+)
+SELECT d.event_id, d.subscriber_id, d.status, d.attempts, d.last_error, d.response_status, d.response_body, d.next_attempt_at, d.delivered_at, d.duration_ms, d.created_at, d.updated_at, d.lease_holder, s.name AS subscriber_name FROM d JOIN subscribers s ON s.id = d.subscriber_id
+`
+
+type DeliveryRecordLeasedParams struct {
+	Status         string
+	LastError      *string
+	ResponseStatus *int32
+	ResponseBody   *string
+	DurationMs     *int32
+	RetryInS       float64
+	EventID        int64
+	SubscriberID   int64
+	Holder         string
+}
+
+type DeliveryRecordLeasedRow struct {
+	EventID        int64
+	SubscriberID   int64
+	Status         string
+	Attempts       int32
+	LastError      *string
+	ResponseStatus *int32
+	ResponseBody   *string
+	NextAttemptAt  time.Time
+	DeliveredAt    *time.Time
+	DurationMs     *int32
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	LeaseHolder    *string
+	SubscriberName string
+}
+
+// Records the outcome of the attempt @holder leased, if the lease is
+// still @holder's (not taken over after it ran out, nor reset by a
+// redelivery); no row otherwise. Ends the lease.
+func (q *Queries) DeliveryRecordLeased(ctx context.Context, db DBTX, arg DeliveryRecordLeasedParams) (DeliveryRecordLeasedRow, error) {
+	row := db.QueryRow(ctx, deliveryRecordLeased,
+		arg.Status,
+		arg.LastError,
+		arg.ResponseStatus,
+		arg.ResponseBody,
+		arg.DurationMs,
+		arg.RetryInS,
+		arg.EventID,
+		arg.SubscriberID,
+		arg.Holder,
+	)
+	var i DeliveryRecordLeasedRow
+	err := row.Scan(
+		&i.EventID,
+		&i.SubscriberID,
+		&i.Status,
+		&i.Attempts,
+		&i.LastError,
+		&i.ResponseStatus,
+		&i.ResponseBody,
+		&i.NextAttemptAt,
+		&i.DeliveredAt,
+		&i.DurationMs,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.LeaseHolder,
 		&i.SubscriberName,
 	)
 	return i, err
@@ -381,7 +616,7 @@ WITH picked AS (
     ORDER BY d.event_id LIMIT $4
     FOR UPDATE OF d
 )
-UPDATE deliveries d SET status = 'pending', attempts = 0, delivered_at = NULL, next_attempt_at = now(), updated_at = now()
+UPDATE deliveries d SET status = 'pending', attempts = 0, delivered_at = NULL, lease_holder = NULL, next_attempt_at = now(), updated_at = now()
 FROM picked WHERE d.event_id = picked.event_id AND d.subscriber_id = picked.subscriber_id
 RETURNING d.event_id, d.subscriber_id
 `

@@ -159,11 +159,13 @@ func (q *Queries) EventListUndispatchedIDs(ctx context.Context, db DBTX, afterID
 const eventListUnfinishedIDs = `-- name: EventListUnfinishedIDs :many
 SELECT e.id FROM events e
 WHERE e.processed_at IS NULL AND e.dispatched_at IS NOT NULL AND e.id > $1
-  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND d.status NOT IN ('delivered', 'dead'))
+  AND NOT EXISTS (SELECT 1 FROM deliveries d JOIN subscribers b ON b.id = d.subscriber_id
+                  WHERE d.event_id = e.id AND d.status NOT IN ('delivered', 'dead') AND b.kind = 'builtin')
 ORDER BY e.id LIMIT $2
 `
 
-// Dispatched, unprocessed events with no open delivery left, after @after_id.
+// Dispatched, unprocessed events with no open built-in delivery left,
+// after @after_id.
 func (q *Queries) EventListUnfinishedIDs(ctx context.Context, db DBTX, afterID int64, maxRows int32) ([]int64, error) {
 	rows, err := db.Query(ctx, eventListUnfinishedIDs, afterID, maxRows)
 	if err != nil {
@@ -378,7 +380,8 @@ const eventMarkProcessed = `-- name: EventMarkProcessed :many
 WITH todo AS (
     SELECT e.id, row_number() OVER (ORDER BY e.id) AS n, count(*) OVER () AS total
     FROM events e WHERE e.id = ANY($2::bigint[]) AND e.processed_at IS NULL
-      AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id AND d.status NOT IN ('delivered', 'dead'))
+      AND NOT EXISTS (SELECT 1 FROM deliveries d JOIN subscribers b ON b.id = d.subscriber_id
+                      WHERE d.event_id = e.id AND d.status NOT IN ('delivered', 'dead') AND b.kind = 'builtin')
 ), s AS (
     UPDATE feed_counter SET last_seq = last_seq + (SELECT count(*) FROM todo)
     WHERE EXISTS (SELECT 1 FROM todo)
@@ -401,7 +404,8 @@ type EventMarkProcessedRow struct {
 }
 
 // Marks processed those of the events @ids not processed yet none of whose
-// deliveries is open (pending or failed), stamping undispatched ones
+// built-in deliveries is open (pending or failed): an external delivery
+// (a webhook's) never holds an event, its record is enough. Stamps undispatched ones
 // dispatched too, gives them the next feed sequences in id order, and
 // queues one NOTIFY on @channel whose payload is the highest, delivered at
 // commit. Taking the sequences row-locks feed_counter until commit, so

@@ -35,6 +35,23 @@ type Delivery struct {
 	DurationMs     *int32
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	LeaseHolder    *string
+}
+
+type DeliveryAttempt struct {
+	ID             int64
+	EventID        int64
+	SubscriberID   int64
+	ReplayID       *int64
+	Attempt        int32
+	LeaseHolder    string
+	Instance       string
+	StartedAt      time.Time
+	Status         *string
+	DurationMs     *int32
+	ResponseStatus *int32
+	ResponseBody   *string
+	Error          *string
 }
 
 type DeliveryRow struct {
@@ -50,6 +67,7 @@ type DeliveryRow struct {
 	DurationMs     *int32
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	LeaseHolder    *string
 	SubscriberName string
 }
 
@@ -167,6 +185,7 @@ type ReplayDelivery struct {
 	DurationMs     *int32
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	LeaseHolder    *string
 }
 
 type SalesOrder struct {
@@ -207,22 +226,24 @@ type StockLedger struct {
 }
 
 type Subscriber struct {
-	ID            int64
-	Name          string
-	Kind          string
-	EventTypes    []string
-	Url           *string
-	Secret        *string
-	MaxAttempts   int32
-	TimeoutMs     int32
-	Paused        bool
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
-	Entities      []string
-	Condition     *string
-	Format        string
-	MaxInFlight   int32
-	RatePerSecond *float64
+	ID             int64
+	Name           string
+	Kind           string
+	EventTypes     []string
+	Url            *string
+	Secret         *string
+	MaxAttempts    int32
+	TimeoutMs      int32
+	Paused         bool
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	Entities       []string
+	Condition      *string
+	Format         string
+	MaxInFlight    int32
+	RatePerSecond  *float64
+	FailingSince   *time.Time
+	DisabledReason *string
 }
 
 type SubscriberBucket struct {

@@ -186,6 +186,62 @@ func (q *Queries) ReplayDeliveryInsert(ctx context.Context, db DBTX, replayID in
 	return err
 }
 
+const replayDeliveryLease = `-- name: ReplayDeliveryLease :one
+WITH abandoned AS (
+    UPDATE delivery_attempts SET error = 'no answer was recorded before the lease ran out'
+    WHERE replay_id = $2 AND event_id = $1 AND status IS NULL AND error IS NULL
+), d AS (
+    UPDATE replay_deliveries SET lease_holder = $3, attempts = attempts + 1,
+        next_attempt_at = clock_timestamp() + make_interval(secs => $5::float8), updated_at = clock_timestamp()
+    WHERE replay_id = $2 AND event_id = $1
+    RETURNING subscriber_id, attempts
+)
+INSERT INTO delivery_attempts (event_id, subscriber_id, replay_id, attempt, lease_holder, instance)
+SELECT $1, d.subscriber_id, $2::bigint, d.attempts, $3, $4 FROM d
+RETURNING id, attempt
+`
+
+type ReplayDeliveryLeaseParams struct {
+	EventID  int64
+	ReplayID int64
+	Holder   string
+	Instance string
+	TtlS     float64
+}
+
+type ReplayDeliveryLeaseRow struct {
+	ID      int64
+	Attempt int32
+}
+
+// Leases the replayed delivery (locked by the caller), as DeliveryLease
+// the live one.
+func (q *Queries) ReplayDeliveryLease(ctx context.Context, db DBTX, arg ReplayDeliveryLeaseParams) (ReplayDeliveryLeaseRow, error) {
+	row := db.QueryRow(ctx, replayDeliveryLease,
+		arg.EventID,
+		arg.ReplayID,
+		arg.Holder,
+		arg.Instance,
+		arg.TtlS,
+	)
+	var i ReplayDeliveryLeaseRow
+	err := row.Scan(&i.ID, &i.Attempt)
+	return i, err
+}
+
+const replayDeliveryLeaseDrop = `-- name: ReplayDeliveryLeaseDrop :exec
+UPDATE replay_deliveries SET lease_holder = NULL, attempts = greatest(attempts - 1, 0),
+    next_attempt_at = clock_timestamp(), updated_at = clock_timestamp()
+WHERE replay_id = $1 AND event_id = $2 AND lease_holder = $3::text
+  AND status NOT IN ('delivered', 'dead')
+`
+
+// Gives the attempt @holder leased back unmade, as DeliveryLeaseDrop.
+func (q *Queries) ReplayDeliveryLeaseDrop(ctx context.Context, db DBTX, replayID int64, eventID int64, holder string) error {
+	_, err := db.Exec(ctx, replayDeliveryLeaseDrop, replayID, eventID, holder)
+	return err
+}
+
 const replayDeliveryListDue = `-- name: ReplayDeliveryListDue :many
 SELECT d.replay_id, d.event_id FROM replay_deliveries d JOIN replays r ON r.id = d.replay_id
 JOIN subscribers s ON s.id = d.subscriber_id
@@ -298,7 +354,7 @@ func (q *Queries) ReplayDeliveryListOpenOfSubscriber(ctx context.Context, db DBT
 }
 
 const replayDeliveryLockOpen = `-- name: ReplayDeliveryLockOpen :one
-SELECT replay_id, event_id, subscriber_id, status, attempts, last_error, response_status, response_body, next_attempt_at, delivered_at, duration_ms, created_at, updated_at FROM replay_deliveries WHERE replay_id = $1 AND event_id = $2
+SELECT replay_id, event_id, subscriber_id, status, attempts, last_error, response_status, response_body, next_attempt_at, delivered_at, duration_ms, created_at, updated_at, lease_holder FROM replay_deliveries WHERE replay_id = $1 AND event_id = $2
   AND status NOT IN ('delivered', 'dead') AND next_attempt_at <= clock_timestamp()
 FOR UPDATE SKIP LOCKED
 `
@@ -322,6 +378,7 @@ func (q *Queries) ReplayDeliveryLockOpen(ctx context.Context, db DBTX, replayID 
 		&i.DurationMs,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.LeaseHolder,
 	)
 	return i, err
 }
@@ -335,7 +392,7 @@ UPDATE replay_deliveries SET
     next_attempt_at = clock_timestamp() + make_interval(secs => $6::float8),
     updated_at = clock_timestamp()
 WHERE replay_id = $7 AND event_id = $8
-RETURNING replay_id, event_id, subscriber_id, status, attempts, last_error, response_status, response_body, next_attempt_at, delivered_at, duration_ms, created_at, updated_at
+RETURNING replay_id, event_id, subscriber_id, status, attempts, last_error, response_status, response_body, next_attempt_at, delivered_at, duration_ms, created_at, updated_at, lease_holder
 `
 
 type ReplayDeliveryRecordAttemptParams struct {
@@ -375,6 +432,66 @@ func (q *Queries) ReplayDeliveryRecordAttempt(ctx context.Context, db DBTX, arg 
 		&i.DurationMs,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.LeaseHolder,
+	)
+	return i, err
+}
+
+const replayDeliveryRecordLeased = `-- name: ReplayDeliveryRecordLeased :one
+UPDATE replay_deliveries SET
+    status = $1, last_error = $2,
+    response_status = $3, response_body = $4,
+    duration_ms = $5,
+    delivered_at = CASE WHEN $1 = 'delivered' THEN clock_timestamp() END,
+    next_attempt_at = clock_timestamp() + make_interval(secs => $6::float8),
+    lease_holder = NULL, updated_at = clock_timestamp()
+WHERE replay_id = $7 AND event_id = $8 AND lease_holder = $9::text
+  AND status NOT IN ('delivered', 'dead')
+RETURNING replay_id, event_id, subscriber_id, status, attempts, last_error, response_status, response_body, next_attempt_at, delivered_at, duration_ms, created_at, updated_at, lease_holder
+`
+
+type ReplayDeliveryRecordLeasedParams struct {
+	Status         string
+	LastError      *string
+	ResponseStatus *int32
+	ResponseBody   *string
+	DurationMs     *int32
+	RetryInS       float64
+	ReplayID       int64
+	EventID        int64
+	Holder         string
+}
+
+// Records the outcome of the attempt @holder leased, as
+// DeliveryRecordLeased; no row when the lease is no longer @holder's.
+func (q *Queries) ReplayDeliveryRecordLeased(ctx context.Context, db DBTX, arg ReplayDeliveryRecordLeasedParams) (ReplayDelivery, error) {
+	row := db.QueryRow(ctx, replayDeliveryRecordLeased,
+		arg.Status,
+		arg.LastError,
+		arg.ResponseStatus,
+		arg.ResponseBody,
+		arg.DurationMs,
+		arg.RetryInS,
+		arg.ReplayID,
+		arg.EventID,
+		arg.Holder,
+	)
+	var i ReplayDelivery
+	err := row.Scan(
+		&i.ReplayID,
+		&i.EventID,
+		&i.SubscriberID,
+		&i.Status,
+		&i.Attempts,
+		&i.LastError,
+		&i.ResponseStatus,
+		&i.ResponseBody,
+		&i.NextAttemptAt,
+		&i.DeliveredAt,
+		&i.DurationMs,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.LeaseHolder,
 	)
 	return i, err
 }

@@ -40,6 +40,21 @@ func (q *Queries) SubscriberBucketTake(ctx context.Context, db DBTX, subscriberI
 	return i, err
 }
 
+const subscriberDisable = `-- name: SubscriberDisable :one
+UPDATE subscribers SET paused = true, disabled_reason = $1, updated_at = now()
+WHERE id = $2 AND disabled_reason IS NULL
+RETURNING failing_since
+`
+
+// Pauses webhook @id for @reason unless it is disabled already; returns
+// when its run of failures began.
+func (q *Queries) SubscriberDisable(ctx context.Context, db DBTX, reason *string, iD int64) (*time.Time, error) {
+	row := db.QueryRow(ctx, subscriberDisable, reason, iD)
+	var failing_since *time.Time
+	err := row.Scan(&failing_since)
+	return failing_since, err
+}
+
 const subscriberGetByID = `-- name: SubscriberGetByID :one
 SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second FROM subscriber_rows WHERE id = $1
 `
@@ -128,7 +143,7 @@ WITH s AS (
         coalesce($6::text, 'standard_webhooks'), $7,
         coalesce($8::integer, 10), coalesce($9::integer, 10000),
         coalesce($10::integer, 4), $11::float8)
-    RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second
+    RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, failing_since, disabled_reason
 ), slots AS (
     INSERT INTO subscriber_leases (subscriber_id, slot)
     SELECT s.id, g FROM s CROSS JOIN LATERAL generate_series(0, s.max_in_flight - 1) g
@@ -484,11 +499,42 @@ func (q *Queries) SubscriberListByIDs(ctx context.Context, db DBTX, ids []int64)
 	return items, nil
 }
 
+const subscriberNoteFailure = `-- name: SubscriberNoteFailure :one
+WITH u AS (
+    UPDATE subscribers SET failing_since = $2::timestamptz WHERE id = $1 AND failing_since IS NULL RETURNING failing_since
+)
+SELECT coalesce((SELECT u.failing_since FROM u), s.failing_since) AS failing_since FROM subscribers s WHERE s.id = $1
+`
+
+// Notes a failed attempt to webhook @id at @now: starts its run of
+// failures unless one runs already. Returns when the run began (null when
+// a concurrent attempt started it in this instant).
+func (q *Queries) SubscriberNoteFailure(ctx context.Context, db DBTX, iD int64, now time.Time) (*time.Time, error) {
+	row := db.QueryRow(ctx, subscriberNoteFailure, iD, now)
+	var failing_since *time.Time
+	err := row.Scan(&failing_since)
+	return failing_since, err
+}
+
+const subscriberNoteSuccess = `-- name: SubscriberNoteSuccess :exec
+UPDATE subscribers SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL
+`
+
+// Ends webhook @id's run of failures; writes nothing when none runs.
+func (q *Queries) SubscriberNoteSuccess(ctx context.Context, db DBTX, id int64) error {
+	_, err := db.Exec(ctx, subscriberNoteSuccess, id)
+	return err
+}
+
 const subscriberSetPaused = `-- name: SubscriberSetPaused :one
-UPDATE subscribers SET paused = $1, updated_at = now() WHERE id = $2
-RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
-    max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format,
-    max_in_flight, rate_per_second
+WITH old AS (SELECT o.id, o.paused, o.disabled_reason FROM subscribers o WHERE o.id = $2 FOR UPDATE)
+UPDATE subscribers s SET paused = $1, updated_at = now(),
+    disabled_reason = CASE WHEN $1 THEN s.disabled_reason END,
+    failing_since = CASE WHEN $1 THEN s.failing_since END
+FROM old WHERE s.id = old.id
+RETURNING s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
+    s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
+    s.max_in_flight, s.rate_per_second, old.paused AS was_paused, old.disabled_reason AS was_disabled
 `
 
 type SubscriberSetPausedRow struct {
@@ -508,8 +554,13 @@ type SubscriberSetPausedRow struct {
 	Format        string
 	MaxInFlight   int32
 	RatePerSecond *float64
+	WasPaused     bool
+	WasDisabled   *string
 }
 
+// Pauses or resumes @id; resuming also ends a disabled webhook's
+// disabled state and its run of failures. Returns the subscriber and
+// whether it was paused before, and why if it had been disabled.
 func (q *Queries) SubscriberSetPaused(ctx context.Context, db DBTX, paused bool, iD int64) (SubscriberSetPausedRow, error) {
 	row := db.QueryRow(ctx, subscriberSetPaused, paused, iD)
 	var i SubscriberSetPausedRow
@@ -530,6 +581,8 @@ func (q *Queries) SubscriberSetPaused(ctx context.Context, db DBTX, paused bool,
 		&i.Format,
 		&i.MaxInFlight,
 		&i.RatePerSecond,
+		&i.WasPaused,
+		&i.WasDisabled,
 	)
 	return i, err
 }
@@ -551,7 +604,7 @@ UPDATE subscribers SET
         ELSE nullif($11::float8, 0) END,
     updated_at = now()
 WHERE id = $12 AND kind = 'webhook'
-RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second
+RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, failing_since, disabled_reason
 ), added AS (
     INSERT INTO subscriber_leases (subscriber_id, slot)
     SELECT s.id, g FROM s CROSS JOIN LATERAL generate_series(0, s.max_in_flight - 1) g

@@ -1,0 +1,168 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"erp/db/internal/dbsqlc"
+)
+
+// maxAttemptBody caps the response body an attempt log row keeps, in bytes
+// (the sender reads no more than that).
+const maxAttemptBody = 4096
+
+// Lease is one attempt of an external delivery (live or replayed) taken
+// by LeaseDelivery or LeaseReplayDelivery: its attempt log row and its
+// number within the delivery. Holder is what RecordLeasedAttempt checks.
+type Lease struct {
+	Holder    string
+	AttemptID int64
+	Attempt   int32
+}
+
+// LeaseDelivery leases delivery k, locked in tx by LockOpenDelivery, to
+// holder for one attempt made by instance: the attempt is counted, the
+// delivery is not due again until ttl from now (when a taker that died
+// leaves it to the next), and the attempt's start is logged. Commit tx
+// before making the request.
+func LeaseDelivery(ctx context.Context, tx pgx.Tx, k DeliveryKey, holder, instance string, ttl time.Duration) (Lease, error) {
+	row, err := queries.DeliveryLease(ctx, tx, dbsqlc.DeliveryLeaseParams{EventID: k.EventID, SubscriberID: k.SubscriberID,
+		Holder: holder, Instance: instance, TtlS: ttl.Seconds()})
+	if err != nil {
+		return Lease{}, fmt.Errorf("lease delivery %d/%d: %w", k.EventID, k.SubscriberID, translate(err))
+	}
+	return Lease{Holder: holder, AttemptID: row.ID, Attempt: row.Attempt}, nil
+}
+
+// RecordLeasedAttempt stores attempt a of delivery k, made under lease
+// l, and ends the lease. ErrNotFound: the lease is no longer l's (it ran
+// out and another worker took the delivery, or a redelivery reset it),
+// and nothing was changed; the answer is still logged by FinishAttempt.
+func RecordLeasedAttempt(ctx context.Context, tx pgx.Tx, k DeliveryKey, l Lease, a Attempt) (Delivery, error) {
+	p := dbsqlc.DeliveryRecordLeasedParams{EventID: k.EventID, SubscriberID: k.SubscriberID, Holder: l.Holder,
+		Status: a.Status, DurationMs: ptr(int32(a.Duration / time.Millisecond)), RetryInS: a.RetryIn.Seconds()}
+	if a.Error != "" {
+		p.LastError = ptr(truncate(a.Error, maxLastErrorLen))
+	}
+	if a.ResponseStatus != 0 {
+		p.ResponseStatus, p.ResponseBody = ptr(int32(a.ResponseStatus)), &a.ResponseBody
+	}
+	row, err := queries.DeliveryRecordLeased(ctx, tx, p)
+	if err != nil {
+		return Delivery{}, fmt.Errorf("record attempt %d of delivery %d/%d: %w", l.Attempt, k.EventID, k.SubscriberID, translate(err))
+	}
+	return deliveryFrom(dbsqlc.DeliveryRow(row)), nil
+}
+
+// DropLease gives delivery k's attempt under lease l back unmade (the
+// request did not go out, or its answer was lost to a stopping server):
+// the delivery is due at once and the attempt not counted. Nothing
+// happens when the lease is no longer l's.
+func DropLease(ctx context.Context, q Querier, k DeliveryKey, l Lease) error {
+	if err := queries.DeliveryLeaseDrop(ctx, q, k.EventID, k.SubscriberID, l.Holder); err != nil {
+		return fmt.Errorf("drop lease of delivery %d/%d: %w", k.EventID, k.SubscriberID, translate(err))
+	}
+	return nil
+}
+
+// FinishAttempt completes the attempt log row of lease l with a's outcome
+// (its status, duration, response and error).
+func FinishAttempt(ctx context.Context, q Querier, l Lease, a Attempt) error {
+	p := dbsqlc.DeliveryAttemptFinishParams{ID: l.AttemptID, Status: nonEmpty(a.Status), DurationMs: ptr(int32(a.Duration / time.Millisecond)),
+		Error: nonEmpty(truncate(a.Error, maxLastErrorLen))}
+	if a.ResponseStatus != 0 {
+		p.ResponseStatus, p.ResponseBody = ptr(int32(a.ResponseStatus)), ptr(truncate(a.ResponseBody, maxAttemptBody))
+	}
+	if err := queries.DeliveryAttemptFinish(ctx, q, p); err != nil {
+		return fmt.Errorf("log attempt %d: %w", l.AttemptID, translate(err))
+	}
+	return nil
+}
+
+// AttemptLog is one attempt of a delivery as the attempt log keeps it.
+// Status is empty, and Duration nil, while the attempt is in flight or
+// when its worker never recorded it (Error then says so).
+type AttemptLog struct {
+	Attempt        int32
+	Instance       string
+	StartedAt      time.Time
+	Status         string
+	DurationMs     *int32
+	ResponseStatus *int32
+	ResponseBody   *string
+	Error          *string
+}
+
+// AttemptLogs returns the attempt logs of the live deliveries keys, each
+// newest first; a delivery without attempts maps to nothing.
+func AttemptLogs(ctx context.Context, q Querier, keys []DeliveryKey) (map[DeliveryKey][]AttemptLog, error) {
+	events, subs := make([]int64, len(keys)), make([]int64, len(keys))
+	for i, k := range keys {
+		events[i], subs[i] = k.EventID, k.SubscriberID
+	}
+	rows, err := queries.DeliveryAttemptListOf(ctx, q, events, subs)
+	if err != nil {
+		return nil, fmt.Errorf("attempt logs of %d deliveries: %w", len(keys), translate(err))
+	}
+	out := make(map[DeliveryKey][]AttemptLog, len(keys))
+	for _, r := range rows {
+		k := DeliveryKey{EventID: r.EventID, SubscriberID: r.SubscriberID}
+		out[k] = append(out[k], AttemptLog{Attempt: r.Attempt, Instance: r.Instance, StartedAt: r.StartedAt,
+			Status: deref(r.Status), DurationMs: r.DurationMs, ResponseStatus: r.ResponseStatus,
+			ResponseBody: r.ResponseBody, Error: r.Error})
+	}
+	return out, nil
+}
+
+// PruneAttemptLog deletes up to limit attempt log rows started before
+// before, and returns how many it deleted.
+func PruneAttemptLog(ctx context.Context, q Querier, before time.Time, limit int) (int64, error) {
+	n, err := queries.DeliveryAttemptDeleteOld(ctx, q, before, int32(limit))
+	if err != nil {
+		return 0, fmt.Errorf("prune attempts started before %s: %w", before.Format(time.RFC3339), translate(err))
+	}
+	return n, nil
+}
+
+// LeaseReplayDelivery leases replayed delivery k, locked in tx by
+// LockOpenReplayDelivery, as LeaseDelivery a live one.
+func LeaseReplayDelivery(ctx context.Context, tx pgx.Tx, k ReplayKey, holder, instance string, ttl time.Duration) (Lease, error) {
+	row, err := queries.ReplayDeliveryLease(ctx, tx, dbsqlc.ReplayDeliveryLeaseParams{ReplayID: k.ReplayID, EventID: k.EventID,
+		Holder: holder, Instance: instance, TtlS: ttl.Seconds()})
+	if err != nil {
+		return Lease{}, fmt.Errorf("lease event %d of replay %d: %w", k.EventID, k.ReplayID, translate(err))
+	}
+	return Lease{Holder: holder, AttemptID: row.ID, Attempt: row.Attempt}, nil
+}
+
+// RecordLeasedReplayAttempt stores attempt a of replayed delivery k made
+// under lease l, as RecordLeasedAttempt, and returns its status and, for
+// a failure, the next attempt's time (database clock). ErrNotFound: the
+// lease is no longer l's.
+func RecordLeasedReplayAttempt(ctx context.Context, tx pgx.Tx, k ReplayKey, l Lease, a Attempt) (string, time.Time, error) {
+	p := dbsqlc.ReplayDeliveryRecordLeasedParams{ReplayID: k.ReplayID, EventID: k.EventID, Holder: l.Holder, Status: a.Status,
+		DurationMs: ptr(int32(a.Duration / time.Millisecond)), RetryInS: a.RetryIn.Seconds()}
+	if a.Error != "" {
+		p.LastError = ptr(truncate(a.Error, maxLastErrorLen))
+	}
+	if a.ResponseStatus != 0 {
+		p.ResponseStatus, p.ResponseBody = ptr(int32(a.ResponseStatus)), &a.ResponseBody
+	}
+	row, err := queries.ReplayDeliveryRecordLeased(ctx, tx, p)
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("record attempt %d of event %d of replay %d: %w", l.Attempt, k.EventID, k.ReplayID, translate(err))
+	}
+	return row.Status, row.NextAttemptAt, nil
+}
+
+// DropReplayLease gives replayed delivery k's attempt under lease l back
+// unmade, as DropLease.
+func DropReplayLease(ctx context.Context, q Querier, k ReplayKey, l Lease) error {
+	if err := queries.ReplayDeliveryLeaseDrop(ctx, q, k.ReplayID, k.EventID, l.Holder); err != nil {
+		return fmt.Errorf("drop lease of event %d of replay %d: %w", k.EventID, k.ReplayID, translate(err))
+	}
+	return nil
+}
