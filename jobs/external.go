@@ -313,7 +313,9 @@ func (x liveDelivery) lease(ctx context.Context, tx pgx.Tx, holder, instance str
 	return db.LeaseDelivery(ctx, tx, x.k, holder, instance, ttl)
 }
 
-func (x liveDelivery) messageID(ev db.Event, sub db.Subscriber) string { return WebhookMessageID(ev.ID, sub.ID) }
+func (x liveDelivery) messageID(ev db.Event, sub db.Subscriber) string {
+	return WebhookMessageID(ev.ID, sub.ID)
+}
 
 func (x liveDelivery) drop(ctx context.Context, tx pgx.Tx, l db.Lease) error {
 	return db.DropLease(ctx, tx, x.k, l)
