@@ -63,10 +63,14 @@ func TestRetentionPrunesDeliveredAndPurgesDead(t *testing.T) {
 		map[string]any{"t": time.Now().Add(time.Hour).Format(time.RFC3339)})
 	require.Zero(t, purged.PurgeDeadDeliveries, "another subscriber's")
 
-	// Later: delivered records go, dead ones stay until purged.
+	// Later: delivered records go, and the attempt log (the dead one's
+	// attempt); dead records stay until purged.
+	var logged int
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM delivery_attempts`).Scan(&logged))
+	require.Equal(t, 1, logged, "the webhook's one attempt")
 	n, err = jobs.PruneDeliveries(t.Context(), s.Pool, time.Now().Add(time.Hour))
 	require.NoError(t, err)
-	require.Equal(t, int64(delivered), n)
+	require.Equal(t, int64(delivered+logged), n)
 	require.Zero(t, count("delivered"))
 	require.Equal(t, 1, count("dead"))
 	purged = apptest.GQL[struct{ PurgeDeadDeliveries int }](t, s, `mutation($t: DateTime!) { purgeDeadDeliveries(olderThan: $t, subscriber: "gone") }`,

@@ -11,7 +11,8 @@ import (
 
 // A backlog the statistics do not know of: the journal was analyzed while
 // quiet, then an outage left backlogEvents events unprocessed (two per
-// document) and a webhook's deliveries of half of them failed. The
+// document) and a built-in subscriber's deliveries of half of them failed
+// (only a built-in's open delivery holds its event unprocessed). The
 // dispatch of a batch at the backlog's end, and the sweep's and a
 // delivery's lookups, must read in proportion to what they touch, not to
 // the backlog: a plan that reads the unprocessed events or the open
@@ -25,14 +26,14 @@ func TestDispatchOfABatchReadsTheBatchNotTheBacklog(t *testing.T) {
 	for _, q := range []string{
 		`ALTER TABLE events SET (autovacuum_enabled = off)`,
 		`ALTER TABLE deliveries SET (autovacuum_enabled = off)`,
-		`INSERT INTO subscribers (name, kind, url) VALUES ('backlog-hook', 'webhook', 'http://127.0.0.1:1/')`,
+		`INSERT INTO subscribers (name, kind) VALUES ('backlog-builtin', 'builtin')`,
 		// The quiet journal: processed, delivered.
 		`INSERT INTO events (type, entity, entity_id, payload, created_at, processed_at, dispatched_at, feed_seq)
 		 SELECT 'order.received', 'sales_orders', g, '{}', now(), now(), now(), g FROM generate_series(1, 1000) g`,
 		`UPDATE feed_counter SET last_seq = 1000`,
 		`INSERT INTO deliveries (event_id, subscriber_id, status, attempts, delivered_at, next_attempt_at, created_at, updated_at)
 		 SELECT e.id, s.id, 'delivered', 1, clock_timestamp(), clock_timestamp(), clock_timestamp(), clock_timestamp()
-		 FROM events e, subscribers s WHERE s.name = 'backlog-hook'`,
+		 FROM events e, subscribers s WHERE s.name = 'backlog-builtin'`,
 		`ANALYZE events`,
 		`ANALYZE deliveries`,
 		// The backlog: each document's first event dispatched, its
@@ -43,14 +44,14 @@ func TestDispatchOfABatchReadsTheBatchNotTheBacklog(t *testing.T) {
 		 WHERE id IN (SELECT min(id) FROM events WHERE processed_at IS NULL GROUP BY entity_id)`,
 		`INSERT INTO deliveries (event_id, subscriber_id, status, attempts, next_attempt_at, created_at, updated_at)
 		 SELECT e.id, s.id, 'failed', 1, clock_timestamp(), clock_timestamp(), clock_timestamp()
-		 FROM events e, subscribers s WHERE s.name = 'backlog-hook' AND e.processed_at IS NULL AND e.dispatched_at IS NOT NULL`,
+		 FROM events e, subscribers s WHERE s.name = 'backlog-builtin' AND e.processed_at IS NULL AND e.dispatched_at IS NOT NULL`,
 	} {
 		_, err := b.pool.Exec(b.ctx, q)
 		require.NoError(t, err, q)
 	}
 	var hook, journal int64
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM events`).Scan(&journal))
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT id FROM subscribers WHERE name = 'backlog-hook'`).Scan(&hook))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT id FROM subscribers WHERE name = 'backlog-builtin'`).Scan(&hook))
 
 	// The batch: the second event of each of the last batchSize
 	// documents, whose first event stays outside it, unprocessed.

@@ -116,8 +116,9 @@ func (c *client) eventsAfter(ctx context.Context, id int64) ([]Event, error) {
 // waitProcessed polls every pollInterval, for at most timeout, until every
 // event with an id greater than after (this run's: after is the journal
 // head when the run began) is processed. Events from before are not waited
-// for: a webhook paused since yesterday holds its own events, not this
-// run's. The planning chain journals its documents from the subscribers of
+// for: a built-in subscriber paused since yesterday holds its own events,
+// not this run's; webhooks hold none (an event is processed once their
+// delivery records exist, whatever the receivers answer). The planning chain journals its documents from the subscribers of
 // earlier events, so "nothing of this run unprocessed" also means the
 // chain has finished. On timeout the error lists this run's unprocessed
 // events and what each waits for (stuckReport).
@@ -172,6 +173,7 @@ type stuckEvent struct {
 	Deliveries []struct {
 		Subscriber struct {
 			Name   string `json:"name"`
+			Kind   string `json:"kind"`
 			Paused bool   `json:"paused"`
 		} `json:"subscriber"`
 		Status        string     `json:"status"`
@@ -184,7 +186,7 @@ type stuckEvent struct {
 const stuckQuery = `query($first: Int, $after: String) {
   events(first: $first, after: $after, filter: {processed: false}) {
     edges { node { id type object
-      deliveries { subscriber { name paused } status attempts lastError nextAttemptAt } } }
+      deliveries { subscriber { name kind paused } status attempts lastError nextAttemptAt } } }
     pageInfo { hasNextPage endCursor }
   }
 }`
@@ -249,12 +251,13 @@ func (c *client) stuckReport(ctx context.Context, after int64, waited time.Durat
 	return b.String()
 }
 
-// waitsFor says what an unprocessed event waits for: its deliveries that
-// are neither delivered nor dead, or that it has not been dispatched.
+// waitsFor says what an unprocessed event waits for: its built-in
+// subscribers' deliveries that are neither delivered nor dead (a webhook's
+// never holds an event), or that it has not been dispatched.
 func (ev stuckEvent) waitsFor() string {
 	var open []string
 	for _, d := range ev.Deliveries {
-		if d.Status == "DELIVERED" || d.Status == "DEAD" {
+		if d.Subscriber.Kind != "BUILTIN" || d.Status == "DELIVERED" || d.Status == "DEAD" {
 			continue
 		}
 		var why []string

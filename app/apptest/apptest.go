@@ -350,8 +350,30 @@ func CreateWebhook(t testing.TB, s *Server, name, url, secret string, types []st
 }
 
 // WaitAllProcessed waits up to 20 s until no event of s's journal is
-// unprocessed.
+// unprocessed and no delivery is open (pending or failed): the journal
+// and every subscriber, webhooks included, have caught up. An event is
+// processed before its webhooks answer; WaitEventsProcessed waits for
+// that alone.
 func WaitAllProcessed(t testing.TB, s *Server) {
+	t.Helper()
+	type page struct {
+		Deliveries struct{ Edges []struct{ Cursor string } } `json:"deliveries"`
+	}
+	WaitEventsProcessed(t, s)
+	WaitFor(t, 20*time.Second, "every delivery finished", func() bool {
+		for _, status := range []string{"PENDING", "FAILED"} {
+			q := `query($s: DeliveryStatus) { deliveries(filter: {status: $s}, first: 1) { edges { cursor } } }`
+			if len(GQL[page](t, s, q, map[string]any{"s": status}).Deliveries.Edges) > 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// WaitEventsProcessed waits up to 20 s until no event of s's journal is
+// unprocessed.
+func WaitEventsProcessed(t testing.TB, s *Server) {
 	t.Helper()
 	type page struct {
 		Events struct{ Edges []struct{ Cursor string } } `json:"events"`
