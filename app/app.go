@@ -93,8 +93,9 @@ const (
 	defaultShutdownTimeout = 15 * time.Second
 )
 
-// App is the wired product on a db.Database: dispatcher, River, feed, the
-// websocket adapter and the HTTP handler. New builds it, Start runs its
+// App is the wired product on a db.Database: dispatcher and River on its
+// work pool, the API, the feed and metrics on its API pool, the websocket
+// adapter and the HTTP handler. New builds it, Start runs its
 // background parts, Serve serves HTTP until its context ends, Stop ends
 // the background parts.
 type App struct {
@@ -165,7 +166,7 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 	}
 	registry := prometheus.NewRegistry()
 	m := metrics.New(registry)
-	m.RegisterDatabase(pool)
+	m.RegisterDatabase(pool, map[string]*pgxpool.Pool{"api": pool, "work": d.Work})
 	m.RegisterSubscriberLag(func(ctx context.Context) ([]metrics.SubscriberLag, error) {
 		lags, err := db.SubscriberLags(ctx, pool)
 		out := make([]metrics.SubscriberLag, len(lags))
@@ -176,10 +177,12 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 	})
 	webhooks := jobs.NewWebhookSender(jobs.WithAllowPrivate(cfg.WebhookAllowPrivate),
 		jobs.WithWebhookTracing(cfg.TracerProvider))
-	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger, Metrics: m, Webhooks: webhooks,
-		ReplayBatch: cfg.ReplayBatch, TracerProvider: cfg.TracerProvider},
-		jobs.OrderAcceptance{}, jobs.ProductionPlanning{}, jobs.MaterialIssue{})
-	riverClient, err := jobs.NewRiverClient(pool, dispatcher, jobs.RiverConfig{
+	newDispatcher := func(pool *pgxpool.Pool) *jobs.Dispatcher {
+		return jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger, Metrics: m, Webhooks: webhooks,
+			ReplayBatch: cfg.ReplayBatch, TracerProvider: cfg.TracerProvider},
+			jobs.OrderAcceptance{}, jobs.ProductionPlanning{}, jobs.MaterialIssue{})
+	}
+	riverCfg := jobs.RiverConfig{
 		ID:               instanceID(),
 		DispatchInterval: cfg.DispatchInterval,
 		MaxWorkers:       dispatchWorkers,
@@ -188,21 +191,36 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 		PollOnly:         d.Session == nil,
 		Logger:           logger,
 		TracerProvider:   cfg.TracerProvider,
-	})
+	}
+	// Background work on the work pool: River's client (its workers, fetch
+	// and maintenance) and the dispatcher its workers call.
+	dispatcher := newDispatcher(d.Work)
+	riverClient, err := jobs.NewRiverClient(d.Work, dispatcher, riverCfg)
+	if err != nil {
+		return nil, err
+	}
+	// The API's side of the same, on the API pool, so that no request waits
+	// for a connection behind the workers: a dispatcher for the admin
+	// mutations (pause, redeliver, replay), which works no jobs, and an
+	// insert-only River client (never started) that enqueues for it and the
+	// outbox (InsertTx, in the request's transaction) and that River UI
+	// reads through.
+	apiDispatcher := newDispatcher(pool)
+	apiRiver, err := jobs.NewRiverClient(pool, apiDispatcher, riverCfg)
 	if err != nil {
 		return nil, err
 	}
 	feed := db.NewFeedOn(d, logger)
 	m.RegisterGauge("feed_subscriptions", "Live event-feed subscriptions open in this process.",
 		func() float64 { return float64(feed.Subscribers()) })
-	outbox := jobs.NewOutbox(pool, riverClient)
+	outbox := jobs.NewOutbox(pool, apiRiver)
 	outbox.Metrics = m
 	auth := &httpapi.Auth{Pool: pool, Logger: logger}
 	res := &resolvers.Resolver{
 		Tokens:     auth,
 		Pool:       pool,
 		Outbox:     outbox,
-		Dispatcher: dispatcher,
+		Dispatcher: apiDispatcher,
 		Feed:       feed,
 		Logger:     logger,
 		FeedBuffer: cfg.FeedBuffer,
@@ -222,7 +240,7 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 		Logger:            logger,
 	}
 	riverUI, err := riverui.NewHandler(&riverui.HandlerOpts{
-		Endpoints: riverui.NewEndpoints(riverClient, nil),
+		Endpoints: riverui.NewEndpoints(apiRiver, nil),
 		Logger:    logger,
 		Prefix:    riverUIPath,
 	})
