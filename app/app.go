@@ -1,9 +1,9 @@
-// Package app is the ERP event backbone wired together: one pool, the
-// dispatcher and River, the live feed, the websocket adapter and the HTTP
-// routes, with their lifecycle and shutdown order. The erp binary's
-// subcommands (Serve, Migrate, CreateUser) are here too, so that server.go
-// only parses the configuration and calls them; package apptest runs the
-// same App in tests.
+// Package app is the ERP event backbone wired together: the API's pool and
+// the work pool (PoolSizes), the dispatcher and River, the live feed, the
+// websocket adapter and the HTTP routes, with their lifecycle and shutdown
+// order. The erp binary's subcommands (Serve, Migrate, CreateUser) are here
+// too, so that server.go only parses the configuration and calls them;
+// package apptest runs the same App in tests.
 package app
 
 import (
@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,8 +43,19 @@ const (
 	// at riverUIPath/login.
 	riverUIPath = "/riverui"
 	// readyTimeout bounds /readyz's one database query.
-	readyTimeout    = 2 * time.Second
+	readyTimeout = 2 * time.Second
+	// dispatchWorkers is River's MaxWorkers: the jobs (dispatch, deliver,
+	// replay, sweep, prune) that run at once in this process, each holding
+	// at most one connection of the work pool at a time.
 	dispatchWorkers = 20
+	// riverConns are the work pool's connections River itself holds at
+	// once besides its workers': the fetch loop, the completer, and the
+	// leader's election and maintenance services.
+	riverConns = 4
+	// apiBackgroundConns are the API pool's connections held besides the
+	// requests': the live feed's journal reads, the token watch, and a
+	// /metrics scrape's two queries (River's job counts, subscriber lag).
+	apiBackgroundConns = 4
 	// wsKeepAlive is the websocket keepalive period unless
 	// config.KeepAlive says otherwise: "ka" messages for graphql-ws, ping
 	// messages for graphql-transport-ws, and websocket ping frames for
@@ -81,8 +93,9 @@ const (
 	defaultShutdownTimeout = 15 * time.Second
 )
 
-// App is the wired product on one pool: dispatcher, River, feed, the
-// websocket adapter and the HTTP handler. New builds it, Start runs its
+// App is the wired product on a db.Database: dispatcher and River on its
+// work pool, the API, the feed and metrics on its API pool, the websocket
+// adapter and the HTTP handler. New builds it, Start runs its
 // background parts, Serve serves HTTP until its context ends, Stop ends
 // the background parts.
 type App struct {
@@ -119,16 +132,30 @@ type App struct {
 	tracer trace.Tracer
 }
 
-// New wires the application on pool (already migrated) from cfg: of it,
-// New reads DispatchInterval, AllowedOrigins, Introspection, Playground,
-// TimeZone, WebhookAllowPrivate, ShutdownTimeout, Retention and the tuning fields (KeepAlive,
-// InitTimeout, APIOnly, FeedBuffer; zero takes the default), and TracerProvider
-// (nil: no spans; the pool's statements are traced only if d's pool was
-// opened with db.TraceStatements). It starts
-// nothing; the error names a bad setting (ALLOWED_ORIGINS, TIME_ZONE) or
-// what failed to build.
+// PoolSizes is what cfg's instance asks of DATABASE_URL, before its
+// pool_max_conns (db.PoolSizes.Within): the work pool River's workers plus
+// River's own connections (20 + 4; 1 on an API-only instance, which works
+// no jobs); the API pool pgxpool's own default for the requests, max(4,
+// GOMAXPROCS), plus the feed's, the token watch's and a metrics scrape's
+// connections (4). README, Configuration, says the same.
+func PoolSizes(cfg config.Config) db.PoolSizes {
+	work := int32(dispatchWorkers + riverConns)
+	if cfg.APIOnly {
+		work = 1
+	}
+	return db.PoolSizes{API: int32(max(4, runtime.GOMAXPROCS(0)) + apiBackgroundConns), Work: work}
+}
+
+// New wires the application on d (already migrated; its pools sized by
+// PoolSizes) from cfg: of it, New reads DispatchInterval, AllowedOrigins,
+// Introspection, Playground, TimeZone, WebhookAllowPrivate,
+// ShutdownTimeout, Retention and the tuning fields (KeepAlive, InitTimeout,
+// APIOnly, FeedBuffer; zero takes the default), and TracerProvider (nil: no
+// spans; the pools' statements are traced only if d's pools were opened
+// with db.TraceStatements). It starts nothing; the error names a bad
+// setting (ALLOWED_ORIGINS, TIME_ZONE) or what failed to build.
 func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
-	pool := d.Pool
+	pool := d.Pool // the API's
 	checkOrigin, err := wsgorilla.AllowOrigins(cfg.AllowedOrigins)
 	if err != nil {
 		return nil, fmt.Errorf("ALLOWED_ORIGINS: %w", err)
@@ -139,7 +166,7 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 	}
 	registry := prometheus.NewRegistry()
 	m := metrics.New(registry)
-	m.RegisterDatabase(pool)
+	m.RegisterDatabase(pool, map[string]*pgxpool.Pool{"api": pool, "work": d.Work})
 	m.RegisterSubscriberLag(func(ctx context.Context) ([]metrics.SubscriberLag, error) {
 		lags, err := db.SubscriberLags(ctx, pool)
 		out := make([]metrics.SubscriberLag, len(lags))
@@ -155,10 +182,12 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 	if disableAfter == 0 {
 		disableAfter = -1 // never
 	}
-	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger, Metrics: m, Webhooks: webhooks,
-		ReplayBatch: cfg.ReplayBatch, TracerProvider: cfg.TracerProvider, Instance: instance, DisableAfter: disableAfter},
-		jobs.OrderAcceptance{}, jobs.ProductionPlanning{}, jobs.MaterialIssue{})
-	riverClient, err := jobs.NewRiverClient(pool, dispatcher, jobs.RiverConfig{
+	newDispatcher := func(pool *pgxpool.Pool) *jobs.Dispatcher {
+		return jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger, Metrics: m, Webhooks: webhooks,
+			ReplayBatch: cfg.ReplayBatch, TracerProvider: cfg.TracerProvider, Instance: instance, DisableAfter: disableAfter},
+			jobs.OrderAcceptance{}, jobs.ProductionPlanning{}, jobs.MaterialIssue{})
+	}
+	riverCfg := jobs.RiverConfig{
 		ID:               instance,
 		DispatchInterval: cfg.DispatchInterval,
 		MaxWorkers:       dispatchWorkers,
@@ -167,21 +196,36 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 		PollOnly:         d.Session == nil,
 		Logger:           logger,
 		TracerProvider:   cfg.TracerProvider,
-	})
+	}
+	// Background work on the work pool: River's client (its workers, fetch
+	// and maintenance) and the dispatcher its workers call.
+	dispatcher := newDispatcher(d.Work)
+	riverClient, err := jobs.NewRiverClient(d.Work, dispatcher, riverCfg)
+	if err != nil {
+		return nil, err
+	}
+	// The API's side of the same, on the API pool, so that no request waits
+	// for a connection behind the workers: a dispatcher for the admin
+	// mutations (pause, redeliver, replay), which works no jobs, and an
+	// insert-only River client (never started) that enqueues for it and the
+	// outbox (InsertTx, in the request's transaction) and that River UI
+	// reads through.
+	apiDispatcher := newDispatcher(pool)
+	apiRiver, err := jobs.NewRiverClient(pool, apiDispatcher, riverCfg)
 	if err != nil {
 		return nil, err
 	}
 	feed := db.NewFeedOn(d, logger)
 	m.RegisterGauge("feed_subscriptions", "Live event-feed subscriptions open in this process.",
 		func() float64 { return float64(feed.Subscribers()) })
-	outbox := jobs.NewOutbox(pool, riverClient)
+	outbox := jobs.NewOutbox(pool, apiRiver)
 	outbox.Metrics = m
 	auth := &httpapi.Auth{Pool: pool, Logger: logger}
 	res := &resolvers.Resolver{
 		Tokens:     auth,
 		Pool:       pool,
 		Outbox:     outbox,
-		Dispatcher: dispatcher,
+		Dispatcher: apiDispatcher,
 		Feed:       feed,
 		Logger:     logger,
 		FeedBuffer: cfg.FeedBuffer,
@@ -201,7 +245,7 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 		Logger:            logger,
 	}
 	riverUI, err := riverui.NewHandler(&riverui.HandlerOpts{
-		Endpoints: riverui.NewEndpoints(riverClient, nil),
+		Endpoints: riverui.NewEndpoints(apiRiver, nil),
 		Logger:    logger,
 		Prefix:    riverUIPath,
 	})

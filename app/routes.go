@@ -31,8 +31,8 @@ import (
 // goroutine a socket, and pushes the live feed (eventProcessed) to it.
 //
 // Operations: /healthz (the process is up), /readyz (see ready; its body
-// names the database mode, db.Database.Mode), /metrics
-// (Prometheus, this app's own registry).
+// names the database mode and the pools' sizes, db.Database.Mode and
+// PoolSizing), /metrics (Prometheus, this app's own registry).
 func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	ws, res := a.ws, a.res
 	cfg := graph.Config{
@@ -113,12 +113,13 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		defer cancel()
+		about := "database: " + a.database.Mode() + "\npools: " + a.database.PoolSizing()
 		if err := a.ready(ctx); err != nil {
 			a.logger.WarnContext(ctx, "not ready", slog.String("error", err.Error()))
-			http.Error(w, "not ready: "+err.Error()+"\ndatabase: "+a.database.Mode(), http.StatusServiceUnavailable)
+			http.Error(w, "not ready: "+err.Error()+"\n"+about, http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = io.WriteString(w, "ok\ndatabase: "+a.database.Mode()+"\n")
+		_, _ = io.WriteString(w, "ok\n"+about+"\n")
 	})
 	sessions := &httpapi.AdminSessions{Auth: a.auth, Path: riverUIPath}
 	mux.Handle(riverUIPath+"/login", sessions.Login())

@@ -32,7 +32,7 @@ const AdminTokenFile = "admin-token"
 // gives the admin its token, starts the application, serves cfg.Addr (and
 // the profiling listener when cfg.PprofAddr is set) until ctx ends, and
 // shuts down in order: sockets and requests, then River and the feed, then
-// the pool and the private PostgreSQL. stdout receives a generated admin
+// the pools and the private PostgreSQL. stdout receives a generated admin
 // token, once.
 func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout io.Writer) error {
 	tp, stopTracing, err := StartTracing(ctx, logger)
@@ -88,7 +88,7 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 				logger.Warn("tracing shutdown", slog.String("error", err.Error()))
 			}
 		})
-		logger.Info("stopped serving; closing the pool")
+		logger.Info("stopped serving; closing the pools")
 		return err
 	})
 }
@@ -112,7 +112,8 @@ func CreateUser(ctx context.Context, cfg config.Config, logger *slog.Logger, std
 
 // withDatabase opens the configured database (starting the private
 // PostgreSQL when DATABASE_URL is empty; through a transaction pooler when
-// DATABASE_URL is one, see db.Open; configure applies to its pool),
+// DATABASE_URL is one, see db.Open; its pools sized by PoolSizes within
+// DATABASE_URL's pool_max_conns; configure applies to both),
 // migrates it, runs fn, and closes everything in reverse order.
 func withDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger, configure []func(*pgxpool.Config), fn func(context.Context, *db.Database) error) (err error) {
 	url := cfg.DatabaseURL
@@ -132,12 +133,12 @@ func withDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger, c
 		url = cluster.URL()
 		logger.Info("private PostgreSQL started", slog.String("dir", filepath.Join(cfg.DataDir, "pg")))
 	}
-	d, err := db.Open(ctx, url, cfg.DatabaseDirectURL, configure...)
+	d, err := db.Open(ctx, url, cfg.DatabaseDirectURL, PoolSizes(cfg), configure...)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	logger.Info("database connected", slog.String("mode", d.Mode()))
+	logger.LogAttrs(ctx, slog.LevelInfo, "database connected", d.LogAttrs()...)
 	if err := d.Migrate(ctx, logger); err != nil {
 		return err
 	}

@@ -21,24 +21,24 @@ func TestOpenTellsAPoolerFromADirectConnection(t *testing.T) {
 	url := pgtest.NewDB(t)
 	bouncer := pgtest.PgBouncer(t, url)
 
-	direct, err := db.Open(t.Context(), url, "")
+	direct, err := db.Open(t.Context(), url, "", sizes)
 	require.NoError(t, err)
 	defer direct.Close()
 	require.False(t, direct.Pooled)
 	require.Equal(t, "direct", direct.Mode())
 	require.Same(t, direct.Pool, direct.Session)
 
-	pooled, err := db.Open(t.Context(), bouncer, "")
+	pooled, err := db.Open(t.Context(), bouncer, "", sizes)
 	require.NoError(t, err)
 	defer pooled.Close()
 	require.True(t, pooled.Pooled, "PgBouncer in transaction mode is a pooler")
 	require.Nil(t, pooled.Session)
 	require.Equal(t, "transaction pooler, polling", pooled.Mode())
 
-	_, err = db.Open(t.Context(), bouncer, bouncer)
+	_, err = db.Open(t.Context(), bouncer, bouncer, sizes)
 	require.ErrorContains(t, err, "DATABASE_DIRECT_URL: it is a transaction pooler too", "a pooler as the session connection is refused")
 
-	both, err := db.Open(t.Context(), bouncer, url)
+	both, err := db.Open(t.Context(), bouncer, url, sizes)
 	require.NoError(t, err)
 	defer both.Close()
 	require.True(t, both.Pooled)
@@ -48,7 +48,7 @@ func TestOpenTellsAPoolerFromADirectConnection(t *testing.T) {
 	// Through the pooler, many times over (each time perhaps on another
 	// server session): numeric, jsonb and array parameters, also when the
 	// URL asks for a query mode that cannot carry them.
-	exec, err := db.Open(t.Context(), bouncer+" default_query_exec_mode=exec", "")
+	exec, err := db.Open(t.Context(), bouncer+" default_query_exec_mode=exec", "", sizes)
 	require.NoError(t, err)
 	defer exec.Close()
 	for _, d := range []*db.Database{pooled, exec} {
@@ -71,7 +71,7 @@ func TestOpenWithTLS(t *testing.T) {
 	url := pgtest.NewDB(t)
 	tlsURL, _ := pgtest.PgBouncerTLS(t, url)
 
-	d, err := db.Open(t.Context(), tlsURL, url)
+	d, err := db.Open(t.Context(), tlsURL, url, sizes)
 	require.NoError(t, err)
 	defer d.Close()
 	conn, err := d.Pool.Acquire(t.Context())
@@ -89,13 +89,13 @@ func TestOpenWithTLS(t *testing.T) {
 		}
 	}
 	noCA := strings.Join(fields, " ")
-	unverified, err := db.Open(t.Context(), noCA, url)
+	unverified, err := db.Open(t.Context(), noCA, url, sizes)
 	require.NoError(t, err, "the pool connects lazily")
 	defer unverified.Close()
 	require.ErrorContains(t, unverified.Pool.Ping(t.Context()), "certificate", "verify-full without the CA must refuse the certificate")
 
 	require.NoError(t, func() error {
-		d, err := db.Open(t.Context(), strings.Replace(noCA, "sslmode=verify-full", "sslmode=require", 1), url)
+		d, err := db.Open(t.Context(), strings.Replace(noCA, "sslmode=verify-full", "sslmode=require", 1), url, sizes)
 		if err == nil {
 			defer d.Close()
 			err = d.Pool.Ping(t.Context())
@@ -104,16 +104,72 @@ func TestOpenWithTLS(t *testing.T) {
 	}(), "sslmode=require encrypts without verifying")
 }
 
-// TestOpenTakesPoolSettingsFromTheURL: pgxpool's pool_* settings in
-// DATABASE_URL size the pool (the probe must not send them to the server,
-// which refuses unknown parameters).
-func TestOpenTakesPoolSettingsFromTheURL(t *testing.T) {
+// sizes are what the tests of Open ask for.
+var sizes = db.PoolSizes{API: 8, Work: 24}
+
+// TestOpenSizesTwoPoolsWithinPoolMaxConns: Open makes two distinct pools
+// of the sizes asked for, and pool_max_conns in DATABASE_URL is the total
+// they are fitted into (PoolSizes.Within), taken off the URL before the
+// probe and the connections (the server refuses unknown parameters).
+func TestOpenSizesTwoPoolsWithinPoolMaxConns(t *testing.T) {
 	t.Parallel()
 	url := pgtest.NewDB(t)
-	d, err := db.Open(t.Context(), url+" pool_max_conns=9", "")
-	require.NoError(t, err)
-	defer d.Close()
-	require.False(t, d.Pooled)
-	require.EqualValues(t, 9, d.Pool.Config().MaxConns)
-	require.NoError(t, d.Pool.Ping(t.Context()))
+	for _, tt := range []struct {
+		url          string
+		want         db.PoolSizes
+		wantMaxConns int32
+	}{
+		{url, sizes, 0},
+		{url + " pool_max_conns=100", db.PoolSizes{API: 76, Work: 24}, 100},
+		{url + " pool_max_conns=9 pool_min_conns=6", db.PoolSizes{API: 5, Work: 4}, 9},
+	} {
+		d, err := db.Open(t.Context(), tt.url, "", sizes)
+		require.NoError(t, err, tt.url)
+		defer d.Close()
+		require.False(t, d.Pooled)
+		require.NotSame(t, d.Pool, d.Work, "two pools")
+		require.Same(t, d.Pool, d.Session)
+		require.Equal(t, tt.want, d.Sizes, tt.url)
+		require.Equal(t, tt.wantMaxConns, d.MaxConns, tt.url)
+		require.Equal(t, tt.want.API, d.Pool.Config().MaxConns, tt.url)
+		require.Equal(t, tt.want.Work, d.Work.Config().MaxConns, tt.url)
+		require.LessOrEqual(t, d.Work.Config().MinConns, tt.want.Work, "pool_min_conns within each pool's size")
+		require.NoError(t, d.Pool.Ping(t.Context()))
+		require.NoError(t, d.Work.Ping(t.Context()))
+	}
+	_, err := db.Open(t.Context(), url+" pool_max_conns=1", "", sizes)
+	require.ErrorContains(t, err, "DATABASE_URL: pool_max_conns=1 leaves no connection")
+}
+
+func TestPoolSizesWithin(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		want  db.PoolSizes
+		total int32
+		got   db.PoolSizes
+	}{
+		// Room for both: the work pool its size, the API the rest.
+		{sizes, 32, db.PoolSizes{API: 8, Work: 24}},
+		{sizes, 40, db.PoolSizes{API: 16, Work: 24}},
+		{sizes, 100, db.PoolSizes{API: 76, Work: 24}},
+		// Short: the API keeps its size, up to half; the work pool the rest.
+		{sizes, 20, db.PoolSizes{API: 8, Work: 12}},
+		{sizes, 10, db.PoolSizes{API: 5, Work: 5}},
+		{sizes, 9, db.PoolSizes{API: 5, Work: 4}},
+		{sizes, 3, db.PoolSizes{API: 2, Work: 1}},
+		{sizes, 2, db.PoolSizes{API: 1, Work: 1}},
+		// A work pool that needs little (an API-only instance) leaves the
+		// API the rest, and a small API want leaves the work pool more.
+		{db.PoolSizes{API: 8, Work: 1}, 10, db.PoolSizes{API: 9, Work: 1}},
+		{db.PoolSizes{API: 1, Work: 24}, 10, db.PoolSizes{API: 1, Work: 9}},
+	} {
+		got, err := tt.want.Within(tt.total)
+		require.NoError(t, err)
+		require.Equal(t, tt.got, got, "%+v within %d", tt.want, tt.total)
+		require.Equal(t, tt.total, got.API+got.Work, "the whole total is used")
+	}
+	for _, total := range []int32{1, 0} {
+		_, err := sizes.Within(total)
+		require.Error(t, err, "within %d", total)
+	}
 }

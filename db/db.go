@@ -31,6 +31,20 @@ var migrations embed.FS
 // change the parsed config before the pool opens (a tracer, sizes). It does
 // not ping.
 func Connect(ctx context.Context, url string, configure ...func(*pgxpool.Config)) (*pgxpool.Pool, error) {
+	cfg, err := parseConfig(url, configure...)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open pool: %w", err)
+	}
+	return pool, nil
+}
+
+// parseConfig is Connect's config: url parsed, the decimal codec
+// registered on every connection, then configure applied.
+func parseConfig(url string, configure ...func(*pgxpool.Config)) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
@@ -42,11 +56,7 @@ func Connect(ctx context.Context, url string, configure ...func(*pgxpool.Config)
 	for _, f := range configure {
 		f(cfg)
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("open pool: %w", err)
-	}
-	return pool, nil
+	return cfg, nil
 }
 
 // Migrate brings the database to head: River's own tables through

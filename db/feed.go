@@ -84,7 +84,7 @@ const FeedPollInterval = 250 * time.Millisecond
 // NewFeed returns a feed that reads on pool and LISTENs on pool; Run
 // starts it.
 func NewFeed(pool *pgxpool.Pool, logger *slog.Logger) *Feed {
-	return NewFeedOn(Direct(pool), logger)
+	return NewFeedOn(&Database{Pool: pool, Session: pool}, logger)
 }
 
 // NewFeedOn returns a feed on d: it reads on d.Pool and LISTENs on

@@ -164,25 +164,27 @@ func (m *Metrics) RegisterGauge(name, help string, fn func() float64) {
 	}
 }
 
-// RegisterDatabase registers the collectors that read pool at scrape time:
-// pgxpool's statistics and River's job counts by state (one query through
-// River's driver, with a 2 s timeout, per scrape).
-func (m *Metrics) RegisterDatabase(pool *pgxpool.Pool) {
+// RegisterDatabase registers the collectors that read the database at
+// scrape time: pgxpool's statistics of each of pools, labelled pool with
+// its name, and River's job counts by state (one query on queries, with a
+// 2 s timeout, per scrape).
+func (m *Metrics) RegisterDatabase(queries *pgxpool.Pool, pools map[string]*pgxpool.Pool) {
 	if m != nil {
-		m.reg.MustRegister(poolCollector{pool: pool}, queueCollector{exec: riverpgxv5.New(pool).GetExecutor()})
+		m.reg.MustRegister(poolCollector{pools: pools}, queueCollector{exec: riverpgxv5.New(queries).GetExecutor()})
 	}
 }
 
 var (
-	poolConns = prometheus.NewDesc(Namespace+"_db_pool_connections", "Connections of the pool by state (acquired, idle, constructing).", []string{"state"}, nil)
-	poolMax   = prometheus.NewDesc(Namespace+"_db_pool_max_connections", "The pool's maximum size.", nil, nil)
-	poolWaits = prometheus.NewDesc(Namespace+"_db_pool_acquire_waits_total", "Acquires that had to wait for a connection.", nil, nil)
-	poolWait  = prometheus.NewDesc(Namespace+"_db_pool_acquire_wait_seconds_total", "Time spent waiting for a connection, in seconds.", nil, nil)
-	poolAcq   = prometheus.NewDesc(Namespace+"_db_pool_acquires_total", "Successful acquires from the pool.", nil, nil)
+	poolConns = prometheus.NewDesc(Namespace+"_db_pool_connections", "Connections of the pool by state (acquired, idle, constructing).", []string{"pool", "state"}, nil)
+	poolMax   = prometheus.NewDesc(Namespace+"_db_pool_max_connections", "The pool's maximum size.", []string{"pool"}, nil)
+	poolWaits = prometheus.NewDesc(Namespace+"_db_pool_acquire_waits_total", "Acquires that had to wait for a connection.", []string{"pool"}, nil)
+	poolWait  = prometheus.NewDesc(Namespace+"_db_pool_acquire_wait_seconds_total", "Time spent waiting for a connection, in seconds.", []string{"pool"}, nil)
+	poolAcq   = prometheus.NewDesc(Namespace+"_db_pool_acquires_total", "Successful acquires from the pool.", []string{"pool"}, nil)
 )
 
-// poolCollector reports pgxpool.Stat at scrape time.
-type poolCollector struct{ pool *pgxpool.Pool }
+// poolCollector reports pgxpool.Stat of each pool, by name, at scrape
+// time.
+type poolCollector struct{ pools map[string]*pgxpool.Pool }
 
 func (poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- poolConns
@@ -193,14 +195,16 @@ func (poolCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.pool.Stat()
-	ch <- prometheus.MustNewConstMetric(poolConns, prometheus.GaugeValue, float64(s.AcquiredConns()), "acquired")
-	ch <- prometheus.MustNewConstMetric(poolConns, prometheus.GaugeValue, float64(s.IdleConns()), "idle")
-	ch <- prometheus.MustNewConstMetric(poolConns, prometheus.GaugeValue, float64(s.ConstructingConns()), "constructing")
-	ch <- prometheus.MustNewConstMetric(poolMax, prometheus.GaugeValue, float64(s.MaxConns()))
-	ch <- prometheus.MustNewConstMetric(poolWaits, prometheus.CounterValue, float64(s.EmptyAcquireCount()))
-	ch <- prometheus.MustNewConstMetric(poolWait, prometheus.CounterValue, s.EmptyAcquireWaitTime().Seconds())
-	ch <- prometheus.MustNewConstMetric(poolAcq, prometheus.CounterValue, float64(s.AcquireCount()))
+	for name, pool := range c.pools {
+		s := pool.Stat()
+		ch <- prometheus.MustNewConstMetric(poolConns, prometheus.GaugeValue, float64(s.AcquiredConns()), name, "acquired")
+		ch <- prometheus.MustNewConstMetric(poolConns, prometheus.GaugeValue, float64(s.IdleConns()), name, "idle")
+		ch <- prometheus.MustNewConstMetric(poolConns, prometheus.GaugeValue, float64(s.ConstructingConns()), name, "constructing")
+		ch <- prometheus.MustNewConstMetric(poolMax, prometheus.GaugeValue, float64(s.MaxConns()), name)
+		ch <- prometheus.MustNewConstMetric(poolWaits, prometheus.CounterValue, float64(s.EmptyAcquireCount()), name)
+		ch <- prometheus.MustNewConstMetric(poolWait, prometheus.CounterValue, s.EmptyAcquireWaitTime().Seconds(), name)
+		ch <- prometheus.MustNewConstMetric(poolAcq, prometheus.CounterValue, float64(s.AcquireCount()), name)
+	}
 }
 
 var queueDepth = prometheus.NewDesc(Namespace+"_river_jobs", "River jobs by state, counted at scrape time.", []string{"state"}, nil)

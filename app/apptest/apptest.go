@@ -47,8 +47,12 @@ import (
 type Server struct {
 	URL   string // base URL, e.g. http://127.0.0.1:41234
 	Token string // the admin's bearer token
-	Pool  *pgxpool.Pool
-	App   *app.App
+	// Pool is the test's own pool on the database; the application runs on
+	// DB's two pools, opened with Pool's configuration and sized as the
+	// binary sizes its own (app.PoolSizes).
+	Pool *pgxpool.Pool
+	DB   *db.Database
+	App  *app.App
 
 	// logs keeps the application's log records of level info and above
 	// (JSON lines).
@@ -78,7 +82,8 @@ func New(t testing.TB, opts ...func(*config.Config)) *Server {
 }
 
 // NewOn is New on an existing pool: a second instance on the same
-// database.
+// database. The application's pools take pool's configuration (its URL,
+// pool_max_conns included, tracer and hooks).
 func NewOn(t testing.TB, pool *pgxpool.Pool, opts ...func(*config.Config)) *Server {
 	t.Helper()
 	// Not cancelled with the test: cleanup stops everything in order.
@@ -96,8 +101,11 @@ func NewOn(t testing.TB, pool *pgxpool.Pool, opts ...func(*config.Config)) *Serv
 		_, err := db.EnsureAdmin(ctx, tx, token)
 		return err
 	}))
+	d, err := db.OpenLike(ctx, pool, app.PoolSizes(cfg))
+	require.NoError(t, err)
+	t.Cleanup(d.Close) // after the application stopped
 	logs := &lockedBuffer{}
-	a, err := app.New(db.Direct(pool), cfg, slog.New(slog.NewMultiHandler(Logger(t).Handler(),
+	a, err := app.New(d, cfg, slog.New(slog.NewMultiHandler(Logger(t).Handler(),
 		slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))))
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
@@ -105,7 +113,7 @@ func NewOn(t testing.TB, pool *pgxpool.Pool, opts ...func(*config.Config)) *Serv
 	require.NoError(t, err)
 	serveCtx, stopServing := context.WithCancel(ctx)
 	s := &Server{
-		URL: "http://" + ln.Addr().String(), Token: token, Pool: pool, App: a, logs: logs,
+		URL: "http://" + ln.Addr().String(), Token: token, Pool: pool, DB: d, App: a, logs: logs,
 		stopServing: stopServing, served: make(chan error, 1),
 	}
 	go func() { s.served <- a.Serve(serveCtx, ln, nil) }()
@@ -165,7 +173,7 @@ func Client(url, token string) *Server {
 
 // As is s seen with another token (same URL, pool and application).
 func (s *Server) As(token string) *Server {
-	return &Server{URL: s.URL, Token: token, Pool: s.Pool, App: s.App}
+	return &Server{URL: s.URL, Token: token, Pool: s.Pool, DB: s.DB, App: s.App}
 }
 
 // Shutdown stops serving as SIGTERM would and returns Serve's result;

@@ -40,7 +40,9 @@ import (
 // want completes "<VAR>: want …, got <value>" when the value does not
 // parse; secret keeps the value out of -help.
 type Config struct {
-	DatabaseURL string `env:"DATABASE_URL" secret:"true" help:"PostgreSQL URL; empty starts a private PostgreSQL in DATA_DIR/pg"`
+	// DatabaseURL's pool_max_conns, if any, is the total of the server's
+	// two pools (app.PoolSizes, db.PoolSizes.Within).
+	DatabaseURL string `env:"DATABASE_URL" secret:"true" help:"PostgreSQL URL (a pool_max_conns in it is the total of the server's API and work pools); empty starts a private PostgreSQL in DATA_DIR/pg"`
 	// DatabaseDirectURL is a session connection (PostgreSQL itself, or a
 	// session-mode pooler) for LISTEN, River's notifications and the
 	// migrations when DATABASE_URL is a transaction-pooling proxy.
