@@ -122,7 +122,7 @@ type App struct {
 // New wires the application on pool (already migrated) from cfg: of it,
 // New reads DispatchInterval, AllowedOrigins, Introspection, Playground,
 // TimeZone, WebhookAllowPrivate, ShutdownTimeout, Retention and the tuning fields (KeepAlive,
-// InitTimeout, APIOnly, FeedBuffer; zero takes the default), and TracerProvider
+// InitTimeout, APIOnly, FeedBuffer, RetryBase; zero takes the default), and TracerProvider
 // (nil: no spans; the pool's statements are traced only if d's pool was
 // opened with db.TraceStatements). It starts
 // nothing; the error names a bad setting (ALLOWED_ORIGINS, TIME_ZONE) or
@@ -156,7 +156,8 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 		disableAfter = -1 // never
 	}
 	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger, Metrics: m, Webhooks: webhooks,
-		ReplayBatch: cfg.ReplayBatch, TracerProvider: cfg.TracerProvider, Instance: instance, DisableAfter: disableAfter},
+		ReplayBatch: cfg.ReplayBatch, TracerProvider: cfg.TracerProvider, Instance: instance, DisableAfter: disableAfter,
+		Retry: jobs.RetryPolicy{Base: cfg.RetryBase, Max: jobs.DefaultRetryPolicy.Max}},
 		jobs.OrderAcceptance{}, jobs.ProductionPlanning{}, jobs.MaterialIssue{})
 	riverClient, err := jobs.NewRiverClient(pool, dispatcher, jobs.RiverConfig{
 		ID:               instance,
