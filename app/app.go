@@ -150,7 +150,7 @@ func PoolSizes(cfg config.Config) db.PoolSizes {
 // PoolSizes) from cfg: of it, New reads DispatchInterval, AllowedOrigins,
 // Introspection, Playground, TimeZone, WebhookAllowPrivate,
 // ShutdownTimeout, Retention and the tuning fields (KeepAlive, InitTimeout,
-// APIOnly, FeedBuffer; zero takes the default), and TracerProvider (nil: no
+// APIOnly, FeedBuffer, RetryBase; zero takes the default), and TracerProvider (nil: no
 // spans; the pools' statements are traced only if d's pools were opened
 // with db.TraceStatements). It starts nothing; the error names a bad
 // setting (ALLOWED_ORIGINS, TIME_ZONE) or what failed to build.
@@ -184,7 +184,8 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 	}
 	newDispatcher := func(pool *pgxpool.Pool) *jobs.Dispatcher {
 		return jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger, Metrics: m, Webhooks: webhooks,
-			ReplayBatch: cfg.ReplayBatch, TracerProvider: cfg.TracerProvider, Instance: instance, DisableAfter: disableAfter},
+			ReplayBatch: cfg.ReplayBatch, TracerProvider: cfg.TracerProvider, Instance: instance, DisableAfter: disableAfter,
+			Retry: jobs.RetryPolicy{Base: cfg.RetryBase, Max: jobs.DefaultRetryPolicy.Max}},
 			jobs.OrderAcceptance{}, jobs.ProductionPlanning{}, jobs.MaterialIssue{})
 	}
 	riverCfg := jobs.RiverConfig{

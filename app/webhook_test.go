@@ -473,3 +473,101 @@ func TestWebhookCloudEvents(t *testing.T) {
 
 // testSecret is a fixed Standard Webhooks secret (whsec_ + base64 of 32 bytes).
 const testSecret = "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
+
+// Every attempt of a webhook delivery is in its attempt log, newest first,
+// with the receiver's answer; only an admin may read it.
+func TestWebhookAttemptLog(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, func(c *config.Config) { c.RetryBase = 20 * time.Millisecond })
+	apptest.SeedItem(t, s)
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if n := calls.Add(1); n <= 2 {
+			http.Error(w, fmt.Sprintf("overloaded, call %d", n), http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	apptest.CreateWebhook(t, s, "busy-receiver", srv.URL, "", []string{"doc.created"})
+	apptest.GQL[map[string]any](t, s, apptest.CreateSalesOrder, map[string]any{"customer": "З"})
+	apptest.WaitFor(t, 20*time.Second, "the third attempt delivered", func() bool {
+		return deliveryStatus(t, s, "busy-receiver") == "DELIVERED"
+	})
+	require.Equal(t, int32(3), calls.Load())
+
+	const query = `{ deliveries(filter: {subscriber: "busy-receiver"}) { edges { node {
+		attempts attemptLog { attempt at status durationMs responseStatus responseBody error } } } } }`
+	type attempt struct {
+		Attempt        int
+		At             time.Time
+		Status         *string
+		DurationMs     *int
+		ResponseStatus *int
+		ResponseBody   *string
+		Error          *string
+	}
+	page := apptest.GQL[struct {
+		Deliveries struct {
+			Edges []struct {
+				Node struct {
+					Attempts   int
+					AttemptLog []attempt
+				}
+			}
+		} `json:"deliveries"`
+	}](t, s, query, nil)
+	require.Len(t, page.Deliveries.Edges, 1)
+	d := page.Deliveries.Edges[0].Node
+	require.Equal(t, 3, d.Attempts, "attempts stays the count")
+	log := d.AttemptLog
+	require.Len(t, log, 3)
+	var statuses, numbers []int
+	var outcomes []string
+	for i, a := range log {
+		require.NotNil(t, a.DurationMs, "attempt %d", a.Attempt)
+		require.NotNil(t, a.ResponseStatus, "attempt %d", a.Attempt)
+		require.NotNil(t, a.Status, "attempt %d", a.Attempt)
+		statuses, numbers, outcomes = append(statuses, *a.ResponseStatus), append(numbers, a.Attempt), append(outcomes, *a.Status)
+		if i > 0 {
+			require.True(t, a.At.Before(log[i-1].At), "newest first: attempt %d at %s, attempt %d at %s", a.Attempt, a.At, log[i-1].Attempt, log[i-1].At)
+		}
+	}
+	require.Equal(t, []int{http.StatusNoContent, http.StatusServiceUnavailable, http.StatusServiceUnavailable}, statuses)
+	require.Equal(t, []int{3, 2, 1}, numbers)
+	require.Equal(t, []string{"DELIVERED", "FAILED", "FAILED"}, outcomes)
+	require.Nil(t, log[0].Error, "a success has no error")
+	for i, a := range log[1:] {
+		require.NotNil(t, a.ResponseBody, "attempt %d", a.Attempt)
+		require.Equal(t, fmt.Sprintf("overloaded, call %d\n", 2-i), *a.ResponseBody)
+		require.NotNil(t, a.Error, "attempt %d", a.Attempt)
+		require.Contains(t, *a.Error, "503")
+	}
+
+	// A viewer may list deliveries but not read their attempt logs: the
+	// request is refused and nothing of the log is in the answer.
+	viewer := apptest.RoleToken(t, s, "attempt-viewer", "VIEWER")
+	status, res := s.Do(t, viewer, query, nil)
+	require.Equal(t, http.StatusOK, status)
+	require.Len(t, res.Errors, 1, "refused once, before the page is read")
+	require.Equal(t, "FORBIDDEN", res.Errors[0].Extensions["code"])
+	require.Contains(t, res.Errors[0].Message, "attemptLog")
+	require.NotContains(t, string(res.Data), "overloaded")
+	require.NotContains(t, string(res.Data), "503")
+	_, res = s.Do(t, viewer, `{ deliveries(filter: {subscriber: "busy-receiver"}) { edges { node { attempts } } } }`, nil)
+	require.Empty(t, res.Errors, "the rest of the delivery is the viewer's to read")
+}
+
+// deliveryStatus returns the status of subscriber's newest delivery record
+// ("" with none).
+func deliveryStatus(t *testing.T, s *apptest.Server, subscriber string) string {
+	t.Helper()
+	page := apptest.GQL[struct {
+		Deliveries struct{ Edges []struct{ Node deliveryView } } `json:"deliveries"`
+	}](t, s, `query($s: String!) { deliveries(filter: {subscriber: $s}, first: 1) { edges { node { status } } } }`,
+		map[string]any{"s": subscriber})
+	if len(page.Deliveries.Edges) == 0 {
+		return ""
+	}
+	return page.Deliveries.Edges[0].Node.Status
+}

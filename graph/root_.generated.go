@@ -28,6 +28,7 @@ type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 type ResolverRoot interface {
 	ApiToken() ApiTokenResolver
 	Delivery() DeliveryResolver
+	DeliveryAttempt() DeliveryAttemptResolver
 	Event() EventResolver
 	Item() ItemResolver
 	Mutation() MutationResolver
@@ -64,6 +65,7 @@ type ComplexityRoot struct {
 	}
 
 	Delivery struct {
+		AttemptLog     func(childComplexity int) int
 		Attempts       func(childComplexity int) int
 		CreatedAt      func(childComplexity int) int
 		Cursor         func(childComplexity int) int
@@ -77,6 +79,16 @@ type ComplexityRoot struct {
 		Status         func(childComplexity int) int
 		Subscriber     func(childComplexity int) int
 		UpdatedAt      func(childComplexity int) int
+	}
+
+	DeliveryAttempt struct {
+		Attempt        func(childComplexity int) int
+		DurationMs     func(childComplexity int) int
+		Error          func(childComplexity int) int
+		ResponseBody   func(childComplexity int) int
+		ResponseStatus func(childComplexity int) int
+		StartedAt      func(childComplexity int) int
+		Status         func(childComplexity int) int
 	}
 
 	DeliveryConnection struct {
@@ -482,6 +494,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Component.Unit(childComplexity), true
 
+	case "Delivery.attemptLog":
+		if e.ComplexityRoot.Delivery.AttemptLog == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Delivery.AttemptLog(childComplexity), true
 	case "Delivery.attempts":
 		if e.ComplexityRoot.Delivery.Attempts == nil {
 			break
@@ -560,6 +578,49 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Delivery.UpdatedAt(childComplexity), true
+
+	case "DeliveryAttempt.attempt":
+		if e.ComplexityRoot.DeliveryAttempt.Attempt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeliveryAttempt.Attempt(childComplexity), true
+	case "DeliveryAttempt.durationMs":
+		if e.ComplexityRoot.DeliveryAttempt.DurationMs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeliveryAttempt.DurationMs(childComplexity), true
+	case "DeliveryAttempt.error":
+		if e.ComplexityRoot.DeliveryAttempt.Error == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeliveryAttempt.Error(childComplexity), true
+	case "DeliveryAttempt.responseBody":
+		if e.ComplexityRoot.DeliveryAttempt.ResponseBody == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeliveryAttempt.ResponseBody(childComplexity), true
+	case "DeliveryAttempt.responseStatus":
+		if e.ComplexityRoot.DeliveryAttempt.ResponseStatus == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeliveryAttempt.ResponseStatus(childComplexity), true
+	case "DeliveryAttempt.at":
+		if e.ComplexityRoot.DeliveryAttempt.StartedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeliveryAttempt.StartedAt(childComplexity), true
+	case "DeliveryAttempt.status":
+		if e.ComplexityRoot.DeliveryAttempt.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeliveryAttempt.Status(childComplexity), true
 
 	case "DeliveryConnection.edges":
 		if e.ComplexityRoot.DeliveryConnection.Edges == nil {
@@ -2290,8 +2351,30 @@ func (ec *executionContext) childFields_Delivery(ctx context.Context, field grap
 		return ec.fieldContext_Delivery_updatedAt(ctx, field)
 	case "cursor":
 		return ec.fieldContext_Delivery_cursor(ctx, field)
+	case "attemptLog":
+		return ec.fieldContext_Delivery_attemptLog(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Delivery", field.Name)
+}
+
+func (ec *executionContext) childFields_DeliveryAttempt(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "attempt":
+		return ec.fieldContext_DeliveryAttempt_attempt(ctx, field)
+	case "at":
+		return ec.fieldContext_DeliveryAttempt_at(ctx, field)
+	case "status":
+		return ec.fieldContext_DeliveryAttempt_status(ctx, field)
+	case "durationMs":
+		return ec.fieldContext_DeliveryAttempt_durationMs(ctx, field)
+	case "responseStatus":
+		return ec.fieldContext_DeliveryAttempt_responseStatus(ctx, field)
+	case "responseBody":
+		return ec.fieldContext_DeliveryAttempt_responseBody(ctx, field)
+	case "error":
+		return ec.fieldContext_DeliveryAttempt_error(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeliveryAttempt", field.Name)
 }
 
 func (ec *executionContext) childFields_DeliveryConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

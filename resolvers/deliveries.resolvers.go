@@ -37,6 +37,18 @@ func (r *deliveryResolver) NextAttemptAt(ctx context.Context, obj *db.Delivery) 
 	return nil, nil
 }
 
+func (r *deliveryResolver) AttemptLog(ctx context.Context, obj *db.Delivery) ([]db.AttemptLog, error) {
+	return r.attemptLogOf(ctx, obj.Key())
+}
+
+func (r *deliveryAttemptResolver) Status(ctx context.Context, obj *db.AttemptLog) (*model.DeliveryStatus, error) {
+	if obj.Status == "" {
+		return nil, nil
+	}
+	s, err := enumOf[model.DeliveryStatus](obj.Status, fmt.Sprintf("attempt %d's status", obj.Attempt))
+	return &s, err
+}
+
 func (r *eventResolver) Deliveries(ctx context.Context, obj *db.Event) ([]db.Delivery, error) {
 	return r.deliveriesOf(ctx, obj.ID)
 }
@@ -184,12 +196,17 @@ func (r *subscriberResolver) Lag(ctx context.Context, obj *db.Subscriber) (*db.S
 
 func (r *Resolver) Delivery() graph.DeliveryResolver { return &deliveryResolver{r} }
 
+func (r *Resolver) DeliveryAttempt() graph.DeliveryAttemptResolver {
+	return &deliveryAttemptResolver{r}
+}
+
 func (r *Resolver) Replay() graph.ReplayResolver { return &replayResolver{r} }
 
 func (r *Resolver) Subscriber() graph.SubscriberResolver { return &subscriberResolver{r} }
 
 type (
-	deliveryResolver   struct{ *Resolver }
-	replayResolver     struct{ *Resolver }
-	subscriberResolver struct{ *Resolver }
+	deliveryResolver        struct{ *Resolver }
+	deliveryAttemptResolver struct{ *Resolver }
+	replayResolver          struct{ *Resolver }
+	subscriberResolver      struct{ *Resolver }
 )

@@ -94,8 +94,8 @@ func (l *statementLog) mark() int {
 	return len(l.sqls)
 }
 
-// A page of deliveries that shows each one's event and subscriber reads
-// them in one batch each, not one query per row.
+// A page of deliveries that shows each one's event, subscriber and
+// attempt log reads them in one batch each, not one query per row.
 func TestDeliveryPageBatchesEventsAndSubscribers(t *testing.T) {
 	t.Parallel()
 	statements := &statementLog{}
@@ -113,12 +113,14 @@ func TestDeliveryPageBatchesEventsAndSubscribers(t *testing.T) {
 	type row struct {
 		Event      struct{ ID, Type string }
 		Subscriber struct{ Name string }
+		AttemptLog []struct{ Attempt int }
 	}
 	mark := statements.mark()
 	page := apptest.GQL[struct {
 		Deliveries struct{ Edges []struct{ Node row } } `json:"deliveries"`
-	}](t, s, `{ deliveries(first: 50) { edges { node { event { id type } subscriber { name } } } } }`, nil)
+	}](t, s, `{ deliveries(first: 50) { edges { node { event { id type } subscriber { name } attemptLog { attempt } } } } }`, nil)
 	require.Equal(t, 1, statements.count(mark, "FROM subscribers s WHERE s.id"), "subscribers of the page")
+	require.Equal(t, 1, statements.count(mark, "FROM delivery_attempts a"), "attempt logs of the page")
 	// The pool also serves the dispatch, whose late jobs (events another
 	// batch already took) still run their statements; match the loader's
 	// own statement, not any that filters events by id.
@@ -139,6 +141,7 @@ func TestDeliveryPageBatchesEventsAndSubscribers(t *testing.T) {
 		require.Equal(t, single.Event.Type, e.Node.Event.Type, "event %s", e.Node.Event.ID)
 		require.Contains(t, single.Event.Deliveries, delivery{e.Node.Subscriber}, "event %s has no delivery to %s", e.Node.Event.ID, e.Node.Subscriber.Name)
 		require.Equal(t, "order.received", e.Node.Event.Type)
+		require.Empty(t, e.Node.AttemptLog, "a built-in subscriber's delivery logs no attempts")
 	}
 }
 

@@ -17,9 +17,9 @@ import (
 // Loaders is a gqlgen extension that gives each operation (each event of
 // a subscription) its own batch loaders, so that a page of 50 events asking for their deliveries costs
 // one query, not 50, and so does a page of deliveries asking for their
-// events (and another for their subscribers), and the subscribers list
-// asking for each one's lag, and a page of the stock ledger asking for
-// each entry's move. They batch only (no cache): a subscription streams
+// events (and another for their subscribers, and another for their
+// attempt logs), and the subscribers list asking for each one's lag, and
+// a page of the stock ledger asking for each entry's move. They batch only (no cache): a subscription streams
 // new events for hours, and each is read once anyway.
 type Loaders struct{ Pool *pgxpool.Pool }
 
@@ -45,6 +45,7 @@ type loaders struct {
 	once sync.Once
 
 	deliveries  *dataloadgen.Loader[int64, []db.Delivery]
+	attempts    *dataloadgen.Loader[db.DeliveryKey, []db.AttemptLog]
 	events      *dataloadgen.Loader[int64, db.Event]
 	subscribers *dataloadgen.Loader[int64, db.Subscriber]
 	lags        *dataloadgen.Loader[int64, db.SubscriberLag]
@@ -100,6 +101,17 @@ func (ls *loaders) make() {
 		}
 		for i, id := range ids {
 			out[i] = byEvent[id]
+		}
+		return out, nil
+	}, dataloadgen.WithoutCache(), dataloadgen.WithWait(loaderWait))
+	ls.attempts = dataloadgen.NewLoader(func(ctx context.Context, keys []db.DeliveryKey) ([][]db.AttemptLog, []error) {
+		byKey, err := db.AttemptLogs(ctx, pool, keys)
+		out := make([][]db.AttemptLog, len(keys))
+		if err != nil {
+			return out, []error{err}
+		}
+		for i, k := range keys {
+			out[i] = byKey[k]
 		}
 		return out, nil
 	}, dataloadgen.WithoutCache(), dataloadgen.WithWait(loaderWait))
@@ -186,4 +198,14 @@ func (r *Resolver) moveOf(ctx context.Context, id int64) (db.WarehouseMove, erro
 		return ls.moves.Load(ctx, id)
 	}
 	return db.WarehouseMoveByID(ctx, r.Pool, id)
+}
+
+// attemptLogOf returns the attempt log of live delivery k, newest first,
+// batched when the operation has loaders.
+func (r *Resolver) attemptLogOf(ctx context.Context, k db.DeliveryKey) ([]db.AttemptLog, error) {
+	if ls, ok := loadersOf(ctx); ok {
+		return ls.attempts.Load(ctx, k)
+	}
+	logs, err := db.AttemptLogs(ctx, r.Pool, []db.DeliveryKey{k})
+	return logs[k], err
 }

@@ -112,6 +112,10 @@ type Config struct {
 	// FeedBuffer is how far, in events, a live subscriber may fall behind
 	// before its socket is closed; 0: resolvers.DefaultFeedBuffer.
 	FeedBuffer int
+	// RetryBase is the wait after a delivery's first failed attempt,
+	// doubled after each further one (jobs.RetryPolicy); 0:
+	// jobs.DefaultRetryPolicy. A test of retries sets milliseconds.
+	RetryBase time.Duration
 	// TracerProvider traces GraphQL operations, dispatches, deliveries,
 	// River jobs and webhook requests (app.New); nil: tracing off. Serve
 	// sets it from the OTEL_* variables (app.StartTracing); a test sets

@@ -245,11 +245,14 @@ func (a *Auth) WatchTokens(ctx context.Context) {
 }
 
 // RolesUpfront is a gqlgen extension that checks @allow on every root
-// field of an operation before the first one runs. Root mutation fields
+// field of an operation, and on every field below them that carries one
+// (Delivery.attemptLog), before the first one runs. Root mutation fields
 // run one after another, each in its own transaction; without this, a
 // mutation whose second field is refused would already have committed its
-// first, behind a reply of errors and data: null. The Allow directive
-// still guards each field as it runs.
+// first, behind a reply of errors and data: null. A field below the root
+// would be refused once per object of a page, each refusal an error and a
+// log line, after the page was read. The Allow directive still guards
+// each field as it runs.
 type RolesUpfront struct{}
 
 var _ interface {
@@ -269,19 +272,82 @@ func (RolesUpfront) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 	if !ok || opCtx.Operation == nil || u.Role == db.RoleAdmin {
 		return nil
 	}
+	memo := map[*ast.FragmentDefinition]*ast.Field{}
 	for _, f := range graphql.CollectFields(opCtx, opCtx.Operation.SelectionSet, nil) {
 		def := f.Definition
 		if def == nil || strings.HasPrefix(def.Name, "__") {
 			continue
 		}
+		name := def.Name
 		allow := def.Directives.ForName("allow")
-		if allow == nil || !allowedRoles(allow).contains(u.Role) {
-			e := resolvers.CodedError(fmt.Sprintf("%s: %s", def.Name, resolvers.ErrForbidden), resolvers.CodeForbidden)
-			e.Path = ast.Path{ast.PathName(f.Alias)}
-			return e
+		if allow != nil && allowedRoles(allow).contains(u.Role) {
+			below := refusedBelow(f.Selections, u.Role, opCtx.Variables, memo)
+			if below == nil {
+				continue
+			}
+			name = below.ObjectDefinition.Name + "." + below.Name
+		}
+		e := resolvers.CodedError(fmt.Sprintf("%s: %s", name, resolvers.ErrForbidden), resolvers.CodeForbidden)
+		e.Path = ast.Path{ast.PathName(f.Alias)}
+		return e
+	}
+	return nil
+}
+
+// refusedBelow returns the first field of set, at any depth, whose @allow
+// does not list role, or nil. A field without @allow is open to whoever
+// may call the root field above it. What @skip or @include leaves out is
+// not asked for, so not checked. memo keeps fragments spread many times
+// linear; validation has already refused cycles.
+func refusedBelow(set ast.SelectionSet, role string, vars map[string]any, memo map[*ast.FragmentDefinition]*ast.Field) *ast.Field {
+	for _, sel := range set {
+		var found *ast.Field
+		switch s := sel.(type) {
+		case *ast.Field:
+			if !included(s.Directives, vars) {
+				continue
+			}
+			if s.Definition != nil {
+				if allow := s.Definition.Directives.ForName("allow"); allow != nil && !allowedRoles(allow).contains(role) {
+					return s
+				}
+			}
+			found = refusedBelow(s.SelectionSet, role, vars, memo)
+		case *ast.InlineFragment:
+			if included(s.Directives, vars) {
+				found = refusedBelow(s.SelectionSet, role, vars, memo)
+			}
+		case *ast.FragmentSpread:
+			if s.Definition == nil || !included(s.Directives, vars) {
+				continue
+			}
+			var ok bool
+			if found, ok = memo[s.Definition]; !ok {
+				found = refusedBelow(s.Definition.SelectionSet, role, vars, memo)
+				memo[s.Definition] = found
+			}
+		}
+		if found != nil {
+			return found
 		}
 	}
 	return nil
+}
+
+// included reports whether a selection with directives ds is asked for:
+// not @skip(if: true), not @include(if: false).
+func included(ds ast.DirectiveList, vars map[string]any) bool {
+	if d := ds.ForName("skip"); d != nil {
+		if skip, _ := d.ArgumentMap(vars)["if"].(bool); skip {
+			return false
+		}
+	}
+	if d := ds.ForName("include"); d != nil {
+		if include, _ := d.ArgumentMap(vars)["if"].(bool); !include {
+			return false
+		}
+	}
+	return true
 }
 
 type roleSet []string

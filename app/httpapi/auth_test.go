@@ -375,6 +375,47 @@ func TestARefusedFieldStopsTheWholeMutation(t *testing.T) {
 	require.Equal(t, before, footprint(t, s), "the allowed first field must not have run")
 }
 
+// A field below the root that is more restricted than the root field
+// (Delivery.attemptLog, admins only) refuses the whole operation once,
+// before anything runs, however it is reached; left out by @include or
+// @skip, it is not asked for.
+func TestARestrictedFieldBelowTheRootIsRefusedUpfront(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	viewer := apptest.RoleToken(t, s, "viewer", "VIEWER")
+	refused := []struct {
+		name, query string
+		vars        map[string]any
+	}{
+		{"in a page", `{ deliveries { edges { node { status attemptLog { at } } } } }`, nil},
+		{"aliased", `{ d: deadDeliveries { edges { node { log: attemptLog { at } } } } }`, nil},
+		{"in a fragment", `{ events(first: 5) { edges { node { ...D } } } } fragment D on Event { deliveries { attemptLog { at } } }`, nil},
+		{"in an inline fragment", `{ event(id: "1") { ... on Event { deliveries { attemptLog { error } } } } }`, nil},
+		{"included", `query($a: Boolean!) { deliveries { edges { node { attemptLog @include(if: $a) { at } } } } }`, map[string]any{"a": true}},
+	}
+	for _, tt := range refused {
+		_, res := s.Do(t, viewer, tt.query, tt.vars)
+		require.Len(t, res.Errors, 1, "%s: one refusal, not one per delivery: %+v", tt.name, res.Errors)
+		require.Equal(t, "FORBIDDEN", res.Errors[0].Extensions["code"], tt.name)
+		require.Equal(t, "Delivery.attemptLog: your role may not do this", res.Errors[0].Message, tt.name)
+		require.Empty(t, res.Data, "%s: refused before anything ran", tt.name)
+	}
+	allowed := []struct {
+		name, query string
+		vars        map[string]any
+	}{
+		{"not asked", `{ deliveries { edges { node { status attempts } } } }`, nil},
+		{"not included", `query($a: Boolean!) { deliveries { edges { node { status attemptLog @include(if: $a) { at } } } } }`, map[string]any{"a": false}},
+		{"skipped", `{ events(first: 5) { edges { node { ...D } } } } fragment D on Event { deliveries { attemptLog @skip(if: true) { at } } }`, nil},
+	}
+	for _, tt := range allowed {
+		_, res := s.Do(t, viewer, tt.query, tt.vars)
+		require.Empty(t, res.Errors, tt.name)
+	}
+	_, res := s.Do(t, s.Token, refused[0].query, nil)
+	require.Empty(t, res.Errors, "an admin reads attempt logs")
+}
+
 // Token owners are cached for a moment (httpapi's tokenCacheTTL), so a
 // busy client does not pay a token lookup per request; a role change or a
 // revocation must still take effect at once on the instance that made it,

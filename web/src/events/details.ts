@@ -2,7 +2,7 @@
 // its lines and its status history from the journal.
 
 import { gql, listEvents, type JournalEvent } from './api';
-import { h } from './dom';
+import { claimDialog, h } from './dom';
 import { EVENT_CREATED, EVENT_STATUS_CHANGED, NONE, named, type StatusChangedPayload } from './format';
 
 interface Line {
@@ -64,12 +64,6 @@ const documents: Record<string, { field: string; select: string; title: string; 
 /** Events of one document read per request; the API's most. */
 const HISTORY_PAGE = 500;
 
-/**
- * Counts showDocument calls: a slow answer for a document the reader has
- * since left for another must not overwrite the other's dialog.
- */
-let opened = 0;
-
 /** Loads the document entity #id with its status history and shows it in dialog. */
 export async function showDocument(
   dialog: HTMLDialogElement,
@@ -78,7 +72,7 @@ export async function showDocument(
   id: string,
   time: (rfc3339: string) => string,
 ): Promise<void> {
-  const mine = ++opened;
+  const current = claimDialog(dialog);
   const body = dialog.querySelector('.body')!;
   const kind = documents[entity];
   if (!kind) {
@@ -99,10 +93,10 @@ export async function showDocument(
     );
     doc = data.doc;
   } catch (err) {
-    if (mine === opened) body.replaceChildren(h('p', { class: 'error' }, `Не удалось загрузить: ${(err as Error).message}`));
+    if (current()) body.replaceChildren(h('p', { class: 'error' }, `Не удалось загрузить: ${(err as Error).message}`));
     return;
   }
-  if (mine !== opened) return;
+  if (!current()) return;
   if (!doc) {
     body.replaceChildren(h('p', {}, `${entity} #${id} не найден.`));
     return;
@@ -121,7 +115,7 @@ export async function showDocument(
   );
   if (doc.lines?.length) historyEl.before(linesTable(doc.lines));
   const events = await history;
-  if (mine !== opened) return;
+  if (!current()) return;
   historyEl.lastElementChild!.replaceWith(
     events instanceof Error
       ? h('p', { class: 'error' }, `Не удалось загрузить историю: ${events.message}`)

@@ -23,3 +23,14 @@ export function $<T extends Element = HTMLElement>(selector: string, root: Paren
   if (!el) throw new Error(`no element ${selector}`);
   return el;
 }
+
+/**
+ * Marks dialog as showing something new and returns a check that it still
+ * does: a slow answer for something the reader has since left for another
+ * (a document, an event) must not overwrite the other's dialog.
+ */
+export function claimDialog(dialog: HTMLDialogElement): () => boolean {
+  const mine = String(Number(dialog.dataset.opened ?? '0') + 1);
+  dialog.dataset.opened = mine;
+  return () => dialog.dataset.opened === mine;
+}

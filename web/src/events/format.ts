@@ -1,8 +1,12 @@
 // How the seed screens (demo/testdata) write things: 13.11.2026 17:20, {"lines": 1, "source": "shop"};
 // and the Russian names of the API's codes.
 
-/** Formats RFC 3339 times as "13.11.2026 17:20" in one IANA time zone. */
-export function timeFormatter(timeZone: string): (rfc3339: string) => string {
+/**
+ * Formats RFC 3339 times as "13.11.2026 17:20" in one IANA time zone, or
+ * with seconds as "13.11.2026 17:20:05" (attempts of a delivery come
+ * seconds apart).
+ */
+export function timeFormatter(timeZone: string, seconds = false): (rfc3339: string) => string {
   const fmt = new Intl.DateTimeFormat('ru-RU', {
     timeZone,
     day: '2-digit',
@@ -10,12 +14,14 @@ export function timeFormatter(timeZone: string): (rfc3339: string) => string {
     year: 'numeric',
     hour: '2-digit',
     minute: '2-digit',
+    second: seconds ? '2-digit' : undefined,
     hourCycle: 'h23',
   });
   return (rfc3339) => {
     const parts: Record<string, string> = {};
     for (const p of fmt.formatToParts(new Date(rfc3339))) parts[p.type] = p.value;
-    return `${parts.day}.${parts.month}.${parts.year} ${parts.hour}:${parts.minute}`;
+    const time = `${parts.day}.${parts.month}.${parts.year} ${parts.hour}:${parts.minute}`;
+    return seconds ? `${time}:${parts.second}` : time;
   };
 }
 

@@ -4,6 +4,7 @@
 import '../style.css';
 import { clearToken, getToken, setToken } from '../session';
 import { AuthError, feedStart, gql, listEvents, type EventFilter, type JournalEvent } from './api';
+import { showEvent } from './deliveries';
 import { showDocument } from './details';
 import { $ } from './dom';
 import { timeFormatter } from './format';
@@ -96,13 +97,20 @@ class Journal {
   private oldestId = Infinity;
   /** Live events older than the loaded pages, by id, applied when their page loads. */
   private held = new Map<string, JournalEvent>();
+  /** Whether the token is an admin's, who alone may read attempt logs; asked once. */
+  private admin: Promise<boolean>;
 
   constructor(
     private token: string,
     private time: (rfc3339: string) => string,
+    private timeSeconds: (rfc3339: string) => string,
     private signedOut: (message: string) => void,
   ) {
     this.table = new EventTable($<HTMLTableSectionElement>('.events tbody'), time);
+    this.admin = gql<{ me: { role: string } }>(token, '{ me { role } }').then(
+      (d) => d.me.role === 'ADMIN',
+      () => false,
+    );
   }
 
   async load(filter: EventFilter): Promise<void> {
@@ -150,6 +158,10 @@ class Journal {
 
   openObject(entity: string, id: string): void {
     void showDocument(dialog, this.token, entity, id, this.time);
+  }
+
+  async openEvent(id: string): Promise<void> {
+    await showEvent(dialog, this.token, id, this.timeSeconds, await this.admin);
   }
 
   private addPage(events: JournalEvent[], hasNextPage: boolean, endCursor: string | null): void {
@@ -208,6 +220,7 @@ class Journal {
 async function main(): Promise<void> {
   const config: Config = await fetch('/config.json').then((r) => r.json());
   const time = timeFormatter(config.timeZone);
+  const timeSeconds = timeFormatter(config.timeZone, true);
   document.documentElement.dataset.timeZone = config.timeZone;
   let journal: Journal | undefined;
   let panel: SubscriberPanel | undefined;
@@ -229,7 +242,7 @@ async function main(): Promise<void> {
     signInForm.hidden = true;
     journalEl.hidden = false;
     signOutButton.hidden = false;
-    journal = new Journal(token, time, signedOut);
+    journal = new Journal(token, time, timeSeconds, signedOut);
     panel = new SubscriberPanel(token, time);
     panel.start();
     const f = filterFromURL();
@@ -269,7 +282,9 @@ async function main(): Promise<void> {
 
   $('.events tbody').addEventListener('click', (e) => {
     const button = (e.target as Element).closest<HTMLButtonElement>('button.link');
-    if (button) journal?.openObject(button.dataset.entity!, button.dataset.entityId!);
+    if (!button) return;
+    if (button.dataset.eventId) void journal?.openEvent(button.dataset.eventId);
+    else journal?.openObject(button.dataset.entity!, button.dataset.entityId!);
   });
 
   moreButton.addEventListener('click', () => void journal?.more());

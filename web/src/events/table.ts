@@ -63,7 +63,7 @@ export class EventTable {
     return h(
       'tr',
       { 'data-id': ev.id, 'data-type': ev.type },
-      h('td', { class: 'num' }, ev.id),
+      h('td', { class: 'num' }, h('button', { type: 'button', class: 'link', 'data-event-id': ev.id, title: 'Доставки события' }, ev.id)),
       h('td', { class: 'type' }, ev.type),
       h(
         'td',
