@@ -57,10 +57,10 @@ func RecordLeasedAttempt(ctx context.Context, tx pgx.Tx, k DeliveryKey, l Lease,
 	return deliveryFrom(dbsqlc.DeliveryRow(row)), nil
 }
 
-// DropLease gives delivery k's attempt under lease l back unmade (the
-// request did not go out, or its answer was lost to a stopping server):
-// the delivery is due at once and the attempt not counted. Nothing
-// happens when the lease is no longer l's.
+// DropLease gives delivery k back before the answer to its attempt under
+// lease l came (the server is stopping): the delivery is due at once; the
+// attempt stays counted, as its request went out. Nothing happens when
+// the lease is no longer l's.
 func DropLease(ctx context.Context, q Querier, k DeliveryKey, l Lease) error {
 	if err := queries.DeliveryLeaseDrop(ctx, q, k.EventID, k.SubscriberID, l.Holder); err != nil {
 		return fmt.Errorf("drop lease of delivery %d/%d: %w", k.EventID, k.SubscriberID, translate(err))
@@ -158,8 +158,7 @@ func RecordLeasedReplayAttempt(ctx context.Context, tx pgx.Tx, k ReplayKey, l Le
 	return row.Status, row.NextAttemptAt, nil
 }
 
-// DropReplayLease gives replayed delivery k's attempt under lease l back
-// unmade, as DropLease.
+// DropReplayLease gives replayed delivery k back, as DropLease.
 func DropReplayLease(ctx context.Context, q Querier, k ReplayKey, l Lease) error {
 	if err := queries.ReplayDeliveryLeaseDrop(ctx, q, k.ReplayID, k.EventID, l.Holder); err != nil {
 		return fmt.Errorf("drop lease of event %d of replay %d: %w", k.EventID, k.ReplayID, translate(err))

@@ -131,9 +131,10 @@ WITH d AS (
 SELECT d.*, s.name AS subscriber_name FROM d JOIN subscribers s ON s.id = d.subscriber_id;
 
 -- name: DeliveryLeaseDrop :exec
--- Gives the attempt @holder leased back unmade (its request never went
--- out, or the server is stopping): due at once, not counted.
-UPDATE deliveries SET lease_holder = NULL, attempts = greatest(attempts - 1, 0),
+-- Gives the delivery @holder leased back before its answer came (the
+-- server is stopping): due at once. The attempt stays counted: its request
+-- went out, and the log keeps it under its number.
+UPDATE deliveries SET lease_holder = NULL,
     next_attempt_at = clock_timestamp(), updated_at = clock_timestamp()
 WHERE event_id = @event_id AND subscriber_id = @subscriber_id AND lease_holder = @holder::text
   AND status NOT IN ('delivered', 'dead');

@@ -172,8 +172,8 @@ WHERE replay_id = @replay_id AND event_id = @event_id AND lease_holder = @holder
 RETURNING *;
 
 -- name: ReplayDeliveryLeaseDrop :exec
--- Gives the attempt @holder leased back unmade, as DeliveryLeaseDrop.
-UPDATE replay_deliveries SET lease_holder = NULL, attempts = greatest(attempts - 1, 0),
+-- Gives the replayed delivery @holder leased back, as DeliveryLeaseDrop.
+UPDATE replay_deliveries SET lease_holder = NULL,
     next_attempt_at = clock_timestamp(), updated_at = clock_timestamp()
 WHERE replay_id = @replay_id AND event_id = @event_id AND lease_holder = @holder::text
   AND status NOT IN ('delivered', 'dead');

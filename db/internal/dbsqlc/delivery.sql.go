@@ -175,14 +175,15 @@ func (q *Queries) DeliveryLease(ctx context.Context, db DBTX, arg DeliveryLeaseP
 }
 
 const deliveryLeaseDrop = `-- name: DeliveryLeaseDrop :exec
-UPDATE deliveries SET lease_holder = NULL, attempts = greatest(attempts - 1, 0),
+UPDATE deliveries SET lease_holder = NULL,
     next_attempt_at = clock_timestamp(), updated_at = clock_timestamp()
 WHERE event_id = $1 AND subscriber_id = $2 AND lease_holder = $3::text
   AND status NOT IN ('delivered', 'dead')
 `
 
-// Gives the attempt @holder leased back unmade (its request never went
-// out, or the server is stopping): due at once, not counted.
+// Gives the delivery @holder leased back before its answer came (the
+// server is stopping): due at once. The attempt stays counted: its request
+// went out, and the log keeps it under its number.
 func (q *Queries) DeliveryLeaseDrop(ctx context.Context, db DBTX, eventID int64, subscriberID int64, holder string) error {
 	_, err := db.Exec(ctx, deliveryLeaseDrop, eventID, subscriberID, holder)
 	return err

@@ -230,13 +230,13 @@ func (q *Queries) ReplayDeliveryLease(ctx context.Context, db DBTX, arg ReplayDe
 }
 
 const replayDeliveryLeaseDrop = `-- name: ReplayDeliveryLeaseDrop :exec
-UPDATE replay_deliveries SET lease_holder = NULL, attempts = greatest(attempts - 1, 0),
+UPDATE replay_deliveries SET lease_holder = NULL,
     next_attempt_at = clock_timestamp(), updated_at = clock_timestamp()
 WHERE replay_id = $1 AND event_id = $2 AND lease_holder = $3::text
   AND status NOT IN ('delivered', 'dead')
 `
 
-// Gives the attempt @holder leased back unmade, as DeliveryLeaseDrop.
+// Gives the replayed delivery @holder leased back, as DeliveryLeaseDrop.
 func (q *Queries) ReplayDeliveryLeaseDrop(ctx context.Context, db DBTX, replayID int64, eventID int64, holder string) error {
 	_, err := db.Exec(ctx, replayDeliveryLeaseDrop, replayID, eventID, holder)
 	return err
