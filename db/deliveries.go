@@ -70,9 +70,10 @@ type DeliveryKey struct {
 }
 
 // LockOpenDelivery locks delivery k for an attempt if it is open (pending or
-// failed) and due (next_attempt_at passed). ErrNotFound means there is
-// nothing to do now: it is delivered or dead, its retry is not due (its
-// own job comes then), or another worker holds it right now (SKIP LOCKED).
+// failed) and due (next_attempt_at passed), waiting for a transaction that
+// holds it. ErrNotFound means there is nothing to do now: it is delivered
+// or dead, its retry is not due (its own job comes then), or it is leased
+// for a request in flight.
 func LockOpenDelivery(ctx context.Context, tx pgx.Tx, k DeliveryKey) (Delivery, error) {
 	row, err := queries.DeliveryLockOpen(ctx, tx, k.EventID, k.SubscriberID)
 	if err != nil {

@@ -233,7 +233,8 @@ type ReplayDelivery struct {
 }
 
 // LockOpenReplayDelivery locks replayed delivery k for an attempt if it is
-// open; ErrNotFound when it is not, or another worker holds it now.
+// open and due; ErrNotFound when it is not (leased for a request in
+// flight, or a retry not due yet).
 func LockOpenReplayDelivery(ctx context.Context, tx pgx.Tx, k ReplayKey) (ReplayDelivery, error) {
 	r, err := queries.ReplayDeliveryLockOpen(ctx, tx, k.ReplayID, k.EventID)
 	if err != nil {

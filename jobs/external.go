@@ -200,18 +200,22 @@ func (d *Dispatcher) send(ctx context.Context, t *taken) (a db.Attempt, answered
 	return a, answered
 }
 
-// recordExternal is step 3: in one short transaction it applies the
-// receiver's signals to its webhook, logs the attempt, gives the lease
-// slot back and stores the outcome on the record if the lease is still
-// ours, enqueueing what follows. An answer whose lease was taken over is
+// recordExternal is step 3: in one short transaction it stores the outcome
+// on the record if the lease is still ours, applies the receiver's signals
+// to its webhook, logs the attempt and gives the lease slot back,
+// enqueueing what follows. An answer whose lease was taken over is
 // logged only.
 func (d *Dispatcher) recordExternal(ctx context.Context, x externalDelivery, t *taken, a db.Attempt) (txWork, error) {
 	var w txWork
 	var recorded bool
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		w = txWork{outcome: OutcomeSkipped}
-		// The subscriber's row, then its slot, then the record: the order
-		// of every transaction that writes more than one of them.
+		// The record, then the subscriber, then its lease slot: the lock
+		// order of docs/architecture.md ("Locks and retries").
+		var err error
+		if recorded, err = x.record(ctx, d, tx, &w, t, a); err != nil {
+			return err
+		}
 		if err := d.receiverSignals(ctx, tx, &w, t.sub, a); err != nil {
 			return err
 		}
@@ -219,10 +223,6 @@ func (d *Dispatcher) recordExternal(ctx context.Context, x externalDelivery, t *
 			return err
 		}
 		if err := db.ReleaseWebhookLease(ctx, tx, t.sub.ID, t.slot, t.lease.Holder); err != nil {
-			return err
-		}
-		var err error
-		if recorded, err = x.record(ctx, d, tx, &w, t, a); err != nil {
 			return err
 		}
 		return d.enqueue(ctx, tx, &w)

@@ -9,15 +9,20 @@ SELECT event_id, subscriber_id FROM deliveries
 WHERE subscriber_id = @subscriber_id AND status IN ('pending', 'failed') ORDER BY event_id;
 
 -- name: DeliveryLockOpen :one
--- Skips a delivery another worker holds right now, and one not due yet: a
--- failed attempt's retry waits for its own job at next_attempt_at, however
--- many other jobs (a release by an earlier event, a duplicate) name it.
--- Open is NOT IN the closed statuses: the lookup goes by the key (see
--- dispatch.sql's note on backlogs).
+-- Locks an open delivery that is due: not a failed attempt's retry before
+-- next_attempt_at (it waits for its own job, however many other jobs — a
+-- release by an earlier event, a duplicate — name it), nor one leased for
+-- a request in flight (leased until next_attempt_at). It waits for a
+-- transaction that holds the row: takes and records are short, and a job
+-- that released this delivery must not be skipped by a take that saw its
+-- earlier event still open; once the holder commits the row is checked
+-- again (a lease it took makes it not due). Open is NOT IN the closed
+-- statuses: the lookup goes by the key (see dispatch.sql's note on
+-- backlogs).
 WITH d AS (
     SELECT * FROM deliveries WHERE event_id = @event_id AND subscriber_id = @subscriber_id
       AND status NOT IN ('delivered', 'dead') AND next_attempt_at <= clock_timestamp()
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE
 )
 SELECT d.*, s.name AS subscriber_name FROM d JOIN subscribers s ON s.id = d.subscriber_id;
 

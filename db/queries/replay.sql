@@ -72,11 +72,11 @@ INSERT INTO replay_deliveries (replay_id, event_id, subscriber_id)
 SELECT @replay_id, unnest(@event_ids::bigint[]), @subscriber_id;
 
 -- name: ReplayDeliveryLockOpen :one
--- Skips a record another worker holds right now, and one not due yet (as
--- DeliveryLockOpen, by the key).
+-- Locks an open record that is due (not leased, not a retry before its
+-- time), waiting for a transaction that holds it, as DeliveryLockOpen.
 SELECT * FROM replay_deliveries WHERE replay_id = @replay_id AND event_id = @event_id
   AND status NOT IN ('delivered', 'dead') AND next_attempt_at <= clock_timestamp()
-FOR UPDATE SKIP LOCKED;
+FOR UPDATE;
 
 -- name: ReplayDeliveryRecordAttempt :one
 UPDATE replay_deliveries SET

@@ -405,7 +405,7 @@ const deliveryLockOpen = `-- name: DeliveryLockOpen :one
 WITH d AS (
     SELECT event_id, subscriber_id, status, attempts, last_error, response_status, response_body, next_attempt_at, delivered_at, duration_ms, created_at, updated_at, lease_holder FROM deliveries WHERE event_id = $1 AND subscriber_id = $2
       AND status NOT IN ('delivered', 'dead') AND next_attempt_at <= clock_timestamp()
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE
 )
 SELECT d.event_id, d.subscriber_id, d.status, d.attempts, d.last_error, d.response_status, d.response_body, d.next_attempt_at, d.delivered_at, d.duration_ms, d.created_at, d.updated_at, d.lease_holder, s.name AS subscriber_name FROM d JOIN subscribers s ON s.id = d.subscriber_id
 `
@@ -427,11 +427,16 @@ type DeliveryLockOpenRow struct {
 	SubscriberName string
 }
 
-// Skips a delivery another worker holds right now, and one not due yet: a
-// failed attempt's retry waits for its own job at next_attempt_at, however
-// many other jobs (a release by an earlier event, a duplicate) name it.
-// Open is NOT IN the closed statuses: the lookup goes by the key (see
-// dispatch.sql's note on backlogs).
+// Locks an open delivery that is due: not a failed attempt's retry before
+// next_attempt_at (it waits for its own job, however many other jobs — a
+// release by an earlier event, a duplicate — name it), nor one leased for
+// a request in flight (leased until next_attempt_at). It waits for a
+// transaction that holds the row: takes and records are short, and a job
+// that released this delivery must not be skipped by a take that saw its
+// earlier event still open; once the holder commits the row is checked
+// again (a lease it took makes it not due). Open is NOT IN the closed
+// statuses: the lookup goes by the key (see dispatch.sql's note on
+// backlogs).
 func (q *Queries) DeliveryLockOpen(ctx context.Context, db DBTX, eventID int64, subscriberID int64) (DeliveryLockOpenRow, error) {
 	row := db.QueryRow(ctx, deliveryLockOpen, eventID, subscriberID)
 	var i DeliveryLockOpenRow

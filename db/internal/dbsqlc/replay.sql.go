@@ -356,11 +356,11 @@ func (q *Queries) ReplayDeliveryListOpenOfSubscriber(ctx context.Context, db DBT
 const replayDeliveryLockOpen = `-- name: ReplayDeliveryLockOpen :one
 SELECT replay_id, event_id, subscriber_id, status, attempts, last_error, response_status, response_body, next_attempt_at, delivered_at, duration_ms, created_at, updated_at, lease_holder FROM replay_deliveries WHERE replay_id = $1 AND event_id = $2
   AND status NOT IN ('delivered', 'dead') AND next_attempt_at <= clock_timestamp()
-FOR UPDATE SKIP LOCKED
+FOR UPDATE
 `
 
-// Skips a record another worker holds right now, and one not due yet (as
-// DeliveryLockOpen, by the key).
+// Locks an open record that is due (not leased, not a retry before its
+// time), waiting for a transaction that holds it, as DeliveryLockOpen.
 func (q *Queries) ReplayDeliveryLockOpen(ctx context.Context, db DBTX, replayID int64, eventID int64) (ReplayDelivery, error) {
 	row := db.QueryRow(ctx, replayDeliveryLockOpen, replayID, eventID)
 	var i ReplayDelivery
