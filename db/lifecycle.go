@@ -216,6 +216,26 @@ type LockedDocument struct {
 	Version int32
 }
 
+// Lock order. A transaction that locks more than one row of the tables
+// below locks them in this order, so that two transactions never wait for
+// each other in a circle (a deadlock, which PostgreSQL breaks by failing
+// one of them):
+//
+//  1. the warehouse move being posted or reversed;
+//  2. sales orders;
+//  3. production orders;
+//  4. purchase orders;
+//  5. stock balances, in (item, warehouse) order (postMove);
+//  6. number series, at commit (pendingNumber).
+//
+// Rows of one table are locked in id order. A document's own lock thus
+// comes before that of the order it serves when the order is later in the
+// list (a shipment before its sales order), and after it when the order is
+// earlier: a production order after its sales order, both when the sales
+// order's cancellation takes its planned production along and when a
+// release moves the sales order in production. A row the transaction
+// inserted is its own and has no place in the order.
+
 // LockDocument locks document id of kind k until tx ends (FOR NO KEY
 // UPDATE: rows that reference it may still be written) and returns its
 // state, for a transition that checks more than Transition does. A
@@ -345,6 +365,8 @@ func CancelSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, 
 	events := []Event{ev}
 	// Its planned production goes with it: nothing is made for a
 	// cancelled order (their draft material issues are refused posting).
+	// They are locked after the sales order, in id order (the lock order),
+	// as a release locks them: none can be released unseen meanwhile.
 	planned, err := queries.ProductionOrderListPlannedIDs(ctx, tx, &id)
 	if err != nil {
 		return SalesOrder{}, nil, fmt.Errorf("list planned production orders of sales order %s: %w", d.Number, translate(err))
@@ -386,13 +408,28 @@ func AcceptSalesOrder(ctx context.Context, tx pgx.Tx, id int64) ([]Event, error)
 
 // ReleaseProductionOrder releases production order id, seen at version,
 // to the shop floor (planned → released). When it was planned for a sales
-// order, that order is locked too (after the production order: the one
-// lock order of every transition that takes both) and must not be
-// cancelled or shipped (a *StatusConflictError about the production
-// order); a new or accepted sales order goes in_production in the same
-// transaction, journaled with the same actor, since the release is what
-// moves it. It returns the production order as stored and the events.
+// order, that order is locked too (before the production order: the lock
+// order) and must not be cancelled or shipped (a *StatusConflictError
+// about the production order); a new or accepted sales order goes
+// in_production in the same transaction, journaled with the same actor,
+// since the release is what moves it. It returns the production order as
+// stored and the events.
 func ReleaseProductionOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, version int32) (ProductionOrder, []Event, error) {
+	// The sales order a production order is for never changes: read it
+	// unlocked, to lock the sales order first. An unknown id is left to
+	// LockDocumentAt, which says so in its words.
+	planned, err := ProductionOrderByID(ctx, tx, id)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return ProductionOrder{}, nil, err
+	}
+	var so *LockedDocument
+	if planned.SalesOrderID != nil {
+		d, err := LockDocument(ctx, tx, SalesOrders, *planned.SalesOrderID)
+		if err != nil {
+			return ProductionOrder{}, nil, err
+		}
+		so = &d
+	}
 	d, err := LockDocumentAt(ctx, tx, ProductionOrders, id, version)
 	if err != nil {
 		return ProductionOrder{}, nil, err
@@ -402,15 +439,7 @@ func ReleaseProductionOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id i
 		return ProductionOrder{}, nil, err
 	}
 	events := []Event{ev}
-	po, err := ProductionOrderByID(ctx, tx, id)
-	if err != nil {
-		return ProductionOrder{}, nil, err
-	}
-	if po.SalesOrderID != nil {
-		so, err := LockDocument(ctx, tx, SalesOrders, *po.SalesOrderID)
-		if err != nil {
-			return ProductionOrder{}, nil, err
-		}
+	if so != nil {
 		switch so.Status {
 		case SalesOrderCancelled, SalesOrderShipped:
 			return ProductionOrder{}, nil, d.conflict("production order %s is for sales order %s, which is %s: it cannot be released",
@@ -423,7 +452,8 @@ func ReleaseProductionOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id i
 			events = append(events, soEv)
 		}
 	}
-	return po, events, nil
+	po, err := ProductionOrderByID(ctx, tx, id)
+	return po, events, err
 }
 
 // CancelProductionOrder cancels production order id (planned or

@@ -392,3 +392,64 @@ func TestPurchaseOrderCloseAndCancel(t *testing.T) {
 	require.Equal(t, "keeper", evs[0].Actor.Login)
 	require.Len(t, statusEvents(t, s, "wh_purchase_orders", a.ID), 1)
 }
+
+// A clerk's cancel of a sales order and a planner's release of its
+// production order, sent at once, wait for each other on the two orders'
+// locks: whichever comes first wins, the other finds a version it did not
+// see and gets CONFLICT. Neither may meet a deadlock (INTERNAL), and the
+// orders end as one of the two wins left them: both cancelled, or the
+// production order released with its sales order in production.
+func TestCancelSalesOrderRacesReleaseProductionOrder(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	clerk := apptest.RoleToken(t, s, "clerk", "SALES")
+	planner := s.As(apptest.RoleToken(t, s, "planner", "PLANNER"))
+	const rounds = 200
+	type pair struct{ so, po docState }
+	pairs := make([]pair, rounds)
+	for i := range pairs {
+		so := createSalesOrder(t, s)
+		po := apptest.GQL[struct {
+			CreateProductionOrder docState `json:"createProductionOrder"`
+		}](t, planner, `mutation($so: ID!) { createProductionOrder(input: {sku: "A1", quantity: "1", salesOrderId: $so}) { id number status version } }`,
+			map[string]any{"so": so.ID}).CreateProductionOrder
+		pairs[i] = pair{so, po}
+	}
+
+	// outcome is "ok" or the error's code.
+	outcome := func(res apptest.Response) string {
+		if len(res.Errors) == 0 {
+			return "ok"
+		}
+		code, _ := res.Errors[0].Extensions["code"].(string)
+		return code
+	}
+	for i, p := range pairs {
+		var cancel, release apptest.Response
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			<-start
+			_, cancel = s.Do(t, clerk, cancelSalesOrder, map[string]any{"id": p.so.ID, "v": 1, "r": "клиент передумал"})
+		})
+		wg.Go(func() {
+			<-start
+			_, release = s.Do(t, planner.Token, releaseProductionOrder, map[string]any{"id": p.po.ID, "v": 1})
+		})
+		close(start)
+		wg.Wait()
+		got := [2]string{outcome(cancel), outcome(release)}
+		want := [][2]string{{"ok", "CONFLICT"}, {"CONFLICT", "ok"}}
+		require.Contains(t, want, got, "round %d: cancel %v, release %v: one wins, the other sees a version it did not", i, cancel.Errors, release.Errors)
+
+		var soStatus, poStatus string
+		require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT so.status, p.status FROM sales_orders so, plan_prod_orders p
+			WHERE so.id = $1 AND p.id = $2`, p.so.ID, p.po.ID).Scan(&soStatus, &poStatus))
+		if got[0] == "ok" {
+			require.Equal(t, [2]string{"cancelled", "cancelled"}, [2]string{soStatus, poStatus}, "round %d: the cancel won", i)
+		} else {
+			require.Equal(t, [2]string{"in_production", "released"}, [2]string{soStatus, poStatus}, "round %d: the release won", i)
+		}
+	}
+}
