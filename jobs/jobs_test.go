@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -121,6 +122,71 @@ func TestWriteFailingAfterRowsLeavesNoTrace(t *testing.T) {
 	so, err := jobs.Write(b.ctx, b.outbox, func(tx pgx.Tx) (db.SalesOrder, []db.Event, error) { return receive(b, tx, "51000") })
 	require.NoError(t, err)
 	require.Regexp(t, `-000001$`, so.Number, "the failed write must not consume a number")
+}
+
+// A transaction PostgreSQL fails to let concurrent ones go on (a
+// deadlock, a serialization failure) is run again from the start, up to
+// jobs.TxAttempts times, and a run that failed leaves nothing: the order
+// received in it is received again, once. Other errors are not retried,
+// nor is a write whose caller left.
+func TestWriteRetriesWhatPostgreSQLFailedForConcurrency(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Minute)
+	tests := []struct {
+		name     string
+		code     string // raised after receiving the order
+		failing  int    // runs that raise it
+		cancel   bool   // the caller leaves as the first run fails
+		wantRuns int
+		wantErr  error
+	}{
+		{name: "serialization failure once", code: pgerrcode.SerializationFailure, failing: 1, wantRuns: 2},
+		{name: "deadlock twice", code: pgerrcode.DeadlockDetected, failing: 2, wantRuns: 3},
+		{name: "deadlock every time", code: pgerrcode.DeadlockDetected, failing: 100, wantRuns: jobs.TxAttempts, wantErr: db.ErrBusy},
+		{name: "other error", code: pgerrcode.RaiseException, failing: 100, wantRuns: 1},
+		{name: "caller left", code: pgerrcode.SerializationFailure, failing: 100, cancel: true, wantRuns: 1, wantErr: context.Canceled},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			externalID := fmt.Sprint(52000 + i)
+			ctx, cancel := context.WithCancel(b.ctx)
+			defer cancel()
+			runs := 0
+			_, err := jobs.Write(ctx, b.outbox, func(tx pgx.Tx) (db.SalesOrder, []db.Event, error) {
+				runs++
+				so, events, err := receive(b, tx, externalID)
+				if err != nil || runs > tt.failing {
+					return so, events, err
+				}
+				_, err = tx.Exec(ctx, fmt.Sprintf(`DO $$ BEGIN RAISE SQLSTATE '%s'; END $$`, tt.code))
+				if tt.cancel {
+					cancel()
+				}
+				return db.SalesOrder{}, nil, err
+			})
+			if runs != tt.wantRuns {
+				t.Errorf("fn ran %d times, want %d", runs, tt.wantRuns)
+			}
+			if busy := errors.Is(err, db.ErrBusy); busy != errors.Is(tt.wantErr, db.ErrBusy) {
+				t.Errorf("errors.Is(%v, db.ErrBusy) = %v", err, busy)
+			}
+			orders := b.count(t, `SELECT count(*) FROM sales_orders WHERE external_id = $1`, externalID)
+			events := b.count(t, `SELECT count(*) FROM events e JOIN sales_orders so ON so.id = e.entity_id
+				WHERE e.entity = 'sales_orders' AND so.external_id = $1`, externalID)
+			if tt.failing >= tt.wantRuns {
+				require.Error(t, err)
+				if tt.wantErr != nil {
+					require.ErrorIs(t, err, tt.wantErr)
+				}
+				require.Zero(t, orders, "a failed write leaves no order")
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, 1, orders)
+			require.Equal(t, 2, events, "the last run's doc.created and order.received only")
+		})
+	}
 }
 
 // A dispatch job of an event just written is inserted with the id the

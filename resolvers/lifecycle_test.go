@@ -205,6 +205,40 @@ func TestTransitionFailingAtCommitLeavesNothing(t *testing.T) {
 	require.Equal(t, so, read)
 }
 
+// A transition PostgreSQL fails to break a deadlock is run again: once,
+// and the client sees only its success; every time, and the client gets
+// CONFLICT saying to try again, with nothing written, never INTERNAL. A
+// trigger the test adds plays the deadlock, at the status change's event.
+func TestTransitionFailedByDeadlockIsRetried(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	first, second := createSalesOrder(t, s), createSalesOrder(t, s)
+	apptest.WaitAllProcessed(t, s)
+	_, err := s.Pool.Exec(t.Context(), `
+		CREATE SEQUENCE test_deadlocks;
+		CREATE FUNCTION play_deadlock() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			-- A sequence, since the failed transaction rolls back all else.
+			IF nextval('test_deadlocks') <= 1 THEN RAISE SQLSTATE '40P01'; END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER play_deadlock BEFORE INSERT ON events
+			FOR EACH ROW WHEN (NEW.type = 'doc.status_changed') EXECUTE FUNCTION play_deadlock();`)
+	require.NoError(t, err)
+	got := mutate(t, s, "cancelSalesOrder", cancelSalesOrder, map[string]any{"id": first.ID, "v": 1, "r": "x"})
+	require.Equal(t, docState{ID: first.ID, Number: first.Number, Status: "cancelled", Version: 2}, got)
+	require.Len(t, statusEvents(t, s, "sales_orders", first.ID), 1)
+
+	_, err = s.Pool.Exec(t.Context(), `CREATE OR REPLACE FUNCTION play_deadlock() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE SQLSTATE '40P01'; END $$;`)
+	require.NoError(t, err)
+	before := readJournal(t, s)
+	e := refused(t, s, cancelSalesOrder, map[string]any{"id": second.ID, "v": 1, "r": "x"}, "CONFLICT")
+	require.Contains(t, e.Message, "try again")
+	require.Equal(t, before, readJournal(t, s), "nothing written")
+}
+
 // order_acceptance moves a received order new → accepted as the system,
 // once: redelivering its order.received changes nothing more.
 func TestOrderAcceptanceTransitionsOnceWhenRedelivered(t *testing.T) {
