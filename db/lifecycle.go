@@ -1,6 +1,7 @@
 package db
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -225,8 +226,10 @@ type LockedDocument struct {
 //  2. sales orders;
 //  3. production orders;
 //  4. purchase orders;
-//  5. stock balances, in (item, warehouse) order (postMove);
-//  6. number series, at commit (pendingNumber).
+//  5. users (after the API token a revocation writes);
+//  6. subscribers;
+//  7. stock balances, in (item, warehouse) order (postMove);
+//  8. number series, at commit (pendingNumber).
 //
 // Rows of one table are locked in id order. A document's own lock thus
 // comes before that of the order it serves when the order is later in the
@@ -234,7 +237,10 @@ type LockedDocument struct {
 // earlier: a production order after its sales order, both when the sales
 // order's cancellation takes its planned production along and when a
 // release moves the sales order in production. A row the transaction
-// inserted is its own and has no place in the order.
+// inserted is its own and has no place in the order. The journal's rows a
+// dispatch or a redelivery locks (events, deliveries) come before all of
+// these: a built-in subscriber then locks the documents it moves, a
+// redelivery those it journals about (lockEntities).
 
 // LockDocument locks document id of kind k until tx ends (FOR NO KEY
 // UPDATE: rows that reference it may still be written) and returns its
@@ -261,6 +267,69 @@ func LockDocument(ctx context.Context, tx pgx.Tx, k *DocKind, id int64) (LockedD
 		return LockedDocument{}, fmt.Errorf("lock %s %d: %w", k.Noun, id, err)
 	}
 	return LockedDocument{Kind: k, ID: id, Number: st.Number, Status: st.Status, Version: st.Version}, nil
+}
+
+// entityRef names a row events are about: events.entity and entity_id.
+type entityRef struct {
+	entity string
+	id     int64
+}
+
+// entityLock locks the row of id in one table events are about.
+type entityLock struct {
+	entity string
+	lock   func(ctx context.Context, tx pgx.Tx, id int64) error
+}
+
+// entityLocks holds a lock for every table events are about, in the lock
+// order.
+var entityLocks = []entityLock{
+	{EntityWarehouseMoves, lockKind(WarehouseMoves)},
+	{EntitySalesOrders, lockKind(SalesOrders)},
+	{EntityProdOrders, lockKind(ProductionOrders)},
+	{EntityPurchaseOrders, lockKind(PurchaseOrders)},
+	{EntityUsers, lockID(queries.UserLock)},
+	{EntitySubscribers, lockID(queries.SubscriberLock)},
+}
+
+func lockKind(k *DocKind) func(context.Context, pgx.Tx, int64) error {
+	return func(ctx context.Context, tx pgx.Tx, id int64) error {
+		_, err := k.lock(ctx, tx, id)
+		return err
+	}
+}
+
+func lockID(lock func(context.Context, dbsqlc.DBTX, int64) (int64, error)) func(context.Context, pgx.Tx, int64) error {
+	return func(ctx context.Context, tx pgx.Tx, id int64) error {
+		_, err := lock(ctx, tx, id)
+		return err
+	}
+}
+
+// lockEntities locks the rows refs name until tx ends, in the lock order,
+// for a writer that journals events about them without writing them
+// otherwise. Whoever journals about a document holds its lock until
+// commit, so that one document's event ids follow commit order, which the
+// dispatcher's per-document order rests on. A row that is gone (a deleted
+// subscriber) takes no lock: nothing writes about it any more.
+func lockEntities(ctx context.Context, tx pgx.Tx, refs []entityRef) error {
+	rank := func(entity string) int {
+		return slices.IndexFunc(entityLocks, func(l entityLock) bool { return l.entity == entity })
+	}
+	sorted := slices.Clone(refs)
+	slices.SortFunc(sorted, func(a, b entityRef) int {
+		return cmp.Or(cmp.Compare(rank(a.entity), rank(b.entity)), cmp.Compare(a.id, b.id))
+	})
+	for _, r := range slices.Compact(sorted) {
+		n := rank(r.entity)
+		if n < 0 {
+			return fmt.Errorf("lock %s %d: events are about no such table", r.entity, r.id)
+		}
+		if err := translate(entityLocks[n].lock(ctx, tx, r.id)); err != nil && !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("lock %s %d: %w", r.entity, r.id, err)
+		}
+	}
+	return nil
 }
 
 // Conflict is a *StatusConflictError about d with its current state and

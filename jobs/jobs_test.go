@@ -189,6 +189,79 @@ func TestWriteRetriesWhatPostgreSQLFailedForConcurrency(t *testing.T) {
 	}
 }
 
+// Whoever journals an event about a document holds the document's row
+// lock until commit, so that one document's event ids follow commit
+// order: a redelivery (delivery.redelivered, about the redelivered
+// event's document) and the token mutations (token.issued and
+// token.revoked, about the user) wait for a transaction holding that row,
+// as a transition of it does.
+func TestJournalWritersTakeTheDocumentsLock(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Minute)
+	b.startRiver(t)
+	so, err := jobs.Write(b.ctx, b.outbox, func(tx pgx.Tx) (db.SalesOrder, []db.Event, error) { return receive(b, tx, "53000") })
+	require.NoError(t, err)
+	var received int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT id FROM events WHERE type = $1 AND entity_id = $2`,
+		db.EventOrderReceived, so.ID).Scan(&received))
+	b.waitProcessed(t, received) // its delivery to order_acceptance exists
+	user, err := jobs.Write(b.ctx, b.outbox, func(tx pgx.Tx) (db.User, []db.Event, error) {
+		return db.CreateUser(b.ctx, tx, nil, db.UserInput{Login: "clerk", DisplayName: "Clerk", Role: db.RoleSales})
+	})
+	require.NoError(t, err)
+	issue := func() (db.APIToken, error) {
+		return jobs.Write(b.ctx, b.outbox, func(tx pgx.Tx) (db.APIToken, []db.Event, error) {
+			_, tok, events, err := db.IssueToken(b.ctx, tx, nil, "clerk", "test", nil)
+			return tok, events, err
+		})
+	}
+	toRevoke, err := issue()
+	require.NoError(t, err)
+
+	tests := []struct {
+		name  string
+		table string
+		id    int64
+		write func() error
+		wrote string // the event type the write journals
+	}{
+		{"redeliver", db.EntitySalesOrders, so.ID, func() error {
+			_, err := b.dispatcher.Redeliver(b.ctx, nil, db.DeliveryFilter{EventID: &received})
+			return err
+		}, db.EventRedelivered},
+		{"issue token", db.EntityUsers, user.ID, func() error { _, err := issue(); return err }, db.EventTokenIssued},
+		{"revoke token", db.EntityUsers, user.ID, func() error {
+			_, err := jobs.Write(b.ctx, b.outbox, func(tx pgx.Tx) (db.APIToken, []db.Event, error) {
+				return db.RevokeToken(b.ctx, tx, nil, toRevoke.ID)
+			})
+			return err
+		}, db.EventTokenRevoked},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hold, err := b.pool.Begin(b.ctx)
+			require.NoError(t, err)
+			defer func() { _ = hold.Rollback(b.ctx) }() // a failed case releases the row
+			var holder int
+			require.NoError(t, hold.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&holder))
+			_, err = hold.Exec(b.ctx, `SELECT 1 FROM `+tt.table+` WHERE id = $1 FOR NO KEY UPDATE`, tt.id)
+			require.NoError(t, err)
+			done := make(chan error, 1)
+			go func() { done <- tt.write() }()
+			require.Eventually(t, func() bool {
+				return len(done) > 0 || b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder) > 0
+			}, 10*time.Second, 5*time.Millisecond)
+			require.Empty(t, done, "wrote without waiting for the %s row", tt.table)
+			require.NoError(t, hold.Commit(b.ctx))
+			require.NoError(t, <-done)
+			var last string
+			require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT type FROM events WHERE entity = $1 AND entity_id = $2 ORDER BY id DESC LIMIT 1`,
+				tt.table, tt.id).Scan(&last))
+			require.Equal(t, tt.wrote, last)
+		})
+	}
+}
+
 // A dispatch job of an event just written is inserted with the id the
 // event took (events.dispatch_job_id), so the event is not updated for it;
 // an event enqueued again (no id noted) is updated to name its new job.

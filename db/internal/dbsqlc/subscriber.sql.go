@@ -484,6 +484,19 @@ func (q *Queries) SubscriberListByIDs(ctx context.Context, db DBTX, ids []int64)
 	return items, nil
 }
 
+const subscriberLock = `-- name: SubscriberLock :one
+SELECT id FROM subscribers WHERE id = $1 FOR NO KEY UPDATE
+`
+
+// SubscriberLock locks subscriber id until the transaction ends, for a
+// writer of events about it.
+func (q *Queries) SubscriberLock(ctx context.Context, db DBTX, id int64) (int64, error) {
+	row := db.QueryRow(ctx, subscriberLock, id)
+	var id_2 int64
+	err := row.Scan(&id_2)
+	return id_2, err
+}
+
 const subscriberSetPaused = `-- name: SubscriberSetPaused :one
 UPDATE subscribers SET paused = $1, updated_at = now() WHERE id = $2
 RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
