@@ -110,7 +110,7 @@ func (d *Dispatcher) checkWebhookInput(ctx context.Context, in *db.WebhookSubscr
 // deliveries at once. db.ErrNotFound for no such subscriber.
 func (d *Dispatcher) SetPaused(ctx context.Context, id int64, paused bool) (db.Subscriber, error) {
 	var sub db.Subscriber
-	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+	err := runTx(ctx, d.pool, func(tx pgx.Tx) error {
 		s, held, err := db.SetSubscriberPaused(ctx, tx, id, paused)
 		if err != nil {
 			return err
