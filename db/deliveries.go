@@ -242,19 +242,38 @@ func parseDeliveryCursor(s string) (DeliveryKey, error) {
 
 // Redeliver reopens the deliveries matching f (all statuses; at most limit)
 // for a fresh round of attempts and journals one delivery.redelivered event
-// per delivery, by actorID, about the redelivered event's document. It
-// returns the reopened keys and the new events.
+// per delivery, by actorID, about the redelivered event's document, whose
+// row it locks first, as every writer of events about a document does
+// (lockEntities; after the deliveries, in the lock order). It returns the
+// reopened keys and the new events.
 func Redeliver(ctx context.Context, tx pgx.Tx, actorID *int64, f DeliveryFilter, limit int) ([]DeliveryKey, []Event, error) {
 	rows, err := queries.DeliveryReopen(ctx, tx, f.Status, f.Subscriber, f.EventID, int32(limit))
 	if err != nil {
 		return nil, nil, fmt.Errorf("reopen deliveries: %w", translate(err))
 	}
 	keys := keysFrom(rows)
+	ids := make([]int64, len(keys))
+	for i, k := range keys {
+		ids[i] = k.EventID
+	}
+	origs, err := EventsByIDs(ctx, tx, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	byID := make(map[int64]Event, len(origs))
+	docs := make([]entityRef, len(origs))
+	for i, ev := range origs {
+		byID[ev.ID] = ev
+		docs[i] = entityRef{ev.Entity, ev.EntityID}
+	}
+	if err := lockEntities(ctx, tx, docs); err != nil {
+		return nil, nil, err
+	}
 	events := make([]Event, 0, len(keys))
 	for _, k := range keys {
-		orig, err := EventByID(ctx, tx, k.EventID)
-		if err != nil {
-			return nil, nil, err
+		orig, ok := byID[k.EventID]
+		if !ok {
+			return nil, nil, fmt.Errorf("get event %d: %w", k.EventID, ErrNotFound)
 		}
 		sub, err := SubscriberByID(ctx, tx, k.SubscriberID)
 		if err != nil {

@@ -551,9 +551,9 @@ func CreateWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, in Ware
 	if err != nil {
 		return WarehouseMove{}, nil, err
 	}
-	// The order a move refers to is locked before the number series and the
-	// stock balances: the one lock order of every posting (order, series,
-	// balances), so that none waits on another in a circle.
+	// The order a move refers to is locked before the stock balances and
+	// the number series (the lock order, see LockDocument), so that no
+	// posting waits on another in a circle.
 	if in.PurchaseOrderID != nil {
 		if err := lockOrderFor(ctx, tx, PurchaseOrders, "purchaseOrderId", *in.PurchaseOrderID, "warehouse moves"); err != nil {
 			return WarehouseMove{}, nil, err

@@ -17,6 +17,11 @@ var (
 	// ErrLocked: a row another transaction holds was asked for without
 	// waiting (lock_not_available).
 	ErrLocked = errors.New("locked by another transaction")
+	// ErrBusy: a transaction PostgreSQL rolled back to let concurrent ones
+	// go on (IsRetryableTx) every time it was run; nothing of it was
+	// written, and the client may try again. The GraphQL layer maps it to
+	// CONFLICT.
+	ErrBusy = errors.New("concurrent changes to the same data kept getting in the way: nothing was written, try again")
 )
 
 // InputError is a rule violation in caller-supplied input. Field is the input
@@ -47,16 +52,18 @@ func inputErr(field, format string, args ...any) *InputError {
 }
 
 // Causes translate gives database errors that have no domain sentinel of
-// their own; IsBadData and IsLockWait ask for them.
+// their own; IsBadData, IsLockWait and IsRetryableTx ask for them.
 var (
-	errBadData  = errors.New("bad data")
-	errDeadlock = errors.New("deadlock")
+	errBadData       = errors.New("bad data")
+	errDeadlock      = errors.New("deadlock")
+	errSerialization = errors.New("serialization failure")
 )
 
 // dbError is a driver error as translate classified it: kind is the domain
-// error it means (ErrConflict, ErrLocked, errBadData, errDeadlock) or nil,
-// constraint the constraint or index an integrity violation names. It
-// unwraps to both kind and the driver's error.
+// error it means (ErrConflict, ErrLocked, errBadData, errDeadlock,
+// errSerialization) or nil, constraint the constraint or index an
+// integrity violation names. It unwraps to both kind and the driver's
+// error.
 type dbError struct {
 	kind       error
 	constraint string
@@ -108,6 +115,8 @@ func translate(err error) error {
 		e.kind = ErrLocked
 	case pgErr.Code == pgerrcode.DeadlockDetected:
 		e.kind = errDeadlock
+	case pgErr.Code == pgerrcode.SerializationFailure:
+		e.kind = errSerialization
 	case pgerrcode.IsDataException(pgErr.Code):
 		e.kind = errBadData
 	}
@@ -140,3 +149,12 @@ func IsBadData(err error) bool { return isCause(err, errBadData) }
 // closed a deadlock (deadlock_detected). Trying again later may succeed.
 // An ErrLocked that no database error caused does not count.
 func IsLockWait(err error) bool { return isCause(err, ErrLocked) || isCause(err, errDeadlock) }
+
+// IsRetryableTx reports an error with which PostgreSQL failed a
+// transaction only to let concurrent ones go on: it broke a deadlock
+// (deadlock_detected) or found the transaction could not be serialized
+// with them (serialization_failure). The transaction is rolled back, and
+// the same work run again in a new one may well succeed.
+func IsRetryableTx(err error) bool {
+	return isCause(err, errDeadlock) || isCause(err, errSerialization)
+}

@@ -25,6 +25,7 @@ func TestTranslate(t *testing.T) {
 		constraint string
 		lockWait   bool
 		badData    bool
+		retryable  bool
 		// msg is the message of the translated error: tt.err's own when
 		// empty, else msg followed by tt.err's when it ends in ": ".
 		msg string
@@ -33,7 +34,8 @@ func TestTranslate(t *testing.T) {
 		{name: "unique", err: pg(pgerrcode.UniqueViolation, "items_sku_key"), is: ErrConflict, constraint: "items_sku_key", msg: "conflict: items_sku_key"},
 		{name: "check", err: pg(pgerrcode.CheckViolation, seriesLimitCheck), constraint: seriesLimitCheck},
 		{name: "lock not available", err: pg(pgerrcode.LockNotAvailable, ""), is: ErrLocked, lockWait: true, msg: "locked by another transaction: "},
-		{name: "deadlock", err: pg(pgerrcode.DeadlockDetected, ""), lockWait: true},
+		{name: "deadlock", err: pg(pgerrcode.DeadlockDetected, ""), lockWait: true, retryable: true},
+		{name: "serialization failure", err: pg(pgerrcode.SerializationFailure, ""), retryable: true},
 		{name: "data exception", err: pg(pgerrcode.CharacterNotInRepertoire, ""), badData: true},
 		{name: "other database error", err: pg(pgerrcode.UndefinedTable, "")},
 		{name: "not a database error", err: errPlain, is: errPlain},
@@ -55,6 +57,9 @@ func TestTranslate(t *testing.T) {
 			}
 			if IsBadData(tt.err) != tt.badData || IsBadData(got) != tt.badData {
 				t.Errorf("IsBadData = %v (translated %v), want %v", IsBadData(tt.err), IsBadData(got), tt.badData)
+			}
+			if IsRetryableTx(tt.err) != tt.retryable || IsRetryableTx(got) != tt.retryable {
+				t.Errorf("IsRetryableTx = %v (translated %v), want %v", IsRetryableTx(tt.err), IsRetryableTx(got), tt.retryable)
 			}
 			want := tt.msg
 			switch {

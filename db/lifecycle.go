@@ -1,6 +1,7 @@
 package db
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -216,6 +217,31 @@ type LockedDocument struct {
 	Version int32
 }
 
+// Lock order. A transaction that locks more than one row of the tables
+// below locks them in this order, so that two transactions never wait for
+// each other in a circle (a deadlock, which PostgreSQL breaks by failing
+// one of them):
+//
+//  1. the warehouse move being posted or reversed;
+//  2. sales orders;
+//  3. production orders;
+//  4. purchase orders;
+//  5. users (after the API token a revocation writes);
+//  6. subscribers;
+//  7. stock balances, in (item, warehouse) order (postMove);
+//  8. number series, at commit (pendingNumber).
+//
+// Rows of one table are locked in id order. A document's own lock thus
+// comes before that of the order it serves when the order is later in the
+// list (a shipment before its sales order), and after it when the order is
+// earlier: a production order after its sales order, both when the sales
+// order's cancellation takes its planned production along and when a
+// release moves the sales order in production. A row the transaction
+// inserted is its own and has no place in the order. The journal's rows a
+// dispatch or a redelivery locks (events, deliveries) come before all of
+// these: a built-in subscriber then locks the documents it moves, a
+// redelivery those it journals about (lockEntities).
+
 // LockDocument locks document id of kind k until tx ends (FOR NO KEY
 // UPDATE: rows that reference it may still be written) and returns its
 // state, for a transition that checks more than Transition does. A
@@ -241,6 +267,69 @@ func LockDocument(ctx context.Context, tx pgx.Tx, k *DocKind, id int64) (LockedD
 		return LockedDocument{}, fmt.Errorf("lock %s %d: %w", k.Noun, id, err)
 	}
 	return LockedDocument{Kind: k, ID: id, Number: st.Number, Status: st.Status, Version: st.Version}, nil
+}
+
+// entityRef names a row events are about: events.entity and entity_id.
+type entityRef struct {
+	entity string
+	id     int64
+}
+
+// entityLock locks the row of id in one table events are about.
+type entityLock struct {
+	entity string
+	lock   func(ctx context.Context, tx pgx.Tx, id int64) error
+}
+
+// entityLocks holds a lock for every table events are about, in the lock
+// order.
+var entityLocks = []entityLock{
+	{EntityWarehouseMoves, lockKind(WarehouseMoves)},
+	{EntitySalesOrders, lockKind(SalesOrders)},
+	{EntityProdOrders, lockKind(ProductionOrders)},
+	{EntityPurchaseOrders, lockKind(PurchaseOrders)},
+	{EntityUsers, lockID(queries.UserLock)},
+	{EntitySubscribers, lockID(queries.SubscriberLock)},
+}
+
+func lockKind(k *DocKind) func(context.Context, pgx.Tx, int64) error {
+	return func(ctx context.Context, tx pgx.Tx, id int64) error {
+		_, err := k.lock(ctx, tx, id)
+		return err
+	}
+}
+
+func lockID(lock func(context.Context, dbsqlc.DBTX, int64) (int64, error)) func(context.Context, pgx.Tx, int64) error {
+	return func(ctx context.Context, tx pgx.Tx, id int64) error {
+		_, err := lock(ctx, tx, id)
+		return err
+	}
+}
+
+// lockEntities locks the rows refs name until tx ends, in the lock order,
+// for a writer that journals events about them without writing them
+// otherwise. Whoever journals about a document holds its lock until
+// commit, so that one document's event ids follow commit order, which the
+// dispatcher's per-document order rests on. A row that is gone (a deleted
+// subscriber) takes no lock: nothing writes about it any more.
+func lockEntities(ctx context.Context, tx pgx.Tx, refs []entityRef) error {
+	rank := func(entity string) int {
+		return slices.IndexFunc(entityLocks, func(l entityLock) bool { return l.entity == entity })
+	}
+	sorted := slices.Clone(refs)
+	slices.SortFunc(sorted, func(a, b entityRef) int {
+		return cmp.Or(cmp.Compare(rank(a.entity), rank(b.entity)), cmp.Compare(a.id, b.id))
+	})
+	for _, r := range slices.Compact(sorted) {
+		n := rank(r.entity)
+		if n < 0 {
+			return fmt.Errorf("lock %s %d: events are about no such table", r.entity, r.id)
+		}
+		if err := translate(entityLocks[n].lock(ctx, tx, r.id)); err != nil && !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("lock %s %d: %w", r.entity, r.id, err)
+		}
+	}
+	return nil
 }
 
 // Conflict is a *StatusConflictError about d with its current state and
@@ -345,6 +434,8 @@ func CancelSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, 
 	events := []Event{ev}
 	// Its planned production goes with it: nothing is made for a
 	// cancelled order (their draft material issues are refused posting).
+	// They are locked after the sales order, in id order (the lock order),
+	// as a release locks them: none can be released unseen meanwhile.
 	planned, err := queries.ProductionOrderListPlannedIDs(ctx, tx, &id)
 	if err != nil {
 		return SalesOrder{}, nil, fmt.Errorf("list planned production orders of sales order %s: %w", d.Number, translate(err))
@@ -386,13 +477,28 @@ func AcceptSalesOrder(ctx context.Context, tx pgx.Tx, id int64) ([]Event, error)
 
 // ReleaseProductionOrder releases production order id, seen at version,
 // to the shop floor (planned → released). When it was planned for a sales
-// order, that order is locked too (after the production order: the one
-// lock order of every transition that takes both) and must not be
-// cancelled or shipped (a *StatusConflictError about the production
-// order); a new or accepted sales order goes in_production in the same
-// transaction, journaled with the same actor, since the release is what
-// moves it. It returns the production order as stored and the events.
+// order, that order is locked too (before the production order: the lock
+// order) and must not be cancelled or shipped (a *StatusConflictError
+// about the production order); a new or accepted sales order goes
+// in_production in the same transaction, journaled with the same actor,
+// since the release is what moves it. It returns the production order as
+// stored and the events.
 func ReleaseProductionOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, version int32) (ProductionOrder, []Event, error) {
+	// The sales order a production order is for never changes: read it
+	// unlocked, to lock the sales order first. An unknown id is left to
+	// LockDocumentAt, which says so in its words.
+	planned, err := ProductionOrderByID(ctx, tx, id)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return ProductionOrder{}, nil, err
+	}
+	var so *LockedDocument
+	if planned.SalesOrderID != nil {
+		d, err := LockDocument(ctx, tx, SalesOrders, *planned.SalesOrderID)
+		if err != nil {
+			return ProductionOrder{}, nil, err
+		}
+		so = &d
+	}
 	d, err := LockDocumentAt(ctx, tx, ProductionOrders, id, version)
 	if err != nil {
 		return ProductionOrder{}, nil, err
@@ -402,15 +508,7 @@ func ReleaseProductionOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id i
 		return ProductionOrder{}, nil, err
 	}
 	events := []Event{ev}
-	po, err := ProductionOrderByID(ctx, tx, id)
-	if err != nil {
-		return ProductionOrder{}, nil, err
-	}
-	if po.SalesOrderID != nil {
-		so, err := LockDocument(ctx, tx, SalesOrders, *po.SalesOrderID)
-		if err != nil {
-			return ProductionOrder{}, nil, err
-		}
+	if so != nil {
 		switch so.Status {
 		case SalesOrderCancelled, SalesOrderShipped:
 			return ProductionOrder{}, nil, d.conflict("production order %s is for sales order %s, which is %s: it cannot be released",
@@ -423,7 +521,8 @@ func ReleaseProductionOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id i
 			events = append(events, soEv)
 		}
 	}
-	return po, events, nil
+	po, err := ProductionOrderByID(ctx, tx, id)
+	return po, events, err
 }
 
 // CancelProductionOrder cancels production order id (planned or

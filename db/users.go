@@ -215,19 +215,21 @@ func IssueToken(ctx context.Context, tx pgx.Tx, actorID *int64, login, name stri
 	if expiresAt != nil && !expiresAt.After(time.Now()) {
 		return "", APIToken{}, nil, inputErr("expiresAt", "must be in the future")
 	}
-	u, err := UserByLogin(ctx, tx, login)
+	// Locked: token.issued is journaled about the user.
+	row, err := queries.UserLockByLogin(ctx, tx, login)
 	if err != nil {
-		return "", APIToken{}, nil, err
+		return "", APIToken{}, nil, fmt.Errorf("get user %s: %w", login, translate(err))
 	}
+	u := User(row)
 	token, err := NewToken()
 	if err != nil {
 		return "", APIToken{}, nil, err
 	}
-	row, err := queries.APITokenInsert(ctx, tx, u.ID, hashToken(token), name, expiresAt)
+	inserted, err := queries.APITokenInsert(ctx, tx, u.ID, hashToken(token), name, expiresAt)
 	if err != nil {
 		return "", APIToken{}, nil, fmt.Errorf("insert token for %s: %w", login, translate(err))
 	}
-	t := APIToken(row)
+	t := APIToken(inserted)
 	ev, err := appendEvent(ctx, tx, actorID, EventTokenIssued, EntityUsers, u.ID,
 		map[string]any{"token_id": t.ID, "name": t.Name, "expires_at": t.ExpiresAt})
 	if err != nil {
@@ -252,6 +254,10 @@ func RevokeToken(ctx context.Context, tx pgx.Tx, actorID *int64, id int64) (APIT
 		return APIToken{}, nil, fmt.Errorf("revoke token %d: %w", id, err)
 	}
 	t := APIToken(row)
+	// token.revoked is journaled about the user: lock it, after the token.
+	if err := lockEntities(ctx, tx, []entityRef{{EntityUsers, t.UserID}}); err != nil {
+		return APIToken{}, nil, err
+	}
 	ev, err := appendEvent(ctx, tx, actorID, EventTokenRevoked, EntityUsers, t.UserID, map[string]any{"token_id": t.ID})
 	if err != nil {
 		return APIToken{}, nil, err

@@ -7,3 +7,7 @@ func GroupQueued(o *Outbox) int {
 	defer o.group.mu.Unlock()
 	return len(o.group.queue)
 }
+
+// TxAttempts is how many times Write runs a transaction PostgreSQL keeps
+// failing to let concurrent ones go on.
+const TxAttempts = txAttempts

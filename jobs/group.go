@@ -60,7 +60,8 @@ type groupMember struct {
 	events []db.Event // committed with the member
 	err    error
 	// alone: the member's write in the shared transaction timed out on
-	// the server; it is written on its own after the others.
+	// the server or was failed to break a deadlock; it is written on its
+	// own after the others.
 	alone    bool
 	finished bool // done is closed; read and set by the runner only
 	done     chan struct{}
@@ -75,7 +76,8 @@ type groupMember struct {
 // its own writes, and the transaction commits the others. There fn runs
 // under ctx's values without its cancellation, within the transaction's
 // 10 s and server-side lock (1 s) and statement (5 s) timeouts; a call
-// stopped by those is written again on its own after the others. A call
+// stopped by those, or failed to break a deadlock, is written again on its
+// own after the others. A call
 // whose ctx ends while it waits returns ctx's error and writes nothing;
 // once in a shared transaction it is decided there. A shared commit that
 // fails with a database error or before COMMIT was sent (all of it rolled
@@ -273,7 +275,7 @@ func (o *Outbox) writeShared(ctx context.Context, live []*groupMember) (committi
 			if rbErr := sp.Rollback(ctx); rbErr != nil {
 				return false, rbErr
 			}
-			m.err, m.alone = err, timedOut(err)
+			m.err, m.alone = err, timedOut(err) || db.IsRetryableTx(err)
 			continue
 		}
 		if err := sp.Commit(ctx); err != nil {
@@ -296,14 +298,15 @@ func (o *Outbox) writeShared(ctx context.Context, live []*groupMember) (committi
 }
 
 // writeAlone writes m in a transaction of its own under its own context,
-// as Write does: a member whose caller left is not written.
+// as Write does (retries included): a member whose caller left is not
+// written.
 func (o *Outbox) writeAlone(m *groupMember) {
 	if err := m.ctx.Err(); err != nil {
 		m.finish(nil, err)
 		return
 	}
 	var events []db.Event
-	err := pgx.BeginFunc(m.ctx, o.pool, func(tx pgx.Tx) error {
+	err := runTx(m.ctx, o.pool, func(tx pgx.Tx) error {
 		var err error
 		if events, err = m.runSafely(m.ctx, tx); err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -121,6 +122,144 @@ func TestWriteFailingAfterRowsLeavesNoTrace(t *testing.T) {
 	so, err := jobs.Write(b.ctx, b.outbox, func(tx pgx.Tx) (db.SalesOrder, []db.Event, error) { return receive(b, tx, "51000") })
 	require.NoError(t, err)
 	require.Regexp(t, `-000001$`, so.Number, "the failed write must not consume a number")
+}
+
+// A transaction PostgreSQL fails to let concurrent ones go on (a
+// deadlock, a serialization failure) is run again from the start, up to
+// jobs.TxAttempts times, and a run that failed leaves nothing: the order
+// received in it is received again, once. Other errors are not retried,
+// nor is a write whose caller left.
+func TestWriteRetriesWhatPostgreSQLFailedForConcurrency(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Minute)
+	tests := []struct {
+		name     string
+		code     string // raised after receiving the order
+		failing  int    // runs that raise it
+		cancel   bool   // the caller leaves as the first run fails
+		wantRuns int
+		wantErr  error
+	}{
+		{name: "serialization failure once", code: pgerrcode.SerializationFailure, failing: 1, wantRuns: 2},
+		{name: "deadlock twice", code: pgerrcode.DeadlockDetected, failing: 2, wantRuns: 3},
+		{name: "deadlock every time", code: pgerrcode.DeadlockDetected, failing: 100, wantRuns: jobs.TxAttempts, wantErr: db.ErrBusy},
+		{name: "other error", code: pgerrcode.RaiseException, failing: 100, wantRuns: 1},
+		{name: "caller left", code: pgerrcode.SerializationFailure, failing: 100, cancel: true, wantRuns: 1, wantErr: context.Canceled},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			externalID := fmt.Sprint(52000 + i)
+			ctx, cancel := context.WithCancel(b.ctx)
+			defer cancel()
+			runs := 0
+			_, err := jobs.Write(ctx, b.outbox, func(tx pgx.Tx) (db.SalesOrder, []db.Event, error) {
+				runs++
+				so, events, err := receive(b, tx, externalID)
+				if err != nil || runs > tt.failing {
+					return so, events, err
+				}
+				_, err = tx.Exec(ctx, fmt.Sprintf(`DO $$ BEGIN RAISE SQLSTATE '%s'; END $$`, tt.code))
+				if tt.cancel {
+					cancel()
+				}
+				return db.SalesOrder{}, nil, err
+			})
+			if runs != tt.wantRuns {
+				t.Errorf("fn ran %d times, want %d", runs, tt.wantRuns)
+			}
+			if busy := errors.Is(err, db.ErrBusy); busy != errors.Is(tt.wantErr, db.ErrBusy) {
+				t.Errorf("errors.Is(%v, db.ErrBusy) = %v", err, busy)
+			}
+			orders := b.count(t, `SELECT count(*) FROM sales_orders WHERE external_id = $1`, externalID)
+			events := b.count(t, `SELECT count(*) FROM events e JOIN sales_orders so ON so.id = e.entity_id
+				WHERE e.entity = 'sales_orders' AND so.external_id = $1`, externalID)
+			if tt.failing >= tt.wantRuns {
+				require.Error(t, err)
+				if tt.wantErr != nil {
+					require.ErrorIs(t, err, tt.wantErr)
+				}
+				require.Zero(t, orders, "a failed write leaves no order")
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, 1, orders)
+			require.Equal(t, 2, events, "the last run's doc.created and order.received only")
+		})
+	}
+}
+
+// Whoever journals an event about a document holds the document's row
+// lock until commit, so that one document's event ids follow commit
+// order: a redelivery (delivery.redelivered, about the redelivered
+// event's document) and the token mutations (token.issued and
+// token.revoked, about the user) wait for a transaction holding that row,
+// as a transition of it does.
+func TestJournalWritersTakeTheDocumentsLock(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Minute)
+	b.startRiver(t)
+	so, err := jobs.Write(b.ctx, b.outbox, func(tx pgx.Tx) (db.SalesOrder, []db.Event, error) { return receive(b, tx, "53000") })
+	require.NoError(t, err)
+	var received int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT id FROM events WHERE type = $1 AND entity_id = $2`,
+		db.EventOrderReceived, so.ID).Scan(&received))
+	b.waitProcessed(t, received) // its delivery to order_acceptance exists
+	user, err := jobs.Write(b.ctx, b.outbox, func(tx pgx.Tx) (db.User, []db.Event, error) {
+		return db.CreateUser(b.ctx, tx, nil, db.UserInput{Login: "clerk", DisplayName: "Clerk", Role: db.RoleSales})
+	})
+	require.NoError(t, err)
+	issue := func() (db.APIToken, error) {
+		return jobs.Write(b.ctx, b.outbox, func(tx pgx.Tx) (db.APIToken, []db.Event, error) {
+			_, tok, events, err := db.IssueToken(b.ctx, tx, nil, "clerk", "test", nil)
+			return tok, events, err
+		})
+	}
+	toRevoke, err := issue()
+	require.NoError(t, err)
+
+	tests := []struct {
+		name  string
+		table string
+		id    int64
+		write func() error
+		wrote string // the event type the write journals
+	}{
+		{"redeliver", db.EntitySalesOrders, so.ID, func() error {
+			_, err := b.dispatcher.Redeliver(b.ctx, nil, db.DeliveryFilter{EventID: &received})
+			return err
+		}, db.EventRedelivered},
+		{"issue token", db.EntityUsers, user.ID, func() error { _, err := issue(); return err }, db.EventTokenIssued},
+		{"revoke token", db.EntityUsers, user.ID, func() error {
+			_, err := jobs.Write(b.ctx, b.outbox, func(tx pgx.Tx) (db.APIToken, []db.Event, error) {
+				return db.RevokeToken(b.ctx, tx, nil, toRevoke.ID)
+			})
+			return err
+		}, db.EventTokenRevoked},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hold, err := b.pool.Begin(b.ctx)
+			require.NoError(t, err)
+			defer func() { _ = hold.Rollback(b.ctx) }() // a failed case releases the row
+			var holder int
+			require.NoError(t, hold.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&holder))
+			_, err = hold.Exec(b.ctx, `SELECT 1 FROM `+tt.table+` WHERE id = $1 FOR NO KEY UPDATE`, tt.id)
+			require.NoError(t, err)
+			done := make(chan error, 1)
+			go func() { done <- tt.write() }()
+			require.Eventually(t, func() bool {
+				return len(done) > 0 || b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder) > 0
+			}, 10*time.Second, 5*time.Millisecond)
+			require.Empty(t, done, "wrote without waiting for the %s row", tt.table)
+			require.NoError(t, hold.Commit(b.ctx))
+			require.NoError(t, <-done)
+			var last string
+			require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT type FROM events WHERE entity = $1 AND entity_id = $2 ORDER BY id DESC LIMIT 1`,
+				tt.table, tt.id).Scan(&last))
+			require.Equal(t, tt.wrote, last)
+		})
+	}
 }
 
 // A dispatch job of an event just written is inserted with the id the

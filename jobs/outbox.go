@@ -7,6 +7,8 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -41,12 +43,15 @@ func (o *Outbox) Pool() *pgxpool.Pool { return o.pool }
 // Write runs fn in one transaction and, in that same transaction, enqueues a
 // dispatch job for every event fn returns. Commit makes the rows, the events
 // and the jobs visible at once; any error rolls all of them back (and frees
-// any document number fn took). A commit error is returned as
-// db.CommitErr gives it: a sales order takes its number inside COMMIT.
+// any document number fn took). A transaction PostgreSQL fails to let
+// concurrent ones go on (a deadlock, a serialization failure) is run again,
+// fn included, as runTx says; fn must keep nothing from a run that failed.
+// A commit error is returned as db.CommitErr gives it: a sales order takes
+// its number inside COMMIT.
 func Write[T any](ctx context.Context, o *Outbox, fn func(tx pgx.Tx) (T, []db.Event, error)) (T, error) {
 	var result T
 	var written []db.Event
-	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
+	err := runTx(ctx, o.pool, func(tx pgx.Tx) error {
 		v, events, err := fn(tx)
 		if err != nil {
 			return err
@@ -65,6 +70,46 @@ func Write[T any](ctx context.Context, o *Outbox, fn func(tx pgx.Tx) (T, []db.Ev
 		o.Metrics.EventWritten(ev.Type)
 	}
 	return result, nil
+}
+
+// txAttempts is how many times runTx runs a transaction that PostgreSQL
+// keeps failing to let concurrent ones go on.
+const txAttempts = 4
+
+// txRetryGap is the pause before runTx's first retry; it doubles for each
+// one after (10, 20, 40 ms), less a random part of up to half, so that
+// the transactions a deadlock set against each other do not meet again in
+// step.
+const txRetryGap = 10 * time.Millisecond
+
+// runTx runs fn in a transaction of pool that commits when fn returns nil
+// and rolls back otherwise (pgx.BeginFunc): the one way a mutation's
+// transaction is run. When PostgreSQL fails it only to let concurrent
+// ones go on (db.IsRetryableTx: it broke a deadlock, or could not
+// serialize it), fn runs again in a new transaction after a short pause,
+// up to txAttempts runs in all; so fn must keep nothing from a run that
+// failed. The last such failure is returned wrapped in db.ErrBusy; ctx
+// ending during a pause returns ctx's error. Any other error is returned
+// as fn or the commit gave it.
+func runTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) error {
+	gap := txRetryGap
+	for attempt := 1; ; attempt++ {
+		err := pgx.BeginFunc(ctx, pool, fn)
+		if err == nil || !db.IsRetryableTx(err) {
+			return err
+		}
+		if attempt == txAttempts {
+			return fmt.Errorf("%w (%d attempts): %w", db.ErrBusy, attempt, err)
+		}
+		t := time.NewTimer(gap - rand.N(gap/2))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		gap *= 2
+	}
 }
 
 // EnqueueDispatch inserts one dispatch job per event in tx.

@@ -71,7 +71,7 @@ func (d *Dispatcher) StartReplay(ctx context.Context, actorID *int64, in ReplayI
 		return db.Replay{}, &db.InputError{Field: "from", Msg: "must not be after to"}
 	}
 	var r db.Replay
-	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+	err := runTx(ctx, d.pool, func(tx pgx.Tx) error {
 		sub, err := db.SubscriberByName(ctx, tx, in.Subscriber)
 		if err != nil {
 			return err
@@ -99,7 +99,7 @@ func (d *Dispatcher) StartReplay(ctx context.Context, actorID *int64, in ReplayI
 // matching db.ErrConflict when it has ended already.
 func (d *Dispatcher) CancelReplay(ctx context.Context, actorID *int64, id int64) (db.Replay, error) {
 	var r db.Replay
-	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+	err := runTx(ctx, d.pool, func(tx pgx.Tx) error {
 		cur, err := db.LockReplay(ctx, tx, id)
 		if err != nil {
 			return err

@@ -112,7 +112,7 @@ func (d *Dispatcher) checkWebhookInput(ctx context.Context, in *db.WebhookSubscr
 // for no such subscriber.
 func (d *Dispatcher) SetPaused(ctx context.Context, actorID *int64, id int64, paused bool) (db.Subscriber, error) {
 	var sub db.Subscriber
-	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+	err := runTx(ctx, d.pool, func(tx pgx.Tx) error {
 		s, held, enabled, err := db.SetSubscriberPaused(ctx, tx, actorID, id, paused)
 		if err != nil {
 			return err
@@ -134,10 +134,12 @@ func (d *Dispatcher) SetPaused(ctx context.Context, actorID *int64, id int64, pa
 
 // Redeliver reopens the deliveries matching f (at most 10,000), journals a
 // delivery.redelivered event for each by actorID, and schedules them, all in
-// one transaction. It returns the reopened deliveries' keys.
+// one transaction, run again as Write's when PostgreSQL fails it for a
+// deadlock (it locks the events' documents). It returns the reopened
+// deliveries' keys.
 func (d *Dispatcher) Redeliver(ctx context.Context, actorID *int64, f db.DeliveryFilter) ([]db.DeliveryKey, error) {
 	var keys []db.DeliveryKey
-	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+	err := runTx(ctx, d.pool, func(tx pgx.Tx) error {
 		k, events, err := db.Redeliver(ctx, tx, actorID, f, maxRedeliver)
 		if err != nil {
 			return err

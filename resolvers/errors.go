@@ -40,7 +40,9 @@ func CodedError(msg, code string) *gqlerror.Error {
 // extensions.column, 1-based), db.ErrNotFound
 // NOT_FOUND, db.ErrConflict CONFLICT (a refused transition, a
 // db.StatusConflictError, with extensions.currentStatus and
-// extensions.currentVersion of the document). Anything else unexpected is INTERNAL:
+// extensions.currentVersion of the document), and so is db.ErrBusy (a
+// write that concurrent ones kept failing: nothing written, try again;
+// logged as a warning). Anything else unexpected is INTERNAL:
 // logged with a request id, which alone reaches the client.
 func ErrorPresenter(logger *slog.Logger) graphql.ErrorPresenterFunc {
 	return func(ctx context.Context, err error) *gqlerror.Error {
@@ -90,6 +92,11 @@ func ErrorPresenter(logger *slog.Logger) graphql.ErrorPresenterFunc {
 			setCode(CodeForbidden)
 		case errors.Is(err, db.ErrNotFound):
 			setCode(CodeNotFound)
+		case errors.Is(err, db.ErrBusy):
+			logger.WarnContext(ctx, "write gave up on concurrent writes", slog.String("request_id", RequestID(ctx)),
+				slog.String("where", pathString(gqlErr.Path)), slog.String("error", err.Error()))
+			gqlErr.Message = db.ErrBusy.Error()
+			setCode(CodeConflict)
 		case errors.Is(err, db.ErrConflict):
 			setCode(CodeConflict)
 		case errors.Is(err, context.Canceled):

@@ -205,6 +205,40 @@ func TestTransitionFailingAtCommitLeavesNothing(t *testing.T) {
 	require.Equal(t, so, read)
 }
 
+// A transition PostgreSQL fails to break a deadlock is run again: once,
+// and the client sees only its success; every time, and the client gets
+// CONFLICT saying to try again, with nothing written, never INTERNAL. A
+// trigger the test adds plays the deadlock, at the status change's event.
+func TestTransitionFailedByDeadlockIsRetried(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	first, second := createSalesOrder(t, s), createSalesOrder(t, s)
+	apptest.WaitAllProcessed(t, s)
+	_, err := s.Pool.Exec(t.Context(), `
+		CREATE SEQUENCE test_deadlocks;
+		CREATE FUNCTION play_deadlock() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			-- A sequence, since the failed transaction rolls back all else.
+			IF nextval('test_deadlocks') <= 1 THEN RAISE SQLSTATE '40P01'; END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER play_deadlock BEFORE INSERT ON events
+			FOR EACH ROW WHEN (NEW.type = 'doc.status_changed') EXECUTE FUNCTION play_deadlock();`)
+	require.NoError(t, err)
+	got := mutate(t, s, "cancelSalesOrder", cancelSalesOrder, map[string]any{"id": first.ID, "v": 1, "r": "x"})
+	require.Equal(t, docState{ID: first.ID, Number: first.Number, Status: "cancelled", Version: 2}, got)
+	require.Len(t, statusEvents(t, s, "sales_orders", first.ID), 1)
+
+	_, err = s.Pool.Exec(t.Context(), `CREATE OR REPLACE FUNCTION play_deadlock() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE SQLSTATE '40P01'; END $$;`)
+	require.NoError(t, err)
+	before := readJournal(t, s)
+	e := refused(t, s, cancelSalesOrder, map[string]any{"id": second.ID, "v": 1, "r": "x"}, "CONFLICT")
+	require.Contains(t, e.Message, "try again")
+	require.Equal(t, before, readJournal(t, s), "nothing written")
+}
+
 // order_acceptance moves a received order new → accepted as the system,
 // once: redelivering its order.received changes nothing more.
 func TestOrderAcceptanceTransitionsOnceWhenRedelivered(t *testing.T) {
@@ -391,4 +425,65 @@ func TestPurchaseOrderCloseAndCancel(t *testing.T) {
 	require.Equal(t, "поставщик не отвечает", evs[0].Payload["reason"])
 	require.Equal(t, "keeper", evs[0].Actor.Login)
 	require.Len(t, statusEvents(t, s, "wh_purchase_orders", a.ID), 1)
+}
+
+// A clerk's cancel of a sales order and a planner's release of its
+// production order, sent at once, wait for each other on the two orders'
+// locks: whichever comes first wins, the other finds a version it did not
+// see and gets CONFLICT. Neither may meet a deadlock (INTERNAL), and the
+// orders end as one of the two wins left them: both cancelled, or the
+// production order released with its sales order in production.
+func TestCancelSalesOrderRacesReleaseProductionOrder(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	clerk := apptest.RoleToken(t, s, "clerk", "SALES")
+	planner := s.As(apptest.RoleToken(t, s, "planner", "PLANNER"))
+	const rounds = 200
+	type pair struct{ so, po docState }
+	pairs := make([]pair, rounds)
+	for i := range pairs {
+		so := createSalesOrder(t, s)
+		po := apptest.GQL[struct {
+			CreateProductionOrder docState `json:"createProductionOrder"`
+		}](t, planner, `mutation($so: ID!) { createProductionOrder(input: {sku: "A1", quantity: "1", salesOrderId: $so}) { id number status version } }`,
+			map[string]any{"so": so.ID}).CreateProductionOrder
+		pairs[i] = pair{so, po}
+	}
+
+	// outcome is "ok" or the error's code.
+	outcome := func(res apptest.Response) string {
+		if len(res.Errors) == 0 {
+			return "ok"
+		}
+		code, _ := res.Errors[0].Extensions["code"].(string)
+		return code
+	}
+	for i, p := range pairs {
+		var cancel, release apptest.Response
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			<-start
+			_, cancel = s.Do(t, clerk, cancelSalesOrder, map[string]any{"id": p.so.ID, "v": 1, "r": "клиент передумал"})
+		})
+		wg.Go(func() {
+			<-start
+			_, release = s.Do(t, planner.Token, releaseProductionOrder, map[string]any{"id": p.po.ID, "v": 1})
+		})
+		close(start)
+		wg.Wait()
+		got := [2]string{outcome(cancel), outcome(release)}
+		want := [][2]string{{"ok", "CONFLICT"}, {"CONFLICT", "ok"}}
+		require.Contains(t, want, got, "round %d: cancel %v, release %v: one wins, the other sees a version it did not", i, cancel.Errors, release.Errors)
+
+		var soStatus, poStatus string
+		require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT so.status, p.status FROM sales_orders so, plan_prod_orders p
+			WHERE so.id = $1 AND p.id = $2`, p.so.ID, p.po.ID).Scan(&soStatus, &poStatus))
+		if got[0] == "ok" {
+			require.Equal(t, [2]string{"cancelled", "cancelled"}, [2]string{soStatus, poStatus}, "round %d: the cancel won", i)
+		} else {
+			require.Equal(t, [2]string{"in_production", "released"}, [2]string{soStatus, poStatus}, "round %d: the release won", i)
+		}
+	}
 }

@@ -8,6 +8,7 @@ package resolvers
 import (
 	"context"
 	"erp/db"
+	"erp/jobs"
 
 	pgx "github.com/jackc/pgx/v5"
 )
@@ -17,10 +18,9 @@ func (r *itemResolver) Components(ctx context.Context, obj *db.Item) ([]db.Compo
 }
 
 func (r *mutationResolver) SetBillOfMaterials(ctx context.Context, sku string, components []db.ComponentInput) (*db.Item, error) {
-	var it db.Item
-	err := pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) (err error) {
-		it, err = db.SetBillOfMaterials(ctx, tx, sku, components)
-		return err
+	it, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) (db.Item, []db.Event, error) {
+		it, err := db.SetBillOfMaterials(ctx, tx, sku, components)
+		return it, nil, err
 	})
 	if err != nil {
 		return nil, err
@@ -29,10 +29,9 @@ func (r *mutationResolver) SetBillOfMaterials(ctx context.Context, sku string, c
 }
 
 func (r *mutationResolver) SetProductionWarehouse(ctx context.Context, code string) (*db.Warehouse, error) {
-	var wh db.Warehouse
-	err := pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) (err error) {
-		wh, err = db.SetProductionWarehouse(ctx, tx, code)
-		return err
+	wh, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) (db.Warehouse, []db.Event, error) {
+		wh, err := db.SetProductionWarehouse(ctx, tx, code)
+		return wh, nil, err
 	})
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"context"
 	"erp/db"
 	"erp/graph"
+	"erp/jobs"
 
 	pgx "github.com/jackc/pgx/v5"
 )
@@ -30,8 +31,8 @@ func (r *mutationResolver) CreateWarehouse(ctx context.Context, input db.Warehou
 }
 
 func (r *mutationResolver) SetNumberSeriesStart(ctx context.Context, prefix string, year int, start int) (bool, error) {
-	err := pgx.BeginFunc(ctx, r.Pool, func(tx pgx.Tx) error {
-		return db.SetNumberSeriesStart(ctx, tx, prefix, year, start)
+	_, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) (struct{}, []db.Event, error) {
+		return struct{}{}, nil, db.SetNumberSeriesStart(ctx, tx, prefix, year, start)
 	})
 	return err == nil, err
 }

@@ -84,6 +84,11 @@ SELECT * FROM subscriber_rows WHERE name = @name;
 -- name: SubscriberGetByID :one
 SELECT * FROM subscriber_rows WHERE id = @id;
 
+-- name: SubscriberLock :one
+-- SubscriberLock locks subscriber id until the transaction ends, for a
+-- writer of events about it.
+SELECT id FROM subscribers WHERE id = @id FOR NO KEY UPDATE;
+
 -- name: SubscriberListByIDs :many
 -- The view's columns, read from the table itself (as the statement log of
 -- the deliveries page's test expects).

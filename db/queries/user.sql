@@ -15,6 +15,16 @@ SELECT id, login, display_name, role FROM users WHERE id = @id;
 -- name: UserGetByLogin :one
 SELECT id, login, display_name, role FROM users WHERE login = @login;
 
+-- name: UserLockByLogin :one
+-- UserLockByLogin is UserGetByLogin locking the user until the
+-- transaction ends, for a writer of events about it.
+SELECT id, login, display_name, role FROM users WHERE login = @login FOR NO KEY UPDATE;
+
+-- name: UserLock :one
+-- UserLock locks user id until the transaction ends, for a writer of
+-- events about it.
+SELECT id FROM users WHERE id = @id FOR NO KEY UPDATE;
+
 -- name: UserList :many
 SELECT id, login, display_name, role FROM users ORDER BY login;
 

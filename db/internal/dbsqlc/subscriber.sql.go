@@ -499,6 +499,19 @@ func (q *Queries) SubscriberListByIDs(ctx context.Context, db DBTX, ids []int64)
 	return items, nil
 }
 
+const subscriberLock = `-- name: SubscriberLock :one
+SELECT id FROM subscribers WHERE id = $1 FOR NO KEY UPDATE
+`
+
+// SubscriberLock locks subscriber id until the transaction ends, for a
+// writer of events about it.
+func (q *Queries) SubscriberLock(ctx context.Context, db DBTX, id int64) (int64, error) {
+	row := db.QueryRow(ctx, subscriberLock, id)
+	var id_2 int64
+	err := row.Scan(&id_2)
+	return id_2, err
+}
+
 const subscriberNoteFailure = `-- name: SubscriberNoteFailure :one
 WITH u AS (
     UPDATE subscribers SET failing_since = $2::timestamptz WHERE id = $1 AND failing_since IS NULL RETURNING failing_since

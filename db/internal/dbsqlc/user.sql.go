@@ -115,6 +115,44 @@ func (q *Queries) UserList(ctx context.Context, db DBTX) ([]UserListRow, error) 
 	return items, nil
 }
 
+const userLock = `-- name: UserLock :one
+SELECT id FROM users WHERE id = $1 FOR NO KEY UPDATE
+`
+
+// UserLock locks user id until the transaction ends, for a writer of
+// events about it.
+func (q *Queries) UserLock(ctx context.Context, db DBTX, id int64) (int64, error) {
+	row := db.QueryRow(ctx, userLock, id)
+	var id_2 int64
+	err := row.Scan(&id_2)
+	return id_2, err
+}
+
+const userLockByLogin = `-- name: UserLockByLogin :one
+SELECT id, login, display_name, role FROM users WHERE login = $1 FOR NO KEY UPDATE
+`
+
+type UserLockByLoginRow struct {
+	ID          int64
+	Login       string
+	DisplayName string
+	Role        string
+}
+
+// UserLockByLogin is UserGetByLogin locking the user until the
+// transaction ends, for a writer of events about it.
+func (q *Queries) UserLockByLogin(ctx context.Context, db DBTX, login string) (UserLockByLoginRow, error) {
+	row := db.QueryRow(ctx, userLockByLogin, login)
+	var i UserLockByLoginRow
+	err := row.Scan(
+		&i.ID,
+		&i.Login,
+		&i.DisplayName,
+		&i.Role,
+	)
+	return i, err
+}
+
 const userSetRole = `-- name: UserSetRole :one
 UPDATE users SET role = $1 WHERE login = $2
 RETURNING id, login, display_name, role
