@@ -227,7 +227,7 @@ type LockedDocument struct {
 //  3. production orders;
 //  4. purchase orders;
 //  5. users (after the API token a revocation writes);
-//  6. subscribers;
+//  6. subscribers, then a webhook's lease slots (subscriber_leases);
 //  7. stock balances, in (item, warehouse) order (postMove);
 //  8. number series, at commit (pendingNumber).
 //
@@ -238,9 +238,10 @@ type LockedDocument struct {
 // order's cancellation takes its planned production along and when a
 // release moves the sales order in production. A row the transaction
 // inserted is its own and has no place in the order. The journal's rows a
-// dispatch or a redelivery locks (events, deliveries) come before all of
-// these: a built-in subscriber then locks the documents it moves, a
-// redelivery those it journals about (lockEntities).
+// dispatch, a redelivery or a webhook attempt's take or record locks
+// (events, deliveries) come before all of these: a built-in subscriber
+// then locks the documents it moves, a redelivery those it journals about
+// (lockEntities), a record its subscriber and lease slot.
 
 // LockDocument locks document id of kind k until tx ends (FOR NO KEY
 // UPDATE: rows that reference it may still be written) and returns its
