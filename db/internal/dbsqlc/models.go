@@ -116,6 +116,17 @@ type GooseDbVersion struct {
 	Tstamp    pgtype.Timestamp
 }
 
+type IdempotencyKey struct {
+	UserID      int64
+	Key         string
+	Fingerprint []byte
+	Status      *int16
+	ContentType *string
+	Body        []byte
+	CreatedAt   time.Time
+	ExpiresAt   time.Time
+}
+
 type Item struct {
 	ID        int64
 	SKU       string
