@@ -73,6 +73,9 @@ type Config struct {
 	// WebhookDisableAfter is how long a webhook may fail continuously
 	// before it is disabled (subscriber.disabled, reason failing).
 	WebhookDisableAfter time.Duration `env:"WEBHOOK_DISABLE_AFTER" envDefault:"120h" help:"how long a webhook may fail continuously (no delivered attempt) before it is disabled and journals subscriber.disabled; 0 never" want:"a duration like 120h (5 days), or 0 for never"`
+	// IdempotencyTTL is how long a mutation's Idempotency-Key and the
+	// answer its first request got are kept (httpapi.Idempotency).
+	IdempotencyTTL time.Duration `env:"IDEMPOTENCY_TTL" envDefault:"24h" help:"how long an Idempotency-Key of a mutation request and its first answer are kept, at least 1m" want:"a duration of at least 1m like 24h"`
 	// LogFormat is "json" or "text"; empty: text when stderr is a
 	// terminal, else json.
 	LogFormat string `env:"LOG_FORMAT" help:"log format, json or text; empty: text when stderr is a terminal, else json"`
@@ -283,6 +286,9 @@ func validate(cmd string, cfg Config, raw map[string]string, failed map[string]b
 	}
 	if !failed["RETENTION"] && cfg.Retention < time.Hour {
 		bad("RETENTION", "want a duration of at least 1h like 168h (7 days), got %q", got("RETENTION", cfg.Retention))
+	}
+	if !failed["IDEMPOTENCY_TTL"] && cfg.IdempotencyTTL < time.Minute {
+		bad("IDEMPOTENCY_TTL", "want a duration of at least 1m like 24h, got %q", got("IDEMPOTENCY_TTL", cfg.IdempotencyTTL))
 	}
 	switch cfg.LogFormat {
 	case "", "json", "text":

@@ -35,6 +35,8 @@ func TestParseConfigNamesEachBadSetting(t *testing.T) {
 		{"SHUTDOWN_TIMEOUT", "-5s", true},
 		{"RETENTION", "10m", false},
 		{"RETENTION", "week", true},
+		{"IDEMPOTENCY_TTL", "30s", false},
+		{"IDEMPOTENCY_TTL", "a day", true},
 		{"FEED_MAX_LAG", "0", false},
 		{"FEED_MAX_LAG", "lots", true},
 		{"FEED_MAX_STALL", "100ms", false},
@@ -90,6 +92,7 @@ func TestParseConfigNamesEachBadSetting(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 15*time.Second, cfg.ShutdownTimeout)
 	require.Equal(t, 7*24*time.Hour, cfg.Retention)
+	require.Equal(t, 24*time.Hour, cfg.IdempotencyTTL)
 }
 
 func TestServeHelpListsEverySetting(t *testing.T) {
@@ -97,7 +100,7 @@ func TestServeHelpListsEverySetting(t *testing.T) {
 	var out bytes.Buffer
 	require.ErrorIs(t, help(func(string) string { return "" }, &out), flag.ErrHelp)
 	for _, setting := range []string{"DATABASE_URL", "DATABASE_DIRECT_URL", "DATA_DIR", "ADDR", "DISPATCH_INTERVAL", "ADMIN_TOKEN", "ALLOWED_ORIGINS",
-		"DEMO_URL", "DEMO_TOKEN", "TIME_ZONE", "SHUTDOWN_TIMEOUT", "RETENTION", "LOG_FORMAT", "LOG_LEVEL", "PPROF_ADDR"} {
+		"DEMO_URL", "DEMO_TOKEN", "TIME_ZONE", "SHUTDOWN_TIMEOUT", "RETENTION", "IDEMPOTENCY_TTL", "LOG_FORMAT", "LOG_LEVEL", "PPROF_ADDR"} {
 		require.Contains(t, out.String(), "("+setting+")")
 	}
 	require.Contains(t, out.String(), `(default "15s")`)
