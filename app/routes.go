@@ -92,7 +92,9 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	gql.SetRecoverFunc(resolvers.Recover)
 
 	mux := http.NewServeMux()
-	api := ws.Handler(httpapi.GraphQLMethods(httpapi.LimitBody(maxRequestBody, a.auth.Authenticate(gql))))
+	// Inside Authenticate: a key is the user's.
+	keys := &httpapi.Idempotency{Pool: a.pool, TTL: opts.IdempotencyTTL, MaxTokens: maxQueryTokens, Logger: a.logger}
+	api := ws.Handler(httpapi.GraphQLMethods(httpapi.LimitBody(maxRequestBody, a.auth.Authenticate(keys.Handler(gql)))))
 	if len(opts.AllowedOrigins) > 0 {
 		// Browsers on the allowed origins may call the API cross-origin
 		// (with a bearer token, never cookies). With no list, no CORS
@@ -101,7 +103,8 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 		api = cors.New(cors.Options{
 			AllowedOrigins: opts.AllowedOrigins,
 			AllowedMethods: []string{http.MethodGet, http.MethodPost},
-			AllowedHeaders: []string{"Authorization", "Content-Type", "Accept"},
+			AllowedHeaders: []string{"Authorization", "Content-Type", "Accept", httpapi.IdempotencyKeyHeader},
+			ExposedHeaders: []string{httpapi.ReplayedHeader},
 			MaxAge:         600,
 		}).Handler(api)
 	}

@@ -210,13 +210,23 @@ func (s *Server) Do(t testing.TB, token, query string, vars map[string]any) (int
 
 // Post is Do for callers that expect the server may be gone.
 func (s *Server) Post(token, query string, vars map[string]any) (int, Response, error) {
+	status, _, res, err := s.PostWith(token, query, vars, nil)
+	return status, res, err
+}
+
+// PostWith is Post with header added to the request (an Idempotency-Key);
+// it returns the response's headers too.
+func (s *Server) PostWith(token, query string, vars map[string]any, header http.Header) (int, http.Header, Response, error) {
 	body, err := json.Marshal(map[string]any{"query": query, "variables": vars})
 	if err != nil {
-		return 0, Response{}, err
+		return 0, nil, Response{}, err
 	}
 	req, err := http.NewRequest(http.MethodPost, s.URL+"/graphql", bytes.NewReader(body))
 	if err != nil {
-		return 0, Response{}, err
+		return 0, nil, Response{}, err
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
@@ -224,18 +234,18 @@ func (s *Server) Post(token, query string, vars map[string]any) (int, Response, 
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, Response{}, err
+		return 0, nil, Response{}, err
 	}
 	defer func() { _ = res.Body.Close() }()
 	raw, err := io.ReadAll(res.Body)
 	if err != nil {
-		return 0, Response{}, err
+		return 0, nil, Response{}, err
 	}
 	var out Response
 	if err := json.Unmarshal(raw, &out); err != nil {
-		return 0, Response{}, fmt.Errorf("decode %q: %w", raw, err)
+		return 0, nil, Response{}, fmt.Errorf("decode %q: %w", raw, err)
 	}
-	return res.StatusCode, out, nil
+	return res.StatusCode, res.Header, out, nil
 }
 
 // Get returns the status of GET path.
