@@ -71,10 +71,11 @@ func TestGraphQLOverHTTP(t *testing.T) {
 	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM items`).Scan(&n))
 	require.Zero(t, n)
 
-	// CORS: the allowed origin gets its preflight answered, others nothing.
+	// CORS: the allowed origin gets its preflight answered (an
+	// Idempotency-Key included), others nothing.
 	pre := func(origin string) response {
 		return request(t, http.MethodOptions, s.URL+"/graphql", map[string]string{
-			"Origin": origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type",
+			"Origin": origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type,idempotency-key",
 		}, "")
 	}
 	require.Equal(t, "https://shop.example", pre("https://shop.example").Header.Get("Access-Control-Allow-Origin"))
