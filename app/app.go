@@ -49,9 +49,12 @@ const (
 	// at most one connection of the work pool at a time.
 	dispatchWorkers = 20
 	// riverConns are the work pool's connections River itself holds at
-	// once besides its workers': the fetch loop, the completer, and the
-	// leader's election and maintenance services.
-	riverConns = 4
+	// once besides its workers': the fetch loop of each queue (default and
+	// deliveries), the completer, and the leader's election and
+	// maintenance services. The deliveries queue's workers (webhook
+	// attempts) hold a connection only for a take or a record, and share
+	// the pool with the dispatch workers.
+	riverConns = 5
 	// apiBackgroundConns are the API pool's connections held besides the
 	// requests': the live feed's journal reads, the token watch, and a
 	// /metrics scrape's two queries (River's job counts, subscriber lag).
@@ -134,7 +137,7 @@ type App struct {
 
 // PoolSizes is what cfg's instance asks of DATABASE_URL, before its
 // pool_max_conns (db.PoolSizes.Within): the work pool River's workers plus
-// River's own connections (20 + 4; 1 on an API-only instance, which works
+// River's own connections (20 + 5; 1 on an API-only instance, which works
 // no jobs); the API pool pgxpool's own default for the requests, max(4,
 // GOMAXPROCS), plus the feed's, the token watch's and a metrics scrape's
 // connections (4). README, Configuration, says the same.

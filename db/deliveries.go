@@ -155,10 +155,21 @@ func LaterOpenDeliveries(ctx context.Context, q Querier, ev Event, subID *int64)
 	return keysFrom(rows), nil
 }
 
+// NextDueDeliveries returns up to limit deliveries to webhook subID that
+// are open, due and held back by no earlier event of their document,
+// soonest due first: what a lease slot given back takes next.
+func NextDueDeliveries(ctx context.Context, q Querier, subID int64, limit int) ([]DeliveryKey, error) {
+	rows, err := queries.DeliveryListNextDueOfSubscriber(ctx, q, subID, int32(limit))
+	if err != nil {
+		return nil, fmt.Errorf("next due deliveries of subscriber %d: %w", subID, translate(err))
+	}
+	return keysFrom(rows), nil
+}
+
 // DueDeliveries returns up to limit open deliveries whose next attempt is
-// due, of subscribers not paused, in event order after the key after. Failed
-// deliveries wait for their backoff, so a poison event is not retried on
-// every sweep.
+// due, of subscribers not paused (a webhook's only while one of its lease
+// slots is free), in event order after the key after. Failed deliveries
+// wait for their backoff, so a poison event is not retried on every sweep.
 func DueDeliveries(ctx context.Context, q Querier, after DeliveryKey, limit int) ([]DeliveryKey, error) {
 	rows, err := queries.DeliveryListDue(ctx, q, after.EventID, after.SubscriberID, int32(limit))
 	if err != nil {

@@ -283,6 +283,17 @@ func OpenReplayDeliveriesOf(ctx context.Context, q Querier, subID int64) ([]Repl
 	return mapRows(rows, func(r dbsqlc.ReplayDeliveryListOpenOfSubscriberRow) ReplayKey { return ReplayKey(r) }), nil
 }
 
+// NextDueReplayDeliveries returns up to limit open, due records of the
+// running replay of webhook subID held back by no earlier record of their
+// document: what a lease slot given back takes next.
+func NextDueReplayDeliveries(ctx context.Context, q Querier, subID int64, limit int) ([]ReplayKey, error) {
+	rows, err := queries.ReplayDeliveryListNextDueOfSubscriber(ctx, q, subID, int32(limit))
+	if err != nil {
+		return nil, fmt.Errorf("next due replayed deliveries of subscriber %d: %w", subID, translate(err))
+	}
+	return mapRows(rows, func(r dbsqlc.ReplayDeliveryListNextDueOfSubscriberRow) ReplayKey { return ReplayKey(r) }), nil
+}
+
 // DueReplayDeliveries returns up to limit open records of running replays
 // due now, of subscribers not paused, after the key after.
 func DueReplayDeliveries(ctx context.Context, q Querier, after ReplayKey, limit int) ([]ReplayKey, error) {

@@ -263,10 +263,11 @@ const (
 
 // NoteWebhookFailure notes, in tx, a failed attempt to webhook id at now
 // (the caller's clock): it starts the webhook's run of failures unless one
-// runs. It returns when the run began (now when it begins here or at the
-// same instant in a concurrent attempt).
-func NoteWebhookFailure(ctx context.Context, tx pgx.Tx, id int64, now time.Time) (time.Time, error) {
-	since, err := queries.SubscriberNoteFailure(ctx, tx, id, now)
+// runs whose last failure is no older than quietGap (a longer quiet spell,
+// a webhook without traffic, breaks the run). It returns when the run
+// began.
+func NoteWebhookFailure(ctx context.Context, tx pgx.Tx, id int64, now time.Time, quietGap time.Duration) (time.Time, error) {
+	since, err := queries.SubscriberNoteFailure(ctx, tx, now.Add(-quietGap), now, id)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("note failure of subscriber %d: %w", id, translate(err))
 	}
@@ -277,7 +278,7 @@ func NoteWebhookFailure(ctx context.Context, tx pgx.Tx, id int64, now time.Time)
 }
 
 // NoteWebhookSuccess ends webhook id's run of failures, if one runs
-// (otherwise it writes nothing, so the subscriber row stays cold).
+// (otherwise it writes nothing, so a healthy webhook's row stays cold).
 func NoteWebhookSuccess(ctx context.Context, q Querier, id int64) error {
 	if err := queries.SubscriberNoteSuccess(ctx, q, id); err != nil {
 		return fmt.Errorf("note success of subscriber %d: %w", id, translate(err))

@@ -293,7 +293,7 @@ func TestBrowserEventsPage(t *testing.T) {
 	require.Equal(t, hist.Reason, hist.History[2].Reason)
 
 	dead := run.Steps[steps["dead delivery"]]
-	require.Regexp(t, `^e2e-refuser: не доставлено, попыток 1 — .*410`, dead.Shown, "a dead delivery shows on its event")
+	require.Regexp(t, `^e2e-refuser: не доставлено, попыток 1 — .*422`, dead.Shown, "a dead delivery shows on its event")
 	require.Equal(t, "1", dead.LagDead, "the subscribers panel counts the dead letter")
 
 	drop := run.Steps[steps["network drop"]]
@@ -324,7 +324,7 @@ func TestBrowserEventsPage(t *testing.T) {
 	require.Equal(t, "order.received", held.Held.Type)
 	require.Equal(t, "—", held.Held.Processed, "an unprocessed event shows —")
 	require.Regexp(t, seedTime, held.Held.Created)
-	require.Equal(t, "e2e-paused: ждёт, попыток 0", held.Held.WaitsFor, "what an unprocessed event waits for")
+	require.Equal(t, "order_acceptance: ждёт, попыток 0", held.Held.WaitsFor, "what an unprocessed event waits for")
 	require.True(t, held.AllUnprocessed, "processed=false lists unprocessed events only")
 
 	more := run.Steps[steps["more"]]

@@ -21,6 +21,7 @@ import (
 type hangOnceReceiver struct {
 	mu      sync.Mutex
 	ids     []string
+	at      []time.Time
 	arrived chan struct{} // closed at the first request
 	release chan struct{} // closed at cleanup: the held request returns
 }
@@ -28,6 +29,7 @@ type hangOnceReceiver struct {
 func (r *hangOnceReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	r.ids = append(r.ids, req.Header.Get("webhook-id"))
+	r.at = append(r.at, time.Now())
 	first := len(r.ids) == 1
 	r.mu.Unlock()
 	if first {
@@ -38,10 +40,10 @@ func (r *hangOnceReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (r *hangOnceReceiver) webhookIDs() []string {
+func (r *hangOnceReceiver) webhookIDs() ([]string, []time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]string(nil), r.ids...)
+	return append([]string(nil), r.ids...), append([]time.Time(nil), r.at...)
 }
 
 // A server killed -9 while a webhook request hangs leaves a lease, not a
@@ -94,10 +96,13 @@ func TestProcessKillDuringSendAttemptsAgainWithTheSameWebhookID(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	ids := rcv.webhookIDs()
+	ids, at := rcv.webhookIDs()
 	require.Len(t, ids, 2, "one request before the kill, one after")
 	require.NotEmpty(t, ids[0])
 	require.Equal(t, ids[0], ids[1], "the same webhook-id, so that the receiver can de-duplicate")
+	// Not before the lease ran out: the 2 s timeout and its 5 s margin
+	// from the take, just before the first request (1 s of slack).
+	require.GreaterOrEqual(t, at[1].Sub(at[0]), 6*time.Second, "the second attempt waited for the lease")
 
 	type attemptRow struct {
 		Attempt  int32

@@ -114,8 +114,9 @@ func (d *Dispatcher) readyToAttempt(ctx context.Context, tx pgx.Tx, w *txWork, k
 
 // deliverBuiltin makes one attempt of delivery k to a built-in subscriber
 // in one transaction with its record, so that its effect and the record
-// commit together (exactly once): lock the delivery (skipping one in
-// flight elsewhere), wait for earlier events of the same document, run the
+// commit together (exactly once): lock the delivery (after another
+// worker's attempt of it, which then usually leaves nothing to do), wait
+// for earlier events of the same document, run the
 // subscriber in a savepoint, store the outcome, schedule the retry or
 // finish the event, and release the deliveries that were waiting for it.
 func (d *Dispatcher) deliverBuiltin(ctx context.Context, k db.DeliveryKey) (txWork, error) {
@@ -407,6 +408,10 @@ type DeliverArgs struct {
 // Kind implements river.JobArgs.
 func (DeliverArgs) Kind() string { return "deliver_event" }
 
+// InsertOpts implements river.JobArgsWithInsertOpts: on the deliveries
+// queue.
+func (DeliverArgs) InsertOpts() river.InsertOpts { return river.InsertOpts{Queue: QueueDeliveries} }
+
 // DeliverWorker works DeliverArgs.
 type DeliverWorker struct {
 	river.WorkerDefaults[DeliverArgs]
@@ -417,42 +422,33 @@ type DeliverWorker struct {
 // timeout (120 s).
 func (w *DeliverWorker) Timeout(*river.Job[DeliverArgs]) time.Duration { return 3 * time.Minute }
 
-// Work implements river.Worker. A webhook at its limits (no lease slot or
-// rate token free) snoozes the job instead of holding the worker: until its
-// token is due, or, waiting for a slot, a backoff that doubles with each
-// snooze of the job from 100 ms to 2 s (jittered), so that a backlog
-// behind a slow webhook costs a few cheap statements a second, not
-// workers.
+// Work implements river.Worker. A webhook with no lease slot free ends the
+// job: the record of an attempt in flight, which frees a slot, enqueues its
+// next due deliveries (wakeNext), and the sweep finds a slot whose holder
+// died once its lease ran out; so a backlog behind a receiver that hangs
+// costs nothing while it hangs. A webhook out of rate tokens snoozes the
+// job until one is due.
 func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	_, err := w.Dispatcher.deliver(ctx, db.DeliveryKey{EventID: job.Args.EventID, SubscriberID: job.Args.SubscriberID})
-	var th *throttledError
-	if errors.As(err, &th) {
-		return river.JobSnooze(snoozeFor(th, job.Metadata))
-	}
-	return err
+	return throttled(err)
 }
 
-// Snoozes of a deliver job waiting for a lease slot.
-const (
-	slotWaitMin = 100 * time.Millisecond
-	slotWaitMax = 2 * time.Second
-)
+// throttled turns a deliver job's *throttledError into its outcome: done
+// when it waited for a lease slot (a slot's release wakes the delivery),
+// a snooze until the rate token is due otherwise.
+func throttled(err error) error {
+	var th *throttledError
+	if !errors.As(err, &th) {
+		return err
+	}
+	if th.retryIn == 0 {
+		return nil
+	}
+	return river.JobSnooze(snoozeFor(th))
+}
 
-// snoozeFor is how long a throttled job sleeps: until the token is due
-// (plus up to 10 %), or slotWaitMin × 2^snoozes up to slotWaitMax, the
-// upper half jittered, the job's snoozes read from River's metadata.
-func snoozeFor(th *throttledError, metadata []byte) time.Duration {
-	if th.retryIn > 0 {
-		return th.retryIn + rand.N(th.retryIn/10+1)
-	}
-	var m struct {
-		Snoozes int `json:"snoozes"`
-	}
-	_ = json.Unmarshal(metadata, &m) // River's own JSON; none yet is 0
-	d := slotWaitMin
-	for i := 0; i < m.Snoozes && d < slotWaitMax; i++ {
-		d *= 2
-	}
-	d = min(d, slotWaitMax)
-	return d/2 + rand.N(d/2+1)
+// snoozeFor is how long a job out of rate tokens sleeps: until its token
+// is due, plus up to 10 % so that the waiting jobs do not wake in step.
+func snoozeFor(th *throttledError) time.Duration {
+	return th.retryIn + rand.N(th.retryIn/10+1)
 }

@@ -41,9 +41,10 @@ import (
 // the request itself.
 const leaseMargin = 5 * time.Second
 
-// giveBackTimeout bounds giving a lease back once our own context ended
-// (the server is stopping): past it the lease runs out by itself.
-const giveBackTimeout = 5 * time.Second
+// recordTimeout bounds recording an answer, and giving a lease back, once
+// our own context may have ended (the server is stopping): past it the
+// lease runs out by itself.
+const recordTimeout = 5 * time.Second
 
 // DefaultDisableAfter is how long a webhook may fail continuously before
 // it is disabled (WEBHOOK_DISABLE_AFTER): 5 days, as Svix does.
@@ -111,10 +112,60 @@ func (d *Dispatcher) deliverExternal(ctx context.Context, x externalDelivery) (t
 		d.giveBack(ctx, x, t)
 		return txWork{}, fmt.Errorf("send %s: %w", x, ctx.Err())
 	}
-	if w, err = d.recordExternal(ctx, x, t, a); err != nil {
+	// An answer in hand is recorded even when ctx ends now (the server
+	// stopping): otherwise a delivered request would be sent again.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	if w, err = d.recordExternal(rctx, x, t, a); err != nil {
 		return txWork{}, fmt.Errorf("record %s: %w", x, err)
 	}
+	finished := w.outcome == db.DeliveryDelivered || w.outcome == db.DeliveryDead
+	if err := d.wakeNext(rctx, x, t, finished); err != nil {
+		// The sweep finds what this would have woken.
+		d.logger.WarnContext(ctx, "wake the deliveries after an attempt", slog.String("delivery", x.String()),
+			slog.String("error", err.Error()))
+	}
 	return w, nil
+}
+
+// wakeNext enqueues, in a transaction after the record's commit, what the
+// attempt of t let through: the lease slot it gave back takes the
+// webhook's next due deliveries (a delivery that found no slot waits for
+// this, not polling), and a finished delivery releases its document's
+// later events to the subscriber, live and replayed. After the commit,
+// not in it: a take that read this delivery still open, or found no slot,
+// may have run after the record's own look; it saw rows committed before
+// it began, which a query begun now sees too.
+func (d *Dispatcher) wakeNext(ctx context.Context, x externalDelivery, t *taken, finished bool) error {
+	var w txWork
+	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		w = txWork{}
+		next, err := db.NextDueDeliveries(ctx, tx, t.sub.ID, int(t.sub.MaxInFlight))
+		if err != nil {
+			return err
+		}
+		nextReplayed, err := db.NextDueReplayDeliveries(ctx, tx, t.sub.ID, int(t.sub.MaxInFlight))
+		if err != nil {
+			return err
+		}
+		w.now, w.replayNow = next, nextReplayed
+		if finished {
+			later, err := db.LaterOpenDeliveries(ctx, tx, t.ev, &t.sub.ID)
+			if err != nil {
+				return err
+			}
+			laterReplayed, err := db.LaterOpenReplayDeliveries(ctx, tx, t.ev, t.sub.ID)
+			if err != nil {
+				return err
+			}
+			w.now, w.replayNow = append(w.now, later...), append(w.replayNow, laterReplayed...)
+		}
+		return d.enqueue(ctx, tx, &w)
+	})
+	if err != nil {
+		return fmt.Errorf("wake deliveries after %s: %w", x, err)
+	}
+	return nil
 }
 
 // take is step 1: in one short transaction it locks x, takes a lease slot
@@ -190,20 +241,24 @@ func (d *Dispatcher) send(ctx context.Context, t *taken) (a db.Attempt, answered
 		var permanent bool
 		if res.Err != nil {
 			a.Error = res.Err.Error()
-			// 410 Gone disables the webhook (receiverSignals) and leaves
-			// its deliveries open for a resume, so nothing is lost.
-			permanent = res.Permanent && res.Status != http.StatusGone
+			permanent = res.Permanent
 		}
 		d.settle(&a, permanent, res.RetryAfter, t.lease.Attempt, t.sub)
+		if res.Status == http.StatusGone {
+			// 410 Gone disables the webhook (receiverSignals) and leaves
+			// its delivery open, even at its last attempt, for a resume:
+			// nothing is lost.
+			a.Status, a.RetryIn = db.DeliveryFailed, d.retry.Delay(int(t.lease.Attempt))
+		}
 		return a, nil
 	})
 	return a, answered
 }
 
 // recordExternal is step 3: in one short transaction it stores the outcome
-// on the record if the lease is still ours, applies the receiver's signals
-// to its webhook, logs the attempt and gives the lease slot back,
-// enqueueing what follows. An answer whose lease was taken over is
+// on the record if the lease is still ours (and then applies the
+// receiver's signals to its webhook), logs the attempt and gives the lease
+// slot back, enqueueing what follows. An answer whose lease was taken over is
 // logged only.
 func (d *Dispatcher) recordExternal(ctx context.Context, x externalDelivery, t *taken, a db.Attempt) (txWork, error) {
 	var w txWork
@@ -216,8 +271,12 @@ func (d *Dispatcher) recordExternal(ctx context.Context, x externalDelivery, t *
 		if recorded, err = x.record(ctx, d, tx, &w, t, a); err != nil {
 			return err
 		}
-		if err := d.receiverSignals(ctx, tx, &w, t.sub, a); err != nil {
-			return err
+		// A late answer says nothing of the webhook now: a stale 410 must
+		// not disable one an admin has resumed since.
+		if recorded {
+			if err := d.receiverSignals(ctx, tx, &w, t.sub, a); err != nil {
+				return err
+			}
 		}
 		if err := db.FinishAttempt(ctx, tx, t.lease, a); err != nil {
 			return err
@@ -238,6 +297,12 @@ func (d *Dispatcher) recordExternal(ctx context.Context, x externalDelivery, t *
 	return w, nil
 }
 
+// quietGap is how long a webhook may go without a failed attempt and
+// still be in the same run of failures: twice the longest wait between a
+// failing delivery's attempts. A longer gap means it had no traffic, not
+// that it kept failing.
+func quietGap(p RetryPolicy) time.Duration { return 2 * p.Max }
+
 // receiverSignals applies what attempt a says about its webhook sub, in
 // tx: a success ends its run of failures; a failure starts one, and a 410
 // Gone, or a run longer than the disable-after period, disables it
@@ -247,7 +312,7 @@ func (d *Dispatcher) receiverSignals(ctx context.Context, tx pgx.Tx, w *txWork, 
 		return db.NoteWebhookSuccess(ctx, tx, sub.ID)
 	}
 	now := d.now()
-	since, err := db.NoteWebhookFailure(ctx, tx, sub.ID, now)
+	since, err := db.NoteWebhookFailure(ctx, tx, sub.ID, now, quietGap(d.retry))
 	if err != nil {
 		return err
 	}
@@ -275,16 +340,17 @@ func (d *Dispatcher) receiverSignals(ctx context.Context, tx pgx.Tx, w *txWork, 
 // with a context of its own (ctx has ended). A failure is logged: the lease
 // then runs out by itself.
 func (d *Dispatcher) giveBack(ctx context.Context, x externalDelivery, t *taken) {
-	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
 	err := pgx.BeginFunc(gctx, d.pool, func(tx pgx.Tx) error {
+		// The record's order: the delivery, the attempt, the slot.
+		if err := x.drop(gctx, tx, t.lease); err != nil {
+			return err
+		}
 		if err := db.FinishAttempt(gctx, tx, t.lease, db.Attempt{Error: "interrupted: this server stopped before the answer came"}); err != nil {
 			return err
 		}
-		if err := db.ReleaseWebhookLease(gctx, tx, t.sub.ID, t.slot, t.lease.Holder); err != nil {
-			return err
-		}
-		return x.drop(gctx, tx, t.lease)
+		return db.ReleaseWebhookLease(gctx, tx, t.sub.ID, t.slot, t.lease.Holder)
 	})
 	if err != nil {
 		d.logger.WarnContext(ctx, "give back an interrupted attempt: its lease runs out by itself", slog.String("delivery", x.String()),
@@ -321,9 +387,8 @@ func (x liveDelivery) drop(ctx context.Context, tx pgx.Tx, l db.Lease) error {
 	return db.DropLease(ctx, tx, x.k, l)
 }
 
-// record stores the outcome; a finished delivery (delivered or dead)
-// releases the document's later deliveries to the subscriber, live and
-// replayed.
+// record stores the outcome (a finished one releases the document's later
+// deliveries after the commit: wakeNext).
 func (x liveDelivery) record(ctx context.Context, _ *Dispatcher, tx pgx.Tx, w *txWork, t *taken, a db.Attempt) (bool, error) {
 	rec, err := db.RecordLeasedAttempt(ctx, tx, x.k, t.lease, a)
 	if errors.Is(err, db.ErrNotFound) {
@@ -336,17 +401,6 @@ func (x liveDelivery) record(ctx context.Context, _ *Dispatcher, tx pgx.Tx, w *t
 	w.outcomes = append(w.outcomes, outcomeOf(x.k, t.ev, t.sub, t.lease.Attempt, a, rec.NextAttemptAt))
 	if rec.Status == db.DeliveryFailed {
 		w.retries = append(w.retries, db.Retry{Key: x.k, At: rec.NextAttemptAt})
-		return true, nil
 	}
-	later, err := db.LaterOpenDeliveries(ctx, tx, t.ev, &t.sub.ID)
-	if err != nil {
-		return false, err
-	}
-	w.now = append(w.now, later...)
-	laterReplayed, err := db.LaterOpenReplayDeliveries(ctx, tx, t.ev, t.sub.ID)
-	if err != nil {
-		return false, err
-	}
-	w.replayNow = append(w.replayNow, laterReplayed...)
 	return true, nil
 }

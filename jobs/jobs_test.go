@@ -40,13 +40,16 @@ func setup(t *testing.T, interval time.Duration, extra ...jobs.Subscriber) *test
 	return setupWith(t, jobs.DispatcherConfig{}, interval, extra...)
 }
 
-// setupWith is setup with a dispatcher configuration (Logger and Retry
-// are set here).
+// setupWith is setup with a dispatcher configuration (Logger is set
+// here, and Retry when cfg has none).
 func setupWith(t *testing.T, cfg jobs.DispatcherConfig, interval time.Duration, extra ...jobs.Subscriber) *testBundle {
 	t.Helper()
 	b := &testBundle{ctx: t.Context(), pool: pgtest.NewPool(t)}
 	logger := slog.New(slog.DiscardHandler)
-	cfg.Logger, cfg.Retry = logger, testRetry
+	cfg.Logger = logger
+	if cfg.Retry.Base == 0 {
+		cfg.Retry = testRetry
+	}
 	b.dispatcher = jobs.NewDispatcher(b.pool, cfg, append([]jobs.Subscriber{jobs.OrderAcceptance{}}, extra...)...)
 	require.NoError(t, b.dispatcher.Register(b.ctx))
 	var err error

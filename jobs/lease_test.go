@@ -197,11 +197,15 @@ func TestWebhookFailingForTheDisableAfterPeriodIsDisabled(t *testing.T) {
 	var clock atomic.Pointer[time.Time]
 	start := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
 	clock.Store(&start)
+	now := func() time.Time { return *clock.Load() }
 	advance := func(d time.Duration) {
-		next := clock.Load().Add(d)
+		next := now().Add(d)
 		clock.Store(&next)
 	}
-	b := setupWith(t, jobs.DispatcherConfig{DisableAfter: 120 * time.Hour, Now: func() time.Time { return *clock.Load() }}, time.Hour)
+	// Retries up to an hour apart: a run of failures breaks after a quiet
+	// spell of two hours.
+	b := setupWith(t, jobs.DispatcherConfig{DisableAfter: 120 * time.Hour, Now: now,
+		Retry: jobs.RetryPolicy{Base: 20 * time.Millisecond, Max: time.Hour}}, time.Hour)
 	var down atomic.Bool
 	down.Store(true)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -213,33 +217,47 @@ func TestWebhookFailingForTheDisableAfterPeriodIsDisabled(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	k := b.hookOrder(t, "flaky-hook", srv.URL, "52003")
+	_, err := b.pool.Exec(b.ctx, `UPDATE subscribers SET max_attempts = 100 WHERE id = $1`, k.SubscriberID)
+	require.NoError(t, err)
 	paused := func() bool {
 		sub, err := db.SubscriberByID(b.ctx, b.pool, k.SubscriberID)
 		require.NoError(t, err)
 		return sub.Paused
 	}
+	// attempt makes one attempt now, as the lease's end or a retry would.
+	attempt := func() string {
+		b.leaseRunsOut(t, k)
+		return mustDeliver(t, b, k)
+	}
+	// failFor fails an attempt every 90 minutes for d.
+	failFor := func(d time.Duration) {
+		for end := now().Add(d); now().Before(end); advance(90 * time.Minute) {
+			require.Equal(t, db.DeliveryFailed, attempt())
+		}
+	}
 
-	require.Equal(t, db.DeliveryFailed, mustDeliver(t, b, k))
-	advance(60 * time.Hour)
-	// A success in between starts the count again.
+	failFor(60 * time.Hour)
+	// A success ends the run.
 	down.Store(false)
-	b.leaseRunsOut(t, k)
-	require.Equal(t, db.DeliveryDelivered, mustDeliver(t, b, k))
+	require.Equal(t, db.DeliveryDelivered, attempt())
 	down.Store(true)
-	_, err := b.dispatcher.Redeliver(b.ctx, nil, db.DeliveryFilter{EventID: &k.EventID})
+	_, err = b.dispatcher.Redeliver(b.ctx, nil, db.DeliveryFilter{EventID: &k.EventID})
 	require.NoError(t, err)
-	require.Equal(t, db.DeliveryFailed, mustDeliver(t, b, k))
-	failingSince := *clock.Load()
-
-	advance(119 * time.Hour)
-	b.leaseRunsOut(t, k)
-	require.Equal(t, db.DeliveryFailed, mustDeliver(t, b, k))
-	require.False(t, paused(), "119 h of failures since the last success")
+	failFor(100 * time.Hour)
+	// A quiet spell (no traffic) breaks the run too. (A redelivery keeps
+	// the attempts under the webhook's 100.)
+	advance(3 * time.Hour)
+	_, err = b.dispatcher.Redeliver(b.ctx, nil, db.DeliveryFilter{EventID: &k.EventID})
+	require.NoError(t, err)
+	failingSince := now()
+	failFor(119 * time.Hour)
+	require.False(t, paused(), "less than 120 h of failures since the last success or quiet spell")
 	require.Empty(t, b.disabledEvents(t))
 
-	advance(time.Hour)
-	b.leaseRunsOut(t, k)
-	require.Equal(t, db.DeliveryFailed, mustDeliver(t, b, k))
+	for now().Sub(failingSince) < 120*time.Hour {
+		advance(30 * time.Minute)
+	}
+	require.Equal(t, db.DeliveryFailed, attempt())
 	require.True(t, paused(), "120 h of failures: disabled")
 	disabled := b.disabledEvents(t)
 	require.Len(t, disabled, 1)
@@ -248,4 +266,81 @@ func TestWebhookFailingForTheDisableAfterPeriodIsDisabled(t *testing.T) {
 	since, err := time.Parse(time.RFC3339Nano, disabled[0]["since"].(string))
 	require.NoError(t, err)
 	require.True(t, failingSince.Equal(since), "since %s, want %s", since, failingSince)
+}
+
+// A webhook's record commits after the take of the document's next event
+// found it still open, and after that event was dispatched: the release
+// that runs after the commit finds the next delivery, which no look
+// inside the record's transaction could have, so it does not wait for the
+// minute sweep.
+func TestReleaseAfterTheRecordFindsTheNextEventDispatchedMeanwhile(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Hour)
+	arrived, answer := make(chan struct{}, 4), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		arrived <- struct{}{}
+		<-answer
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	name, url := "race-hook", srv.URL
+	sub, err := db.CreateWebhookSubscriber(b.ctx, b.pool, db.WebhookSubscriberInput{Name: &name, URL: &url,
+		EventTypes: []string{db.EventDocCreated, db.EventStatusChanged}})
+	require.NoError(t, err)
+
+	var so db.SalesOrder
+	var evs []db.Event
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) (err error) {
+		so, evs, err = db.CreateSalesOrder(b.ctx, tx, nil, db.SalesOrderInput{Customer: "X", Lines: oneLine})
+		return err
+	}))
+	for _, ev := range evs {
+		_, err := b.dispatcher.Dispatch(b.ctx, ev.ID)
+		require.NoError(t, err)
+	}
+	e1 := db.DeliveryKey{EventID: evs[0].ID, SubscriberID: sub.ID}
+
+	done := make(chan string, 1)
+	go func() {
+		o, err := b.dispatcher.Deliver(b.ctx, e1)
+		if err != nil {
+			o = err.Error()
+		}
+		done <- o
+	}()
+	<-arrived // taken and in flight
+
+	// Stall E1's record, its delivery row written, at the lease slot.
+	hold, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	var holder int
+	require.NoError(t, hold.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&holder))
+	_, err = hold.Exec(b.ctx, `SELECT 1 FROM subscriber_leases WHERE subscriber_id = $1 FOR UPDATE`, sub.ID)
+	require.NoError(t, err)
+	close(answer)
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder) > 0
+	}, 10*time.Second, 5*time.Millisecond)
+
+	// E2 of the same document is written and dispatched; its job's take runs.
+	var e2evs []db.Event
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) (err error) {
+		_, e2evs, err = db.CancelSalesOrder(b.ctx, tx, nil, so.ID, so.Version, "test")
+		return err
+	}))
+	for _, ev := range e2evs {
+		_, err := b.dispatcher.Dispatch(b.ctx, ev.ID)
+		require.NoError(t, err)
+	}
+	e2 := db.DeliveryKey{EventID: e2evs[0].ID, SubscriberID: sub.ID}
+	jobsBefore := b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'deliver_event' AND (args->>'event_id')::bigint = $1`, e2.EventID)
+	out, err := b.dispatcher.Deliver(b.ctx, e2) // the dispatch's job
+	require.NoError(t, err)
+	require.Equal(t, jobs.OutcomeBlocked, out)
+
+	require.NoError(t, hold.Commit(b.ctx))
+	require.Equal(t, db.DeliveryDelivered, <-done)
+	jobsAfter := b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'deliver_event' AND (args->>'event_id')::bigint = $1`, e2.EventID)
+	require.Greater(t, jobsAfter, jobsBefore, "E1's finish released nothing: E2/W would wait for the sweep")
+	require.Equal(t, db.DeliveryDelivered, mustDeliver(t, b, e2), "the released job delivers E2")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -308,10 +309,10 @@ func (x replayedDelivery) drop(ctx context.Context, tx pgx.Tx, l db.Lease) error
 	return db.DropReplayLease(ctx, tx, x.k, l)
 }
 
-// record stores the outcome. A finished delivery releases the document's
-// later deliveries, live and replayed, counts in the replay's progress
-// and, when it was the batch's last, continues the replay (the next batch
-// job, or the end).
+// record stores the outcome. A finished delivery counts in the replay's
+// progress and, when it was the batch's last, continues the replay (the
+// next batch job, or the end); the document's later deliveries, live and
+// replayed, are released after the commit (wakeNext).
 func (x replayedDelivery) record(ctx context.Context, d *Dispatcher, tx pgx.Tx, w *txWork, t *taken, a db.Attempt) (bool, error) {
 	status, next, err := db.RecordLeasedReplayAttempt(ctx, tx, x.k, t.lease, a)
 	if errors.Is(err, db.ErrNotFound) {
@@ -328,16 +329,6 @@ func (x replayedDelivery) record(ctx context.Context, d *Dispatcher, tx pgx.Tx, 
 		w.replayRetries = append(w.replayRetries, replayRetry{key: x.k, at: next})
 		return true, nil
 	}
-	later, err := db.LaterOpenDeliveries(ctx, tx, t.ev, &t.sub.ID)
-	if err != nil {
-		return false, err
-	}
-	w.now = append(w.now, later...)
-	laterReplayed, err := db.LaterOpenReplayDeliveries(ctx, tx, t.ev, t.sub.ID)
-	if err != nil {
-		return false, err
-	}
-	w.replayNow = append(w.replayNow, laterReplayed...)
 	// Counting locks the replay: of the batch's last deliveries finishing
 	// at once, the last to count sees the others'.
 	if _, err := db.LockReplay(ctx, tx, x.k.ReplayID); err != nil {
@@ -382,11 +373,15 @@ func (d *Dispatcher) sweepReplays(ctx context.Context, res *SweepResult, note fu
 	err := eachPage(func(after db.ReplayKey) ([]db.ReplayKey, error) {
 		return db.DueReplayDeliveries(ctx, d.pool, after, sweepBatch)
 	}, func(keys []db.ReplayKey) error {
-		for _, k := range keys {
+		var mu sync.Mutex
+		var noteErr error
+		inParallel(keys, func(k db.ReplayKey) {
 			outcome, err := d.DeliverReplayed(ctx, k)
+			mu.Lock()
+			defer mu.Unlock()
 			if err != nil {
-				if err := note("replayed delivery", k.EventID, err); err != nil {
-					return err
+				if nerr := note("replayed delivery", k.EventID, err); nerr != nil {
+					noteErr = nerr
 				}
 			}
 			switch outcome {
@@ -395,8 +390,8 @@ func (d *Dispatcher) sweepReplays(ctx context.Context, res *SweepResult, note fu
 			case OutcomeFailed, OutcomeDead:
 				res.Failed++
 			}
-		}
-		return nil
+		})
+		return noteErr
 	})
 	if err != nil {
 		return err
@@ -460,9 +455,10 @@ type ReplayDeliverArgs struct {
 // Kind implements river.JobArgs.
 func (ReplayDeliverArgs) Kind() string { return "deliver_replayed" }
 
-// InsertOpts implements river.JobArgsWithInsertOpts: behind live work.
+// InsertOpts implements river.JobArgsWithInsertOpts: on the deliveries
+// queue, behind live work.
 func (ReplayDeliverArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Priority: replayPriority}
+	return river.InsertOpts{Queue: QueueDeliveries, Priority: replayPriority}
 }
 
 // ReplayDeliverWorker works ReplayDeliverArgs.
@@ -476,13 +472,9 @@ func (w *ReplayDeliverWorker) Timeout(*river.Job[ReplayDeliverArgs]) time.Durati
 	return 3 * time.Minute
 }
 
-// Work implements river.Worker; a webhook at its limits snoozes the job,
-// as DeliverWorker's.
+// Work implements river.Worker; a webhook at its limits ends or snoozes
+// the job, as DeliverWorker's.
 func (w *ReplayDeliverWorker) Work(ctx context.Context, job *river.Job[ReplayDeliverArgs]) error {
 	_, err := w.Dispatcher.deliverReplayed(ctx, db.ReplayKey{ReplayID: job.Args.ReplayID, EventID: job.Args.EventID})
-	var th *throttledError
-	if errors.As(err, &th) {
-		return river.JobSnooze(snoozeFor(th, job.Metadata))
-	}
-	return err
+	return throttled(err)
 }

@@ -26,6 +26,17 @@ const (
 	FetchPollInterval = 250 * time.Millisecond
 )
 
+// QueueDeliveries is River's queue of webhook attempts (live and
+// replayed), apart from the default queue's dispatch: a backlog behind a
+// slow receiver, or requests that hang, never delay the journal's
+// processing or the live feed.
+const QueueDeliveries = "deliveries"
+
+// DefaultDeliveryWorkers: an attempt holds a database connection only for
+// its take and its record, so a hundred cost little; at the default
+// maxInFlight (4), 25 webhooks whose receivers all hang take them all.
+const DefaultDeliveryWorkers = 100
+
 // RiverConfig configures NewRiverClient.
 type RiverConfig struct {
 	// ID names this client in River's tables (river_leader shows the
@@ -33,8 +44,14 @@ type RiverConfig struct {
 	ID string
 	// DispatchInterval is the period of the sweep (DISPATCH_INTERVAL).
 	DispatchInterval time.Duration
-	// MaxWorkers is how many jobs run at once in this process.
+	// MaxWorkers is how many jobs of the default queue (dispatch, replay
+	// batches, the sweep, the prune) run at once in this process.
 	MaxWorkers int
+	// DeliveryWorkers is how many webhook attempts (queue
+	// QueueDeliveries) run at once in this process; 0 means
+	// DefaultDeliveryWorkers. A receiver that never answers holds its
+	// webhook's maxInFlight of them, never a dispatch worker.
+	DeliveryWorkers int
 	// Retention is how long River keeps finished jobs (completed,
 	// cancelled, discarded) and the prune job keeps delivered delivery
 	// records (RETENTION); 0 means DefaultRetention.
@@ -84,6 +101,9 @@ func NewRiverClient(pool *pgxpool.Pool, d *Dispatcher, cfg RiverConfig) (*river.
 	if cfg.Session != nil && cfg.Session != pool {
 		driver = sessionDriver{Driver: riverpgxv5.New(pool), session: riverpgxv5.New(cfg.Session)}
 	}
+	if cfg.DeliveryWorkers <= 0 {
+		cfg.DeliveryWorkers = DefaultDeliveryWorkers
+	}
 	middleware := []rivertype.Middleware{&presetJobIDs{}}
 	if cfg.TracerProvider != nil {
 		middleware = append(middleware, RiverTracing(cfg.TracerProvider))
@@ -94,7 +114,10 @@ func NewRiverClient(pool *pgxpool.Pool, d *Dispatcher, cfg RiverConfig) (*river.
 		PollOnly:   cfg.PollOnly,
 		Logger:     cfg.Logger,
 		Workers:    workers,
-		Queues:     map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
+		Queues: map[string]river.QueueConfig{
+			river.QueueDefault: {MaxWorkers: cfg.MaxWorkers},
+			QueueDeliveries:    {MaxWorkers: cfg.DeliveryWorkers},
+		},
 		// A job of a process that was killed stays "running" until rescued;
 		// the sweep makes its work anyway (rows, not jobs, hold the state),
 		// so an early rescue only tidies up.

@@ -96,41 +96,48 @@ func (d *Dispatcher) Sweep(ctx context.Context) (SweepResult, error) {
 	err = eachPage(func(after db.DeliveryKey) ([]db.DeliveryKey, error) {
 		return db.DueDeliveries(ctx, d.pool, after, sweepBatch)
 	}, func(keys []db.DeliveryKey) error {
-		// Up to sweepParallel attempts at once, so that receivers that
-		// never answer hold the sweep for one timeout, not one each.
 		var mu sync.Mutex
 		var noteErr error
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, sweepParallel)
-		for _, k := range keys {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				w, err := d.deliver(ctx, k)
-				mu.Lock()
-				defer mu.Unlock()
-				var th *throttledError
-				switch {
-				case errors.As(err, &th):
-					// At its limits: the delivery's own job (snoozing) or
-					// a later sweep makes the attempt.
-				case err != nil:
-					if nerr := note("delivery", k.EventID, err); nerr != nil {
-						noteErr = nerr
-					}
-				default:
-					res.Finished += len(w.finished)
-					res.count(w.outcomes)
+		inParallel(keys, func(k db.DeliveryKey) {
+			w, err := d.deliver(ctx, k)
+			mu.Lock()
+			defer mu.Unlock()
+			var th *throttledError
+			switch {
+			case errors.As(err, &th):
+				// At its limits: the delivery's own job (snoozing) or a
+				// later sweep makes the attempt.
+			case err != nil:
+				if nerr := note("delivery", k.EventID, err); nerr != nil {
+					noteErr = nerr
 				}
-			})
-		}
-		wg.Wait()
+			default:
+				res.Finished += len(w.finished)
+				res.count(w.outcomes)
+			}
+		})
 		return noteErr
 	})
 	if err != nil {
 		return res, err
 	}
 	return res, d.sweepReplays(ctx, &res, note)
+}
+
+// inParallel runs attempt for every key, up to sweepParallel at once, and
+// returns when all have returned: receivers that never answer hold the
+// sweep for one timeout, not one each.
+func inParallel[K any](keys []K, attempt func(K)) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, sweepParallel)
+	for _, k := range keys {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			attempt(k)
+		})
+	}
+	wg.Wait()
 }
 
 // eachPage hands each page of up to sweepBatch keys that list returns to

@@ -19,6 +19,12 @@ DROP VIEW delivery_rows;
 CREATE VIEW delivery_rows AS
 SELECT d.*, s.name AS subscriber_name FROM deliveries d JOIN subscribers s ON s.id = d.subscriber_id;
 
+-- A webhook's due deliveries, soonest due first: what a lease slot given
+-- back takes next (a delivery that found no slot free waits here, due, at
+-- no cost, instead of polling). Leased ones and retries not yet due are
+-- past the range scanned.
+CREATE INDEX deliveries_due_of_subscriber ON deliveries (subscriber_id, next_attempt_at) WHERE status IN ('pending', 'failed');
+
 -- The attempt log: one row per attempt of an external delivery, written
 -- when the attempt is taken (so that an attempt whose worker died still
 -- shows) and completed when its answer is recorded. replay_id is null for
@@ -35,9 +41,10 @@ CREATE TABLE delivery_attempts (
     -- Which server instance made the request (River's client id).
     instance        text NOT NULL,
     started_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
-    -- Set when the answer (or its absence) is recorded: delivered, failed
-    -- or dead, what the delivery became; null while in flight or when the
-    -- worker never came back.
+    -- Set when the answer is recorded: delivered, failed or dead, the
+    -- attempt's own outcome (what the delivery became, unless the answer
+    -- came late, after the lease was taken over); null while in flight,
+    -- or when no answer was recorded (error says why).
     status          text CHECK (status IN ('delivered', 'failed', 'dead')),
     duration_ms     integer CHECK (duration_ms >= 0),
     response_status integer,
@@ -49,13 +56,25 @@ CREATE INDEX delivery_attempts_of_delivery ON delivery_attempts (event_id, subsc
 CREATE INDEX delivery_attempts_started ON delivery_attempts (started_at);
 
 -- The receiver's signals. failing_since: when the webhook's current run of
--- failed attempts began (null after a success); written only when the run
--- starts or ends, never per attempt, so the subscriber row stays cold.
--- A webhook that answers 410 Gone, or has failed continuously for
--- WEBHOOK_DISABLE_AFTER, is paused with disabled_reason set
--- (journaled as subscriber.disabled); resuming clears both.
+-- failed attempts began (null after a success); last_failed_at: its latest
+-- failed attempt, so that a run with a long quiet gap (a webhook without
+-- traffic for days) starts again rather than counting the gap. A webhook
+-- that answers 410 Gone, or has failed continuously for
+-- WEBHOOK_DISABLE_AFTER, is paused with disabled_reason set (journaled as
+-- subscriber.disabled); resuming clears all three.
 ALTER TABLE subscribers
     ADD COLUMN failing_since timestamptz,
+    ADD COLUMN last_failed_at timestamptz,
     ADD COLUMN disabled_reason text CHECK (disabled_reason IN ('gone', 'failing')),
     ADD CONSTRAINT subscribers_disabled_paused_check CHECK (disabled_reason IS NULL OR paused);
 
+-- +goose Down
+DROP INDEX deliveries_due_of_subscriber;
+ALTER TABLE subscribers DROP CONSTRAINT subscribers_disabled_paused_check,
+    DROP COLUMN disabled_reason, DROP COLUMN last_failed_at, DROP COLUMN failing_since;
+DROP TABLE delivery_attempts;
+DROP VIEW delivery_rows;
+ALTER TABLE replay_deliveries DROP COLUMN lease_holder;
+ALTER TABLE deliveries DROP COLUMN lease_holder;
+CREATE VIEW delivery_rows AS
+SELECT d.*, s.name AS subscriber_name FROM deliveries d JOIN subscribers s ON s.id = d.subscriber_id;

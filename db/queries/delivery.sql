@@ -53,9 +53,13 @@ WHERE e.entity = @entity AND e.entity_id = @entity_id AND e.id > @id
 ORDER BY d.event_id LIMIT 100;
 
 -- name: DeliveryListDue :many
--- Open deliveries due now, of subscribers not paused, after a key.
+-- Open deliveries due now, of subscribers not paused, after a key; a
+-- webhook's only while one of its lease slots is free (its backlog waits
+-- for a slot given back, not for the sweep).
 SELECT d.event_id, d.subscriber_id FROM deliveries d JOIN subscribers s ON s.id = d.subscriber_id
 WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= now() AND NOT s.paused
+  AND (s.kind = 'builtin' OR EXISTS (
+    SELECT 1 FROM subscriber_leases l WHERE l.subscriber_id = s.id AND l.leased_until <= now()))
   AND (d.event_id, d.subscriber_id) > (@after_event_id::bigint, @after_subscriber_id::bigint)
 ORDER BY d.event_id, d.subscriber_id LIMIT @max_rows;
 
@@ -164,3 +168,16 @@ ORDER BY a.event_id, a.subscriber_id, a.id DESC;
 -- Up to @max_rows attempt log rows started before @before.
 DELETE FROM delivery_attempts WHERE id IN (
     SELECT o.id FROM delivery_attempts o WHERE o.started_at < @before ORDER BY o.started_at LIMIT @max_rows);
+
+-- name: DeliveryListNextDueOfSubscriber :many
+-- Up to @max_rows deliveries to webhook @subscriber_id that are open, due
+-- (not leased, no retry waiting for its time) and held back by no earlier
+-- event of their document (its delivery to the subscriber open), soonest
+-- due first (index deliveries_due_of_subscriber): what a lease slot given
+-- back takes next.
+SELECT d.event_id, d.subscriber_id FROM deliveries d JOIN events e ON e.id = d.event_id
+WHERE d.subscriber_id = @subscriber_id AND d.status IN ('pending', 'failed') AND d.next_attempt_at <= clock_timestamp()
+  AND NOT EXISTS (
+    SELECT 1 FROM events p JOIN deliveries pd ON pd.event_id = p.id AND pd.subscriber_id = d.subscriber_id
+    WHERE p.entity = e.entity AND p.entity_id = e.entity_id AND p.id < e.id AND pd.status IN ('pending', 'failed'))
+ORDER BY d.next_attempt_at LIMIT @max_rows;

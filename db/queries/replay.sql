@@ -114,6 +114,7 @@ ORDER BY d.event_id;
 SELECT d.replay_id, d.event_id FROM replay_deliveries d JOIN replays r ON r.id = d.replay_id
 JOIN subscribers s ON s.id = d.subscriber_id
 WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= now() AND NOT s.paused AND r.status = 'running'
+  AND EXISTS (SELECT 1 FROM subscriber_leases l WHERE l.subscriber_id = s.id AND l.leased_until <= now())
   AND (d.replay_id, d.event_id) > (@after_replay_id::bigint, @after_event_id::bigint)
 ORDER BY d.replay_id, d.event_id LIMIT @max_rows;
 
@@ -177,3 +178,17 @@ UPDATE replay_deliveries SET lease_holder = NULL,
     next_attempt_at = clock_timestamp(), updated_at = clock_timestamp()
 WHERE replay_id = @replay_id AND event_id = @event_id AND lease_holder = @holder::text
   AND status NOT IN ('delivered', 'dead');
+
+-- name: ReplayDeliveryListNextDueOfSubscriber :many
+-- Up to @max_rows open, due records of the running replay of webhook
+-- @subscriber_id held back by no earlier record of their document in the
+-- replay, oldest event first: what a lease slot given back takes next
+-- (the replay's open records are one batch at most).
+SELECT d.replay_id, d.event_id FROM replay_deliveries d JOIN replays r ON r.id = d.replay_id JOIN events e ON e.id = d.event_id
+WHERE d.subscriber_id = @subscriber_id AND d.status IN ('pending', 'failed') AND r.status = 'running'
+  AND d.next_attempt_at <= clock_timestamp()
+  AND NOT EXISTS (
+    SELECT 1 FROM replay_deliveries q JOIN events p ON p.id = q.event_id
+    WHERE q.replay_id = d.replay_id AND q.event_id < d.event_id AND q.status IN ('pending', 'failed')
+      AND p.entity = e.entity AND p.entity_id = e.entity_id)
+ORDER BY d.event_id LIMIT @max_rows;

@@ -72,7 +72,8 @@ FROM s;
 WITH old AS (SELECT o.id, o.paused, o.disabled_reason FROM subscribers o WHERE o.id = @id FOR UPDATE)
 UPDATE subscribers s SET paused = @paused, updated_at = now(),
     disabled_reason = CASE WHEN @paused THEN s.disabled_reason END,
-    failing_since = CASE WHEN @paused THEN s.failing_since END
+    failing_since = CASE WHEN @paused THEN s.failing_since END,
+    last_failed_at = CASE WHEN @paused THEN s.last_failed_at END
 FROM old WHERE s.id = old.id
 RETURNING s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
     s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
@@ -163,8 +164,9 @@ ORDER BY s.id;
 -- name: SubscriberLeaseTake :one
 -- Takes a free lease slot of webhook @subscriber_id (one whose lease ran
 -- out) for @holder until @ttl_s seconds from now, skipping slots another
--- transaction is taking; no row when every slot is leased. Run on its own
--- (autocommit), so that the lease is visible to every instance at once.
+-- transaction is taking; no row when every slot is leased. Run in a
+-- delivery's take, a short transaction: the lease is visible to every
+-- instance once it commits, before the request goes out.
 UPDATE subscriber_leases l SET holder = @holder, leased_until = clock_timestamp() + make_interval(secs => @ttl_s::float8)
 WHERE l.subscriber_id = @subscriber_id AND l.slot = (
     SELECT f.slot FROM subscriber_leases f
@@ -196,16 +198,19 @@ RETURNING taken, tokens;
 
 -- name: SubscriberNoteFailure :one
 -- Notes a failed attempt to webhook @id at @now: starts its run of
--- failures unless one runs already. Returns when the run began (null when
--- a concurrent attempt started it in this instant).
-WITH u AS (
-    UPDATE subscribers SET failing_since = @now::timestamptz WHERE id = @id AND failing_since IS NULL RETURNING failing_since
-)
-SELECT coalesce((SELECT u.failing_since FROM u), s.failing_since) AS failing_since FROM subscribers s WHERE s.id = @id;
+-- failures unless one runs whose last failure came after @quiet_since
+-- (an older one means a quiet gap, which breaks the run). Returns when
+-- the run began.
+UPDATE subscribers SET
+    failing_since = CASE WHEN failing_since IS NULL OR last_failed_at IS NULL OR last_failed_at < @quiet_since::timestamptz
+                         THEN @now::timestamptz ELSE failing_since END,
+    last_failed_at = @now::timestamptz
+WHERE id = @id
+RETURNING failing_since;
 
 -- name: SubscriberNoteSuccess :exec
 -- Ends webhook @id's run of failures; writes nothing when none runs.
-UPDATE subscribers SET failing_since = NULL WHERE id = @id AND failing_since IS NOT NULL;
+UPDATE subscribers SET failing_since = NULL, last_failed_at = NULL WHERE id = @id AND failing_since IS NOT NULL;
 
 -- name: SubscriberDisable :one
 -- Pauses webhook @id for @reason unless it is disabled already; returns

@@ -277,11 +277,11 @@ try {
   });
 
   await step('dead delivery', async () => {
-    // A webhook that refuses everything (410 Gone: permanent) takes the
-    // next order.received: its delivery goes dead and the row says so.
+    // A webhook that refuses everything (422: permanent) takes the next
+    // order.received: its delivery goes dead and the row says so.
     const refuser = createServer((req, res) => {
-      res.writeHead(410, { 'Content-Type': 'text/plain' });
-      res.end('gone for the browser test');
+      res.writeHead(422, { 'Content-Type': 'text/plain' });
+      res.end('refused by the browser test');
     });
     await new Promise((r) => refuser.listen(0, '127.0.0.1', r));
     try {
@@ -397,20 +397,14 @@ try {
   });
 
   await step('unprocessed', async () => {
-    // A paused webhook holds the next order.received: unprocessed, it is
-    // listed under "необработанные" with "—", and leaves that list live
-    // once the webhook resumes and the event is processed.
-    const sink = createServer((req, res) => {
-      res.writeHead(200);
-      res.end('ok');
-    });
-    await new Promise((r) => sink.listen(0, '127.0.0.1', r));
+    // A paused built-in subscriber holds the next order.received (a webhook
+    // never holds an event): unprocessed, it is listed under
+    // "необработанные" with "—", and leaves that list live once the
+    // subscriber resumes and the event is processed.
+    const { subscribers } = await api(`{ subscribers { id name } }`);
+    const acceptance = subscribers.find((s) => s.name === 'order_acceptance');
+    await api(`mutation($id: ID!) { pauseSubscriber(id: $id) { id } }`, { id: acceptance.id });
     try {
-      const { createWebhookSubscriber: hook } = await api(
-        `mutation($in: WebhookSubscriberInput!) { createWebhookSubscriber(input: $in) { id } }`,
-        { in: { name: 'e2e-paused', url: `http://127.0.0.1:${sink.address().port}/hook`, eventTypes: ['order.received'] } },
-      );
-      await api(`mutation($id: ID!) { pauseSubscriber(id: $id) { id } }`, { id: hook.id });
       const order = await receiveShopOrder();
       // The page lists what the journal holds when it loads: wait until the
       // dispatch has written the held delivery record, so that the row
@@ -420,9 +414,9 @@ try {
           `query($id: ID!) { events(filter: { types: ["order.received"], entity: "sales_orders", entityId: $id }) { edges { node { deliveries { subscriber { name } } } } } }`,
           { id: order.id },
         );
-        const held = events.edges.some((e) => e.node.deliveries.some((d) => d.subscriber.name === 'e2e-paused'));
+        const held = events.edges.some((e) => e.node.deliveries.some((d) => d.subscriber.name === 'order_acceptance'));
         if (held) break;
-        if (tries > 200) throw new Error(`order.received of sales order ${order.id} has no delivery to e2e-paused after 10 s`);
+        if (tries > 200) throw new Error(`order.received of sales order ${order.id} has no delivery to order_acceptance after 10 s`);
         await new Promise((r) => setTimeout(r, 50));
       }
       await page.selectOption('#filters select[name=type]', '');
@@ -435,12 +429,11 @@ try {
       held.waitsFor = (await page.textContent(`table.events tbody tr[data-id="${held.id}"] ul.deliveries li.pending`)).trim();
       await page.screenshot({ path: `${screenshotBase}-unprocessed.png` });
       result.screenshots.push(`${screenshotBase}-unprocessed.png`);
-      await api(`mutation($id: ID!) { resumeSubscriber(id: $id) { id } }`, { id: hook.id });
+      await api(`mutation($id: ID!) { resumeSubscriber(id: $id) { id } }`, { id: acceptance.id });
       await page.waitForSelector(`table.events tbody tr[data-id="${held.id}"]`, { state: 'detached' });
-      await api(`mutation($id: ID!) { updateWebhookSubscriber(id: $id, input: { condition: "false" }) { id } }`, { id: hook.id });
       return { order, held, rowsWhilePaused: rows.length, allUnprocessed: rows.every((r) => r.processed === '—') };
     } finally {
-      sink.close();
+      await api(`mutation($id: ID!) { resumeSubscriber(id: $id) { id } }`, { id: acceptance.id });
     }
   });
 

@@ -231,6 +231,8 @@ func (q *Queries) DeliveryListByEvents(ctx context.Context, db DBTX, eventIds []
 const deliveryListDue = `-- name: DeliveryListDue :many
 SELECT d.event_id, d.subscriber_id FROM deliveries d JOIN subscribers s ON s.id = d.subscriber_id
 WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= now() AND NOT s.paused
+  AND (s.kind = 'builtin' OR EXISTS (
+    SELECT 1 FROM subscriber_leases l WHERE l.subscriber_id = s.id AND l.leased_until <= now()))
   AND (d.event_id, d.subscriber_id) > ($1::bigint, $2::bigint)
 ORDER BY d.event_id, d.subscriber_id LIMIT $3
 `
@@ -240,7 +242,9 @@ type DeliveryListDueRow struct {
 	SubscriberID int64
 }
 
-// Open deliveries due now, of subscribers not paused, after a key.
+// Open deliveries due now, of subscribers not paused, after a key; a
+// webhook's only while one of its lease slots is free (its backlog waits
+// for a slot given back, not for the sweep).
 func (q *Queries) DeliveryListDue(ctx context.Context, db DBTX, afterEventID int64, afterSubscriberID int64, maxRows int32) ([]DeliveryListDueRow, error) {
 	rows, err := db.Query(ctx, deliveryListDue, afterEventID, afterSubscriberID, maxRows)
 	if err != nil {
@@ -293,6 +297,45 @@ func (q *Queries) DeliveryListLaterOpen(ctx context.Context, db DBTX, entity str
 	items := []DeliveryListLaterOpenRow{}
 	for rows.Next() {
 		var i DeliveryListLaterOpenRow
+		if err := rows.Scan(&i.EventID, &i.SubscriberID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const deliveryListNextDueOfSubscriber = `-- name: DeliveryListNextDueOfSubscriber :many
+SELECT d.event_id, d.subscriber_id FROM deliveries d JOIN events e ON e.id = d.event_id
+WHERE d.subscriber_id = $1 AND d.status IN ('pending', 'failed') AND d.next_attempt_at <= clock_timestamp()
+  AND NOT EXISTS (
+    SELECT 1 FROM events p JOIN deliveries pd ON pd.event_id = p.id AND pd.subscriber_id = d.subscriber_id
+    WHERE p.entity = e.entity AND p.entity_id = e.entity_id AND p.id < e.id AND pd.status IN ('pending', 'failed'))
+ORDER BY d.next_attempt_at LIMIT $2
+`
+
+type DeliveryListNextDueOfSubscriberRow struct {
+	EventID      int64
+	SubscriberID int64
+}
+
+// Up to @max_rows deliveries to webhook @subscriber_id that are open, due
+// (not leased, no retry waiting for its time) and held back by no earlier
+// event of their document (its delivery to the subscriber open), soonest
+// due first (index deliveries_due_of_subscriber): what a lease slot given
+// back takes next.
+func (q *Queries) DeliveryListNextDueOfSubscriber(ctx context.Context, db DBTX, subscriberID int64, maxRows int32) ([]DeliveryListNextDueOfSubscriberRow, error) {
+	rows, err := db.Query(ctx, deliveryListNextDueOfSubscriber, subscriberID, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []DeliveryListNextDueOfSubscriberRow{}
+	for rows.Next() {
+		var i DeliveryListNextDueOfSubscriberRow
 		if err := rows.Scan(&i.EventID, &i.SubscriberID); err != nil {
 			return nil, err
 		}

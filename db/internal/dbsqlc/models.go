@@ -254,6 +254,7 @@ type Subscriber struct {
 	MaxInFlight    int32
 	RatePerSecond  *float64
 	FailingSince   *time.Time
+	LastFailedAt   *time.Time
 	DisabledReason *string
 }
 

@@ -246,6 +246,7 @@ const replayDeliveryListDue = `-- name: ReplayDeliveryListDue :many
 SELECT d.replay_id, d.event_id FROM replay_deliveries d JOIN replays r ON r.id = d.replay_id
 JOIN subscribers s ON s.id = d.subscriber_id
 WHERE d.status IN ('pending', 'failed') AND d.next_attempt_at <= now() AND NOT s.paused AND r.status = 'running'
+  AND EXISTS (SELECT 1 FROM subscriber_leases l WHERE l.subscriber_id = s.id AND l.leased_until <= now())
   AND (d.replay_id, d.event_id) > ($1::bigint, $2::bigint)
 ORDER BY d.replay_id, d.event_id LIMIT $3
 `
@@ -310,6 +311,46 @@ func (q *Queries) ReplayDeliveryListLaterOpen(ctx context.Context, db DBTX, subs
 	items := []ReplayDeliveryListLaterOpenRow{}
 	for rows.Next() {
 		var i ReplayDeliveryListLaterOpenRow
+		if err := rows.Scan(&i.ReplayID, &i.EventID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const replayDeliveryListNextDueOfSubscriber = `-- name: ReplayDeliveryListNextDueOfSubscriber :many
+SELECT d.replay_id, d.event_id FROM replay_deliveries d JOIN replays r ON r.id = d.replay_id JOIN events e ON e.id = d.event_id
+WHERE d.subscriber_id = $1 AND d.status IN ('pending', 'failed') AND r.status = 'running'
+  AND d.next_attempt_at <= clock_timestamp()
+  AND NOT EXISTS (
+    SELECT 1 FROM replay_deliveries q JOIN events p ON p.id = q.event_id
+    WHERE q.replay_id = d.replay_id AND q.event_id < d.event_id AND q.status IN ('pending', 'failed')
+      AND p.entity = e.entity AND p.entity_id = e.entity_id)
+ORDER BY d.event_id LIMIT $2
+`
+
+type ReplayDeliveryListNextDueOfSubscriberRow struct {
+	ReplayID int64
+	EventID  int64
+}
+
+// Up to @max_rows open, due records of the running replay of webhook
+// @subscriber_id held back by no earlier record of their document in the
+// replay, oldest event first: what a lease slot given back takes next
+// (the replay's open records are one batch at most).
+func (q *Queries) ReplayDeliveryListNextDueOfSubscriber(ctx context.Context, db DBTX, subscriberID int64, maxRows int32) ([]ReplayDeliveryListNextDueOfSubscriberRow, error) {
+	rows, err := db.Query(ctx, replayDeliveryListNextDueOfSubscriber, subscriberID, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReplayDeliveryListNextDueOfSubscriberRow{}
+	for rows.Next() {
+		var i ReplayDeliveryListNextDueOfSubscriberRow
 		if err := rows.Scan(&i.ReplayID, &i.EventID); err != nil {
 			return nil, err
 		}

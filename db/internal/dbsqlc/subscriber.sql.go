@@ -143,7 +143,7 @@ WITH s AS (
         coalesce($6::text, 'standard_webhooks'), $7,
         coalesce($8::integer, 10), coalesce($9::integer, 10000),
         coalesce($10::integer, 4), $11::float8)
-    RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, failing_since, disabled_reason
+    RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, failing_since, last_failed_at, disabled_reason
 ), slots AS (
     INSERT INTO subscriber_leases (subscriber_id, slot)
     SELECT s.id, g FROM s CROSS JOIN LATERAL generate_series(0, s.max_in_flight - 1) g
@@ -384,8 +384,9 @@ RETURNING l.slot
 
 // Takes a free lease slot of webhook @subscriber_id (one whose lease ran
 // out) for @holder until @ttl_s seconds from now, skipping slots another
-// transaction is taking; no row when every slot is leased. Run on its own
-// (autocommit), so that the lease is visible to every instance at once.
+// transaction is taking; no row when every slot is leased. Run in a
+// delivery's take, a short transaction: the lease is visible to every
+// instance once it commits, before the request goes out.
 func (q *Queries) SubscriberLeaseTake(ctx context.Context, db DBTX, holder *string, ttlS float64, subscriberID int64) (int32, error) {
 	row := db.QueryRow(ctx, subscriberLeaseTake, holder, ttlS, subscriberID)
 	var slot int32
@@ -513,24 +514,27 @@ func (q *Queries) SubscriberLock(ctx context.Context, db DBTX, id int64) (int64,
 }
 
 const subscriberNoteFailure = `-- name: SubscriberNoteFailure :one
-WITH u AS (
-    UPDATE subscribers SET failing_since = $2::timestamptz WHERE id = $1 AND failing_since IS NULL RETURNING failing_since
-)
-SELECT coalesce((SELECT u.failing_since FROM u), s.failing_since) AS failing_since FROM subscribers s WHERE s.id = $1
+UPDATE subscribers SET
+    failing_since = CASE WHEN failing_since IS NULL OR last_failed_at IS NULL OR last_failed_at < $1::timestamptz
+                         THEN $2::timestamptz ELSE failing_since END,
+    last_failed_at = $2::timestamptz
+WHERE id = $3
+RETURNING failing_since
 `
 
 // Notes a failed attempt to webhook @id at @now: starts its run of
-// failures unless one runs already. Returns when the run began (null when
-// a concurrent attempt started it in this instant).
-func (q *Queries) SubscriberNoteFailure(ctx context.Context, db DBTX, iD int64, now time.Time) (*time.Time, error) {
-	row := db.QueryRow(ctx, subscriberNoteFailure, iD, now)
+// failures unless one runs whose last failure came after @quiet_since
+// (an older one means a quiet gap, which breaks the run). Returns when
+// the run began.
+func (q *Queries) SubscriberNoteFailure(ctx context.Context, db DBTX, quietSince time.Time, now time.Time, iD int64) (*time.Time, error) {
+	row := db.QueryRow(ctx, subscriberNoteFailure, quietSince, now, iD)
 	var failing_since *time.Time
 	err := row.Scan(&failing_since)
 	return failing_since, err
 }
 
 const subscriberNoteSuccess = `-- name: SubscriberNoteSuccess :exec
-UPDATE subscribers SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL
+UPDATE subscribers SET failing_since = NULL, last_failed_at = NULL WHERE id = $1 AND failing_since IS NOT NULL
 `
 
 // Ends webhook @id's run of failures; writes nothing when none runs.
@@ -543,7 +547,8 @@ const subscriberSetPaused = `-- name: SubscriberSetPaused :one
 WITH old AS (SELECT o.id, o.paused, o.disabled_reason FROM subscribers o WHERE o.id = $2 FOR UPDATE)
 UPDATE subscribers s SET paused = $1, updated_at = now(),
     disabled_reason = CASE WHEN $1 THEN s.disabled_reason END,
-    failing_since = CASE WHEN $1 THEN s.failing_since END
+    failing_since = CASE WHEN $1 THEN s.failing_since END,
+    last_failed_at = CASE WHEN $1 THEN s.last_failed_at END
 FROM old WHERE s.id = old.id
 RETURNING s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
     s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
@@ -617,7 +622,7 @@ UPDATE subscribers SET
         ELSE nullif($11::float8, 0) END,
     updated_at = now()
 WHERE id = $12 AND kind = 'webhook'
-RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, failing_since, disabled_reason
+RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, failing_since, last_failed_at, disabled_reason
 ), added AS (
     INSERT INTO subscriber_leases (subscriber_id, slot)
     SELECT s.id, g FROM s CROSS JOIN LATERAL generate_series(0, s.max_in_flight - 1) g
