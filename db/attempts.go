@@ -71,8 +71,11 @@ func DropLease(ctx context.Context, q Querier, k DeliveryKey, l Lease) error {
 // FinishAttempt completes the attempt log row of lease l with a's outcome
 // (its status, duration, response and error).
 func FinishAttempt(ctx context.Context, q Querier, l Lease, a Attempt) error {
-	p := dbsqlc.DeliveryAttemptFinishParams{ID: l.AttemptID, Status: nonEmpty(a.Status), DurationMs: ptr(int32(a.Duration / time.Millisecond)),
-		Error: nonEmpty(truncate(a.Error, maxLastErrorLen))}
+	p := dbsqlc.DeliveryAttemptFinishParams{ID: l.AttemptID, Status: nonEmpty(a.Status), Error: nonEmpty(truncate(a.Error, maxLastErrorLen))}
+	if a.Status != "" {
+		// An attempt with no outcome (interrupted) has no duration either.
+		p.DurationMs = ptr(int32(a.Duration / time.Millisecond))
+	}
 	if a.ResponseStatus != 0 {
 		p.ResponseStatus, p.ResponseBody = ptr(int32(a.ResponseStatus)), ptr(truncate(a.ResponseBody, maxAttemptBody))
 	}
