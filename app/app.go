@@ -88,6 +88,10 @@ const (
 	maxComplexity  = 20000
 	maxDepth       = 12
 	maxFields      = 500
+	// maxIntrospectionFields caps the fields selected under __schema and
+	// __type, counted as maxFields counts (graphql-js's full schema query
+	// selects 230).
+	maxIntrospectionFields = 500
 	// defaultShutdownTimeout applies when the configuration leaves
 	// ShutdownTimeout zero.
 	defaultShutdownTimeout = 15 * time.Second

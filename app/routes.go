@@ -72,7 +72,7 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	gql.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	gql.SetParserTokenLimit(maxQueryTokens)
 	gql.Use(&httpapi.ComplexityLimit{Max: maxComplexity})
-	gql.Use(httpapi.ShapeLimit{MaxDepth: maxDepth, MaxFields: maxFields})
+	gql.Use(httpapi.ShapeLimit{MaxDepth: maxDepth, MaxFields: maxFields, MaxIntrospectionFields: maxIntrospectionFields})
 	gql.Use(httpapi.RolesUpfront{})
 	if opts.Introspection {
 		gql.Use(extension.Introspection{})

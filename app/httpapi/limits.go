@@ -8,7 +8,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"strings"
 
 	"github.com/99designs/gqlgen/complexity"
 	"github.com/99designs/gqlgen/graphql"
@@ -61,10 +60,13 @@ func (c *ComplexityLimit) MutateOperationContext(ctx context.Context, opCtx *gra
 // deeper than MaxDepth or that select more than MaxFields fields (aliases
 // and fragments expanded), on every transport, before anything runs.
 // gqlgen limits complexity and tokens itself, but complexity weighs list
-// pages, not the plain count of fields a response is built from.
-// Introspection (__schema, __type) is left to those two limits: GraphiQL's
-// schema query nests 15 deep in ofType chains.
-type ShapeLimit struct{ MaxDepth, MaxFields int }
+// pages, not the plain count of fields a response is built from, and
+// skips introspection. Introspection (__schema, __type and everything
+// under them) is counted the same way against MaxIntrospectionFields, and
+// not against MaxDepth: GraphiQL's schema query nests 15 deep in ofType
+// chains. __typename is not counted: a constant, which Apollo Client adds
+// to every selection.
+type ShapeLimit struct{ MaxDepth, MaxFields, MaxIntrospectionFields int }
 
 var _ interface {
 	graphql.HandlerExtension
@@ -89,10 +91,15 @@ func (l ShapeLimit) MutateOperationContext(_ context.Context, opCtx *graphql.Ope
 	if st.fields > l.MaxFields {
 		return resolvers.CodedError(fmt.Sprintf("operation selects %d fields, more than the limit of %d", st.fields, l.MaxFields), resolvers.CodeBadUserInput)
 	}
+	if st.introspection > l.MaxIntrospectionFields {
+		return resolvers.CodedError(fmt.Sprintf("operation selects %d introspection fields, more than the limit of %d", st.introspection, l.MaxIntrospectionFields), resolvers.CodeBadUserInput)
+	}
 	return nil
 }
 
-type shape struct{ depth, fields int }
+// shape is what selectionShape measures: the depth and fields of the
+// data selected, and the fields of introspection.
+type shape struct{ depth, fields, introspection int }
 
 // selectionShape measures set. Validation has already refused fragment
 // cycles; memo keeps repeated spreads linear. Field counts saturate rather
@@ -103,12 +110,17 @@ func selectionShape(set ast.SelectionSet, memo map[*ast.FragmentDefinition]shape
 		var sub shape
 		switch s := sel.(type) {
 		case *ast.Field:
-			if strings.HasPrefix(s.Name, "__") {
+			switch s.Name {
+			case "__typename":
 				continue
+			case "__schema", "__type":
+				in := selectionShape(s.SelectionSet, memo)
+				sub.introspection = min(1+in.fields+in.introspection, 1<<30)
+			default:
+				sub = selectionShape(s.SelectionSet, memo)
+				sub.depth++
+				sub.fields++
 			}
-			sub = selectionShape(s.SelectionSet, memo)
-			sub.depth++
-			sub.fields++
 		case *ast.InlineFragment:
 			sub = selectionShape(s.SelectionSet, memo)
 		case *ast.FragmentSpread:
@@ -124,6 +136,7 @@ func selectionShape(set ast.SelectionSet, memo map[*ast.FragmentDefinition]shape
 		}
 		out.depth = max(out.depth, sub.depth)
 		out.fields = min(out.fields+sub.fields, 1<<30)
+		out.introspection = min(out.introspection+sub.introspection, 1<<30)
 	}
 	return out
 }
