@@ -88,6 +88,9 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	// another socket's execution makes no loaders (Loaders makes a
 	// subscription's per event).
 	gql.Use(resolvers.Loaders{Pool: res.Pool})
+	// Innermost, around the execution only: not a frame on the stack of a
+	// subscription waiting in the shared feed for its next event.
+	gql.Use(httpapi.ResponseLimit{MaxFields: maxResponseFields, MaxBytes: maxResponseBytes})
 	gql.SetErrorPresenter(resolvers.ErrorPresenter(res.Logger))
 	gql.SetRecoverFunc(resolvers.Recover)
 
