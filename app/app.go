@@ -91,6 +91,14 @@ const (
 	maxComplexity  = 20000
 	maxDepth       = 12
 	maxFields      = 500
+	// maxIntrospectionFields caps the fields selected under __schema and
+	// __type, counted as maxFields counts (graphql-js's full schema query
+	// selects 230).
+	maxIntrospectionFields = 500
+	// maxResponseFields and maxResponseBytes bound each response as it is
+	// built: fields resolved plus objects in lists, and bytes of data.
+	maxResponseFields = 100_000
+	maxResponseBytes  = 16 << 20
 	// defaultShutdownTimeout applies when the configuration leaves
 	// ShutdownTimeout zero.
 	defaultShutdownTimeout = 15 * time.Second

@@ -72,7 +72,7 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	gql.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	gql.SetParserTokenLimit(maxQueryTokens)
 	gql.Use(&httpapi.ComplexityLimit{Max: maxComplexity})
-	gql.Use(httpapi.ShapeLimit{MaxDepth: maxDepth, MaxFields: maxFields})
+	gql.Use(httpapi.ShapeLimit{MaxDepth: maxDepth, MaxFields: maxFields, MaxIntrospectionFields: maxIntrospectionFields})
 	gql.Use(httpapi.RolesUpfront{})
 	if opts.Introspection {
 		gql.Use(extension.Introspection{})
@@ -88,6 +88,9 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	// another socket's execution makes no loaders (Loaders makes a
 	// subscription's per event).
 	gql.Use(resolvers.Loaders{Pool: res.Pool})
+	// Innermost, around the execution only: not a frame on the stack of a
+	// subscription waiting in the shared feed for its next event.
+	gql.Use(httpapi.ResponseLimit{MaxFields: maxResponseFields, MaxBytes: maxResponseBytes})
 	gql.SetErrorPresenter(resolvers.ErrorPresenter(res.Logger))
 	gql.SetRecoverFunc(resolvers.Recover)
 

@@ -55,9 +55,10 @@ type Config struct {
 	// allowed to call /graphql (CORS) and open websockets besides the
 	// server's own, as wsgorilla.AllowOrigins takes them.
 	AllowedOrigins []string `env:"ALLOWED_ORIGINS" help:"comma-separated browser origins (https://host[:port], or *) allowed to call /graphql (CORS) and open websockets besides the server's own; clients without Origin are always allowed"`
-	// Introspection and Playground are on for local runs; production
-	// switches them off.
-	Introspection bool   `env:"INTROSPECTION" envDefault:"true" help:"answer GraphQL introspection queries (true|false)" want:"true or false"`
+	// Introspection and Playground are on for local runs (the playground
+	// reads the schema by introspection); production switches them off.
+	// Introspection is held to the request limits like any query.
+	Introspection bool   `env:"INTROSPECTION" envDefault:"true" help:"answer GraphQL introspection queries, which the playground needs (true|false)" want:"true or false"`
 	Playground    bool   `env:"PLAYGROUND" envDefault:"true" help:"serve the GraphiQL playground at /playground (true|false)" want:"true or false"`
 	DemoURL       string `env:"DEMO_URL" envDefault:"http://localhost:8080/graphql" help:"GraphQL endpoint the demo drives"`
 	DemoToken     string `env:"DEMO_TOKEN" secret:"true" help:"token the demo uses; empty reads DATA_DIR/admin-token"`

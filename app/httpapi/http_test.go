@@ -171,16 +171,19 @@ func TestProductionSwitchesOffIntrospectionAndPlayground(t *testing.T) {
 	}
 }
 
-// introspectionQuery is GraphiQL's schema query in substance: its TypeRef
-// fragment nests ofType eight levels deep.
-const introspectionQuery = `query IntrospectionQuery {
-  __schema { queryType { name } mutationType { name } subscriptionType { name }
-    types { ...FullType } directives { name args { ...InputValue } } } }
-fragment FullType on __Type { kind name fields(includeDeprecated: true) { name args { ...InputValue } type { ...TypeRef } }
-  inputFields { ...InputValue } interfaces { ...TypeRef } enumValues(includeDeprecated: true) { name } possibleTypes { ...TypeRef } }
-fragment InputValue on __InputValue { name type { ...TypeRef } defaultValue }
-fragment TypeRef on __Type { kind name ofType { kind name ofType { kind name ofType { kind name ofType { kind name
-  ofType { kind name ofType { kind name ofType { kind name ofType { kind name } } } } } } } } }`
+// introspectionQuery is graphql-js 16's getIntrospectionQuery with every
+// option on (the playground's GraphiQL sends it with fewer): 230 fields,
+// its TypeRef fragment nests ofType nine levels deep.
+var introspectionQuery = `query IntrospectionQuery {
+  __schema { description queryType { name kind } mutationType { name kind } subscriptionType { name kind }
+    types { ...FullType }
+    directives { name description isRepeatable locations args(includeDeprecated: true) { ...InputValue } } } }
+fragment FullType on __Type { kind name description specifiedByURL isOneOf
+  fields(includeDeprecated: true) { name description args(includeDeprecated: true) { ...InputValue } type { ...TypeRef } isDeprecated deprecationReason }
+  inputFields(includeDeprecated: true) { ...InputValue } interfaces { ...TypeRef }
+  enumValues(includeDeprecated: true) { name description isDeprecated deprecationReason } possibleTypes { ...TypeRef } }
+fragment InputValue on __InputValue { name description type { ...TypeRef } defaultValue isDeprecated deprecationReason }
+fragment TypeRef on __Type { kind name ` + strings.Repeat("ofType { name kind ", 9) + strings.Repeat("} ", 9) + "}"
 
 func TestLimitsLetToolsInAndKeepAbuseOut(t *testing.T) {
 	t.Parallel()

@@ -8,7 +8,8 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"strings"
+	"reflect"
+	"sync/atomic"
 
 	"github.com/99designs/gqlgen/complexity"
 	"github.com/99designs/gqlgen/graphql"
@@ -61,10 +62,13 @@ func (c *ComplexityLimit) MutateOperationContext(ctx context.Context, opCtx *gra
 // deeper than MaxDepth or that select more than MaxFields fields (aliases
 // and fragments expanded), on every transport, before anything runs.
 // gqlgen limits complexity and tokens itself, but complexity weighs list
-// pages, not the plain count of fields a response is built from.
-// Introspection (__schema, __type) is left to those two limits: GraphiQL's
-// schema query nests 15 deep in ofType chains.
-type ShapeLimit struct{ MaxDepth, MaxFields int }
+// pages, not the plain count of fields a response is built from, and
+// skips introspection. Introspection (__schema, __type and everything
+// under them) is counted the same way against MaxIntrospectionFields, and
+// not against MaxDepth: GraphiQL's schema query nests 15 deep in ofType
+// chains. __typename is not counted: a constant, which Apollo Client adds
+// to every selection.
+type ShapeLimit struct{ MaxDepth, MaxFields, MaxIntrospectionFields int }
 
 var _ interface {
 	graphql.HandlerExtension
@@ -89,10 +93,15 @@ func (l ShapeLimit) MutateOperationContext(_ context.Context, opCtx *graphql.Ope
 	if st.fields > l.MaxFields {
 		return resolvers.CodedError(fmt.Sprintf("operation selects %d fields, more than the limit of %d", st.fields, l.MaxFields), resolvers.CodeBadUserInput)
 	}
+	if st.introspection > l.MaxIntrospectionFields {
+		return resolvers.CodedError(fmt.Sprintf("operation selects %d introspection fields, more than the limit of %d", st.introspection, l.MaxIntrospectionFields), resolvers.CodeBadUserInput)
+	}
 	return nil
 }
 
-type shape struct{ depth, fields int }
+// shape is what selectionShape measures: the depth and fields of the
+// data selected, and the fields of introspection.
+type shape struct{ depth, fields, introspection int }
 
 // selectionShape measures set. Validation has already refused fragment
 // cycles; memo keeps repeated spreads linear. Field counts saturate rather
@@ -103,12 +112,17 @@ func selectionShape(set ast.SelectionSet, memo map[*ast.FragmentDefinition]shape
 		var sub shape
 		switch s := sel.(type) {
 		case *ast.Field:
-			if strings.HasPrefix(s.Name, "__") {
+			switch s.Name {
+			case "__typename":
 				continue
+			case "__schema", "__type":
+				in := selectionShape(s.SelectionSet, memo)
+				sub.introspection = min(1+in.fields+in.introspection, 1<<30)
+			default:
+				sub = selectionShape(s.SelectionSet, memo)
+				sub.depth++
+				sub.fields++
 			}
-			sub = selectionShape(s.SelectionSet, memo)
-			sub.depth++
-			sub.fields++
 		case *ast.InlineFragment:
 			sub = selectionShape(s.SelectionSet, memo)
 		case *ast.FragmentSpread:
@@ -124,9 +138,85 @@ func selectionShape(set ast.SelectionSet, memo map[*ast.FragmentDefinition]shape
 		}
 		out.depth = max(out.depth, sub.depth)
 		out.fields = min(out.fields+sub.fields, 1<<30)
+		out.introspection = min(out.introspection+sub.introspection, 1<<30)
 	}
 	return out
 }
+
+// ResponseLimit is a gqlgen extension bounding what one response (of a
+// query, a mutation or one subscription event) costs once it runs: at
+// most MaxFields fields resolved plus objects in lists (introspection's
+// too), and at most MaxBytes bytes of data. Past MaxFields nothing more
+// resolves, so the memory and time a response takes stay in proportion to
+// MaxFields; a response past either bound is one error,
+// RESPONSE_TOO_LARGE, and no data (a mutation's writes stand: only its
+// answer is refused). ShapeLimit and ComplexityLimit refuse most such
+// operations before they run; this holds where lists multiply unweighed,
+// as in introspection's types { fields { type { fields … } } } or a page
+// of orders' lines.
+type ResponseLimit struct{ MaxFields, MaxBytes int }
+
+var _ interface {
+	graphql.HandlerExtension
+	graphql.ResponseInterceptor
+	graphql.FieldInterceptor
+} = ResponseLimit{}
+
+// ExtensionName implements graphql.HandlerExtension.
+func (ResponseLimit) ExtensionName() string { return "ResponseLimit" }
+
+// Validate implements graphql.HandlerExtension.
+func (ResponseLimit) Validate(graphql.ExecutableSchema) error { return nil }
+
+// fieldsKey holds the *atomic.Int64 counting a response's fields.
+type fieldsKey struct{}
+
+// InterceptResponse implements graphql.ResponseInterceptor.
+func (l ResponseLimit) InterceptResponse(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
+	var fields atomic.Int64
+	resp := next(context.WithValue(ctx, fieldsKey{}, &fields))
+	if resp == nil {
+		return nil
+	}
+	var msg string
+	switch {
+	case fields.Load() > int64(l.MaxFields):
+		msg = fmt.Sprintf("response has more than %d fields and objects in lists, the limit", l.MaxFields)
+	case len(resp.Data) > l.MaxBytes:
+		msg = fmt.Sprintf("response has %d bytes of data, more than the limit of %d", len(resp.Data), l.MaxBytes)
+	default:
+		return resp
+	}
+	// A new response: a subscription's may be shared by other sockets.
+	return &graphql.Response{
+		Errors:     gqlerror.List{resolvers.CodedError(msg, CodeResponseTooLarge)},
+		Extensions: resp.Extensions,
+	}
+}
+
+// InterceptField implements graphql.FieldInterceptor. A list of objects
+// counts its elements besides: an element selecting only __typename
+// resolves no field. Past the limit a field resolves to null without an
+// error (gqlgen takes a Marshaler from a field interceptor as the
+// field's value): one error per field would cost what the limit saves.
+func (l ResponseLimit) InterceptField(ctx context.Context, next graphql.Resolver) (any, error) {
+	fields, ok := ctx.Value(fieldsKey{}).(*atomic.Int64)
+	if !ok {
+		return next(ctx)
+	}
+	if fields.Add(1) > int64(l.MaxFields) {
+		return graphql.Null, nil
+	}
+	res, err := next(ctx)
+	if v := reflect.ValueOf(res); v.Kind() == reflect.Slice && graphql.GetFieldContext(ctx).Field.Selections != nil &&
+		fields.Add(int64(v.Len())) > int64(l.MaxFields) {
+		return graphql.Null, nil
+	}
+	return res, err
+}
+
+// CodeResponseTooLarge is the code of a response past ResponseLimit.
+const CodeResponseTooLarge = "RESPONSE_TOO_LARGE"
 
 // LimitBody caps request bodies at max bytes and refuses malformed JSON
 // with a plain GraphQL error (BAD_USER_INPUT) before gqlgen, whose own
