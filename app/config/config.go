@@ -50,7 +50,7 @@ type Config struct {
 	DataDir           string        `env:"DATA_DIR" envDefault:".data" help:"directory for the private PostgreSQL and admin-token"`
 	Addr              string        `env:"ADDR" envDefault:":8080" help:"listen address"`
 	DispatchInterval  time.Duration `env:"DISPATCH_INTERVAL" envDefault:"1m" help:"period of the sweep of unprocessed events" want:"a duration of at least 1s like 1m or 30s"`
-	AdminToken        string        `env:"ADMIN_TOKEN" secret:"true" help:"token of the admin user; empty generates one into DATA_DIR/admin-token on first start"`
+	AdminToken        string        `env:"ADMIN_TOKEN" secret:"true" help:"token of the admin user; empty: the first start on a database makes one into DATA_DIR/admin-token"`
 	// AllowedOrigins are browser origins (https://host[:port], or *)
 	// allowed to call /graphql (CORS) and open websockets besides the
 	// server's own, as wsgorilla.AllowOrigins takes them.
