@@ -30,6 +30,8 @@ import (
 // shutdown); wsgorilla.Transport speaks both subprotocols over it, one
 // goroutine a socket, and pushes the live feed (eventProcessed) to it.
 //
+// Every answer refuses to be framed (httpapi.DenyFraming).
+//
 // Operations: /healthz (the process is up), /readyz (see ready; its body
 // names the database mode and the pools' sizes, db.Database.Mode and
 // PoolSizing), /metrics (Prometheus, this app's own registry).
@@ -128,5 +130,6 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	mux.Handle("GET "+riverUIPath, http.RedirectHandler(riverUIPath+"/", http.StatusFound))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{Registry: a.registry}))
 	mux.Handle("GET /{$}", http.RedirectHandler("/events", http.StatusFound))
-	return mux
+	// No page of this server may be framed by another (clickjacking).
+	return httpapi.DenyFraming(mux)
 }
