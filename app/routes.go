@@ -123,7 +123,7 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 		}
 		_, _ = io.WriteString(w, "ok\n"+about+"\n")
 	})
-	sessions := &httpapi.AdminSessions{Auth: a.auth, Path: riverUIPath}
+	sessions := &httpapi.AdminSessions{Auth: a.auth, Path: riverUIPath, SecureCookie: opts.CookieSecure, Proxies: a.proxies}
 	mux.Handle(riverUIPath+"/login", sessions.Login())
 	mux.Handle("POST "+riverUIPath+"/logout", sessions.Logout())
 	mux.Handle(riverUIPath+"/", sessions.Require(a.riverUI))

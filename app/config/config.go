@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
+	"erp/app/httpapi"
 	"erp/db"
 	"erp/graph/wsgorilla"
 )
@@ -55,6 +56,13 @@ type Config struct {
 	// allowed to call /graphql (CORS) and open websockets besides the
 	// server's own, as wsgorilla.AllowOrigins takes them.
 	AllowedOrigins []string `env:"ALLOWED_ORIGINS" help:"comma-separated browser origins (https://host[:port], or *) allowed to call /graphql (CORS) and open websockets besides the server's own; clients without Origin are always allowed"`
+	// TrustedProxies are the reverse proxies (IP addresses or CIDR
+	// prefixes) whose X-Forwarded-* headers are believed
+	// (httpapi.Proxies).
+	TrustedProxies []string `env:"TRUSTED_PROXIES" help:"comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto (https: the River UI cookie is Secure) is believed; empty: none"`
+	// CookieSecure marks River UI's session cookie Secure whatever the
+	// request says, for a server reached over HTTPS only.
+	CookieSecure bool `env:"COOKIE_SECURE" envDefault:"false" help:"always mark the River UI session cookie Secure (the server is reached over HTTPS only); false: Secure when the request came over TLS or a trusted proxy says https (true|false)" want:"true or false"`
 	// Introspection and Playground are on for local runs; production
 	// switches them off.
 	Introspection bool   `env:"INTROSPECTION" envDefault:"true" help:"answer GraphQL introspection queries (true|false)" want:"true or false"`
@@ -206,6 +214,7 @@ func Parse(cmd string, args []string, getenv func(string) string, stderr io.Writ
 		}
 	}
 	cfg.AllowedOrigins = trimmed(cfg.AllowedOrigins)
+	cfg.TrustedProxies = trimmed(cfg.TrustedProxies)
 	errs = append(errs, validate(cmd, cfg, raw, failed)...)
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
@@ -262,6 +271,9 @@ func validate(cmd string, cfg Config, raw map[string]string, failed map[string]b
 	}
 	if strings.ContainsFunc(cfg.AdminToken, unicode.IsSpace) {
 		bad("ADMIN_TOKEN", "want a token without spaces")
+	}
+	if _, err := httpapi.ParseProxies(cfg.TrustedProxies); err != nil {
+		bad("TRUSTED_PROXIES", "%v", err)
 	}
 	if _, err := wsgorilla.AllowOrigins(cfg.AllowedOrigins); err != nil {
 		bad("ALLOWED_ORIGINS", "%v", err)

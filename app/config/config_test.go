@@ -27,6 +27,9 @@ func TestParseConfigNamesEachBadSetting(t *testing.T) {
 		{"DISPATCH_INTERVAL", "10ms", false},
 		{"DISPATCH_INTERVAL", "soon", true},
 		{"ADMIN_TOKEN", "two words", false},
+		{"TRUSTED_PROXIES", "10.0.0.0/33", false},
+		{"TRUSTED_PROXIES", "proxy.internal", false},
+		{"COOKIE_SECURE", "yes please", false},
 		{"ALLOWED_ORIGINS", "not an origin", false},
 		{"DEMO_URL", "localhost:8080", false},
 		{"DEMO_TOKEN", "a\tb", false},
@@ -97,7 +100,7 @@ func TestServeHelpListsEverySetting(t *testing.T) {
 	var out bytes.Buffer
 	require.ErrorIs(t, help(func(string) string { return "" }, &out), flag.ErrHelp)
 	for _, setting := range []string{"DATABASE_URL", "DATABASE_DIRECT_URL", "DATA_DIR", "ADDR", "DISPATCH_INTERVAL", "ADMIN_TOKEN", "ALLOWED_ORIGINS",
-		"DEMO_URL", "DEMO_TOKEN", "TIME_ZONE", "SHUTDOWN_TIMEOUT", "RETENTION", "LOG_FORMAT", "LOG_LEVEL", "PPROF_ADDR"} {
+		"DEMO_URL", "DEMO_TOKEN", "TIME_ZONE", "SHUTDOWN_TIMEOUT", "RETENTION", "LOG_FORMAT", "LOG_LEVEL", "PPROF_ADDR", "TRUSTED_PROXIES", "COOKIE_SECURE"} {
 		require.Contains(t, out.String(), "("+setting+")")
 	}
 	require.Contains(t, out.String(), `(default "15s")`)
