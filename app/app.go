@@ -227,7 +227,7 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trusted proxies: %w", err)
 	}
-	auth := &httpapi.Auth{Pool: pool, Logger: logger}
+	auth := &httpapi.Auth{Pool: pool, Logger: logger, Limit: &httpapi.AuthLimit{Proxies: proxies, Logger: logger}}
 	res := &resolvers.Resolver{
 		Tokens:     auth,
 		Pool:       pool,

@@ -22,6 +22,7 @@ import (
 	"time"
 	_ "time/tzdata" // TIME_ZONE resolves on machines without a zoneinfo database
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/caarlos0/env/v11"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -51,15 +52,15 @@ type Config struct {
 	DataDir           string        `env:"DATA_DIR" envDefault:".data" help:"directory for the private PostgreSQL and admin-token"`
 	Addr              string        `env:"ADDR" envDefault:":8080" help:"listen address"`
 	DispatchInterval  time.Duration `env:"DISPATCH_INTERVAL" envDefault:"1m" help:"period of the sweep of unprocessed events" want:"a duration of at least 1s like 1m or 30s"`
-	AdminToken        string        `env:"ADMIN_TOKEN" secret:"true" help:"token of the admin user; empty: the first start on a database makes one into DATA_DIR/admin-token"`
+	AdminToken        string        `env:"ADMIN_TOKEN" secret:"true" help:"token of the admin user, at least 32 characters; empty: the first start on a database makes one into DATA_DIR/admin-token"`
 	// AllowedOrigins are browser origins (https://host[:port], or *)
 	// allowed to call /graphql (CORS) and open websockets besides the
 	// server's own, as wsgorilla.AllowOrigins takes them.
 	AllowedOrigins []string `env:"ALLOWED_ORIGINS" help:"comma-separated browser origins (https://host[:port], or *) allowed to call /graphql (CORS) and open websockets besides the server's own; clients without Origin are always allowed"`
 	// TrustedProxies are the reverse proxies (IP addresses or CIDR
-	// prefixes) whose X-Forwarded-* headers are believed
+	// prefixes) whose X-Forwarded-For and X-Forwarded-Proto are believed
 	// (httpapi.Proxies).
-	TrustedProxies []string `env:"TRUSTED_PROXIES" help:"comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-Proto (https: the River UI cookie is Secure) is believed; empty: none"`
+	TrustedProxies []string `env:"TRUSTED_PROXIES" help:"comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-For (the client address the sign-in limit counts by) and X-Forwarded-Proto (https: the River UI cookie is Secure) are believed; empty: none"`
 	// CookieSecure marks River UI's session cookie Secure whatever the
 	// request says, for a server reached over HTTPS only.
 	CookieSecure bool `env:"COOKIE_SECURE" envDefault:"false" help:"always mark the River UI session cookie Secure (the server is reached over HTTPS only); false: Secure when the request came over TLS or a trusted proxy says https (true|false)" want:"true or false"`
@@ -140,6 +141,10 @@ type User struct {
 	TokenName string        `flag:"token-name" default:"cli" help:"user: a label for the token"`
 	TokenTTL  time.Duration `flag:"token-ttl" help:"user: token lifetime, e.g. 720h; 0 never expires"`
 }
+
+// MinAdminTokenLength is the fewest characters ADMIN_TOKEN may have: a
+// token an operator makes up must not be guessable.
+const MinAdminTokenLength = 32
 
 // Default is the configuration of an empty environment and no flags.
 func Default() Config {
@@ -271,6 +276,9 @@ func validate(cmd string, cfg Config, raw map[string]string, failed map[string]b
 	}
 	if strings.ContainsFunc(cfg.AdminToken, unicode.IsSpace) {
 		bad("ADMIN_TOKEN", "want a token without spaces")
+	} else if n := utf8.RuneCountInString(cfg.AdminToken); n > 0 && n < MinAdminTokenLength {
+		// The length only: the value is a secret.
+		bad("ADMIN_TOKEN", "want at least %d characters (erp user prints one: erp_ and 43 random characters), got %d", MinAdminTokenLength, n)
 	}
 	if _, err := httpapi.ParseProxies(cfg.TrustedProxies); err != nil {
 		bad("TRUSTED_PROXIES", "%v", err)
