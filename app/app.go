@@ -141,6 +141,8 @@ type App struct {
 	migrated     atomic.Bool
 	// tracer makes the GraphQL operations' spans; nil: tracing off.
 	tracer trace.Tracer
+	// proxies are TRUSTED_PROXIES, whose X-Forwarded-* headers are believed.
+	proxies httpapi.Proxies
 }
 
 // PoolSizes is what cfg's instance asks of DATABASE_URL, before its
@@ -232,7 +234,11 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 		func() float64 { return float64(feed.Subscribers()) })
 	outbox := jobs.NewOutbox(pool, apiRiver)
 	outbox.Metrics = m
-	auth := &httpapi.Auth{Pool: pool, Logger: logger}
+	proxies, err := httpapi.ParseProxies(cfg.TrustedProxies)
+	if err != nil {
+		return nil, fmt.Errorf("trusted proxies: %w", err)
+	}
+	auth := &httpapi.Auth{Pool: pool, Logger: logger, Limit: &httpapi.AuthLimit{Proxies: proxies, Logger: logger}}
 	res := &resolvers.Resolver{
 		Tokens:     auth,
 		Pool:       pool,
@@ -270,6 +276,7 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 		database:        d,
 		res:             res,
 		auth:            auth,
+		proxies:         proxies,
 		dispatcher:      dispatcher,
 		river:           riverClient,
 		feed:            feed,

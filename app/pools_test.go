@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,7 +49,12 @@ func setupPools(t *testing.T) *poolsBundle {
 	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)
 	client := &http.Client{Jar: jar}
-	res, err := client.PostForm(s.URL+"/riverui/login", url.Values{"token": {s.Token}})
+	// As the sign-in form posts it: from the server's own page.
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.URL+"/riverui/login", strings.NewReader(url.Values{"token": {s.Token}}.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	res, err := client.Do(req)
 	require.NoError(t, err)
 	_ = res.Body.Close()
 	require.Equal(t, http.StatusOK, res.StatusCode, "signed in, and sent on to River UI")

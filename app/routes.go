@@ -30,6 +30,9 @@ import (
 // shutdown); wsgorilla.Transport speaks both subprotocols over it, one
 // goroutine a socket, and pushes the live feed (eventProcessed) to it.
 //
+// Every answer refuses to be framed (httpapi.DenyFraming); /graphql and
+// River UI refuse a client that sent too many bad tokens (AuthLimit.Guard).
+//
 // Operations: /healthz (the process is up), /readyz (see ready; its body
 // names the database mode and the pools' sizes, db.Database.Mode and
 // PoolSizing), /metrics (Prometheus, this app's own registry).
@@ -97,7 +100,10 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	mux := http.NewServeMux()
 	// Inside Authenticate: a key is the user's.
 	keys := &httpapi.Idempotency{Pool: a.pool, TTL: opts.IdempotencyTTL, MaxTokens: maxQueryTokens, Logger: a.logger}
-	api := ws.Handler(httpapi.GraphQLMethods(httpapi.LimitBody(maxRequestBody, a.auth.Authenticate(keys.Handler(gql)))))
+	// A client that sent too many bad tokens is refused before anything
+	// else (inside CORS, so that a browser can read the 429).
+	limit := a.auth.Limit
+	api := limit.Guard(ws.Handler(httpapi.GraphQLMethods(httpapi.LimitBody(maxRequestBody, a.auth.Authenticate(keys.Handler(gql))))))
 	if len(opts.AllowedOrigins) > 0 {
 		// Browsers on the allowed origins may call the API cross-origin
 		// (with a bearer token, never cookies). With no list, no CORS
@@ -127,12 +133,13 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 		}
 		_, _ = io.WriteString(w, "ok\n"+about+"\n")
 	})
-	sessions := &httpapi.AdminSessions{Auth: a.auth, Path: riverUIPath}
-	mux.Handle(riverUIPath+"/login", sessions.Login())
+	sessions := &httpapi.AdminSessions{Auth: a.auth, Path: riverUIPath, SecureCookie: opts.CookieSecure, Proxies: a.proxies}
+	mux.Handle(riverUIPath+"/login", limit.Guard(sessions.Login()))
 	mux.Handle("POST "+riverUIPath+"/logout", sessions.Logout())
-	mux.Handle(riverUIPath+"/", sessions.Require(a.riverUI))
+	mux.Handle(riverUIPath+"/", limit.Guard(sessions.Require(a.riverUI)))
 	mux.Handle("GET "+riverUIPath, http.RedirectHandler(riverUIPath+"/", http.StatusFound))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{Registry: a.registry}))
 	mux.Handle("GET /{$}", http.RedirectHandler("/events", http.StatusFound))
-	return mux
+	// No page of this server may be framed by another (clickjacking).
+	return httpapi.DenyFraming(mux)
 }

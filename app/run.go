@@ -32,8 +32,8 @@ const AdminTokenFile = "admin-token"
 // gives the admin its token, starts the application, serves cfg.Addr (and
 // the profiling listener when cfg.PprofAddr is set) until ctx ends, and
 // shuts down in order: sockets and requests, then River and the feed, then
-// the pools and the private PostgreSQL. stdout receives a generated admin
-// token, once.
+// the pools and the private PostgreSQL. A generated admin token is shown
+// on stdout, once, when stdout is a terminal (see ensureAdminToken).
 func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout io.Writer) error {
 	tp, stopTracing, err := StartTracing(ctx, logger)
 	if err != nil {
@@ -145,44 +145,87 @@ func withDatabase(ctx context.Context, cfg config.Config, logger *slog.Logger, c
 	return fn(ctx, d)
 }
 
-// ensureAdminToken gives the admin user its token: ADMIN_TOKEN if set, else
-// the one in DATA_DIR/admin-token, else a new one, printed once and written
-// there (mode 0600).
+// ensureAdminToken gives the admin user its token: ADMIN_TOKEN if set.
+// Otherwise only a start that finds the admin without any token (the first
+// on an empty database; db.LockAdmin) gives it one: the one in
+// DATA_DIR/admin-token if that file exists (a private PostgreSQL made
+// again), else a new one written there (mode 0600). A later start, whatever
+// its DATA_DIR, makes none. The token never goes to the log: a new one is
+// shown on stdout only when stdout is a terminal, else read from the file.
 func ensureAdminToken(ctx context.Context, pool *pgxpool.Pool, cfg config.Config, logger *slog.Logger, stdout io.Writer) error {
-	token := cfg.AdminToken
+	if cfg.AdminToken != "" {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := db.EnsureAdmin(ctx, tx, cfg.AdminToken)
+			return err
+		})
+	}
 	path := filepath.Join(cfg.DataDir, AdminTokenFile)
-	generated := false
-	if token == "" {
+	var had, generated bool
+	var token string
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		if had, err = db.LockAdmin(ctx, tx); err != nil || had {
+			return err
+		}
 		b, err := os.ReadFile(path)
 		switch {
 		case err == nil:
-			token = strings.TrimSpace(string(b))
+			if token = strings.TrimSpace(string(b)); token == "" {
+				return fmt.Errorf("admin token file %s is empty: delete it, and the next start makes a new token", path)
+			}
 		case errors.Is(err, os.ErrNotExist):
 			if token, err = db.NewToken(); err != nil {
+				return err
+			}
+			// Written before the commit: a token committed but not saved
+			// could never be read again, while a token saved but not
+			// committed is taken from the file by the next start.
+			if err := writeAdminToken(cfg.DataDir, path, token); err != nil {
 				return err
 			}
 			generated = true
 		default:
 			return fmt.Errorf("read admin token: %w", err)
 		}
-	}
-	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := db.EnsureAdmin(ctx, tx, token)
+		_, err = db.EnsureAdmin(ctx, tx, token)
 		return err
-	}); err != nil {
+	})
+	switch {
+	case err != nil:
 		return err
-	}
-	if generated {
-		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-			return fmt.Errorf("create %s: %w", cfg.DataDir, err)
+	case had:
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			logger.Info("admin token not generated: the admin has one already (in DATA_DIR/admin-token of the start that made it); `erp user -login admin` issues another",
+				slog.String("file", path))
 		}
-		if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
-			return fmt.Errorf("write admin token: %w", err)
+	case generated:
+		if terminal(stdout) {
+			fmt.Fprintf(stdout, "\nAdmin token (shown once, saved to %s):\n\n    %s\n\n", path, token)
 		}
-		fmt.Fprintf(stdout, "\nAdmin token (shown once, saved to %s):\n\n    %s\n\n", path, token)
-		logger.Info("admin token generated", slog.String("file", path))
+		logger.Info("admin token generated", slog.String("file", path), slog.Bool("shown", terminal(stdout)))
 	}
 	return nil
+}
+
+// writeAdminToken writes token to path (mode 0600), creating dir.
+func writeAdminToken(dir, path, token string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		return fmt.Errorf("write admin token: %w", err)
+	}
+	return nil
+}
+
+// terminal reports whether w is a terminal (a character device).
+func terminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 // createUser creates the user u names (unless it exists) and issues its
@@ -228,10 +271,8 @@ func NewLogger(cfg config.Config, w io.Writer) *slog.Logger {
 	format := cfg.LogFormat
 	if format == "" {
 		format = "json"
-		if f, ok := w.(*os.File); ok {
-			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-				format = "text"
-			}
+		if terminal(w) {
+			format = "text"
 		}
 	}
 	if format == "text" {

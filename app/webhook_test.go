@@ -204,6 +204,7 @@ func TestWebhookSubscriberValidation(t *testing.T) {
 		{"ftp://example.com/hook", "input.url"},
 		{"javascript:alert(1)", "input.url"},
 		{"not a url", "input.url"},
+		{"http://127.0.0.1:1/hooks/a b", "input.url"},
 	} {
 		e := apptest.GQLErr(t, s, `mutation($u: String!) { createWebhookSubscriber(input: {name: "x", url: $u}) { id } }`, map[string]any{"u": tt.url})
 		require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], tt.url)
@@ -212,6 +213,18 @@ func TestWebhookSubscriberValidation(t *testing.T) {
 	apptest.CreateWebhook(t, s, "dup", "http://127.0.0.1:1/", "", nil)
 	e := apptest.GQLErr(t, s, `mutation { createWebhookSubscriber(input: {name: "dup", url: "http://127.0.0.1:1/"}) { id } }`, nil)
 	require.Equal(t, "CONFLICT", e.Extensions["code"])
+
+	// The URL is stored (and shown, and sent) normalised, on update too.
+	type hook struct{ ID, URL string }
+	created := apptest.GQL[struct{ CreateWebhookSubscriber hook }](t, s,
+		`mutation { createWebhookSubscriber(input: {name: "norm", url: "HTTP://127.0.0.1:1/хук?q=да"}) { id url } }`, nil).CreateWebhookSubscriber
+	require.Equal(t, "http://127.0.0.1:1/%D1%85%D1%83%D0%BA?q=%D0%B4%D0%B0", created.URL)
+	updated := apptest.GQL[struct{ UpdateWebhookSubscriber hook }](t, s,
+		`mutation($id: ID!) { updateWebhookSubscriber(id: $id, input: {url: "http://127.0.0.1:1/a%20b?q=\"x\""}) { id url } }`, map[string]any{"id": created.ID}).UpdateWebhookSubscriber
+	require.Equal(t, `http://127.0.0.1:1/a%20b?q=%22x%22`, updated.URL)
+	var stored string
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT url FROM subscribers WHERE name = 'norm'`).Scan(&stored))
+	require.Equal(t, updated.URL, stored)
 }
 
 // createHook creates a webhook subscriber from in (name and url at least)

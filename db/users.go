@@ -96,6 +96,24 @@ func EnsureAdmin(ctx context.Context, tx pgx.Tx, token string) (int64, error) {
 	return id, nil
 }
 
+// LockAdmin creates the admin user if missing (as EnsureAdmin does), locks
+// its row until tx ends and reports whether it has ever had an API token
+// (revoked and expired ones count). A start that would make the admin's
+// first token calls it first: of several instances starting at once on an
+// empty database, one makes the token (EnsureAdmin) and the others, waiting
+// on the lock, then see it and make none.
+func LockAdmin(ctx context.Context, tx pgx.Tx) (hasToken bool, err error) {
+	id, err := EnsureAdmin(ctx, tx, "") // the upsert locks the row
+	if err != nil {
+		return false, err
+	}
+	has, err := queries.APITokenExistsForUser(ctx, tx, id)
+	if err != nil {
+		return false, fmt.Errorf("look up admin tokens: %w", translate(err))
+	}
+	return has, nil
+}
+
 // UserByToken returns the user owning a valid API token (not revoked, not
 // expired) and when the token expires (nil: never), or ErrNotFound, and
 // notes the token's use (at most one write a minute per token).

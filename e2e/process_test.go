@@ -38,6 +38,13 @@ type child struct {
 // and waits until /healthz answers.
 func startChild(t *testing.T, databaseURL, token string, env ...string) *child {
 	t.Helper()
+	return startChildOutput(t, nil, databaseURL, token, env...)
+}
+
+// startChildOutput is startChild with the process's stdout and stderr both
+// written to out, when out is not nil; read it once the process ended.
+func startChildOutput(t *testing.T, out io.Writer, databaseURL, token string, env ...string) *child {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
@@ -53,7 +60,10 @@ func startChild(t *testing.T, databaseURL, token string, env ...string) *child {
 		"WEBHOOK_ALLOW_PRIVATE=true",
 	)
 	cmd.Env = append(cmd.Env, env...)
-	if testing.Verbose() {
+	switch {
+	case out != nil:
+		cmd.Stdout, cmd.Stderr = out, out
+	case testing.Verbose():
 		cmd.Stderr = os.Stderr
 	}
 	require.NoError(t, cmd.Start())

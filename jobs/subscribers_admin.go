@@ -14,7 +14,8 @@ const maxRedeliver = 10000
 
 // CreateWebhookSubscriber adds a webhook subscriber after checking its
 // input: the URL is one the sender may send to (WebhookSender.CheckURL: a
-// refused address is an error on "url"), the filter compiles (event types
+// refused address is an error on "url") and is stored normalised
+// (NormalizeWebhookURL: a raw space is an error on "url"), the filter compiles (event types
 // known, entities known tables or payload names, the condition parses and
 // type-checks: a *FilterError) and is stored normalised, a secret given is
 // a Standard Webhooks one (ValidateWebhookSecret) and the format is known;
@@ -56,7 +57,8 @@ func (d *Dispatcher) UpdateWebhookSubscriber(ctx context.Context, q db.Querier, 
 }
 
 // checkWebhookInput checks the given fields of in and normalises its
-// filter (types and tables sorted and de-duplicated) and format.
+// filter (types and tables sorted and de-duplicated), format and URL
+// (NormalizeWebhookURL).
 func (d *Dispatcher) checkWebhookInput(ctx context.Context, in *db.WebhookSubscriberInput) error {
 	if d.filtersErr != nil {
 		return d.filtersErr
@@ -96,6 +98,11 @@ func (d *Dispatcher) checkWebhookInput(ctx context.Context, in *db.WebhookSubscr
 	// Last: it may ask DNS, and an address that does not resolve must not
 	// hide a mistake in the fields above.
 	if in.URL != nil {
+		norm, err := NormalizeWebhookURL(*in.URL)
+		if err != nil {
+			return &db.InputError{Field: "url", Msg: err.Error()}
+		}
+		*in.URL = norm
 		if err := d.webhooks.CheckURL(ctx, *in.URL); err != nil {
 			if ctx.Err() != nil {
 				return fmt.Errorf("check webhook url: %w", ctx.Err())

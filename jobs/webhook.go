@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/trace"
@@ -339,11 +340,15 @@ func (s *WebhookSender) Send(ctx context.Context, cfg WebhookConfig, eventID int
 }
 
 // ValidateWebhookURL reports whether raw can be a webhook endpoint: an
-// absolute http or https URL with a host, a port (if any) in 1-65535 and no
-// user:password@. The error names the problem but never echoes credentials.
+// absolute http or https URL with a host, a port (if any) in 1-65535, no
+// user:password@ and no raw whitespace (see NormalizeWebhookURL). The
+// error names the problem but never echoes credentials.
 func ValidateWebhookURL(raw string) error {
 	if raw == "" {
 		return errors.New("webhook url is empty")
+	}
+	if strings.ContainsFunc(raw, unicode.IsSpace) {
+		return errors.New("webhook url contains a space: write it percent-encoded (%20)")
 	}
 	u, err := url.Parse(raw)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unicode/utf8"
 )
 
 // ErrWebhookAddressRefused is matched (errors.Is) by every refusal of the
@@ -60,9 +61,11 @@ type blockedPrefix struct {
 // webhookBlocked lists the ranges the guard refuses, most specific first
 // (the first match names the kind): everything that is not a globally
 // routed unicast address, and the cloud metadata endpoints, some of which
-// sit inside otherwise public ranges. IPv4-mapped IPv6 addresses are
-// unmapped before the check; NAT64 and 6to4 addresses are checked again on
-// the IPv4 address they embed.
+// sit inside otherwise public ranges. Ranges that embed an IPv4 address
+// are either refused here as a whole (IPv4-compatible ::/96, local-use
+// NAT64 64:ff9b:1::/48 whose embedding the local network chooses, Teredo
+// inside 2001::/23) or checked on the address they embed (see
+// webhookEmbedding and webhookAddrKind).
 var webhookBlocked = func() []blockedPrefix {
 	list := []struct{ cidr, kind string }{
 		// Cloud metadata endpoints.
@@ -110,10 +113,18 @@ var webhookBlocked = func() []blockedPrefix {
 	return out
 }()
 
-var (
-	nat64Prefix = netip.MustParsePrefix("64:ff9b::/96")
-	sixToFour   = netip.MustParsePrefix("2002::/16")
-)
+// webhookEmbedding lists the ranges whose addresses carry an IPv4 address
+// at byte offset at, which a translator or a tunnel relay connects to on
+// the webhook's behalf: that address is checked by the same rules. The
+// IPv4-mapped ::ffff:0:0/96 is unmapped before anything else.
+var webhookEmbedding = []struct {
+	prefix netip.Prefix
+	at     int
+}{
+	{netip.MustParsePrefix("64:ff9b::/96"), 12},    // NAT64, well-known prefix (RFC 6052)
+	{netip.MustParsePrefix("::ffff:0:0:0/96"), 12}, // IPv4-translated, SIIT (RFC 2765)
+	{netip.MustParsePrefix("2002::/16"), 2},        // 6to4 (RFC 3056)
+}
 
 // webhookAddrKind returns what addr is when the guard refuses it ("" when it
 // is allowed).
@@ -127,14 +138,11 @@ func webhookAddrKind(addr netip.Addr) string {
 			return b.kind
 		}
 	}
-	// Translation prefixes carry an IPv4 address that a gateway connects to.
-	if nat64Prefix.Contains(addr) {
-		a := addr.As16()
-		return webhookAddrKind(netip.AddrFrom4([4]byte{a[12], a[13], a[14], a[15]}))
-	}
-	if sixToFour.Contains(addr) {
-		a := addr.As16()
-		return webhookAddrKind(netip.AddrFrom4([4]byte{a[2], a[3], a[4], a[5]}))
+	for _, e := range webhookEmbedding {
+		if e.prefix.Contains(addr) {
+			a := addr.As16()
+			return webhookAddrKind(netip.AddrFrom4([4]byte(a[e.at : e.at+4])))
+		}
 	}
 	return ""
 }
@@ -270,4 +278,39 @@ func (g *webhookGuard) control(_, address string, _ syscall.RawConn) error {
 // checks again at every connection (see WithAllowPrivate).
 func CheckWebhookURL(ctx context.Context, rawURL string) error {
 	return (&webhookGuard{}).checkURL(ctx, rawURL)
+}
+
+// NormalizeWebhookURL returns rawURL as a webhook's URL is stored and sent:
+// parsed and serialised again, with every byte of the query that may not
+// appear raw in a URL (non-ASCII, quotes, angle brackets, …)
+// percent-encoded, as url.URL.String already does for the path. A URL that
+// ValidateWebhookURL refuses, raw spaces included, is an error: a space
+// could be encoded as %20 or + depending on the receiver, so its owner
+// writes it encoded.
+func NormalizeWebhookURL(rawURL string) (string, error) {
+	if err := ValidateWebhookURL(rawURL); err != nil {
+		return "", err
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil { // unreachable: ValidateWebhookURL parsed it
+		return "", fmt.Errorf("webhook url is invalid: %w", err)
+	}
+	u.RawQuery = escapeQuery(u.RawQuery)
+	return u.String(), nil
+}
+
+// escapeQuery percent-encodes the bytes of a raw query that RFC 3986 does
+// not allow there; '%' stays, so what is already encoded stays as it is.
+func escapeQuery(q string) string {
+	const allowed = "-._~!$&'()*+,;=:@/?%"
+	var b strings.Builder
+	for i := range len(q) {
+		c := q[i]
+		if c < utf8.RuneSelf && (c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte(allowed, c) >= 0) {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
 }

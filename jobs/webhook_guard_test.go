@@ -116,10 +116,33 @@ var refusedCases = []struct{ host, kind string }{
 	{"240.0.0.1", "reserved"},
 	{"198.18.0.1", "reserved"},
 	{"2001:db8::1", "reserved"},
+	// Ranges that embed an IPv4 address: the address inside is checked.
+	{"::ffff:0:7f00:1", "loopback"},          // IPv4-translated (SIIT) 127.0.0.1
+	{"::ffff:0:a00:1", "private"},            // IPv4-translated 10.0.0.1
+	{"::ffff:0:a9fe:a9fe", "cloud metadata"}, // IPv4-translated 169.254.169.254
+	{"::ffff:0:0:0", "unspecified"},          // IPv4-translated 0.0.0.0
+	{"::ffff:0:ffff:ffff", "reserved"},       // IPv4-translated broadcast
+	{"64:ff9b::7f00:1", "loopback"},          // NAT64 of 127.0.0.1
+	{"64:ff9b::c0a8:101", "private"},         // NAT64 of 192.168.1.1
+	{"2002:a00:1::", "private"},              // 6to4 of 10.0.0.1
+	{"2002:a9fe:a9fe::", "cloud metadata"},   // 6to4 of 169.254.169.254
+	// Refused whatever they embed: the local network chooses a local-use
+	// NAT64 prefix's layout; Teredo sits in the reserved 2001::/23.
+	{"64:ff9b:1::808:808", "private"},                    // local-use NAT64, 8.8.8.8 at /96
+	{"64:ff9b:1:7f00:1::", "private"},                    // local-use NAT64, 127.0.0.1 at /48
+	{"2001:0:4136:e378:8000:63bf:3fff:fdd2", "reserved"}, // Teredo, public server and client (RFC 4380's example)
+	{"2001:0:808:808::80ff:fffe", "reserved"},            // Teredo, client 127.0.0.1 (obfuscated)
+	{"2001:0:7f00:1:8000:63bf:3fff:fdd2", "reserved"},    // Teredo, server 127.0.0.1
 }
 
 // allowedCases are public addresses (never dialled by these tests).
-var allowedCases = []string{"8.8.8.8", "1.1.1.1", "11.0.0.1", "172.32.0.1", "100.128.0.1", "2606:4700:4700::1111", "64:ff9b::808:808", "2002:808:808::"}
+var allowedCases = []string{
+	"8.8.8.8", "1.1.1.1", "11.0.0.1", "172.32.0.1", "100.128.0.1", "2606:4700:4700::1111",
+	"::ffff:8.8.8.8",   // IPv4-mapped
+	"::ffff:0:808:808", // IPv4-translated
+	"64:ff9b::808:808", // NAT64
+	"2002:808:808::",   // 6to4
+}
 
 func hostURL(host string) string {
 	if strings.Contains(host, ":") {
@@ -422,4 +445,61 @@ func TestWebhookInputIsCheckedBeforeItsURLResolves(t *testing.T) {
 	require.ErrorAs(t, err, &ie)
 	require.Equal(t, "url", ie.Field)
 	require.ErrorContains(t, err, "does not resolve")
+}
+
+func TestNormalizeWebhookURL(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ raw, want string }{
+		{"https://receiver.example/hook", "https://receiver.example/hook"},
+		{"HTTPS://receiver.example:8443/hook?a=1&b=2#top", "https://receiver.example:8443/hook?a=1&b=2#top"},
+		{"https://receiver.example/хуки/erp", "https://receiver.example/%D1%85%D1%83%D0%BA%D0%B8/erp"},
+		{"https://receiver.example/hook?q=путь&x=\"<>\"", "https://receiver.example/hook?q=%D0%BF%D1%83%D1%82%D1%8C&x=%22%3C%3E%22"},
+		{"https://receiver.example/a%20b?q=a%20b+c", "https://receiver.example/a%20b?q=a%20b+c"}, // encoded stays as written
+		{"https://receiver.example/a%2Fb", "https://receiver.example/a%2Fb"},
+		{"http://[2606:4700:4700::1111]:8080/", "http://[2606:4700:4700::1111]:8080/"},
+	} {
+		got, err := NormalizeWebhookURL(tt.raw)
+		require.NoError(t, err, tt.raw)
+		require.Equal(t, tt.want, got, tt.raw)
+		again, err := NormalizeWebhookURL(got)
+		require.NoError(t, err, got)
+		require.Equal(t, got, again, "normalising twice changes nothing")
+	}
+	for _, raw := range []string{
+		"https://receiver.example/a b", "https://receiver.example/hook?q=a b", "https://receiver.example/hook#a b",
+		" https://receiver.example/hook", "https://receiver.example/hook ", "https://receiver.example/a\u00a0b", "https://receiver.example/a\tb",
+	} {
+		_, err := NormalizeWebhookURL(raw)
+		require.EqualError(t, err, "webhook url contains a space: write it percent-encoded (%20)", "%q", raw)
+		require.EqualError(t, CheckWebhookURL(t.Context(), raw), err.Error(), "%q", raw)
+	}
+	_, err := NormalizeWebhookURL("ftp://receiver.example/")
+	require.EqualError(t, err, `webhook url scheme "ftp" is not allowed: only http and https`)
+}
+
+// A webhook's URL goes to the database normalised; one with a raw space is
+// refused on "url", and a stored one (written before this rule) is not sent.
+func TestWebhookURLIsStoredNormalised(t *testing.T) {
+	t.Parallel()
+	sender := NewWebhookSender(WithAllowPrivate(true), WithWebhookResolver(noResolver{t}))
+	d := NewDispatcher(nil, DispatcherConfig{Webhooks: sender})
+	hook := "HTTP://receiver.example/хук?q=путь"
+	in := db.WebhookSubscriberInput{URL: &hook}
+	require.NoError(t, d.checkWebhookInput(t.Context(), &in))
+	require.Equal(t, "http://receiver.example/%D1%85%D1%83%D0%BA?q=%D0%BF%D1%83%D1%82%D1%8C", *in.URL)
+
+	spaced, name := "http://receiver.example/a b", "mes"
+	_, err := d.CreateWebhookSubscriber(t.Context(), nil, db.WebhookSubscriberInput{Name: &name, URL: &spaced})
+	var ie *db.InputError
+	require.ErrorAs(t, err, &ie)
+	require.Equal(t, "url", ie.Field)
+	_, err = d.UpdateWebhookSubscriber(t.Context(), nil, 1, db.WebhookSubscriberInput{URL: &spaced})
+	require.ErrorAs(t, err, &ie)
+	require.Equal(t, "url", ie.Field)
+
+	dialer := &stubDialer{}
+	res := NewWebhookSender(WithAllowPrivate(true), WithWebhookDialer(dialer)).Send(t.Context(), WebhookConfig{URL: "http://127.0.0.1:1/hook?q=a b"}, 1, []byte(`{}`))
+	require.EqualError(t, res.Err, "webhook url contains a space: write it percent-encoded (%20)")
+	require.True(t, res.Permanent)
+	require.Empty(t, dialer.addresses())
 }

@@ -22,11 +22,13 @@ import (
 	"time"
 	_ "time/tzdata" // TIME_ZONE resolves on machines without a zoneinfo database
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/caarlos0/env/v11"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
+	"erp/app/httpapi"
 	"erp/db"
 	"erp/graph/wsgorilla"
 )
@@ -50,11 +52,18 @@ type Config struct {
 	DataDir           string        `env:"DATA_DIR" envDefault:".data" help:"directory for the private PostgreSQL and admin-token"`
 	Addr              string        `env:"ADDR" envDefault:":8080" help:"listen address"`
 	DispatchInterval  time.Duration `env:"DISPATCH_INTERVAL" envDefault:"1m" help:"period of the sweep of unprocessed events" want:"a duration of at least 1s like 1m or 30s"`
-	AdminToken        string        `env:"ADMIN_TOKEN" secret:"true" help:"token of the admin user; empty generates one into DATA_DIR/admin-token on first start"`
+	AdminToken        string        `env:"ADMIN_TOKEN" secret:"true" help:"token of the admin user, at least 32 characters; empty: the first start on a database makes one into DATA_DIR/admin-token"`
 	// AllowedOrigins are browser origins (https://host[:port], or *)
 	// allowed to call /graphql (CORS) and open websockets besides the
 	// server's own, as wsgorilla.AllowOrigins takes them.
 	AllowedOrigins []string `env:"ALLOWED_ORIGINS" help:"comma-separated browser origins (https://host[:port], or *) allowed to call /graphql (CORS) and open websockets besides the server's own; clients without Origin are always allowed"`
+	// TrustedProxies are the reverse proxies (IP addresses or CIDR
+	// prefixes) whose X-Forwarded-For and X-Forwarded-Proto are believed
+	// (httpapi.Proxies).
+	TrustedProxies []string `env:"TRUSTED_PROXIES" help:"comma-separated addresses or CIDR prefixes of reverse proxies whose X-Forwarded-For (the client address the sign-in limit counts by) and X-Forwarded-Proto (https: the River UI cookie is Secure) are believed; empty: none"`
+	// CookieSecure marks River UI's session cookie Secure whatever the
+	// request says, for a server reached over HTTPS only.
+	CookieSecure bool `env:"COOKIE_SECURE" envDefault:"false" help:"always mark the River UI session cookie Secure (the server is reached over HTTPS only); false: Secure when the request came over TLS or a trusted proxy says https (true|false)" want:"true or false"`
 	// Introspection and Playground are on for local runs (the playground
 	// reads the schema by introspection); production switches them off.
 	// Introspection is held to the request limits like any query.
@@ -137,6 +146,10 @@ type User struct {
 	TokenTTL  time.Duration `flag:"token-ttl" help:"user: token lifetime, e.g. 720h; 0 never expires"`
 }
 
+// MinAdminTokenLength is the fewest characters ADMIN_TOKEN may have: a
+// token an operator makes up must not be guessable.
+const MinAdminTokenLength = 32
+
 // Default is the configuration of an empty environment and no flags.
 func Default() Config {
 	cfg, err := Parse("serve", nil, func(string) string { return "" }, io.Discard)
@@ -210,6 +223,7 @@ func Parse(cmd string, args []string, getenv func(string) string, stderr io.Writ
 		}
 	}
 	cfg.AllowedOrigins = trimmed(cfg.AllowedOrigins)
+	cfg.TrustedProxies = trimmed(cfg.TrustedProxies)
 	errs = append(errs, validate(cmd, cfg, raw, failed)...)
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
@@ -266,6 +280,12 @@ func validate(cmd string, cfg Config, raw map[string]string, failed map[string]b
 	}
 	if strings.ContainsFunc(cfg.AdminToken, unicode.IsSpace) {
 		bad("ADMIN_TOKEN", "want a token without spaces")
+	} else if n := utf8.RuneCountInString(cfg.AdminToken); n > 0 && n < MinAdminTokenLength {
+		// The length only: the value is a secret.
+		bad("ADMIN_TOKEN", "want at least %d characters (erp user prints one: erp_ and 43 random characters), got %d", MinAdminTokenLength, n)
+	}
+	if _, err := httpapi.ParseProxies(cfg.TrustedProxies); err != nil {
+		bad("TRUSTED_PROXIES", "%v", err)
 	}
 	if _, err := wsgorilla.AllowOrigins(cfg.AllowedOrigins); err != nil {
 		bad("ALLOWED_ORIGINS", "%v", err)

@@ -27,6 +27,11 @@ func TestParseConfigNamesEachBadSetting(t *testing.T) {
 		{"DISPATCH_INTERVAL", "10ms", false},
 		{"DISPATCH_INTERVAL", "soon", true},
 		{"ADMIN_TOKEN", "two words", false},
+		{"ADMIN_TOKEN", "short-and-guessable", false},
+		{"ADMIN_TOKEN", strings.Repeat("x", config.MinAdminTokenLength-1), true},
+		{"TRUSTED_PROXIES", "10.0.0.0/33", false},
+		{"TRUSTED_PROXIES", "proxy.internal", false},
+		{"COOKIE_SECURE", "yes please", false},
 		{"ALLOWED_ORIGINS", "not an origin", false},
 		{"DEMO_URL", "localhost:8080", false},
 		{"DEMO_TOKEN", "a\tb", false},
@@ -100,7 +105,7 @@ func TestServeHelpListsEverySetting(t *testing.T) {
 	var out bytes.Buffer
 	require.ErrorIs(t, help(func(string) string { return "" }, &out), flag.ErrHelp)
 	for _, setting := range []string{"DATABASE_URL", "DATABASE_DIRECT_URL", "DATA_DIR", "ADDR", "DISPATCH_INTERVAL", "ADMIN_TOKEN", "ALLOWED_ORIGINS",
-		"DEMO_URL", "DEMO_TOKEN", "TIME_ZONE", "SHUTDOWN_TIMEOUT", "RETENTION", "IDEMPOTENCY_TTL", "LOG_FORMAT", "LOG_LEVEL", "PPROF_ADDR"} {
+		"DEMO_URL", "DEMO_TOKEN", "TIME_ZONE", "SHUTDOWN_TIMEOUT", "RETENTION", "IDEMPOTENCY_TTL", "LOG_FORMAT", "LOG_LEVEL", "PPROF_ADDR", "TRUSTED_PROXIES", "COOKIE_SECURE"} {
 		require.Contains(t, out.String(), "("+setting+")")
 	}
 	require.Contains(t, out.String(), `(default "15s")`)
@@ -108,19 +113,24 @@ func TestServeHelpListsEverySetting(t *testing.T) {
 
 func TestServeHelpPrintsNoSecrets(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"DATABASE_URL": "postgres://erp:s3cret@db/erp", "DATABASE_DIRECT_URL": "postgres://erp:s3cret2@db/erp", "ADMIN_TOKEN": "admin-secret", "DEMO_TOKEN": "demo-secret"}
+	env := map[string]string{"DATABASE_URL": "postgres://erp:s3cret@db/erp", "DATABASE_DIRECT_URL": "postgres://erp:s3cret2@db/erp", "ADMIN_TOKEN": "admin-secret-of-32-characters-or-more", "DEMO_TOKEN": "demo-secret"}
 	var out bytes.Buffer
 	require.ErrorIs(t, help(func(k string) string { return env[k] }, &out), flag.ErrHelp)
-	for _, secret := range []string{"s3cret", "s3cret2", "admin-secret", "demo-secret"} {
+	for _, secret := range []string{"s3cret", "s3cret2", "admin-secret-of-32-characters-or-more", "demo-secret"} {
 		require.NotContains(t, out.String(), secret)
 	}
 	cfg, err := config.Parse("serve", nil, func(k string) string { return env[k] }, io.Discard)
 	require.NoError(t, err)
 	require.Equal(t, env["DATABASE_URL"], cfg.DatabaseURL)
 	require.Equal(t, env["ADMIN_TOKEN"], cfg.AdminToken)
-	cfg, err = config.Parse("serve", []string{"-admin-token", "flag-wins"}, func(k string) string { return env[k] }, io.Discard)
+	cfg, err = config.Parse("serve", []string{"-admin-token", "flag-wins-with-32-characters-or-more"}, func(k string) string { return env[k] }, io.Discard)
 	require.NoError(t, err)
-	require.Equal(t, "flag-wins", cfg.AdminToken)
+	require.Equal(t, "flag-wins-with-32-characters-or-more", cfg.AdminToken)
+
+	// A too short token is refused without repeating it.
+	env["ADMIN_TOKEN"] = "short-secret"
+	_, err = config.Parse("serve", nil, func(k string) string { return env[k] }, io.Discard)
+	require.EqualError(t, err, "ADMIN_TOKEN: want at least 32 characters (erp user prints one: erp_ and 43 random characters), got 12")
 }
 
 func TestTimeZoneConfig(t *testing.T) {

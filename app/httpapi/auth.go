@@ -1,6 +1,8 @@
 // Package httpapi is what stands between an HTTP client and the
 // resolvers: bearer-token authentication for requests and websockets
-// (Auth), browser sessions for River UI (AdminSessions), the request log
+// (Auth), the limit on failed authentications per client (AuthLimit),
+// browser sessions for River UI (AdminSessions), the frame and origin
+// rules for browsers (DenyFraming, Proxies), the request log
 // and request ids (RequestLog), body limits (LimitBody), and the gqlgen
 // extensions that guard and observe every operation (ShapeLimit,
 // RolesUpfront, Observer). Package app mounts them on its routes.
@@ -36,6 +38,8 @@ import (
 type Auth struct {
 	Pool   *pgxpool.Pool
 	Logger *slog.Logger
+	// Limit counts the bad tokens of each client (Failed); nil: none.
+	Limit *AuthLimit
 
 	sockets sockets
 	tokens  tokenCache
@@ -81,6 +85,7 @@ func (a *Auth) authenticate(ctx context.Context, header string) (db.User, error)
 	gen := a.tokens.generation()
 	u, expires, err := db.UserByToken(ctx, a.Pool, token)
 	if errors.Is(err, db.ErrNotFound) {
+		a.Limit.Failed(ctx)
 		return db.User{}, resolvers.ErrUnauthenticated
 	}
 	if err != nil {

@@ -24,17 +24,25 @@ const DefaultSessionTTL = 12 * time.Hour
 
 // AdminSessions signs admins in to browser pages that cannot send an
 // Authorization header (River UI): POST Login with the token in a form body
-// sets an HttpOnly, SameSite=Strict cookie (Secure over TLS) holding a
-// random session id; the token never appears in a URL or a cookie. Sessions
-// live in this process's memory only: a restart or another instance means
-// signing in again. Every request re-checks the token behind the session,
-// so a revoked token or a changed role ends it at once.
+// sets an HttpOnly, SameSite=Strict cookie (Secure over HTTPS, see
+// SecureCookie) holding a random session id; the token never appears in a
+// URL or a cookie. Sessions live in this process's memory only: a restart
+// or another instance means signing in again. Every request re-checks the
+// token behind the session, so a revoked token or a changed role ends it at
+// once. A request under Path that may change state (sign-in, sign-out, the
+// UI's API) must come from the server's own pages (sameOrigin), else 403.
 type AdminSessions struct {
 	Auth *Auth
 	// Path is where the cookie is sent and the pages live, e.g. "/riverui".
 	Path string
 	// TTL is a session's lifetime; 0 means DefaultSessionTTL.
 	TTL time.Duration
+	// SecureCookie marks the cookie Secure on every answer
+	// (COOKIE_SECURE); otherwise it is Secure when the request came over
+	// HTTPS as Proxies tell (TLS here or a trusted proxy's
+	// X-Forwarded-Proto).
+	SecureCookie bool
+	Proxies      Proxies
 
 	mu       sync.Mutex
 	sessions map[string]adminSession
@@ -80,6 +88,10 @@ func (s *AdminSessions) Login() http.Handler {
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 			return
 		}
+		if !sameOrigin(r) {
+			refuseCrossOrigin(w)
+			return
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 		token := r.PostFormValue("token")
 		u, err := s.Auth.authenticate(r.Context(), "Bearer "+token)
@@ -118,6 +130,10 @@ func (s *AdminSessions) Login() http.Handler {
 // Logout ends the session (POST) and clears the cookie.
 func (s *AdminSessions) Logout() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !sameOrigin(r) {
+			refuseCrossOrigin(w)
+			return
+		}
 		if c, err := r.Cookie(SessionCookie); err == nil {
 			s.mu.Lock()
 			delete(s.sessions, c.Value)
@@ -131,14 +147,26 @@ func (s *AdminSessions) Logout() http.Handler {
 func (s *AdminSessions) cookie(r *http.Request, value string, maxAge int) *http.Cookie {
 	return &http.Cookie{
 		Name: SessionCookie, Value: value, Path: s.Path, MaxAge: maxAge,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.SecureCookie || s.Proxies.HTTPS(r),
 	}
 }
 
+// refuseCrossOrigin answers a state-changing request that did not come
+// from the server's own pages.
+func refuseCrossOrigin(w http.ResponseWriter) {
+	http.Error(w, "cross-origin request refused: only the server's own pages may change state here", http.StatusForbidden)
+}
+
 // Require lets a request through to next only with the session cookie of
-// a signed-in admin; others are sent to the sign-in form (GET) or get 401.
+// a signed-in admin, and, when it may change state, from the server's own
+// pages (else 403, before anything else); others are sent to the sign-in
+// form (GET) or get 401.
 func (s *AdminSessions) Require(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !sameOrigin(r) {
+			refuseCrossOrigin(w)
+			return
+		}
 		var token string
 		if c, err := r.Cookie(SessionCookie); err == nil {
 			s.mu.Lock()

@@ -48,3 +48,8 @@ SELECT now()::timestamptz AS now,
         SELECT encode(token_hash, 'hex') FROM api_tokens
         WHERE revoked_at > @since::timestamptz OR (expires_at > @since::timestamptz AND expires_at <= now())
     )::text[] AS keys;
+
+-- name: APITokenExistsForUser :one
+-- APITokenExistsForUser reports whether user_id has ever had a token:
+-- revoked and expired ones count.
+SELECT EXISTS (SELECT 1 FROM api_tokens WHERE user_id = @user_id);

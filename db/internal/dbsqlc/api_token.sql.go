@@ -10,6 +10,19 @@ import (
 	"time"
 )
 
+const aPITokenExistsForUser = `-- name: APITokenExistsForUser :one
+SELECT EXISTS (SELECT 1 FROM api_tokens WHERE user_id = $1)
+`
+
+// APITokenExistsForUser reports whether user_id has ever had a token:
+// revoked and expired ones count.
+func (q *Queries) APITokenExistsForUser(ctx context.Context, db DBTX, userID int64) (bool, error) {
+	row := db.QueryRow(ctx, aPITokenExistsForUser, userID)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
 const aPITokenGetByID = `-- name: APITokenGetByID :one
 SELECT id, user_id, name, created_at, expires_at, revoked_at, last_used_at
 FROM api_tokens WHERE id = $1
