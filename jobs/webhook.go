@@ -348,7 +348,7 @@ func ValidateWebhookURL(raw string) error {
 		return errors.New("webhook url is empty")
 	}
 	if strings.ContainsFunc(raw, unicode.IsSpace) {
-		return errors.New("webhook url contains a space: write it percent-encoded (%20)")
+		return errors.New("webhook url contains whitespace: write a space percent-encoded (%20)")
 	}
 	u, err := url.Parse(raw)
 	if err != nil {

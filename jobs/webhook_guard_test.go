@@ -470,7 +470,7 @@ func TestNormalizeWebhookURL(t *testing.T) {
 		" https://receiver.example/hook", "https://receiver.example/hook ", "https://receiver.example/a\u00a0b", "https://receiver.example/a\tb",
 	} {
 		_, err := NormalizeWebhookURL(raw)
-		require.EqualError(t, err, "webhook url contains a space: write it percent-encoded (%20)", "%q", raw)
+		require.EqualError(t, err, "webhook url contains whitespace: write a space percent-encoded (%20)", "%q", raw)
 		require.EqualError(t, CheckWebhookURL(t.Context(), raw), err.Error(), "%q", raw)
 	}
 	_, err := NormalizeWebhookURL("ftp://receiver.example/")
@@ -499,7 +499,7 @@ func TestWebhookURLIsStoredNormalised(t *testing.T) {
 
 	dialer := &stubDialer{}
 	res := NewWebhookSender(WithAllowPrivate(true), WithWebhookDialer(dialer)).Send(t.Context(), WebhookConfig{URL: "http://127.0.0.1:1/hook?q=a b"}, 1, []byte(`{}`))
-	require.EqualError(t, res.Err, "webhook url contains a space: write it percent-encoded (%20)")
+	require.EqualError(t, res.Err, "webhook url contains whitespace: write a space percent-encoded (%20)")
 	require.True(t, res.Permanent)
 	require.Empty(t, dialer.addresses())
 }

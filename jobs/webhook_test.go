@@ -457,9 +457,9 @@ func TestValidateWebhookURL(t *testing.T) {
 		{url: "http://example.com:0/", wantErr: `webhook url port "0" is not in 1-65535`},
 		{url: "http://example.com:99999/", wantErr: `webhook url port "99999" is not in 1-65535`},
 		{url: "http://example.com:http/", wantErr: "webhook url is invalid: invalid port"},
-		{url: "http://exa mple.com/", wantErr: "webhook url is invalid: invalid character"},
-		{url: "http://example.com/\n", wantErr: "webhook url is invalid: net/url: invalid control character in URL"},
-		{url: " http://example.com/", wantErr: "webhook url is invalid"},
+		{url: "http://exa mple.com/", wantErr: "webhook url contains whitespace"},
+		{url: "http://example.com/\n", wantErr: "webhook url contains whitespace"},
+		{url: " http://example.com/", wantErr: "webhook url contains whitespace"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.url, func(t *testing.T) {

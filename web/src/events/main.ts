@@ -3,7 +3,7 @@
 
 import '../style.css';
 import { clearToken, getToken, setToken } from '../session';
-import { AuthError, feedStart, gql, listEvents, type EventFilter, type JournalEvent } from './api';
+import { AuthError, feedStart, gql, listEvents, type Delivery, type EventFilter, type JournalEvent } from './api';
 import { showEvent } from './deliveries';
 import { showDocument } from './details';
 import { $ } from './dom';
@@ -13,6 +13,9 @@ import { SubscriberPanel } from './subscribers';
 import { EventTable } from './table';
 
 const PAGE_SIZE = 50;
+/** How often, and for how many of the newest rows, open deliveries are read again. */
+const DELIVERY_REFRESH_MS = 3000;
+const OPEN_ROWS = 20;
 
 /** What the server tells the page (GET /config.json). */
 interface Config {
@@ -97,6 +100,8 @@ class Journal {
   private oldestId = Infinity;
   /** Live events older than the loaded pages, by id, applied when their page loads. */
   private held = new Map<string, JournalEvent>();
+  /** Re-reads the open deliveries of the newest rows (refreshOpenDeliveries). */
+  private deliveryTimer: number;
   /** Whether the token is an admin's, who alone may read attempt logs; asked once. */
   private admin: Promise<boolean>;
 
@@ -107,6 +112,7 @@ class Journal {
     private signedOut: (message: string) => void,
   ) {
     this.table = new EventTable($<HTMLTableSectionElement>('.events tbody'), time);
+    this.deliveryTimer = window.setInterval(() => void this.refreshOpenDeliveries(), DELIVERY_REFRESH_MS);
     this.admin = gql<{ me: { role: string } }>(token, '{ me { role } }').then(
       (d) => d.me.role === 'ADMIN',
       () => false,
@@ -154,6 +160,27 @@ class Journal {
     this.generation++;
     this.live?.stop();
     this.live = undefined;
+    window.clearInterval(this.deliveryTimer);
+  }
+
+  /**
+   * Reads again the deliveries of the newest rows with one still open: an
+   * event is processed before its webhooks answer, so a row that arrived
+   * live learns here that a delivery failed or went dead.
+   */
+  private async refreshOpenDeliveries(): Promise<void> {
+    const ids = this.table.openIds(OPEN_ROWS);
+    if (!ids.length) return;
+    const generation = this.generation;
+    const fields = ids.map((id, i) => `e${i}: event(id: ${JSON.stringify(id)}) { id deliveries { status attempts lastError nextAttemptAt subscriber { name } } }`);
+    let data: Record<string, { id: string; deliveries: Delivery[] } | null>;
+    try {
+      data = await gql(this.token, `{ ${fields.join(' ')} }`);
+    } catch {
+      return; // the next tick tries again
+    }
+    if (generation !== this.generation) return;
+    for (const ev of Object.values(data)) if (ev) this.table.updateDeliveries(ev.id, ev.deliveries);
   }
 
   openObject(entity: string, id: string): void {

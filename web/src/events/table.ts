@@ -54,6 +54,27 @@ export class EventTable {
     this.rows.set(ev.id, { ev, tr });
   }
 
+  /**
+   * Ids of up to limit rows, newest first, with a delivery still open
+   * (pending or failed): a webhook's outcome comes after its event is
+   * processed, so these rows are read again (updateDeliveries).
+   */
+  openIds(limit: number): string[] {
+    const ids: string[] = [];
+    for (const r of this.tbody.rows) {
+      const row = this.rows.get(r.dataset.id ?? '');
+      if (row?.ev.deliveries.some((d) => d.status === 'PENDING' || d.status === 'FAILED')) ids.push(row.ev.id);
+      if (ids.length >= limit) break;
+    }
+    return ids;
+  }
+
+  /** Shows event id's deliveries as read now, if its row is still here. */
+  updateDeliveries(id: string, deliveries: Delivery[]): void {
+    const row = this.rows.get(id);
+    if (row) this.upsert({ ...row.ev, deliveries });
+  }
+
   remove(id: string): void {
     this.rows.get(id)?.tr.remove();
     this.rows.delete(id);
