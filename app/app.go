@@ -44,9 +44,10 @@ const (
 	riverUIPath = "/riverui"
 	// readyTimeout bounds /readyz's one database query.
 	readyTimeout = 2 * time.Second
-	// dispatchWorkers is River's MaxWorkers: the jobs (dispatch, deliver,
-	// replay, sweep, prune) that run at once in this process, each holding
-	// at most one connection of the work pool at a time.
+	// dispatchWorkers is River's MaxWorkers of the default queue: the
+	// jobs (dispatch, replay batches, sweep, prune) that run at once in
+	// this process, each holding at most one connection of the work pool
+	// at a time (and waiting for one when the pool is busy).
 	dispatchWorkers = 20
 	// riverConns are the work pool's connections River itself holds at
 	// once besides its workers': the fetch loop of each queue (default and
@@ -146,17 +147,24 @@ type App struct {
 }
 
 // PoolSizes is what cfg's instance asks of DATABASE_URL, before its
-// pool_max_conns (db.PoolSizes.Within): the work pool River's workers plus
-// River's own connections (20 + 5; 1 on an API-only instance, which works
-// no jobs); the API pool pgxpool's own default for the requests, max(4,
-// GOMAXPROCS), plus the feed's, the token watch's and a metrics scrape's
-// connections (4). README, Configuration, says the same.
+// pool_max_conns (db.PoolSizes.Within): each pool pgxpool's own default,
+// max(4, GOMAXPROCS), for its transactions, plus the connections held
+// besides them — River's own (5) in the work pool (1 in all on an
+// API-only instance, which works no jobs), the feed's, the token watch's
+// and a metrics scrape's (4) in the API pool. The work pool is not sized
+// by its workers: a dispatch runs at most maxLeaders transactions at once
+// and a webhook attempt holds a connection only for its take and record,
+// and more connections than the database has cores to run them only
+// lengthen the tail (figure B at 500 events/s: p99 28–221 ms with 25,
+// 16–37 ms with 4 to 10; BENCHMARKS.md). README, Configuration, says the
+// same.
 func PoolSizes(cfg config.Config) db.PoolSizes {
-	work := int32(dispatchWorkers + riverConns)
+	perCPU := int32(max(4, runtime.GOMAXPROCS(0)))
+	work := perCPU + riverConns
 	if cfg.APIOnly {
 		work = 1
 	}
-	return db.PoolSizes{API: int32(max(4, runtime.GOMAXPROCS(0)) + apiBackgroundConns), Work: work}
+	return db.PoolSizes{API: perCPU + apiBackgroundConns, Work: work}
 }
 
 // New wires the application on d (already migrated; its pools sized by

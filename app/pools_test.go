@@ -34,7 +34,7 @@ const answerWithin = 30 * time.Second
 // documentedSizes are the pools' sizes README's Configuration gives without
 // pool_max_conns: API max(4, GOMAXPROCS) + 4, work 20 workers + 4.
 func documentedSizes() db.PoolSizes {
-	return db.PoolSizes{API: int32(max(4, runtime.GOMAXPROCS(0)) + 4), Work: 20 + 5}
+	return db.PoolSizes{API: int32(max(4, runtime.GOMAXPROCS(0)) + 4), Work: int32(max(4, runtime.GOMAXPROCS(0)) + 5)}
 }
 
 // poolsBundle is a running application and a client signed in to River UI.
