@@ -60,7 +60,8 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	cfg.Complexity.Query.WarehouseMoves = func(child int, _ *model.WarehouseMoveFilter, first *int, _ *string) int { return perPage(child, first) }
 	cfg.Complexity.Query.Deliveries = func(child int, _ *model.DeliveryFilter, first *int, _ *string) int { return perPage(child, first) }
 	cfg.Complexity.Query.DeadDeliveries = func(child int, _ *string, first *int, _ *string) int { return perPage(child, first) }
-	gql := handler.New(graph.NewExecutableSchema(cfg))
+	schema := graph.NewExecutableSchema(cfg)
+	gql := handler.New(schema)
 	readLimit := int64(wsReadLimit)
 	gql.AddTransport(wsgorilla.Transport{
 		Implementation:   ws,
@@ -76,7 +77,7 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	gql.SetParserTokenLimit(maxQueryTokens)
 	gql.Use(&httpapi.ComplexityLimit{Max: maxComplexity})
 	gql.Use(httpapi.ShapeLimit{MaxDepth: maxDepth, MaxFields: maxFields, MaxIntrospectionFields: maxIntrospectionFields})
-	gql.Use(httpapi.RolesUpfront{})
+	gql.Use(httpapi.RolesUpfront{Schema: schema.Schema()})
 	if opts.Introspection {
 		gql.Use(extension.Introspection{})
 	}

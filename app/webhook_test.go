@@ -558,13 +558,14 @@ func TestWebhookAttemptLog(t *testing.T) {
 	}
 
 	// A viewer may list deliveries but not read their attempt logs: the
-	// request is refused and nothing of the log is in the answer.
+	// log is refused at its path and nothing of it is in the answer.
 	viewer := apptest.RoleToken(t, s, "attempt-viewer", "VIEWER")
 	status, res := s.Do(t, viewer, query, nil)
 	require.Equal(t, http.StatusOK, status)
-	require.Len(t, res.Errors, 1, "refused once, before the page is read")
+	require.Len(t, res.Errors, 1, "refused in the page's one row")
 	require.Equal(t, "FORBIDDEN", res.Errors[0].Extensions["code"])
 	require.Contains(t, res.Errors[0].Message, "attemptLog")
+	require.Contains(t, string(res.Data), `"attempts":3`, "the rest of the row is the viewer's")
 	require.NotContains(t, string(res.Data), "overloaded")
 	require.NotContains(t, string(res.Data), "503")
 	_, res = s.Do(t, viewer, `{ deliveries(filter: {subscriber: "busy-receiver"}) { edges { node { attempts } } } }`, nil)

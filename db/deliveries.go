@@ -204,6 +204,9 @@ type DeliveryFilter struct {
 	Status     *string
 	Subscriber *string
 	EventID    *int64
+	// HiddenEntities leaves out, in ListDeliveries, the deliveries of
+	// events of these tables (events.entity), as EventFilter's does.
+	HiddenEntities []string
 }
 
 // DeliveryPage is one page of ListDeliveries, newest event first.
@@ -229,7 +232,7 @@ func ListDeliveries(ctx context.Context, q Querier, f DeliveryFilter, first int,
 	}
 	rows, err := queries.DeliveryListPage(ctx, q, dbsqlc.DeliveryListPageParams{BeforeEventID: before.EventID,
 		BeforeSubscriberID: before.SubscriberID, Status: f.Status, Subscriber: f.Subscriber, EventID: f.EventID,
-		MaxRows: int32(first + 1)})
+		HiddenEntities: f.HiddenEntities, MaxRows: int32(first + 1)})
 	if err != nil {
 		return DeliveryPage{}, fmt.Errorf("list deliveries: %w", translate(err))
 	}

@@ -160,6 +160,9 @@ type EventFilter struct {
 	EntityID  *int64
 	ActorID   *int64
 	Processed *bool
+	// HiddenEntities are tables (events.entity) whose events the reader
+	// may not see: they are left out, of the live feed too.
+	HiddenEntities []string
 }
 
 // EntityNames maps every name a filter may give an entity by to the table
@@ -219,7 +222,7 @@ func (f EventFilter) Matches(ev Event) bool {
 	if f.Processed != nil && *f.Processed != (ev.ProcessedAt != nil) {
 		return false
 	}
-	return true
+	return !containsString(f.HiddenEntities, ev.Entity)
 }
 
 func containsString(list []string, s string) bool {
@@ -255,17 +258,19 @@ func ListEvents(ctx context.Context, q Querier, f EventFilter, first int, after 
 	switch {
 	case f.Entity != nil && f.EntityID != nil:
 		rows, err = queries.EventListPageByEntityID(ctx, q, dbsqlc.EventListPageByEntityIDParams{Entity: *f.Entity,
-			EntityID: *f.EntityID, BeforeID: before, Types: types, ActorID: f.ActorID, Processed: f.Processed, MaxRows: limit})
+			EntityID: *f.EntityID, BeforeID: before, Types: types, ActorID: f.ActorID, Processed: f.Processed,
+			HiddenEntities: f.HiddenEntities, MaxRows: limit})
 	case f.Entity != nil:
 		rows, err = queries.EventListPageByEntity(ctx, q, dbsqlc.EventListPageByEntityParams{Entity: *f.Entity,
-			BeforeID: before, Types: types, ActorID: f.ActorID, Processed: f.Processed, MaxRows: limit})
+			BeforeID: before, Types: types, ActorID: f.ActorID, Processed: f.Processed, HiddenEntities: f.HiddenEntities, MaxRows: limit})
 	case types != nil:
 		rows, err = queries.EventListPageByType(ctx, q, dbsqlc.EventListPageByTypeParams{Types: types,
-			BeforeID: before, ActorID: f.ActorID, Processed: f.Processed, MaxRows: limit})
+			BeforeID: before, ActorID: f.ActorID, Processed: f.Processed, HiddenEntities: f.HiddenEntities, MaxRows: limit})
 	case f.Processed != nil && !*f.Processed:
-		rows, err = queries.EventListPageUnprocessed(ctx, q, before, f.ActorID, limit)
+		rows, err = queries.EventListPageUnprocessed(ctx, q, before, f.ActorID, f.HiddenEntities, limit)
 	default:
-		rows, err = queries.EventListPage(ctx, q, before, f.ActorID, f.Processed, limit)
+		rows, err = queries.EventListPage(ctx, q, dbsqlc.EventListPageParams{BeforeID: before, ActorID: f.ActorID,
+			Processed: f.Processed, HiddenEntities: f.HiddenEntities, MaxRows: limit})
 	}
 	if err != nil {
 		return EventPage{}, fmt.Errorf("list events: %w", translate(err))
@@ -331,7 +336,8 @@ func (f EventFilter) types() []string {
 // resumed live feed.
 func EventsProcessedAfter(ctx context.Context, q Querier, f EventFilter, seq int64, limit int) ([]Event, error) {
 	rows, err := queries.EventListProcessedAfter(ctx, q, dbsqlc.EventListProcessedAfterParams{AfterSeq: seq,
-		Types: f.types(), Entity: f.Entity, EntityID: f.EntityID, ActorID: f.ActorID, Processed: f.Processed, MaxRows: int32(limit)})
+		Types: f.types(), Entity: f.Entity, EntityID: f.EntityID, ActorID: f.ActorID, Processed: f.Processed,
+		HiddenEntities: f.HiddenEntities, MaxRows: int32(limit)})
 	if err != nil {
 		return nil, fmt.Errorf("events after feed seq %d: %w", seq, translate(err))
 	}

@@ -174,7 +174,25 @@ func (ec *executionContext) _Delivery_lastError(ctx context.Context, field graph
 		func(ctx context.Context) (any, error) {
 			return obj.LastError, nil
 		},
-		nil,
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{})
+				if err != nil {
+					var zeroVal *string
+					return zeroVal, err
+				}
+				if ec.Directives.Allow == nil {
+					var zeroVal *string
+					return zeroVal, errors.New("directive allow is not implemented")
+				}
+				return ec.Directives.Allow(ctx, obj, directive0, roles)
+			}
+
+			next = directive1
+			return next
+		},
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
 			return ec.marshalOString2ᚖstring(ctx, selections, v)
 		},
@@ -220,7 +238,25 @@ func (ec *executionContext) _Delivery_responseBody(ctx context.Context, field gr
 		func(ctx context.Context) (any, error) {
 			return obj.ResponseBody, nil
 		},
-		nil,
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{})
+				if err != nil {
+					var zeroVal *string
+					return zeroVal, err
+				}
+				if ec.Directives.Allow == nil {
+					var zeroVal *string
+					return zeroVal, errors.New("directive allow is not implemented")
+				}
+				return ec.Directives.Allow(ctx, obj, directive0, roles)
+			}
+
+			next = directive1
+			return next
+		},
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
 			return ec.marshalOString2ᚖstring(ctx, selections, v)
 		},
@@ -401,10 +437,10 @@ func (ec *executionContext) _Delivery_attemptLog(ctx context.Context, field grap
 			return next
 		},
 		func(ctx context.Context, selections ast.SelectionSet, v []db.AttemptLog) graphql.Marshaler {
-			return ec.marshalNDeliveryAttempt2ᚕerpᚋdbᚐAttemptLogᚄ(ctx, selections, v)
+			return ec.marshalODeliveryAttempt2ᚕerpᚋdbᚐAttemptLogᚄ(ctx, selections, v)
 		},
 		true,
-		true,
+		false,
 	)
 }
 func (ec *executionContext) fieldContext_Delivery_attemptLog(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
@@ -1042,7 +1078,25 @@ func (ec *executionContext) _Subscriber_url(ctx context.Context, field graphql.C
 		func(ctx context.Context) (any, error) {
 			return obj.URL, nil
 		},
-		nil,
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{})
+				if err != nil {
+					var zeroVal *string
+					return zeroVal, err
+				}
+				if ec.Directives.Allow == nil {
+					var zeroVal *string
+					return zeroVal, errors.New("directive allow is not implemented")
+				}
+				return ec.Directives.Allow(ctx, obj, directive0, roles)
+			}
+
+			next = directive1
+			return next
+		},
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
 			return ec.marshalOString2ᚖstring(ctx, selections, v)
 		},
@@ -1088,7 +1142,25 @@ func (ec *executionContext) _Subscriber_secret(ctx context.Context, field graphq
 		func(ctx context.Context) (any, error) {
 			return ec.Resolvers.Subscriber().Secret(ctx, obj)
 		},
-		nil,
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{})
+				if err != nil {
+					var zeroVal *string
+					return zeroVal, err
+				}
+				if ec.Directives.Allow == nil {
+					var zeroVal *string
+					return zeroVal, errors.New("directive allow is not implemented")
+				}
+				return ec.Directives.Allow(ctx, obj, directive0, roles)
+			}
+
+			next = directive1
+			return next
+		},
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
 			return ec.marshalOString2ᚖstring(ctx, selections, v)
 		},
@@ -1111,12 +1183,30 @@ func (ec *executionContext) _Subscriber_hasSecret(ctx context.Context, field gra
 		func(ctx context.Context) (any, error) {
 			return obj.HasSecret, nil
 		},
-		nil,
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{})
+				if err != nil {
+					var zeroVal bool
+					return zeroVal, err
+				}
+				if ec.Directives.Allow == nil {
+					var zeroVal bool
+					return zeroVal, errors.New("directive allow is not implemented")
+				}
+				return ec.Directives.Allow(ctx, obj, directive0, roles)
+			}
+
+			next = directive1
+			return next
+		},
 		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
-			return ec.marshalNBoolean2bool(ctx, selections, v)
+			return ec.marshalOBoolean2bool(ctx, selections, v)
 		},
 		true,
-		true,
+		false,
 	)
 }
 func (ec *executionContext) fieldContext_Subscriber_hasSecret(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
@@ -1786,7 +1876,7 @@ func (ec *executionContext) _Delivery(ctx context.Context, sel ast.SelectionSet,
 			}
 		case "attemptLog":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
-				true, true,
+				true, false,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Delivery_attemptLog(ctx, field, obj)
 				})
@@ -2079,7 +2169,7 @@ func (ec *executionContext) _Subscriber(ctx context.Context, sel ast.SelectionSe
 				})
 		case "hasSecret":
 			out.Values[i] = ec._Subscriber_hasSecret(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
+			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "maxAttempts":
@@ -2224,22 +2314,6 @@ func (ec *executionContext) marshalNDeliveryAttempt2erpᚋdbᚐAttemptLog(ctx co
 	return ec._DeliveryAttempt(ctx, sel, &v)
 }
 
-func (ec *executionContext) marshalNDeliveryAttempt2ᚕerpᚋdbᚐAttemptLogᚄ(ctx context.Context, sel ast.SelectionSet, v []db.AttemptLog) graphql.Marshaler {
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
-		fc := graphql.GetFieldContext(ctx)
-		fc.Result = &v[i]
-		return ec.marshalNDeliveryAttempt2erpᚋdbᚐAttemptLog(ctx, sel, v[i])
-	})
-
-	for _, e := range ret {
-		if e == graphql.Null {
-			return graphql.Null
-		}
-	}
-
-	return ret
-}
-
 func (ec *executionContext) marshalNDeliveryConnection2ᚖerpᚋgraphᚋmodelᚐDeliveryConnection(ctx context.Context, sel ast.SelectionSet, v *model.DeliveryConnection) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "DeliveryConnection!")
@@ -2355,6 +2429,25 @@ func (ec *executionContext) unmarshalNWebhookSubscriberInput2erpᚋgraphᚋmodel
 func (ec *executionContext) unmarshalNWebhookSubscriberUpdate2erpᚋgraphᚋmodelᚐWebhookSubscriberUpdate(ctx context.Context, v any) (model.WebhookSubscriberUpdate, error) {
 	res, err := ec.unmarshalInputWebhookSubscriberUpdate(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalODeliveryAttempt2ᚕerpᚋdbᚐAttemptLogᚄ(ctx context.Context, sel ast.SelectionSet, v []db.AttemptLog) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNDeliveryAttempt2erpᚋdbᚐAttemptLog(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
 }
 
 func (ec *executionContext) unmarshalODeliveryFilter2ᚖerpᚋgraphᚋmodelᚐDeliveryFilter(ctx context.Context, v any) (*model.DeliveryFilter, error) {

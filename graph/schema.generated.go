@@ -3205,8 +3205,20 @@ func (ec *executionContext) _Mutation_issueToken(ctx context.Context, field grap
 				}
 				return ec.Directives.Allow(ctx, nil, directive0, roles)
 			}
+			directive2 := func(ctx context.Context) (any, error) {
+				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{})
+				if err != nil {
+					var zeroVal *model.IssuedToken
+					return zeroVal, err
+				}
+				if ec.Directives.Allow == nil {
+					var zeroVal *model.IssuedToken
+					return zeroVal, errors.New("directive allow is not implemented")
+				}
+				return ec.Directives.Allow(ctx, nil, directive1, roles)
+			}
 
-			next = directive1
+			next = directive2
 			return next
 		},
 		func(ctx context.Context, selections ast.SelectionSet, v *model.IssuedToken) graphql.Marshaler {
@@ -3267,8 +3279,20 @@ func (ec *executionContext) _Mutation_revokeToken(ctx context.Context, field gra
 				}
 				return ec.Directives.Allow(ctx, nil, directive0, roles)
 			}
+			directive2 := func(ctx context.Context) (any, error) {
+				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{})
+				if err != nil {
+					var zeroVal *db.APIToken
+					return zeroVal, err
+				}
+				if ec.Directives.Allow == nil {
+					var zeroVal *db.APIToken
+					return zeroVal, errors.New("directive allow is not implemented")
+				}
+				return ec.Directives.Allow(ctx, nil, directive1, roles)
+			}
 
-			next = directive1
+			next = directive2
 			return next
 		},
 		func(ctx context.Context, selections ast.SelectionSet, v *db.APIToken) graphql.Marshaler {
@@ -4509,8 +4533,20 @@ func (ec *executionContext) _Query_tokens(ctx context.Context, field graphql.Col
 				}
 				return ec.Directives.Allow(ctx, nil, directive0, roles)
 			}
+			directive2 := func(ctx context.Context) (any, error) {
+				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{})
+				if err != nil {
+					var zeroVal []db.APIToken
+					return zeroVal, err
+				}
+				if ec.Directives.Allow == nil {
+					var zeroVal []db.APIToken
+					return zeroVal, errors.New("directive allow is not implemented")
+				}
+				return ec.Directives.Allow(ctx, nil, directive1, roles)
+			}
 
-			next = directive1
+			next = directive2
 			return next
 		},
 		func(ctx context.Context, selections ast.SelectionSet, v []db.APIToken) graphql.Marshaler {

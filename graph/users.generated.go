@@ -6,6 +6,7 @@ import (
 	"context"
 	"erp/db"
 	"erp/graph/model"
+	"errors"
 	"math"
 	"strconv"
 	"sync/atomic"
@@ -247,7 +248,25 @@ func (ec *executionContext) _IssuedToken_info(ctx context.Context, field graphql
 		func(ctx context.Context) (any, error) {
 			return obj.Info, nil
 		},
-		nil,
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{})
+				if err != nil {
+					var zeroVal *db.APIToken
+					return zeroVal, err
+				}
+				if ec.Directives.Allow == nil {
+					var zeroVal *db.APIToken
+					return zeroVal, errors.New("directive allow is not implemented")
+				}
+				return ec.Directives.Allow(ctx, obj, directive0, roles)
+			}
+
+			next = directive1
+			return next
+		},
 		func(ctx context.Context, selections ast.SelectionSet, v *db.APIToken) graphql.Marshaler {
 			return ec.marshalNApiToken2ᚖerpᚋdbᚐAPIToken(ctx, selections, v)
 		},

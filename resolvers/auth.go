@@ -99,9 +99,11 @@ func actorID(ctx context.Context) *int64 {
 }
 
 // Allow implements the @allow(roles) directive, the one place where roles
-// are checked: admins pass, the listed roles pass, everyone else gets
-// FORBIDDEN before the resolver runs (so nothing is written). Refusals are
-// logged for audit, not journaled.
+// are checked against fields and types: admins pass, the listed roles
+// pass, everyone else gets FORBIDDEN before the resolver runs (so nothing
+// is written). On a type it runs at every field that returns the type.
+// Refusals are logged for audit, not journaled; one log line for a field
+// refused in every row of a list.
 func (r *Resolver) Allow(ctx context.Context, _ any, next graphql.Resolver, roles []model.Role) (any, error) {
 	u, ok := UserFrom(ctx)
 	if !ok {
@@ -128,9 +130,68 @@ func (r *Resolver) Allow(ctx context.Context, _ any, next graphql.Resolver, role
 		return next(ctx)
 	}
 	field := ""
-	if fc := graphql.GetFieldContext(ctx); fc != nil {
+	fc := graphql.GetFieldContext(ctx)
+	if fc != nil {
 		field = fc.Object + "." + fc.Field.Name
 	}
-	r.Logger.WarnContext(ctx, "permission refused", slog.String("user", u.Login), slog.String("role", u.Role), slog.String("field", field))
+	if firstOfLists(fc) {
+		r.Logger.WarnContext(ctx, "permission refused", slog.String("user", u.Login), slog.String("role", u.Role), slog.String("field", field))
+	}
 	return nil, fmt.Errorf("%s: %w", field, ErrForbidden)
+}
+
+// firstOfLists reports whether fc is in the first element of every list
+// above it: a field refused in each row of a page is logged once.
+func firstOfLists(fc *graphql.FieldContext) bool {
+	for ; fc != nil; fc = fc.Parent {
+		if fc.Index != nil && *fc.Index > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// adminOnlyEntities are the journal's tables (events.entity) whose events
+// only admins read: users and their tokens (user.*, token.*).
+var adminOnlyEntities = []string{db.EntityUsers}
+
+// authorizeEventFilter is the rule of which journal events role (a
+// db.Role* value) reads, for events, event, eventProcessed and the
+// delivery lists: it returns f as role may read with it. An admin reads
+// every event (f unchanged); any other role reads f without the events of
+// adminOnlyEntities (HiddenEntities), and f naming one of those tables
+// (f.Entity, normalized) is ErrForbidden. A subscription re-authorized
+// for a new role must take the returned filter, or end on the error.
+func authorizeEventFilter(role string, f db.EventFilter) (db.EventFilter, error) {
+	if role == db.RoleAdmin {
+		return f, nil
+	}
+	if f.Entity != nil && slices.Contains(adminOnlyEntities, *f.Entity) {
+		return f, fmt.Errorf("filter.entity %s: events of users and tokens are for admins: %w", *f.Entity, ErrForbidden)
+	}
+	f.HiddenEntities = adminOnlyEntities
+	return f, nil
+}
+
+// eventFilterOf is authorizeEventFilter for the user of ctx.
+func eventFilterOf(ctx context.Context, f db.EventFilter) (db.EventFilter, error) {
+	u, ok := UserFrom(ctx)
+	if !ok {
+		return f, ErrUnauthenticated
+	}
+	return authorizeEventFilter(u.Role, f)
+}
+
+// readableEvent is nil when the user of ctx may read ev
+// (authorizeEventFilter), else ErrForbidden: for one event asked for by
+// id, where a refusal leaks nothing a list would not.
+func readableEvent(ctx context.Context, ev db.Event) error {
+	f, err := eventFilterOf(ctx, db.EventFilter{})
+	if err != nil {
+		return err
+	}
+	if !f.Matches(ev) {
+		return fmt.Errorf("event %d: events of %s are for admins: %w", ev.ID, ev.Entity, ErrForbidden)
+	}
+	return nil
 }

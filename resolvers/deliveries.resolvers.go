@@ -18,7 +18,13 @@ import (
 
 func (r *deliveryResolver) Event(ctx context.Context, obj *db.Delivery) (*db.Event, error) {
 	ev, err := r.eventOf(ctx, obj.EventID)
-	return &ev, err
+	if err != nil {
+		return nil, err
+	}
+	if err := readableEvent(ctx, ev); err != nil {
+		return nil, err
+	}
+	return &ev, nil
 }
 
 func (r *deliveryResolver) Subscriber(ctx context.Context, obj *db.Delivery) (*db.Subscriber, error) {

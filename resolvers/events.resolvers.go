@@ -21,6 +21,9 @@ func (r *queryResolver) Events(ctx context.Context, filter *db.EventFilter, firs
 	if err != nil {
 		return nil, err
 	}
+	if f, err = eventFilterOf(ctx, f); err != nil {
+		return nil, err
+	}
 	n := defaultPageSize
 	if first != nil {
 		n = *first
@@ -48,7 +51,14 @@ func (r *queryResolver) Events(ctx context.Context, filter *db.EventFilter, firs
 }
 
 func (r *queryResolver) Event(ctx context.Context, id int64) (*db.Event, error) {
-	return orNil(db.EventByID(ctx, r.Pool, id))
+	ev, err := orNil(db.EventByID(ctx, r.Pool, id))
+	if ev == nil || err != nil {
+		return ev, err
+	}
+	if err := readableEvent(ctx, *ev); err != nil {
+		return nil, err
+	}
+	return ev, nil
 }
 
 func (r *subscriptionResolver) EventProcessed(ctx context.Context, filter *db.EventFilter, after *string) (<-chan *db.Event, error) {
@@ -63,6 +73,9 @@ func (r *subscriptionResolver) EventProcessed(ctx context.Context, filter *db.Ev
 	if f.Processed != nil && !*f.Processed {
 		// It would match nothing the feed ever carries.
 		return nil, &db.InputError{Field: "filter.processed", Msg: "eventProcessed carries processed events only: leave processed out or set it true"}
+	}
+	if f, err = eventFilterOf(ctx, f); err != nil {
+		return nil, err
 	}
 	return r.liveEvents(ctx, f, after)
 }

@@ -77,6 +77,11 @@ func (r *Resolver) deliveryPage(ctx context.Context, f db.DeliveryFilter, first 
 	if after != nil {
 		cursor = *after
 	}
+	visible, err := eventFilterOf(ctx, db.EventFilter{})
+	if err != nil {
+		return nil, err
+	}
+	f.HiddenEntities = visible.HiddenEntities
 	page, err := db.ListDeliveries(ctx, r.Pool, f, n, cursor)
 	if err != nil {
 		return nil, err

@@ -249,16 +249,19 @@ func (a *Auth) WatchTokens(ctx context.Context) {
 	}
 }
 
-// RolesUpfront is a gqlgen extension that checks @allow on every root
-// field of an operation, and on every field below them that carries one
-// (Delivery.attemptLog), before the first one runs. Root mutation fields
-// run one after another, each in its own transaction; without this, a
-// mutation whose second field is refused would already have committed its
-// first, behind a reply of errors and data: null. A field below the root
-// would be refused once per object of a page, each refusal an error and a
-// log line, after the page was read. The Allow directive still guards
-// each field as it runs.
-type RolesUpfront struct{}
+// RolesUpfront is a gqlgen extension that checks @allow, on a field or on
+// the type it returns (Subscriber.url, DeliveryAttempt), on every field of
+// a mutation or a subscription before the first one runs. Root mutation
+// fields run one after another, each in its own transaction; without
+// this, a mutation whose second field is refused would already have
+// committed its first, behind a reply of errors and data: null; a
+// subscription would carry a refusal in every event for as long as it
+// runs. A query is left to the Allow directive, which refuses a field at
+// its path and keeps the rest of the answer. Schema is the executable
+// schema's, where the types' directives are.
+type RolesUpfront struct {
+	Schema *ast.Schema
+}
 
 var _ interface {
 	graphql.HandlerExtension
@@ -272,9 +275,9 @@ func (RolesUpfront) ExtensionName() string { return "RolesUpfront" }
 func (RolesUpfront) Validate(graphql.ExecutableSchema) error { return nil }
 
 // MutateOperationContext implements graphql.OperationContextMutator.
-func (RolesUpfront) MutateOperationContext(ctx context.Context, opCtx *graphql.OperationContext) *gqlerror.Error {
+func (ru RolesUpfront) MutateOperationContext(ctx context.Context, opCtx *graphql.OperationContext) *gqlerror.Error {
 	u, ok := resolvers.UserFrom(ctx)
-	if !ok || opCtx.Operation == nil || u.Role == db.RoleAdmin {
+	if !ok || opCtx.Operation == nil || opCtx.Operation.Operation == ast.Query || u.Role == db.RoleAdmin {
 		return nil
 	}
 	memo := map[*ast.FragmentDefinition]*ast.Field{}
@@ -284,9 +287,8 @@ func (RolesUpfront) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 			continue
 		}
 		name := def.Name
-		allow := def.Directives.ForName("allow")
-		if allow != nil && allowedRoles(allow).contains(u.Role) {
-			below := refusedBelow(f.Selections, u.Role, opCtx.Variables, memo)
+		if ru.allows(def, u.Role) {
+			below := ru.refusedBelow(f.Selections, u.Role, opCtx.Variables, memo)
 			if below == nil {
 				continue
 			}
@@ -299,12 +301,29 @@ func (RolesUpfront) MutateOperationContext(ctx context.Context, opCtx *graphql.O
 	return nil
 }
 
-// refusedBelow returns the first field of set, at any depth, whose @allow
-// does not list role, or nil. A field without @allow is open to whoever
-// may call the root field above it. What @skip or @include leaves out is
-// not asked for, so not checked. memo keeps fragments spread many times
+// allows reports whether role passes the @allow of field def and of the
+// type it returns; what carries none is open to whoever may call the root
+// field above it.
+func (ru RolesUpfront) allows(def *ast.FieldDefinition, role string) bool {
+	if d := def.Directives.ForName("allow"); d != nil && !allowedRoles(d).contains(role) {
+		return false
+	}
+	if ru.Schema == nil || def.Type == nil {
+		return true
+	}
+	if t := ru.Schema.Types[def.Type.Name()]; t != nil {
+		if d := t.Directives.ForName("allow"); d != nil && !allowedRoles(d).contains(role) {
+			return false
+		}
+	}
+	return true
+}
+
+// refusedBelow returns the first field of set, at any depth, that role
+// may not read (allows), or nil. What @skip or @include leaves out is not
+// asked for, so not checked. memo keeps fragments spread many times
 // linear; validation has already refused cycles.
-func refusedBelow(set ast.SelectionSet, role string, vars map[string]any, memo map[*ast.FragmentDefinition]*ast.Field) *ast.Field {
+func (ru RolesUpfront) refusedBelow(set ast.SelectionSet, role string, vars map[string]any, memo map[*ast.FragmentDefinition]*ast.Field) *ast.Field {
 	for _, sel := range set {
 		var found *ast.Field
 		switch s := sel.(type) {
@@ -312,15 +331,13 @@ func refusedBelow(set ast.SelectionSet, role string, vars map[string]any, memo m
 			if !included(s.Directives, vars) {
 				continue
 			}
-			if s.Definition != nil {
-				if allow := s.Definition.Directives.ForName("allow"); allow != nil && !allowedRoles(allow).contains(role) {
-					return s
-				}
+			if s.Definition != nil && !ru.allows(s.Definition, role) {
+				return s
 			}
-			found = refusedBelow(s.SelectionSet, role, vars, memo)
+			found = ru.refusedBelow(s.SelectionSet, role, vars, memo)
 		case *ast.InlineFragment:
 			if included(s.Directives, vars) {
-				found = refusedBelow(s.SelectionSet, role, vars, memo)
+				found = ru.refusedBelow(s.SelectionSet, role, vars, memo)
 			}
 		case *ast.FragmentSpread:
 			if s.Definition == nil || !included(s.Directives, vars) {
@@ -328,7 +345,7 @@ func refusedBelow(set ast.SelectionSet, role string, vars map[string]any, memo m
 			}
 			var ok bool
 			if found, ok = memo[s.Definition]; !ok {
-				found = refusedBelow(s.Definition.SelectionSet, role, vars, memo)
+				found = ru.refusedBelow(s.Definition.SelectionSet, role, vars, memo)
 				memo[s.Definition] = found
 			}
 		}

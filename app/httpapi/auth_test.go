@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -376,29 +377,43 @@ func TestARefusedFieldStopsTheWholeMutation(t *testing.T) {
 }
 
 // A field below the root that is more restricted than the root field
-// (Delivery.attemptLog, admins only) refuses the whole operation once,
-// before anything runs, however it is reached; left out by @include or
-// @skip, it is not asked for.
-func TestARestrictedFieldBelowTheRootIsRefusedUpfront(t *testing.T) {
+// (DeliveryAttempt, admins only) is refused in a query at its path, in
+// every row, with the rest of the answer intact and one log line, however
+// it is reached; left out by @include or @skip, it is not asked for.
+func TestARestrictedFieldBelowTheRootIsRefusedAtItsPath(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(rcv.Close)
+	apptest.CreateWebhook(t, s, "receiver", rcv.URL, "", nil)
+	apptest.GQL[map[string]any](t, s, apptest.CreateSalesOrder, map[string]any{"customer": "c"})
+	apptest.WaitAllProcessed(t, s)
+	ev := apptest.GQL[struct {
+		Events struct{ Edges []struct{ Node struct{ ID string } } }
+	}](t, s, `{ events(first: 1, filter: {types: ["doc.created"]}) { edges { node { id } } } }`, nil).Events.Edges[0].Node.ID
 	viewer := apptest.RoleToken(t, s, "viewer", "VIEWER")
 	refused := []struct {
 		name, query string
 		vars        map[string]any
 	}{
 		{"in a page", `{ deliveries { edges { node { status attemptLog { at } } } } }`, nil},
-		{"aliased", `{ d: deadDeliveries { edges { node { log: attemptLog { at } } } } }`, nil},
+		{"aliased", `{ d: deliveries { edges { node { log: attemptLog { at } } } } }`, nil},
 		{"in a fragment", `{ events(first: 5) { edges { node { ...D } } } } fragment D on Event { deliveries { attemptLog { at } } }`, nil},
-		{"in an inline fragment", `{ event(id: "1") { ... on Event { deliveries { attemptLog { error } } } } }`, nil},
+		{"in an inline fragment", `query($id: ID!) { event(id: $id) { ... on Event { deliveries { attemptLog { error } } } } }`, map[string]any{"id": ev}},
 		{"included", `query($a: Boolean!) { deliveries { edges { node { attemptLog @include(if: $a) { at } } } } }`, map[string]any{"a": true}},
 	}
 	for _, tt := range refused {
+		logged := refusals(t, s)
 		_, res := s.Do(t, viewer, tt.query, tt.vars)
-		require.Len(t, res.Errors, 1, "%s: one refusal, not one per delivery: %+v", tt.name, res.Errors)
-		require.Equal(t, "FORBIDDEN", res.Errors[0].Extensions["code"], tt.name)
-		require.Equal(t, "Delivery.attemptLog: your role may not do this", res.Errors[0].Message, tt.name)
-		require.Empty(t, res.Data, "%s: refused before anything ran", tt.name)
+		require.NotEmpty(t, res.Errors, tt.name)
+		for _, e := range res.Errors {
+			require.Equal(t, "FORBIDDEN", e.Extensions["code"], tt.name)
+			require.Equal(t, "Delivery.attemptLog: your role may not do this", e.Message, tt.name)
+			require.Contains(t, []any{"attemptLog", "log"}, e.Path[len(e.Path)-1], "%s: the error is at the field: %v", tt.name, e.Path)
+		}
+		require.Regexp(t, `"(attemptLog|log)":null`, string(res.Data), "%s: the rest of the answer is intact", tt.name)
+		require.Equal(t, logged+1, refusals(t, s), "%s: one log line, not one per row", tt.name)
 	}
 	allowed := []struct {
 		name, query string
@@ -414,6 +429,17 @@ func TestARestrictedFieldBelowTheRootIsRefusedUpfront(t *testing.T) {
 	}
 	_, res := s.Do(t, s.Token, refused[0].query, nil)
 	require.Empty(t, res.Errors, "an admin reads attempt logs")
+}
+
+// refusals counts the "permission refused" lines s logged so far.
+func refusals(t *testing.T, s *apptest.Server) int {
+	n := 0
+	for _, rec := range s.Logs(t) {
+		if rec["msg"] == "permission refused" {
+			n++
+		}
+	}
+	return n
 }
 
 // Token owners are cached for a moment (httpapi's tokenCacheTTL), so a

@@ -2,6 +2,8 @@
 -- which joins each event's actor). The page queries are one per filter
 -- shape, so that each keeps its index under a generic plan; the filters
 -- left optional in each are row filters, never what picks the index.
+-- hidden_entities leaves out the events of tables the reader may not see
+-- (users and tokens, for every role but admin).
 
 -- name: EventGetByID :one
 SELECT * FROM event_rows WHERE id = @id;
@@ -29,6 +31,7 @@ SELECT * FROM event_rows
 WHERE id < @before_id
   AND (sqlc.narg('actor_id')::bigint IS NULL OR actor_id = sqlc.narg('actor_id'))
   AND (sqlc.narg('processed')::boolean IS NULL OR (processed_at IS NOT NULL) = sqlc.narg('processed'))
+  AND (sqlc.narg('hidden_entities')::text[] IS NULL OR entity <> ALL(sqlc.narg('hidden_entities')::text[]))
 ORDER BY id DESC LIMIT @max_rows;
 
 -- name: EventListPageByEntityID :many
@@ -38,6 +41,7 @@ WHERE entity = @entity AND entity_id = @entity_id AND id < @before_id
   AND (sqlc.narg('types')::text[] IS NULL OR type = ANY(sqlc.narg('types')::text[]))
   AND (sqlc.narg('actor_id')::bigint IS NULL OR actor_id = sqlc.narg('actor_id'))
   AND (sqlc.narg('processed')::boolean IS NULL OR (processed_at IS NOT NULL) = sqlc.narg('processed'))
+  AND (sqlc.narg('hidden_entities')::text[] IS NULL OR entity <> ALL(sqlc.narg('hidden_entities')::text[]))
 ORDER BY id DESC LIMIT @max_rows;
 
 -- name: EventListPageByEntity :many
@@ -47,6 +51,7 @@ WHERE entity = @entity AND id < @before_id
   AND (sqlc.narg('types')::text[] IS NULL OR type = ANY(sqlc.narg('types')::text[]))
   AND (sqlc.narg('actor_id')::bigint IS NULL OR actor_id = sqlc.narg('actor_id'))
   AND (sqlc.narg('processed')::boolean IS NULL OR (processed_at IS NOT NULL) = sqlc.narg('processed'))
+  AND (sqlc.narg('hidden_entities')::text[] IS NULL OR entity <> ALL(sqlc.narg('hidden_entities')::text[]))
 ORDER BY id DESC LIMIT @max_rows;
 
 -- name: EventListPageByType :many
@@ -55,6 +60,7 @@ SELECT * FROM event_rows
 WHERE type = ANY(@types::text[]) AND id < @before_id
   AND (sqlc.narg('actor_id')::bigint IS NULL OR actor_id = sqlc.narg('actor_id'))
   AND (sqlc.narg('processed')::boolean IS NULL OR (processed_at IS NOT NULL) = sqlc.narg('processed'))
+  AND (sqlc.narg('hidden_entities')::text[] IS NULL OR entity <> ALL(sqlc.narg('hidden_entities')::text[]))
 ORDER BY id DESC LIMIT @max_rows;
 
 -- name: EventListPageUnprocessed :many
@@ -62,6 +68,7 @@ ORDER BY id DESC LIMIT @max_rows;
 SELECT * FROM event_rows
 WHERE processed_at IS NULL AND id < @before_id
   AND (sqlc.narg('actor_id')::bigint IS NULL OR actor_id = sqlc.narg('actor_id'))
+  AND (sqlc.narg('hidden_entities')::text[] IS NULL OR entity <> ALL(sqlc.narg('hidden_entities')::text[]))
 ORDER BY id DESC LIMIT @max_rows;
 
 -- name: EventListProcessedAfter :many
@@ -74,6 +81,7 @@ WHERE feed_seq > @after_seq::bigint
   AND (sqlc.narg('entity_id')::bigint IS NULL OR entity_id = sqlc.narg('entity_id'))
   AND (sqlc.narg('actor_id')::bigint IS NULL OR actor_id = sqlc.narg('actor_id'))
   AND (sqlc.narg('processed')::boolean IS NULL OR (processed_at IS NOT NULL) = sqlc.narg('processed'))
+  AND (sqlc.narg('hidden_entities')::text[] IS NULL OR entity <> ALL(sqlc.narg('hidden_entities')::text[]))
 ORDER BY feed_seq LIMIT @max_rows;
 
 -- name: EventGetLastFeedSeq :one

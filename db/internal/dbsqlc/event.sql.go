@@ -19,6 +19,8 @@ SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at,
 // which joins each event's actor). The page queries are one per filter
 // shape, so that each keeps its index under a generic plan; the filters
 // left optional in each are row filters, never what picks the index.
+// hidden_entities leaves out the events of tables the reader may not see
+// (users and tokens, for every role but admin).
 func (q *Queries) EventGetByID(ctx context.Context, db DBTX, id int64) (EventRow, error) {
 	row := db.QueryRow(ctx, eventGetByID, id)
 	var i EventRow
@@ -170,16 +172,26 @@ SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at,
 WHERE id < $1
   AND ($2::bigint IS NULL OR actor_id = $2)
   AND ($3::boolean IS NULL OR (processed_at IS NOT NULL) = $3)
-ORDER BY id DESC LIMIT $4
+  AND ($4::text[] IS NULL OR entity <> ALL($4::text[]))
+ORDER BY id DESC LIMIT $5
 `
 
+type EventListPageParams struct {
+	BeforeID       int64
+	ActorID        *int64
+	Processed      *bool
+	HiddenEntities []string
+	MaxRows        int32
+}
+
 // Newest first below @before_id, by the primary key.
-func (q *Queries) EventListPage(ctx context.Context, db DBTX, beforeID int64, actorID *int64, processed *bool, maxRows int32) ([]EventRow, error) {
+func (q *Queries) EventListPage(ctx context.Context, db DBTX, arg EventListPageParams) ([]EventRow, error) {
 	rows, err := db.Query(ctx, eventListPage,
-		beforeID,
-		actorID,
-		processed,
-		maxRows,
+		arg.BeforeID,
+		arg.ActorID,
+		arg.Processed,
+		arg.HiddenEntities,
+		arg.MaxRows,
 	)
 	if err != nil {
 		return nil, err
@@ -221,16 +233,18 @@ WHERE entity = $1 AND id < $2
   AND ($3::text[] IS NULL OR type = ANY($3::text[]))
   AND ($4::bigint IS NULL OR actor_id = $4)
   AND ($5::boolean IS NULL OR (processed_at IS NOT NULL) = $5)
-ORDER BY id DESC LIMIT $6
+  AND ($6::text[] IS NULL OR entity <> ALL($6::text[]))
+ORDER BY id DESC LIMIT $7
 `
 
 type EventListPageByEntityParams struct {
-	Entity    string
-	BeforeID  int64
-	Types     []string
-	ActorID   *int64
-	Processed *bool
-	MaxRows   int32
+	Entity         string
+	BeforeID       int64
+	Types          []string
+	ActorID        *int64
+	Processed      *bool
+	HiddenEntities []string
+	MaxRows        int32
 }
 
 // One table's events (index events_entity).
@@ -241,6 +255,7 @@ func (q *Queries) EventListPageByEntity(ctx context.Context, db DBTX, arg EventL
 		arg.Types,
 		arg.ActorID,
 		arg.Processed,
+		arg.HiddenEntities,
 		arg.MaxRows,
 	)
 	if err != nil {
@@ -283,17 +298,19 @@ WHERE entity = $1 AND entity_id = $2 AND id < $3
   AND ($4::text[] IS NULL OR type = ANY($4::text[]))
   AND ($5::bigint IS NULL OR actor_id = $5)
   AND ($6::boolean IS NULL OR (processed_at IS NOT NULL) = $6)
-ORDER BY id DESC LIMIT $7
+  AND ($7::text[] IS NULL OR entity <> ALL($7::text[]))
+ORDER BY id DESC LIMIT $8
 `
 
 type EventListPageByEntityIDParams struct {
-	Entity    string
-	EntityID  int64
-	BeforeID  int64
-	Types     []string
-	ActorID   *int64
-	Processed *bool
-	MaxRows   int32
+	Entity         string
+	EntityID       int64
+	BeforeID       int64
+	Types          []string
+	ActorID        *int64
+	Processed      *bool
+	HiddenEntities []string
+	MaxRows        int32
 }
 
 // One document's events (index events_entity).
@@ -305,6 +322,7 @@ func (q *Queries) EventListPageByEntityID(ctx context.Context, db DBTX, arg Even
 		arg.Types,
 		arg.ActorID,
 		arg.Processed,
+		arg.HiddenEntities,
 		arg.MaxRows,
 	)
 	if err != nil {
@@ -346,15 +364,17 @@ SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at,
 WHERE type = ANY($1::text[]) AND id < $2
   AND ($3::bigint IS NULL OR actor_id = $3)
   AND ($4::boolean IS NULL OR (processed_at IS NOT NULL) = $4)
-ORDER BY id DESC LIMIT $5
+  AND ($5::text[] IS NULL OR entity <> ALL($5::text[]))
+ORDER BY id DESC LIMIT $6
 `
 
 type EventListPageByTypeParams struct {
-	Types     []string
-	BeforeID  int64
-	ActorID   *int64
-	Processed *bool
-	MaxRows   int32
+	Types          []string
+	BeforeID       int64
+	ActorID        *int64
+	Processed      *bool
+	HiddenEntities []string
+	MaxRows        int32
 }
 
 // Events of the given types (index events_type).
@@ -364,6 +384,7 @@ func (q *Queries) EventListPageByType(ctx context.Context, db DBTX, arg EventLis
 		arg.BeforeID,
 		arg.ActorID,
 		arg.Processed,
+		arg.HiddenEntities,
 		arg.MaxRows,
 	)
 	if err != nil {
@@ -404,12 +425,18 @@ const eventListPageUnprocessed = `-- name: EventListPageUnprocessed :many
 SELECT id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, trace_parent, actor_login, actor_name, actor_role FROM event_rows
 WHERE processed_at IS NULL AND id < $1
   AND ($2::bigint IS NULL OR actor_id = $2)
-ORDER BY id DESC LIMIT $3
+  AND ($3::text[] IS NULL OR entity <> ALL($3::text[]))
+ORDER BY id DESC LIMIT $4
 `
 
 // Events not processed yet (index events_unprocessed).
-func (q *Queries) EventListPageUnprocessed(ctx context.Context, db DBTX, beforeID int64, actorID *int64, maxRows int32) ([]EventRow, error) {
-	rows, err := db.Query(ctx, eventListPageUnprocessed, beforeID, actorID, maxRows)
+func (q *Queries) EventListPageUnprocessed(ctx context.Context, db DBTX, beforeID int64, actorID *int64, hiddenEntities []string, maxRows int32) ([]EventRow, error) {
+	rows, err := db.Query(ctx, eventListPageUnprocessed,
+		beforeID,
+		actorID,
+		hiddenEntities,
+		maxRows,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -452,17 +479,19 @@ WHERE feed_seq > $1::bigint
   AND ($4::bigint IS NULL OR entity_id = $4)
   AND ($5::bigint IS NULL OR actor_id = $5)
   AND ($6::boolean IS NULL OR (processed_at IS NOT NULL) = $6)
-ORDER BY feed_seq LIMIT $7
+  AND ($7::text[] IS NULL OR entity <> ALL($7::text[]))
+ORDER BY feed_seq LIMIT $8
 `
 
 type EventListProcessedAfterParams struct {
-	AfterSeq  int64
-	Types     []string
-	Entity    *string
-	EntityID  *int64
-	ActorID   *int64
-	Processed *bool
-	MaxRows   int32
+	AfterSeq       int64
+	Types          []string
+	Entity         *string
+	EntityID       *int64
+	ActorID        *int64
+	Processed      *bool
+	HiddenEntities []string
+	MaxRows        int32
 }
 
 // The live feed's back-fill: processed events past a feed sequence, in
@@ -475,6 +504,7 @@ func (q *Queries) EventListProcessedAfter(ctx context.Context, db DBTX, arg Even
 		arg.EntityID,
 		arg.ActorID,
 		arg.Processed,
+		arg.HiddenEntities,
 		arg.MaxRows,
 	)
 	if err != nil {
