@@ -390,7 +390,9 @@ func TestARestrictedFieldBelowTheRootIsRefusedAtItsPath(t *testing.T) {
 	apptest.GQL[map[string]any](t, s, apptest.CreateSalesOrder, map[string]any{"customer": "c"})
 	apptest.WaitAllProcessed(t, s)
 	ev := apptest.GQL[struct {
-		Events struct{ Edges []struct{ Node struct{ ID string } } }
+		Events struct {
+			Edges []struct{ Node struct{ ID string } }
+		}
 	}](t, s, `{ events(first: 1, filter: {types: ["doc.created"]}) { edges { node { id } } } }`, nil).Events.Edges[0].Node.ID
 	viewer := apptest.RoleToken(t, s, "viewer", "VIEWER")
 	refused := []struct {
