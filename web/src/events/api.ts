@@ -6,12 +6,13 @@ import { authHeaders } from '../session';
 export interface Delivery {
   status: 'PENDING' | 'DELIVERED' | 'FAILED' | 'DEAD';
   attempts: number;
-  lastError: string | null;
+  /** Admins only (it quotes the receiver's answer): absent for other roles. */
+  lastError?: string | null;
   nextAttemptAt: string | null;
   subscriber: { name: string };
 }
 
-/** One journal row, as the page selects it (EVENT_FIELDS). */
+/** One journal row, as the page selects it (eventFields). */
 export interface JournalEvent {
   id: string;
   type: string;
@@ -26,10 +27,18 @@ export interface JournalEvent {
   deliveries: Delivery[];
 }
 
-export const EVENT_FIELDS = `
+/** The fields of a Delivery the page selects; lastError only for an admin, whom alone the server lets read it. */
+export function deliveryFields(admin: boolean): string {
+  return `status attempts ${admin ? 'lastError ' : ''}nextAttemptAt subscriber { name }`;
+}
+
+/** The fields of an Event the page selects (JournalEvent). */
+export function eventFields(admin: boolean): string {
+  return `
   id type entity entityId object payload createdAt processedAt cursor
   actor { displayName }
-  deliveries { status attempts lastError nextAttemptAt subscriber { name } }`;
+  deliveries { ${deliveryFields(admin)} }`;
+}
 
 /** The variables of EventFilter. */
 export interface EventFilter {
@@ -80,15 +89,21 @@ export interface EventPage {
   endCursor: string | null;
 }
 
-/** One page of the journal, newest first. */
-export async function listEvents(token: string, filter: EventFilter, first: number, after: string | null): Promise<EventPage> {
+/** One page of the journal, newest first; with admin, the deliveries' last errors too. */
+export async function listEvents(
+  token: string,
+  filter: EventFilter,
+  first: number,
+  after: string | null,
+  admin = false,
+): Promise<EventPage> {
   const data = await gql<{
     events: { edges: { node: JournalEvent }[]; pageInfo: { hasNextPage: boolean; endCursor: string | null } };
   }>(
     token,
     `query Journal($filter: EventFilter, $first: Int, $after: String) {
       events(filter: $filter, first: $first, after: $after) {
-        edges { node { ${EVENT_FIELDS} } }
+        edges { node { ${eventFields(admin)} } }
         pageInfo { hasNextPage endCursor }
       }
     }`,

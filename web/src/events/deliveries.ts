@@ -20,7 +20,8 @@ interface Attempt {
 interface EventDelivery {
   status: 'PENDING' | 'DELIVERED' | 'FAILED' | 'DEAD';
   attempts: number;
-  lastError: string | null;
+  /** Admins only, as attemptLog. */
+  lastError?: string | null;
   nextAttemptAt: string | null;
   deliveredAt: string | null;
   subscriber: { name: string; kind: 'BUILTIN' | 'WEBHOOK' };
@@ -40,7 +41,7 @@ const QUERY = `query EventDeliveries($id: ID!, $admin: Boolean!) {
   event(id: $id) {
     id type object createdAt
     deliveries {
-      status attempts lastError nextAttemptAt deliveredAt subscriber { name kind }
+      status attempts lastError @include(if: $admin) nextAttemptAt deliveredAt subscriber { name kind }
       attemptLog @include(if: $admin) { attempt at status durationMs responseStatus responseBody error }
     }
   }

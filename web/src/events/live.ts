@@ -3,7 +3,7 @@
 
 import { createClient, type Client } from 'graphql-ws';
 import { authHeaders, wsURL } from '../session';
-import { EVENT_FIELDS, type EventFilter, type JournalEvent } from './api';
+import { eventFields, type EventFilter, type JournalEvent } from './api';
 
 /** The server's close code for a refused token (before connection_ack). */
 const CLOSE_UNAUTHORIZED = 4403;
@@ -14,9 +14,12 @@ const PONG_WITHIN = 5_000;
 const RETRY_FIRST = 500;
 const RETRY_CAP = 10_000;
 
-const SUBSCRIPTION = `subscription Live($filter: EventFilter, $after: String) {
-  eventProcessed(filter: $filter, after: $after) { ${EVENT_FIELDS} }
+/** The feed's operation; with admin, the deliveries' last errors too. */
+function subscription(admin: boolean): string {
+  return `subscription Live($filter: EventFilter, $after: String) {
+  eventProcessed(filter: $filter, after: $after) { ${eventFields(admin)} }
 }`;
+}
 
 export type LiveState = 'connecting' | 'live' | 'down' | 'failed';
 
@@ -42,13 +45,15 @@ export class LiveFeed {
 
   /**
    * cursor is where to resume: events processed after it are replayed
-   * before the feed goes live; null starts at "now".
+   * before the feed goes live; null starts at "now". admin: the token is
+   * an admin's, whose events carry their deliveries' last errors.
    */
   constructor(
     token: string,
     private filter: EventFilter,
     private cursor: string | null,
     private on: LiveHandlers,
+    private admin = false,
   ) {
     let socket: WebSocket | undefined;
     let pongTimer: ReturnType<typeof setTimeout> | undefined;
@@ -99,7 +104,7 @@ export class LiveFeed {
 
   private subscribe(): void {
     this.unsubscribe = this.client.subscribe<{ eventProcessed: JournalEvent }>(
-      { query: SUBSCRIPTION, variables: { filter: this.filter, after: this.cursor } },
+      { query: subscription(this.admin), variables: { filter: this.filter, after: this.cursor } },
       {
         next: ({ data }) => {
           const ev = data?.eventProcessed;

@@ -3,7 +3,7 @@
 
 import '../style.css';
 import { clearToken, getToken, setToken } from '../session';
-import { AuthError, feedStart, gql, listEvents, type Delivery, type EventFilter, type JournalEvent } from './api';
+import { AuthError, deliveryFields, feedStart, gql, listEvents, type Delivery, type EventFilter, type JournalEvent } from './api';
 import { showEvent } from './deliveries';
 import { showDocument } from './details';
 import { $ } from './dom';
@@ -102,7 +102,7 @@ class Journal {
   private held = new Map<string, JournalEvent>();
   /** Re-reads the open deliveries of the newest rows (refreshOpenDeliveries). */
   private deliveryTimer: number;
-  /** Whether the token is an admin's, who alone may read attempt logs; asked once. */
+  /** Whether the token is an admin's, who alone may read attempt logs and last errors; asked once. */
   private admin: Promise<boolean>;
 
   constructor(
@@ -133,10 +133,11 @@ class Journal {
     try {
       // The feed's start is read before the list: see feedStart.
       const start = await feedStart(this.token);
-      const page = await listEvents(this.token, filter, PAGE_SIZE, null);
+      const admin = await this.admin;
+      const page = await listEvents(this.token, filter, PAGE_SIZE, null, admin);
       if (generation !== this.generation) return;
       this.addPage(page.events, page.hasNextPage, page.endCursor);
-      this.goLive(start);
+      this.goLive(start, admin);
     } catch (err) {
       this.fail(err);
     }
@@ -147,7 +148,7 @@ class Journal {
     this.loading = true;
     const generation = this.generation;
     try {
-      const page = await listEvents(this.token, this.filter, PAGE_SIZE, this.endCursor);
+      const page = await listEvents(this.token, this.filter, PAGE_SIZE, this.endCursor, await this.admin);
       if (generation === this.generation) this.addPage(page.events, page.hasNextPage, page.endCursor);
     } catch (err) {
       this.fail(err);
@@ -172,7 +173,8 @@ class Journal {
     const ids = this.table.openIds(OPEN_ROWS);
     if (!ids.length) return;
     const generation = this.generation;
-    const fields = ids.map((id, i) => `e${i}: event(id: ${JSON.stringify(id)}) { id deliveries { status attempts lastError nextAttemptAt subscriber { name } } }`);
+    const selection = deliveryFields(await this.admin);
+    const fields = ids.map((id, i) => `e${i}: event(id: ${JSON.stringify(id)}) { id deliveries { ${selection} } }`);
     let data: Record<string, { id: string; deliveries: Delivery[] } | null>;
     try {
       data = await gql(this.token, `{ ${fields.join(' ')} }`);
@@ -205,7 +207,7 @@ class Journal {
     endNote.textContent = this.table.size ? `Всего событий: ${this.table.size}.` : 'Событий нет.';
   }
 
-  private goLive(start: string | null): void {
+  private goLive(start: string | null, admin: boolean): void {
     // Processed events only come live, so "unprocessed only" takes the feed
     // unfiltered by state and drops the rows that get processed.
     const { types, entity } = this.filter;
@@ -218,7 +220,7 @@ class Journal {
       },
       unauthorized: () => this.signedOut('Токен больше не принимается — войдите снова.'),
       resync: () => void this.load(this.filter),
-    });
+    }, admin);
     this.live.start();
   }
 
