@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -188,21 +190,9 @@ var schema = graph.NewExecutableSchema(graph.Config{}).Schema()
 // "Type.field" for a field, "Type" for a type, from the server's schema
 // (introspection does not show directives).
 func restrictedFor(role string) func(object string, f introField) bool {
-	refuses := func(ds ast.DirectiveList) bool {
-		d := ds.ForName("allow")
-		if d == nil {
-			return false
-		}
-		for _, c := range d.Arguments.ForName("roles").Value.Children {
-			if c.Value.Raw == role {
-				return false
-			}
-		}
-		return true
-	}
 	return func(object string, f introField) bool {
 		def := schema.Types[object].Fields.ForName(f.Name)
-		return refuses(def.Directives) || refuses(schema.Types[f.Type.named()].Directives)
+		return !allows(def.Directives, role) || !allows(schema.Types[f.Type.named()].Directives, role)
 	}
 }
 
@@ -541,4 +531,100 @@ func TestEveryFeedPathToRestrictedDataByEveryRole(t *testing.T) {
 		require.Len(t, errs, 1, "a filter on entity %q is refused at the start", entity)
 		require.Equal(t, "FORBIDDEN", errs[0].Extensions["code"])
 	}
+}
+
+// The role table of docs/api.md says what the schema's @allow says: every
+// field or type it names has exactly the roles ticked, and it names every
+// root field and every field or type below the root that carries @allow.
+func TestRoleTableMatchesTheSchema(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../docs/api.md")
+	require.NoError(t, err)
+	doc := string(raw)
+	start := strings.Index(doc, "\n## Roles\n")
+	require.GreaterOrEqual(t, start, 0, "docs/api.md has a Roles section")
+	section := doc[start+1:]
+	section = section[:strings.Index(section[3:], "\n## ")+3]
+
+	roles := append([]string{"ADMIN"}, nonAdmins...)
+	header := "| fields and types | " + strings.Join(roles, " | ") + " |"
+	require.Contains(t, section, header)
+	// def returns the field or type a name of the table means.
+	def := func(name string) (field *ast.FieldDefinition, typ *ast.Definition) {
+		if object, f, ok := strings.Cut(name, "."); ok {
+			return schema.Types[object].Fields.ForName(f), nil
+		}
+		if typ := schema.Types[name]; typ != nil {
+			return nil, typ
+		}
+		for _, root := range []*ast.Definition{schema.Query, schema.Mutation, schema.Subscription} {
+			if f := root.Fields.ForName(name); f != nil {
+				return f, nil
+			}
+		}
+		return nil, nil
+	}
+	named := regexp.MustCompile("`([A-Za-z]+(?:\\.[A-Za-z]+)?)`")
+	listed := map[string]bool{}
+	for line := range strings.Lines(section) {
+		cells := strings.Split(strings.TrimSpace(line), "|")
+		if len(cells) != len(roles)+3 || !strings.Contains(cells[1], "`") {
+			continue
+		}
+		var ticked []string
+		for i, role := range roles {
+			if strings.TrimSpace(cells[i+2]) == "✓" {
+				ticked = append(ticked, role)
+			}
+		}
+		for _, m := range named.FindAllStringSubmatch(cells[1], -1) {
+			name := m[1]
+			field, typ := def(name)
+			require.True(t, field != nil || typ != nil, "the table names %s, which the schema does not have", name)
+			listed[name] = true
+			var want []string
+			for _, role := range roles {
+				if role == "ADMIN" || (field == nil || allows(field.Directives, role)) &&
+					(typ == nil || allows(typ.Directives, role)) &&
+					(field == nil || allows(schema.Types[field.Type.Name()].Directives, role)) {
+					want = append(want, role)
+				}
+			}
+			require.Equal(t, want, ticked, "the roles of %s", name)
+		}
+	}
+	for _, root := range []*ast.Definition{schema.Query, schema.Mutation, schema.Subscription} {
+		for _, f := range root.Fields {
+			if !strings.HasPrefix(f.Name, "__") {
+				require.True(t, listed[f.Name], "the role table misses %s.%s", root.Name, f.Name)
+			}
+		}
+	}
+	for _, typ := range schema.Types {
+		if typ.BuiltIn || typ == schema.Query || typ == schema.Mutation || typ == schema.Subscription {
+			continue
+		}
+		if typ.Directives.ForName("allow") != nil {
+			require.True(t, listed[typ.Name], "the role table misses type %s", typ.Name)
+		}
+		for _, f := range typ.Fields {
+			if f.Directives.ForName("allow") != nil {
+				require.True(t, listed[typ.Name+"."+f.Name], "the role table misses %s.%s", typ.Name, f.Name)
+			}
+		}
+	}
+}
+
+// allows reports whether the @allow among ds, if any, lists role.
+func allows(ds ast.DirectiveList, role string) bool {
+	d := ds.ForName("allow")
+	if d == nil {
+		return true
+	}
+	for _, c := range d.Arguments.ForName("roles").Value.Children {
+		if c.Value.Raw == role {
+			return true
+		}
+	}
+	return false
 }
