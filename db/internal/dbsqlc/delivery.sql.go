@@ -389,9 +389,10 @@ WHERE (event_id, subscriber_id) < ($1::bigint, $2::bigint)
   AND ($3::text IS NULL OR status = $3)
   AND ($4::text IS NULL OR subscriber_name = $4)
   AND ($5::bigint IS NULL OR event_id = $5)
-  -- Deliveries of events of tables the reader may not see (event.sql).
-  AND ($6::text[] IS NULL OR NOT EXISTS (
-    SELECT 1 FROM events e WHERE e.id = delivery_rows.event_id AND e.entity = ANY($6::text[])))
+  -- Deliveries of events of tables the reader may not see (event.sql):
+  -- their ids hashed once (events_entity), not an event looked up per row.
+  AND ($6::text[] IS NULL OR event_id NOT IN (
+    SELECT e.id FROM events e WHERE e.entity = ANY($6::text[])))
 ORDER BY event_id DESC, subscriber_id DESC LIMIT $7
 `
 
