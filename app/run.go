@@ -35,6 +35,13 @@ const AdminTokenFile = "admin-token"
 // the pools and the private PostgreSQL. A generated admin token is shown
 // on stdout, once, when stdout is a terminal (see ensureAdminToken).
 func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout io.Writer) error {
+	// Bound first: a taken port fails before a data directory, a database
+	// or an admin token is made.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	defer ln.Close() // a failed start; a.Serve closes it otherwise
 	tp, stopTracing, err := StartTracing(ctx, logger)
 	if err != nil {
 		return err
@@ -61,15 +68,9 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 		if err := a.Start(ctx); err != nil {
 			return err
 		}
-		ln, err := net.Listen("tcp", cfg.Addr)
-		if err != nil {
-			a.Stop(ctx)
-			return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
-		}
 		if cfg.PprofAddr != "" {
 			stopPprof, err := startPprof(cfg.PprofAddr, logger)
 			if err != nil {
-				_ = ln.Close()
 				a.Stop(ctx)
 				return err
 			}
