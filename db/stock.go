@@ -398,18 +398,6 @@ func ReverseWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, id int
 	return rev, events, nil
 }
 
-// reversalReason is the reason journaled on an order's status change when
-// its move no is reversed for why, cut to the 200 characters a reason may
-// have.
-func reversalReason(no, why string) *string {
-	r := []rune(fmt.Sprintf("%s reversed: %s", no, why))
-	if len(r) > maxTextLen {
-		r = append(r[:maxTextLen-1], '…')
-	}
-	s := string(r)
-	return &s
-}
-
 // reopenSalesOrder locks sales order id, whose shipment no is being
 // reversed; the returned function, run once the reversal is posted, moves
 // a shipped order back to the status it had before it was shipped (from
@@ -427,7 +415,7 @@ func reopenSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, 
 		if err != nil {
 			return nil, fmt.Errorf("status of sales order %s before it shipped: %w", so.Number, translate(err))
 		}
-		_, ev, err := so.MoveBack(ctx, tx, actorID, before, reversalReason(no, why))
+		_, ev, err := so.MoveBack(ctx, tx, actorID, before, no, why)
 		if err != nil {
 			return nil, err
 		}
@@ -462,7 +450,7 @@ func reopenPurchaseOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int6
 		if to == po.Status {
 			return nil, nil
 		}
-		_, ev, err := po.MoveBack(ctx, tx, actorID, to, reversalReason(no, why))
+		_, ev, err := po.MoveBack(ctx, tx, actorID, to, no, why)
 		if err != nil {
 			return nil, err
 		}
