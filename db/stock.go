@@ -547,6 +547,19 @@ func ListStockBalances(ctx context.Context, q Querier, f StockFilter, first int,
 		}
 		afterSKU, afterWarehouse = string(sku), string(wh)
 	}
+	// A filter naming no item or warehouse is a mistake, not an empty page.
+	if f.SKU != nil {
+		if _, err := itemIDsBySKU(ctx, q, "", []string{*f.SKU}); err != nil {
+			var in *InputError
+			if errors.As(err, &in) {
+				return StockBalancePage{}, inputErr("filter.sku", "unknown item %q", *f.SKU)
+			}
+			return StockBalancePage{}, err
+		}
+	}
+	if _, err := warehouseIDByCode(ctx, q, "filter.warehouse", f.Warehouse); err != nil {
+		return StockBalancePage{}, err
+	}
 	rows, err := queries.StockBalanceListPage(ctx, q, dbsqlc.StockBalanceListPageParams{
 		AfterSku: afterSKU, AfterWarehouse: afterWarehouse, SKU: f.SKU, Warehouse: f.Warehouse, MaxRows: int32(first + 1),
 	})

@@ -18,6 +18,9 @@ func (r *queryResolver) Events(ctx context.Context, filter *db.EventFilter, firs
 		f = *filter
 	}
 	f, err := f.Normalize("filter")
+	if err == nil {
+		err = r.Dispatcher.CheckEventTypes("filter.types", f.Types)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -57,6 +60,9 @@ func (r *subscriptionResolver) EventProcessed(ctx context.Context, filter *db.Ev
 		f = *filter
 	}
 	f, err := f.Normalize("filter")
+	if err == nil {
+		err = r.Dispatcher.CheckEventTypes("filter.types", f.Types)
+	}
 	if err != nil {
 		return nil, err
 	}

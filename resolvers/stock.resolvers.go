@@ -47,7 +47,7 @@ func (r *queryResolver) StockBalances(ctx context.Context, filter *db.StockFilte
 	n, cursor := pageArgs(first, after)
 	page, err := db.ListStockBalances(ctx, r.Pool, f, n, cursor)
 	if err != nil {
-		return nil, err // first or after: the filter's fields refuse nothing
+		return nil, err
 	}
 	conn := &model.StockBalanceConnection{
 		Edges:    make([]model.StockBalanceEdge, len(page.Balances)),
