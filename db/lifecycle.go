@@ -40,6 +40,8 @@ const (
 	MoveDraft    = "draft"
 	MovePosted   = "posted"
 	MoveReversed = "reversed"
+	// MoveCancelled is a draft discarded before it was posted.
+	MoveCancelled = "cancelled"
 )
 
 // DocKind is one kind of document that has a lifecycle: its table, its
@@ -107,7 +109,7 @@ var (
 	WarehouseMoves = &DocKind{
 		Entity: EntityWarehouseMoves, PayloadEntity: payloadWarehouseMove, Noun: "warehouse move",
 		next: map[string][]string{
-			MoveDraft:  {MovePosted},
+			MoveDraft:  {MovePosted, MoveCancelled},
 			MovePosted: {MoveReversed},
 		},
 		lock:     lockWith(queries.WarehouseMoveLockStatus),

@@ -302,6 +302,24 @@ func sumByItem[R itemSum](rows []R, err error) (map[int64]decimal.Decimal, error
 	return out, nil
 }
 
+// CancelWarehouseMove discards draft move id, seen at version, for reason
+// (required, at most 200 characters): draft → cancelled, journaling
+// doc.status_changed; it never touched stock, so nothing else changes. A
+// posted move is reversed instead (*StatusConflictError). It returns the
+// move as stored.
+func CancelWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, version int32, reason string) (WarehouseMove, []Event, error) {
+	why, err := requireText("reason", reason)
+	if err != nil {
+		return WarehouseMove{}, nil, err
+	}
+	_, ev, err := Transition(ctx, tx, actorID, WarehouseMoves, id, version, MoveCancelled, &why)
+	if err != nil {
+		return WarehouseMove{}, nil, err
+	}
+	mv, err := WarehouseMoveByID(ctx, tx, id)
+	return mv, []Event{ev}, err
+}
+
 // PostWarehouseMove posts draft move id, seen at version: draft → posted,
 // journaling doc.status_changed, then the stock ledger and balances as
 // CreateWarehouseMove writes them for a move created posted (with the same

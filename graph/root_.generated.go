@@ -153,6 +153,7 @@ type ComplexityRoot struct {
 		CancelPurchaseOrder     func(childComplexity int, id int64, version int, reason string) int
 		CancelReplay            func(childComplexity int, id int64) int
 		CancelSalesOrder        func(childComplexity int, id int64, version int, reason string) int
+		CancelWarehouseMove     func(childComplexity int, id int64, version int, reason string) int
 		ClosePurchaseOrder      func(childComplexity int, id int64, version int) int
 		CompleteProductionOrder func(childComplexity int, id int64, version int, toWarehouse string, quantity *decimal.Decimal) int
 		CreateItem              func(childComplexity int, input db.ItemInput) int
@@ -872,6 +873,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CancelSalesOrder(childComplexity, args["id"].(int64), args["version"].(int), args["reason"].(string)), true
+	case "Mutation.cancelWarehouseMove":
+		if e.ComplexityRoot.Mutation.CancelWarehouseMove == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_cancelWarehouseMove_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CancelWarehouseMove(childComplexity, args["id"].(int64), args["version"].(int), args["reason"].(string)), true
 	case "Mutation.closePurchaseOrder":
 		if e.ComplexityRoot.Mutation.ClosePurchaseOrder == nil {
 			break

@@ -21,6 +21,12 @@ func (r *mutationResolver) PostWarehouseMove(ctx context.Context, id int64, vers
 	})
 }
 
+func (r *mutationResolver) CancelWarehouseMove(ctx context.Context, id int64, version int, reason string) (*db.WarehouseMove, error) {
+	return transition(ctx, r.Outbox, version, func(tx pgx.Tx, v int32) (db.WarehouseMove, []db.Event, error) {
+		return db.CancelWarehouseMove(ctx, tx, actorID(ctx), id, v, reason)
+	})
+}
+
 func (r *mutationResolver) ReverseWarehouseMove(ctx context.Context, id int64, version int, reason string) (*db.WarehouseMove, error) {
 	rev, err := transition(ctx, r.Outbox, version, func(tx pgx.Tx, v int32) (db.WarehouseMove, []db.Event, error) {
 		return db.ReverseWarehouseMove(ctx, tx, actorID(ctx), id, v, reason)
