@@ -893,7 +893,12 @@ func TestLiveFeedResumesFromCursor(t *testing.T) {
 	e1, e2 := c.NextEvent("r"), c.NextEvent("r")
 	require.Equal(t, byFeed[1].ID, e1.ID)
 	require.Equal(t, byFeed[2].ID, e2.ID)
-	apptest.WaitFor(t, 5*time.Second, "the subscription to go live", func() bool { return s.App.Feed().Subscribers() == 1 })
+	// "start" is before the journal's first processed event.
+	c.Subscribe("s", apptest.FeedSubscription, map[string]any{"after": "start"})
+	for _, want := range byFeed {
+		require.Equal(t, want.ID, c.NextEvent("s").ID)
+	}
+	apptest.WaitFor(t, 5*time.Second, "the subscriptions to go live", func() bool { return s.App.Feed().Subscribers() == 2 })
 	apptest.GQL[map[string]any](t, s, apptest.CreateSalesOrder, map[string]any{"customer": "живой"})
 	e3 := c.NextEvent("r")
 	require.Equal(t, "doc.created", e3.Type)

@@ -254,11 +254,18 @@ func (s *feedStream) close() {
 	}
 }
 
+// FeedStart is the cursor eventProcessed takes to start from the
+// journal's first processed event: the whole journal, then live.
+const FeedStart = "start"
+
 // feedPosition returns the feed sequence of a cursor taken from the
-// journal this server reads: a cursor the server never gave out, of an
+// journal this server reads (0 for FeedStart): a cursor the server never gave out, of an
 // event not processed yet, or from another database is refused rather than
 // silently streaming nothing.
 func (r *Resolver) feedPosition(ctx context.Context, cursor string) (int64, error) {
+	if cursor == FeedStart {
+		return 0, nil // feed sequences start at 1
+	}
 	c, err := db.ParseCursor("after", cursor)
 	if err != nil {
 		return 0, err
