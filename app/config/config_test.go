@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -222,4 +223,14 @@ func TestDefaultIsTheEmptyEnvironment(t *testing.T) {
 	require.True(t, cfg.Playground)
 	require.Equal(t, "Europe/Moscow", cfg.TimeZone)
 	require.Empty(t, cfg.AllowedOrigins)
+}
+
+// TestConfigurationDocIsCurrent: docs/configuration.md is what
+// WriteMarkdown makes of Config today (make generate rewrites it).
+func TestConfigurationDocIsCurrent(t *testing.T) {
+	var want strings.Builder
+	require.NoError(t, config.WriteMarkdown(&want))
+	got, err := os.ReadFile("../../docs/configuration.md")
+	require.NoError(t, err)
+	require.Equal(t, want.String(), string(got), "docs/configuration.md is stale: run make generate")
 }
