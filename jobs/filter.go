@@ -466,7 +466,7 @@ func (f *Filters) CheckEventTypes(field string, types []string) error {
 	for i, t := range types {
 		if _, ok := slices.BinarySearch(f.eventTypes, t); !ok {
 			return &db.InputError{Field: fmt.Sprintf("%s.%d", field, i),
-				Msg: fmt.Sprintf("unknown event type %q; known: %s", t, strings.Join(f.eventTypes, ", "))}
+				Msg: fmt.Sprintf("unknown event type %.60q; known: %s", t, strings.Join(f.eventTypes, ", "))}
 		}
 	}
 	return nil

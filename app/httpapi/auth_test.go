@@ -96,6 +96,7 @@ func TestEveryMutationByEveryRole(t *testing.T) {
 		// Moves and completion of an unknown document: NOT_FOUND when allowed, so they write nothing either way.
 		{"completeProductionOrder", `mutation { completeProductionOrder(id: "999999", version: 1, toWarehouse: "MAIN") { id } }`, nil, []string{"PLANNER", "WAREHOUSE"}},
 		{"postWarehouseMove", `mutation { postWarehouseMove(id: "999999", version: 1) { id } }`, nil, []string{"WAREHOUSE"}},
+		{"cancelWarehouseMove", `mutation { cancelWarehouseMove(id: "999999", version: 1, reason: "r") { id } }`, nil, []string{"WAREHOUSE"}},
 		{"reverseWarehouseMove", `mutation { reverseWarehouseMove(id: "999999", version: 1, reason: "r") { id } }`, nil, []string{"WAREHOUSE"}},
 	}
 	schema := graph.NewExecutableSchema(graph.Config{}).Schema()
