@@ -19,7 +19,7 @@ func TestUserSubcommandBootstrapsAnIntegration(t *testing.T) {
 	var out strings.Builder
 	cfg := config.Default()
 	cfg.DatabaseURL = url
-	cfg.User = config.User{Login: "shop", Name: "Интернет-магазин", Role: "integration", TokenName: "prod"}
+	cfg.User = config.User{Login: "shop", Name: "Интернет-магазин", Role: "integration", Sources: "shop", TokenName: "prod"}
 	require.NoError(t, app.CreateUser(t.Context(), cfg, apptest.Logger(t), &out))
 	fields := strings.Fields(out.String())
 	token := fields[len(fields)-1]
