@@ -105,3 +105,63 @@ func TestShopTokenCannotSeeOrCreateCRMOrders(t *testing.T) {
 		map[string]any{"in": crmOrder("51016", "По телефону", "1")}).ReceiveOrder
 	require.False(t, sold.Duplicate)
 }
+
+// An integration account's binding is given at creation, changed by an
+// admin (journaled, in force at the account's next request), and lost
+// with the role; an account bound to nothing receives nothing.
+func TestIntegrationBindingIsJournaledAndApplies(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	const createUser = `mutation($in: UserInput!) { createUser(input: $in) { id } }`
+	for _, c := range []struct {
+		in    map[string]any
+		field string
+	}{
+		{map[string]any{"login": "unbound", "displayName": "x", "role": "INTEGRATION"}, "input.sources"},
+		{map[string]any{"login": "unbound", "displayName": "x", "role": "INTEGRATION", "sources": []string{}}, "input.sources"},
+		{map[string]any{"login": "clerk", "displayName": "x", "role": "SALES", "sources": []string{"CRM"}}, "input.sources"},
+	} {
+		e := apptest.GQLErr(t, s, createUser, map[string]any{"in": c.in})
+		require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], e.Message)
+		require.Equal(t, c.field, e.Extensions["field"], e.Message)
+	}
+	var users int
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM users WHERE login IN ('unbound', 'clerk')`).Scan(&users))
+	require.Zero(t, users, "a refused user is not created")
+
+	shop := apptest.IntegrationToken(t, s, "shop", "SHOP", "SHOP")
+	crm51 := map[string]any{"in": crmOrder("51", "К", "1")}
+	require.Equal(t, "FORBIDDEN", apptest.GQLErr(t, s.As(shop), receiveOrder, crm51).Extensions["code"])
+
+	const setSources = `mutation($l: String!, $s: [OrderSource!]!) { setUserSources(login: $l, sources: $s) { sources } }`
+	set := apptest.GQL[struct{ SetUserSources struct{ Sources []string } }](t, s, setSources,
+		map[string]any{"l": "shop", "s": []string{"SHOP", "CRM", "CRM"}})
+	require.Equal(t, []string{"CRM", "SHOP"}, set.SetUserSources.Sources)
+	apptest.GQL[map[string]any](t, s.As(shop), receiveOrder, crm51)
+
+	apptest.GQL[map[string]any](t, s, setSources, map[string]any{"l": "shop", "s": []string{}})
+	e := apptest.GQLErr(t, s.As(shop), receiveOrder, map[string]any{"in": shopOrder("shop-1", "К", "A1")})
+	require.Equal(t, "FORBIDDEN", e.Extensions["code"])
+	require.Contains(t, e.Message, "bound to no source")
+
+	var payloads []string
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT array_agg(e.payload::text ORDER BY e.id) FROM events e
+		JOIN users u ON u.id = e.entity_id WHERE e.entity = 'users' AND u.login = 'shop' AND e.type IN ('user.created', 'user.sources_changed')`).Scan(&payloads))
+	require.Len(t, payloads, 3)
+	require.JSONEq(t, `{"login": "shop", "role": "integration", "sources": ["shop"]}`, payloads[0])
+	require.JSONEq(t, `{"sources": ["crm", "shop"]}`, payloads[1])
+	require.JSONEq(t, `{"sources": []}`, payloads[2])
+
+	// A user that stops being an integration account loses its sources,
+	// and only an integration account is bound.
+	apptest.GQL[map[string]any](t, s, setSources, map[string]any{"l": "shop", "s": []string{"SHOP"}})
+	role := apptest.GQL[struct{ SetUserRole struct{ Sources []string } }](t, s,
+		`mutation { setUserRole(login: "shop", role: SALES) { sources } }`, nil)
+	require.Empty(t, role.SetUserRole.Sources)
+	e = apptest.GQLErr(t, s, setSources, map[string]any{"l": "shop", "s": []string{"SHOP"}})
+	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], e.Message)
+	require.Equal(t, "login", e.Extensions["field"])
+	e = apptest.GQLErr(t, s, setSources, map[string]any{"l": "nobody", "s": []string{"SHOP"}})
+	require.Equal(t, "NOT_FOUND", e.Extensions["code"], e.Message)
+}
