@@ -181,6 +181,7 @@ type ComplexityRoot struct {
 		SetNumberSeriesStart    func(childComplexity int, prefix string, year int, start int) int
 		SetProductionWarehouse  func(childComplexity int, code string) int
 		SetUserRole             func(childComplexity int, login string, role model.Role) int
+		SetUserSources          func(childComplexity int, login string, sources []model.OrderSource) int
 		UpdateWebhookSubscriber func(childComplexity int, id int64, input model.WebhookSubscriberUpdate) int
 	}
 
@@ -369,6 +370,7 @@ type ComplexityRoot struct {
 		ID          func(childComplexity int) int
 		Login       func(childComplexity int) int
 		Role        func(childComplexity int) int
+		Sources     func(childComplexity int) int
 	}
 
 	Warehouse struct {
@@ -1181,6 +1183,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.SetUserRole(childComplexity, args["login"].(string), args["role"].(model.Role)), true
+	case "Mutation.setUserSources":
+		if e.ComplexityRoot.Mutation.SetUserSources == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setUserSources_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetUserSources(childComplexity, args["login"].(string), args["sources"].([]model.OrderSource)), true
 	case "Mutation.updateWebhookSubscriber":
 		if e.ComplexityRoot.Mutation.UpdateWebhookSubscriber == nil {
 			break
@@ -2009,6 +2022,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.User.Role(childComplexity), true
+	case "User.sources":
+		if e.ComplexityRoot.User.Sources == nil {
+			break
+		}
+
+		return e.ComplexityRoot.User.Sources(childComplexity), true
 
 	case "Warehouse.code":
 		if e.ComplexityRoot.Warehouse.Code == nil {
@@ -2817,6 +2836,8 @@ func (ec *executionContext) childFields_User(ctx context.Context, field graphql.
 		return ec.fieldContext_User_displayName(ctx, field)
 	case "role":
 		return ec.fieldContext_User_role(ctx, field)
+	case "sources":
+		return ec.fieldContext_User_sources(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type User", field.Name)
 }

@@ -98,6 +98,25 @@ func actorID(ctx context.Context) *int64 {
 	return nil
 }
 
+// mayReceive refuses, as FORBIDDEN naming the source, an order of source
+// (sales_orders.source) from a caller that is not bound to it
+// (db.User.Receives), before anything is looked up: so a duplicate's
+// answer and a CONFLICT's text only ever speak of the caller's sources.
+func mayReceive(ctx context.Context, source string) error {
+	u, ok := UserFrom(ctx)
+	switch {
+	case !ok:
+		return ErrUnauthenticated
+	case u.Receives(source):
+		return nil
+	case len(u.Sources) == 0:
+		return fmt.Errorf("source %s: integration account %s is bound to no source and receives nothing (an admin binds it with setUserSources): %w",
+			strings.ToUpper(source), u.Login, ErrForbidden)
+	}
+	return fmt.Errorf("source %s: integration account %s receives orders of %s only: %w",
+		strings.ToUpper(source), u.Login, strings.ToUpper(strings.Join(u.Sources, ", ")), ErrForbidden)
+}
+
 // Allow implements the @allow(roles) directive, the one place where roles
 // are checked: admins pass, the listed roles pass, everyone else gets
 // FORBIDDEN before the resolver runs (so nothing is written). Refusals are
@@ -116,8 +135,8 @@ func (r *Resolver) Allow(ctx context.Context, _ any, next graphql.Resolver, role
 		if err != nil {
 			return nil, err
 		}
-		if fresh != u {
-			// A role or name changed since connection_init. Unchanged,
+		if !fresh.Same(u) {
+			// A role, name or binding changed since connection_init. Unchanged,
 			// the socket's value serves: a subscription keeps this
 			// context for its life.
 			u = fresh

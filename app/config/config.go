@@ -142,9 +142,13 @@ type User struct {
 	Login     string        `flag:"login" help:"user: login of the user to create (or reuse)"`
 	Name      string        `flag:"name" help:"user: display name (default: the login)"`
 	Role      string        `flag:"role" default:"viewer" help:"user: role, one of {roles}"`
+	Sources   string        `flag:"sources" help:"user: the order sources an integration account receives for, comma-separated: shop, crm (required with -role integration; given for an existing integration account, replaces its sources)"`
 	TokenName string        `flag:"token-name" default:"cli" help:"user: a label for the token"`
 	TokenTTL  time.Duration `flag:"token-ttl" help:"user: token lifetime, e.g. 720h; 0 never expires"`
 }
+
+// SourceList is Sources as a list: [] for "", ["shop", "crm"] for "shop, crm".
+func (u User) SourceList() []string { return trimmed(strings.Split(u.Sources, ",")) }
 
 // MinAdminTokenLength is the fewest characters ADMIN_TOKEN may have: a
 // token an operator makes up must not be guessable.
@@ -320,6 +324,18 @@ func validate(cmd string, cfg Config, raw map[string]string, failed map[string]b
 		// Checked here, before a local PostgreSQL is started for nothing.
 		if !slices.Contains(db.Roles, cfg.User.Role) {
 			bad("-role", "want one of %s, got %q", strings.Join(db.Roles, ", "), cfg.User.Role)
+		}
+		for _, src := range cfg.User.SourceList() {
+			if src != db.SourceShop && src != db.SourceCRM {
+				bad("-sources", "want shop, crm or shop,crm, got %q", cfg.User.Sources)
+				break
+			}
+		}
+		switch sources := cfg.User.SourceList(); {
+		case cfg.User.Role == db.RoleIntegration && len(sources) == 0:
+			bad("-sources", "an integration account needs the sources it receives orders for: shop, crm or shop,crm")
+		case cfg.User.Role != db.RoleIntegration && len(sources) > 0:
+			bad("-sources", "only an integration account (-role integration) is bound to sources")
 		}
 		if cfg.User.TokenTTL < 0 {
 			bad("-token-ttl", "want a lifetime like 720h, or 0 for a token that never expires, got %s", cfg.User.TokenTTL)

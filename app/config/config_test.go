@@ -78,6 +78,9 @@ func TestParseConfigNamesEachBadSetting(t *testing.T) {
 	for _, args := range [][]string{
 		{"-login", "x2", "-token-ttl", "-5h"},
 		{"-login", "x2", "-role", "boss"},
+		{"-login", "x2", "-sources", "shop", "-role", "sales"},
+		{"-login", "x2", "-sources", "shop,erp", "-role", "integration"},
+		{"-login", "x2", "-sources", " ", "-role", "integration"},
 	} {
 		_, err := config.Parse("user", args, func(string) string { return "" }, io.Discard)
 		require.Error(t, err, "%v", args)
@@ -86,6 +89,9 @@ func TestParseConfigNamesEachBadSetting(t *testing.T) {
 	cfg, err := config.Parse("user", []string{"-login", "x2", "-role", db.RoleSales, "-token-ttl", "720h"}, func(string) string { return "" }, io.Discard)
 	require.NoError(t, err)
 	require.Equal(t, 720*time.Hour, cfg.User.TokenTTL)
+	cfg, err = config.Parse("user", []string{"-login", "x2", "-role", db.RoleIntegration, "-sources", "crm, shop"}, func(string) string { return "" }, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []string{db.SourceCRM, db.SourceShop}, cfg.User.SourceList())
 
 	// All bad at once: one line each.
 	env := map[string]string{"LOG_LEVEL": "loud", "RETENTION": "1s", "ADDR": "x"}

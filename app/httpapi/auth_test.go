@@ -88,6 +88,7 @@ func TestEveryMutationByEveryRole(t *testing.T) {
 		{"redeliverAll", `mutation { redeliverAll(filter: {subscriber: "order_acceptance"}) }`, nil, nil},
 		{"createUser", `mutation { createUser(input: {login: "made-by-role", displayName: "x", role: VIEWER}) { id } }`, nil, nil},
 		{"setUserRole", `mutation { setUserRole(login: "viewer", role: ADMIN) { id } }`, nil, nil},
+		{"setUserSources", `mutation { setUserSources(login: "integration", sources: [SHOP, CRM]) { id } }`, nil, nil},
 		{"issueToken", `mutation { issueToken(login: "viewer") { token } }`, nil, nil},
 		{"revokeToken", `mutation { revokeToken(id: "1") { id } }`, nil, nil},
 		{"purgeDeadDeliveries", `mutation { purgeDeadDeliveries(olderThan: "2000-01-01T00:00:00Z") }`, nil, nil},

@@ -38,7 +38,7 @@ WITH t AS (
     UPDATE api_tokens a SET last_used_at = now() FROM t
     WHERE a.id = t.id AND (a.last_used_at IS NULL OR a.last_used_at < now() - interval '1 minute')
 )
-SELECT u.id, u.login, u.display_name, u.role, t.expires_at FROM t JOIN users u ON u.id = t.user_id;
+SELECT u.id, u.login, u.display_name, u.role, u.sources, t.expires_at FROM t JOIN users u ON u.id = t.user_id;
 
 -- name: APITokenListEndedSince :one
 -- APITokenListEndedSince returns the database's now and the hashes, hex, of

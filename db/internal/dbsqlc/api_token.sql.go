@@ -61,7 +61,7 @@ WITH t AS (
     UPDATE api_tokens a SET last_used_at = now() FROM t
     WHERE a.id = t.id AND (a.last_used_at IS NULL OR a.last_used_at < now() - interval '1 minute')
 )
-SELECT u.id, u.login, u.display_name, u.role, t.expires_at FROM t JOIN users u ON u.id = t.user_id
+SELECT u.id, u.login, u.display_name, u.role, u.sources, t.expires_at FROM t JOIN users u ON u.id = t.user_id
 `
 
 type APITokenGetOwnerRow struct {
@@ -69,6 +69,7 @@ type APITokenGetOwnerRow struct {
 	Login       string
 	DisplayName string
 	Role        string
+	Sources     []string
 	ExpiresAt   *time.Time
 }
 
@@ -83,6 +84,7 @@ func (q *Queries) APITokenGetOwner(ctx context.Context, db DBTX, tokenHash []byt
 		&i.Login,
 		&i.DisplayName,
 		&i.Role,
+		&i.Sources,
 		&i.ExpiresAt,
 	)
 	return i, err

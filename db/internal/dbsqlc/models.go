@@ -297,6 +297,7 @@ type User struct {
 	DisplayName string
 	CreatedAt   time.Time
 	Role        string
+	Sources     []string
 }
 
 type Warehouse struct {
