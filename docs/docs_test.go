@@ -261,6 +261,12 @@ func (r *runner) shell(b block) {
 		r.errorf(b, "a shell block runs only as curl against localhost:8080; mark others <!-- doctest: skip: why -->")
 		return
 	}
+	if _, err := exec.LookPath("curl"); err != nil {
+		if os.Getenv("CI") == "true" {
+			r.t.Fatalf("%s:%d: curl is missing: install it (apt-get install curl)", r.file, b.line)
+		}
+		r.t.Skipf("%s:%d: curl is missing, so the curl examples are not run: install it (apt-get install curl)", r.file, b.line)
+	}
 	dir := r.t.TempDir()
 	require.NoError(r.t, os.MkdirAll(filepath.Join(dir, ".data"), 0o700))
 	require.NoError(r.t, os.WriteFile(filepath.Join(dir, ".data", "admin-token"), []byte(r.s.Token+"\n"), 0o600))
