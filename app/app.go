@@ -156,7 +156,7 @@ type App struct {
 // and a webhook attempt holds a connection only for its take and record,
 // and more connections than the database has cores to run them only
 // lengthen the tail (figure B at 500 events/s: p99 28–221 ms with 25,
-// 16–37 ms with 4 to 10; BENCHMARKS.md). README, Configuration, says the
+// 16–37 ms with 4 to 10; BENCHMARKS.md). docs/operations.md, Connections, says the
 // same.
 func PoolSizes(cfg config.Config) db.PoolSizes {
 	perCPU := int32(max(4, runtime.GOMAXPROCS(0)))
