@@ -195,3 +195,28 @@ func TestRoleLoweredEndsTheSubscriptionsItMayNoLongerRun(t *testing.T) {
 		require.Contains(t, string(m.Payload), `"code":"FORBIDDEN"`, proto)
 	}
 }
+
+// A token that expires closes its sockets, on every instance, within the
+// bound of its expiry, as a revoked one does.
+func TestExpiryClosesSocketsOnEveryInstance(t *testing.T) {
+	t.Parallel()
+	a := apptest.New(t)
+	b := apptest.NewOn(t, a.Pool)
+	apptest.GQL[map[string]any](t, a, `mutation { createUser(input: {login: "temp", displayName: "Временный", role: VIEWER}) { id } }`, nil)
+	expires := time.Now().Add(1500 * time.Millisecond)
+	res := apptest.GQL[struct {
+		IssueToken struct{ Token string } `json:"issueToken"`
+	}](t, a, `mutation($exp: DateTime) { issueToken(login: "temp", expiresAt: $exp) { token } }`,
+		map[string]any{"exp": expires.Format(time.RFC3339Nano)})
+	var sockets []*apptest.WS
+	for _, s := range []*apptest.Server{a, b} {
+		c := apptest.DialWS(t, s, apptest.ProtoTransportWS)
+		c.Init(res.IssueToken.Token)
+		c.Subscribe("live", apptest.FeedSubscription, nil)
+		sockets = append(sockets, c)
+	}
+	for _, c := range sockets {
+		require.Equal(t, websocket.CloseNormalClosure, c.CloseCode(time.Until(expires)+revocationBound, false))
+		require.False(t, time.Now().Before(expires), "closed before it expired")
+	}
+}
