@@ -133,23 +133,34 @@ func (a *Auth) Authenticate(next http.Handler) http.Handler {
 // 4403 before any connection_ack, a failure to check it (the database)
 // with 1013.
 func (a *Auth) WebsocketInit(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
+	gen := a.tokens.generation()
 	u, err := a.authenticate(ctx, payload.Authorization())
+	if err == nil {
+		// The socket lives on the token: every operation re-checks it
+		// (resolvers' Allow, through User),
+		// and revoking or expiring it closes the socket (WatchTokens).
+		token := bearer(payload.Authorization())
+		socket := resolvers.WithSocketUser(ctx, u, token)
+		a.sockets.add(db.TokenKey(token), socket)
+		// WatchTokens clears the cache before it closes a token's
+		// sockets: one that ran between the lookup and add may have
+		// missed this socket, and a look past the cleared cache sees
+		// what it saw.
+		if a.tokens.generation() != gen {
+			_, err = a.authenticate(ctx, payload.Authorization())
+		}
+		if err == nil {
+			noteUser(ctx, u.Login)
+			return socket, nil, nil
+		}
+		a.sockets.remove(db.TokenKey(token), socket)
+	}
 	if errors.Is(err, resolvers.ErrUnauthenticated) {
 		a.Logger.WarnContext(ctx, "websocket authentication failed", slog.Bool("token_sent", payload.Authorization() != ""))
 		return wsgorilla.WithCloseCode(ctx, CloseUnauthorized, "unauthorized"), nil, err
 	}
-	if err != nil {
-		a.Logger.ErrorContext(ctx, "authenticate websocket", "error", err)
-		return wsgorilla.WithCloseCode(ctx, CloseTryAgainLater, "try again later"), nil, errors.New("internal error")
-	}
-	// The socket lives on the token: every operation re-checks it
-	// (resolvers' Allow, through User),
-	// and revoking or expiring it closes the socket (WatchTokens).
-	noteUser(ctx, u.Login)
-	token := bearer(payload.Authorization())
-	ctx = resolvers.WithSocketUser(ctx, u, token)
-	a.sockets.add(db.TokenKey(token), ctx)
-	return ctx, nil, nil
+	a.Logger.ErrorContext(ctx, "authenticate websocket", "error", err)
+	return wsgorilla.WithCloseCode(ctx, CloseTryAgainLater, "try again later"), nil, errors.New("internal error")
 }
 
 // WebsocketClose is the websocket transport's OnClose: it forgets the
