@@ -28,33 +28,34 @@ type reauthorizable interface {
 }
 
 // socketSubscriptions holds the re-authorisation hook of every open
-// subscription of one websocket.
+// subscription of one websocket: a slice, not a map, since a socket
+// holds a few and each costs its bytes for as long as it is open.
 type socketSubscriptions struct {
-	mu sync.Mutex
-	m  map[reauthorizable]func(role string) error
+	mu   sync.Mutex
+	subs []guarded
+}
+
+type guarded struct {
+	sub     reauthorizable
+	allowed func(role string) error
 }
 
 // guardSubscription registers sub, whose hook allowed says whether a role
 // may run it, with the websocket of ctx, until forgetSubscription. Outside
 // a websocket it does nothing: only a socket outlives a role change.
 func guardSubscription(ctx context.Context, sub reauthorizable, allowed func(role string) error) {
-	p, ok := ctx.Value(principalKey{}).(*principal)
-	if !ok || p.subs == nil {
-		return
+	if p, ok := ctx.Value(principalKey{}).(*principal); ok && p.subs != nil {
+		p.subs.mu.Lock()
+		p.subs.subs = append(p.subs.subs, guarded{sub, allowed})
+		p.subs.mu.Unlock()
 	}
-	p.subs.mu.Lock()
-	defer p.subs.mu.Unlock()
-	if p.subs.m == nil {
-		p.subs.m = map[reauthorizable]func(string) error{}
-	}
-	p.subs.m[sub] = allowed
 }
 
 // forgetSubscription undoes guardSubscription once sub ended.
 func forgetSubscription(ctx context.Context, sub reauthorizable) {
 	if p, ok := ctx.Value(principalKey{}).(*principal); ok && p.subs != nil {
 		p.subs.mu.Lock()
-		delete(p.subs.m, sub)
+		p.subs.subs = slices.DeleteFunc(p.subs.subs, func(g guarded) bool { return g.sub == sub })
 		p.subs.mu.Unlock()
 	}
 }
@@ -75,12 +76,13 @@ func Reauthorize(socket context.Context, role string) int {
 	}
 	var refused []refusal
 	p.subs.mu.Lock()
-	for sub, allowed := range p.subs.m {
-		if err := allowed(role); err != nil {
-			refused = append(refused, refusal{sub, err})
-			delete(p.subs.m, sub)
+	p.subs.subs = slices.DeleteFunc(p.subs.subs, func(g guarded) bool {
+		err := g.allowed(role)
+		if err != nil {
+			refused = append(refused, refusal{g.sub, err})
 		}
-	}
+		return err != nil
+	})
 	p.subs.mu.Unlock()
 	for _, r := range refused {
 		r.sub.refuse(CodedError(r.err.Error(), CodeForbidden))

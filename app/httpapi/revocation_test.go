@@ -157,7 +157,8 @@ func TestRoleLoweredEndsTheSubscriptionsItMayNoLongerRun(t *testing.T) {
 	apptest.WaitFor(t, 5*time.Second, "four subscriptions", func() bool { return b.App.Feed().Subscribers() == 4 })
 	apptest.GQL[map[string]any](t, a, `mutation { createUser(input: {login: "clerk", displayName: "Клерк", role: SALES}) { id } }`, nil)
 	for _, proto := range protos {
-		require.Equal(t, "user.created", sockets[proto].NextEvent("users").Type, proto)
+		for sockets[proto].NextEvent("users").Type != "user.created" { // auditor's token.issued may come first
+		}
 	}
 
 	apptest.GQL[map[string]any](t, a, `mutation { setUserRole(login: "auditor", role: VIEWER) { id } }`, nil)
