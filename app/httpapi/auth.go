@@ -258,8 +258,8 @@ const TokenPoll = 2 * time.Second
 // new role may not run (resolvers.Reauthorize) and clears the token cache.
 // One query per TokenPoll for the whole process, not one per socket, read
 // by commit-ordered position (db.AuthChangesAfter). It starts from the
-// journal's first change, so nothing committed before it started, while
-// sockets may already have opened, is missed.
+// first change recorded (auth_changes), so nothing committed before it
+// started, while sockets may already have opened, is missed.
 func (a *Auth) WatchTokens(ctx context.Context) {
 	var pos db.AuthPosition
 	ticker := time.NewTicker(TokenPoll)
