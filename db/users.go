@@ -385,12 +385,51 @@ func Tokens(ctx context.Context, q Querier, login *string) ([]APIToken, error) {
 // SHA-256, hex.
 func TokenKey(token string) string { return hex.EncodeToString(hashToken(token)) }
 
-// TokensEndedSince returns the keys (TokenKey) of tokens revoked or
-// expired after since, and the database's now, to pass as since next time.
-func TokensEndedSince(ctx context.Context, q Querier, since time.Time) ([]string, time.Time, error) {
-	r, err := queries.APITokenListEndedSince(ctx, q, since)
+// AuthPosition is where a reader of auth changes stands: Seq, the
+// position of the last revocation or role change read (auth_changes.seq,
+// assigned in commit order), and At, the database's time of the read,
+// from which token expiries are read on.
+type AuthPosition struct {
+	Seq int64
+	At  time.Time
+}
+
+// AuthChanges is what changed past an AuthPosition: the keys (TokenKey) of
+// the tokens revoked or expired since, and the users whose role changed,
+// each with its role now. Next is the position to read on from.
+type AuthChanges struct {
+	EndedTokens []string
+	Roles       map[int64]string
+	Next        AuthPosition
+}
+
+// AuthNow returns the position of the last revocation or role change
+// committed so far and the database's now: a reader starting there reads
+// every later one.
+func AuthNow(ctx context.Context, q Querier) (AuthPosition, error) {
+	r, err := queries.AuthChangePosition(ctx, q)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("list tokens ended since %s: %w", since.Format(time.RFC3339Nano), translate(err))
+		return AuthPosition{}, fmt.Errorf("read auth change position: %w", translate(err))
 	}
-	return r.Keys, r.Now, nil
+	return AuthPosition{Seq: r.LastSeq, At: r.Now}, nil
+}
+
+// AuthChangesAfter returns, in one query, the tokens revoked and the roles
+// changed after pos.Seq, and the tokens expired after pos.At. A
+// revocation's position is taken at its commit, in commit order, so a
+// reader never passes one that commits after it read, however long the
+// revoking transaction ran.
+func AuthChangesAfter(ctx context.Context, q Querier, pos AuthPosition) (AuthChanges, error) {
+	r, err := queries.AuthChangeListAfter(ctx, q, pos.Seq, pos.At)
+	if err != nil {
+		return AuthChanges{}, fmt.Errorf("list auth changes after %d: %w", pos.Seq, translate(err))
+	}
+	c := AuthChanges{EndedTokens: r.EndedKeys, Next: AuthPosition{Seq: r.LastSeq, At: r.Now}}
+	if len(r.UserIds) > 0 {
+		c.Roles = make(map[int64]string, len(r.UserIds))
+		for i, id := range r.UserIds {
+			c.Roles[id] = r.Roles[i]
+		}
+	}
+	return c, nil
 }

@@ -44,6 +44,9 @@ type (
 type principal struct {
 	user        db.User
 	socketToken string // "" outside a websocket
+	// subs: the socket's open subscriptions (guardSubscription), shared
+	// by every principal of the socket; nil outside a websocket.
+	subs *socketSubscriptions
 }
 
 // WithUser returns ctx carrying the authenticated user.
@@ -55,7 +58,7 @@ func WithUser(ctx context.Context, u db.User) context.Context {
 // as at connection_init and the token it used, which Allow checks again
 // for every operation.
 func WithSocketUser(ctx context.Context, u db.User, token string) context.Context {
-	return context.WithValue(ctx, principalKey{}, &principal{user: u, socketToken: token})
+	return context.WithValue(ctx, principalKey{}, &principal{user: u, socketToken: token, subs: &socketSubscriptions{}})
 }
 
 // UserFrom returns the authenticated user of ctx.
@@ -140,7 +143,9 @@ func (r *Resolver) Allow(ctx context.Context, _ any, next graphql.Resolver, role
 			// the socket's value serves: a subscription keeps this
 			// context for its life.
 			u = fresh
-			ctx = WithSocketUser(ctx, u, token)
+			p := *ctx.Value(principalKey{}).(*principal)
+			p.user = u
+			ctx = context.WithValue(ctx, principalKey{}, &p)
 		}
 	}
 	if u.Role == db.RoleAdmin || slices.Contains(roles, model.Role(strings.ToUpper(u.Role))) {

@@ -70,7 +70,7 @@ func (r *subscriptionResolver) EventProcessed(ctx context.Context, filter *db.Ev
 		// It would match nothing the feed ever carries.
 		return nil, &db.InputError{Field: "filter.processed", Msg: "eventProcessed carries processed events only: leave processed out or set it true"}
 	}
-	return r.liveEvents(ctx, f, after)
+	return r.liveEvents(ctx, f, after, eventProcessedAllowed(allowedRoles(ctx), f))
 }
 
 func (r *Resolver) Event() graph.EventResolver { return &eventResolver{r} }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"erp/db"
 	"erp/graph/wsgorilla"
@@ -65,15 +66,18 @@ type feedStream struct {
 	wasLive  atomic.Bool  // live once: a back-fill is a catch-up, bounded
 	warned   atomic.Bool  // the slow consumer was logged
 
-	// closed (guarded by mu, as sub) sits in the atomics' padding: the
-	// struct, one per open subscription, stays at 176 bytes.
-	closed bool
-	mu     sync.Mutex
-	sub    *db.FeedSubscription
+	// closed and refused (guarded by mu, as sub) sit in the atomics'
+	// padding: the struct, one per open subscription, stays at 176 bytes.
+	// refused: its user's role may no longer run it (refuse).
+	closed, refused bool
+	mu              sync.Mutex
+	sub             *db.FeedSubscription
 }
 
 // liveEvents implements eventProcessed: with after, every processed event
-// past that cursor matching f, from the journal, then the live ones. It
+// past that cursor matching f, from the journal, then the live ones, for
+// as long as allowed (the subscription's re-authorisation hook) lets its
+// user's role run it (Reauthorize). It
 // subscribes to the feed before reading the journal, so nothing processed
 // in between is lost; what arrives twice is skipped by feed sequence. A
 // cursor of an unprocessed event or of another journal is an
@@ -84,7 +88,7 @@ type feedStream struct {
 // stream is pushed (Advance), on another one pulled by the transport's
 // goroutine for the subscription, one event at a time; without
 // SharedFeedPayloads a goroutine pumps the events into the channel.
-func (r *Resolver) liveEvents(ctx context.Context, f db.EventFilter, after *string) (<-chan *db.Event, error) {
+func (r *Resolver) liveEvents(ctx context.Context, f db.EventFilter, after *string, allowed func(role string) error) (<-chan *db.Event, error) {
 	var from *int64
 	if after != nil {
 		seq, err := r.feedPosition(ctx, *after)
@@ -94,6 +98,13 @@ func (r *Resolver) liveEvents(ctx context.Context, f db.EventFilter, after *stri
 		from = &seq
 	}
 	s := &feedStream{r: r, filter: f, ctx: ctx, backfilling: from != nil, more: true}
+	// Guarded before the role is read: a role change from then on
+	// reaches the stream (Reauthorize), an earlier one is in the role.
+	guardSubscription(ctx, s, allowed)
+	if err := r.authorizeNow(ctx, allowed); err != nil {
+		forgetSubscription(ctx, s)
+		return nil, err
+	}
 	slot := feedSlotOf(ctx)
 	if slot != nil {
 		// Before subscribing: the subscription wakes the socket.
@@ -252,6 +263,24 @@ func (s *feedStream) close() {
 	if sub != nil {
 		sub.Close()
 	}
+	forgetSubscription(s.ctx, s)
+}
+
+// refuse implements reauthorizable: the operation ends with err as its
+// error message (wsgorilla.AddSubscriptionError); closing the feed
+// subscription wakes the stream, which then ends.
+func (s *feedStream) refuse(err *gqlerror.Error) {
+	wsgorilla.AddSubscriptionError(s.ctx, err)
+	s.mu.Lock()
+	s.refused = true
+	s.mu.Unlock()
+	s.close()
+}
+
+func (s *feedStream) isRefused() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refused
 }
 
 // FeedStart is the cursor eventProcessed takes to start from the
@@ -308,7 +337,7 @@ func (s *feedStream) Advance(ctx context.Context) bool {
 // event: ev nil with ok true then means none is queued (a back-fill still
 // reads the journal).
 func (s *feedStream) take(ctx context.Context, wait bool) (ev *db.Event, ok bool) {
-	if !wait && ctx.Err() != nil {
+	if (!wait && ctx.Err() != nil) || s.isRefused() {
 		return nil, false
 	}
 	if s.backfilling {
@@ -324,7 +353,7 @@ func (s *feedStream) take(ctx context.Context, wait bool) (ev *db.Event, ok bool
 			return nil, true
 		}
 		if !ok {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || s.isRefused() {
 				return nil, false
 			}
 			if !sub.Overflowed() {
