@@ -2,6 +2,7 @@ package wsgorilla
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,7 +21,6 @@ import (
 	"github.com/99designs/gqlgen/graphql/errcode"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/gorilla/websocket"
-	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 )
 
@@ -55,17 +55,14 @@ type InitFunc func(ctx context.Context, payload transport.InitPayload) (context.
 // Transport is a gqlgen transport (graphql.Transport) for GraphQL over
 // websockets on gorilla/websocket, speaking graphql-transport-ws and the
 // legacy graphql-ws. Each socket has one goroutine, which reads its
-// frames. An operation is prepared (parsed, validated, dispatched) on a
-// goroutine of its own; queries, mutations and subscriptions that stream
-// through gqlgen's executor keep it for as long as they run, as with
-// gqlgen's transport, but a subscription whose resolver pushes (Push) ends
-// it once dispatched: its events are written, when its stream says they
-// are ready, by a writer goroutine that the socket has only while it has
-// frames to write. An idle subscribed socket is therefore one goroutine,
-// blocked reading on a small stack. Unlike gqlgen's transport it does not
-// keep the upgrade request's headers for the socket's life (0.7 KiB an
-// idle socket): an operation's OperationContext has no Headers; the
-// socket's identity is its connection_init (InitFunc's context).
+// frames, and each operation one, which runs it. It keeps gqlgen's
+// message semantics but not gqlgen's own websocket transport, which
+// cannot do what the live feed needs: it closes an init timeout with
+// 1002, has no 4400/4409/4429 and no cap of operations per socket, sends
+// complete after an operation's error, and a reused id's end cancels the
+// operation that reuses it. An operation's OperationContext has no
+// Headers; the socket's identity is its connection_init (InitFunc's
+// context).
 //
 // The rules of Implementation (origin, init timeout, duplicate ids,
 // keepalive, write timeout, shutdown) apply unchanged; Implementation is
@@ -97,94 +94,43 @@ var _ graphql.Transport = Transport{}
 func (t Transport) Supports(r *http.Request) bool { return r.Header.Get("Upgrade") != "" }
 
 // Do implements graphql.Transport: it upgrades the request and serves the
-// socket until it closes, on the calling goroutine. Behind Handler it
-// returns at connection_ack, and Handler's goroutine serves the socket
-// once the handshake's middleware has returned.
+// socket until it closes, on the calling goroutine.
 func (t Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
-	wc, err := t.Implementation.Accept(w, r, transport.WebsocketAcceptOptions{
-		ResponseHeader: http.Header{},
-		Subprotocols:   []string{ProtoLegacyWS, ProtoTransportWS},
-	})
+	c, err := t.Implementation.accept(w, r, []string{ProtoLegacyWS, ProtoTransportWS})
 	if err != nil {
-		return // Upgrade answered the request with an HTTP error
-	}
-	c := wc.(*Conn)
-	c.untrackLater = true // by end, once the operations and writer ended
-	c.ownIDs = true       // the socket's active set refuses a running id (4409)
-	switch c.Subprotocol() {
-	case ProtoLegacyWS, "", ProtoTransportWS:
-	default:
-		_ = c.WriteClose(websocket.CloseProtocolError, "unsupported negotiated subprotocol "+c.Subprotocol())
-		_ = c.Close()
-		c.untrack()
-		return
+		return // the Upgrader answered the request with an HTTP error
 	}
 	limit := int64(defaultPayloadReadLimit)
 	if t.PayloadReadLimit != nil {
 		limit = *t.PayloadReadLimit
 	}
 	if limit > 0 {
-		c.SetReadLimit(limit)
+		c.ws.SetReadLimit(limit)
 	}
-	// Behind Handler the handshake's context already ends with the socket
-	// and reaches it (CloseSocket); without, the socket makes one that
-	// does the same.
-	ctx, cancel := r.Context(), context.CancelFunc(nil)
-	if c.handle != nil {
-		cancel = c.handle.cancel
-	} else {
-		h := &handle{}
-		h.conn.Store(c)
-		ctx, cancel = context.WithCancel(context.WithValue(ctx, handleKey{}, h))
-	}
-	maxOps := t.MaxOperations
-	if maxOps <= 0 {
-		maxOps = defaultMaxOperations
-	}
+	// The socket's context ends with the socket and reaches it
+	// (CloseSocket); cancellation of the request does not end it.
+	ctx, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(r.Context()), connKey{}, c))
 	s := &socket{
 		initFunc: t.InitFunc,
 		onClose:  t.OnClose,
-		maxOps:   maxOps,
+		maxOps:   cmp.Or(t.MaxOperations, defaultMaxOperations),
 		conn:     c,
-		legacy:   c.Subprotocol() != ProtoTransportWS,
+		legacy:   c.ws.Subprotocol() != ProtoTransportWS,
 		exec:     exec,
 		ctx:      ctx,
 		cancel:   cancel,
 	}
-	if c.handle != nil {
-		c.handle.socket = s
-	}
-	// A panic in Do (InitFunc's, or the loop's without Handler) tears the
-	// socket down here, since gqlgen's handler recovers it before Handler's
-	// recoverSocket could. On net/http's goroutine, or the handshake's
-	// behind Handler, whose stacks are large already, the defer costs
-	// nothing.
+	// A panic (InitFunc's, or the reader's) tears the socket down here;
+	// gqlgen's handler recovers it then.
 	defer func() {
 		if p := recover(); p != nil {
 			s.fail()
 			panic(p)
 		}
 	}()
-	if !s.init() {
-		s.end()
-		return
+	if s.init() {
+		s.run()
 	}
-	if c.handle != nil {
-		// Handler runs the loop once the handshake's frames are gone.
-		c.handle.loop = s.serve
-		return
-	}
-	s.serve()
-}
-
-// serve reads and runs the socket's messages until it closes.
-//
-// Not a deferred end: with a defer in this frame, at the bottom of the
-// stack an idle socket waits on, the runtime keeps the reader's stack at
-// 8 KiB instead of 4 (figure D, 4 KiB more per socket). A panic is
-// recoverSocket's, which drops the connection and untracks it.
-func (s *socket) serve() {
-	s.run()
 	s.end()
 }
 
@@ -196,16 +142,15 @@ func (s *socket) fail() {
 	s.end()
 }
 
-// end closes the socket, waits for its writer and its operations'
-// goroutines, and only then takes it out of the set Shutdown waits on.
+// end closes the socket, waits for its operations' goroutines, and only
+// then takes it out of the set Shutdown waits on.
 func (s *socket) end() {
 	if s.ended.Swap(true) {
 		return // a panic in end itself comes back here
 	}
 	// Even when OnClose panics: Shutdown waits on the open set.
-	defer s.conn.untrack()
+	defer s.conn.impl.forget(s.conn)
 	s.close(websocket.CloseNormalClosure, "terminated")
-	s.push.stop()
 	s.running.Wait()
 	if s.accepted && s.onClose != nil {
 		s.onClose(s.ctx)
@@ -253,10 +198,16 @@ type socket struct {
 	// it left active, not even a write that had begun.
 	sendMu sync.Mutex
 
-	push pusher
 	// running counts the operations' goroutines (op.run), which end once
 	// their contexts are cancelled.
 	running sync.WaitGroup
+}
+
+// clientMessage is the envelope both subprotocols share.
+type clientMessage struct {
+	Type    string          `json:"type"`
+	ID      string          `json:"id"`
+	Payload json.RawMessage `json:"payload"`
 }
 
 // Incoming message types, by what they mean in either subprotocol.
@@ -323,8 +274,36 @@ func notEnvelope(b []byte) invalidMessage {
 
 // next reads the next message and classifies it.
 func (s *socket) next() (kind int, m clientMessage, err error) {
-	_, b, m, parsed, err := s.conn.next()
-	return s.classify(b, m, parsed, err)
+	return s.classify(s.read())
+}
+
+// read reads the next message, b, and decodes its envelope, m, unless it
+// is not a JSON object of that shape (parsed false). Once a close frame
+// was sent, messages are skipped until the peer's close frame ends the
+// read. A read error (a close frame, a missed read deadline, a message
+// over the read limit) drops the network connection. A binary message is
+// taken as the text it holds: neither subprotocol defines binary
+// messages, and the reference servers of both read them so.
+func (s *socket) read() (b []byte, m clientMessage, parsed bool, err error) {
+	c := s.conn
+	for {
+		_, r, err := c.ws.NextReader()
+		if err == nil {
+			b, err = io.ReadAll(r) // at most the read limit
+		}
+		if err != nil {
+			c.failed(err, "nothing came from the peer for two ping intervals")
+			return nil, m, false, err
+		}
+		c.alive()
+		if c.closing.Load() {
+			continue
+		}
+		if json.Unmarshal(b, &m) != nil {
+			return b, clientMessage{}, false, nil // malformed: the protocol answers it
+		}
+		return b, m, true, nil
+	}
 }
 
 // classify tells what an incoming message b, m once decoded, means in the
@@ -376,9 +355,11 @@ func (s *socket) init() bool {
 	if !ok {
 		return false
 	}
+	s.conn.initSeen()
 	if p := bytes.TrimSpace(m.Payload); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
-		if err := json.Unmarshal(p, &s.initPayload); err != nil {
-			return false // Conn closed it with CloseBadRequest already
+		if p[0] != '{' || json.Unmarshal(p, &s.initPayload) != nil {
+			s.close(CloseBadRequest, "connection_init payload must be an object")
+			return false
 		}
 	}
 	var ack *transport.InitPayload
@@ -451,34 +432,19 @@ func (s *socket) awaitInit() (clientMessage, bool) {
 	}
 }
 
-// run reads messages until the socket closes or a message ends it. Its
-// frame is where an idle socket waits, at the bottom of the reader's
-// stack: the little the wait takes lets the runtime keep that stack at
-// 4 KiB, so the message is handled in handle, which returns before the
-// next wait.
+// run reads messages until the socket closes or a message ends it.
 func (s *socket) run() {
-	for {
-		_, r, err := s.conn.ws.NextReader()
-		if !s.handle(r, err) {
-			return
-		}
+	for s.handle(s.next()) {
 	}
 }
 
-// handle takes one message that NextReader returned; false means the
-// socket is done. A message the client may not send closes the socket:
-// on graphql-transport-ws with 4400; on graphql-ws, as gqlgen's transport
-// does, with 1000 for malformed JSON or an unknown type and with 1002
-// after a connection_error for a type only the server sends or a second
-// connection_init.
-//
-//go:noinline
-func (s *socket) handle(r io.Reader, err error) bool {
-	b, m, parsed, skip, err := s.conn.take(r, err)
-	if skip {
-		return true
-	}
-	kind, m, err := s.classify(b, m, parsed, err)
+// handle takes one message; false means the socket is done. A message the
+// client may not send closes the socket: on graphql-transport-ws with
+// 4400 (4429 for a second connection_init); on graphql-ws, as gqlgen's
+// transport does, with 1000 for malformed JSON or an unknown type and
+// with 1002 after a connection_error for a type only the server sends or
+// a second connection_init.
+func (s *socket) handle(kind int, m clientMessage, err error) bool {
 	if err != nil {
 		if !s.legacy && errors.As(err, new(invalidMessage)) {
 			s.refuse(err)
@@ -500,7 +466,13 @@ func (s *socket) handle(r io.Reader, err error) bool {
 	case msgPing:
 		s.send("pong", "", m.Payload)
 	case msgPong:
-		// The answer to a keepalive ping; Conn saw the peer is there.
+		// The answer to a keepalive ping; read saw the peer is there.
+	case msgInit:
+		if !s.legacy {
+			s.close(CloseTooManyInit, "Too many initialisation requests")
+			return false
+		}
+		fallthrough
 	default:
 		s.connectionError("unexpected message " + m.Type)
 		s.close(websocket.CloseProtocolError, "unexpected message")
@@ -532,7 +504,7 @@ func (s *socket) start(m clientMessage) bool {
 	if dup {
 		// Reading on, which skips what follows the close frame, until the
 		// peer's close frame ends the socket.
-		s.conn.closeSubscriberExists(m.ID)
+		s.conn.closeWith(CloseSubscriberExists, "Subscriber for "+m.ID+" already exists")
 		return true
 	}
 	if err := checkPayload(m.Type, m.Payload); err != nil {
@@ -661,9 +633,7 @@ func (s *socket) stopOperation(id string) {
 	op.stop()
 }
 
-// run prepares the operation and runs it: a subscription whose resolver
-// pushes is left to the socket's writer once dispatched, anything else is
-// pulled here until it ends.
+// run prepares the operation and runs it until it ends.
 func (op *operation) run(ctx context.Context, payload json.RawMessage, begin time.Time) {
 	s := op.s
 	ctx = graphql.StartOperationTrace(ctx)
@@ -688,27 +658,13 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 			op.end(resp.Errors)
 			return
 		}
-		op.deliver(&graphql.Response{Errors: errs}, false)
+		op.deliver(&graphql.Response{Errors: errs})
 		op.end(nil)
 		return
 	}
 	op.rc = rc
-	// One value for InitPayload, AddSubscriptionError and Push; rc goes
-	// on ctx in DispatchOperation.
-	ctx = context.WithValue(ctx, operationKey{}, op)
-	if rc.Operation != nil && rc.Operation.Operation == ast.Subscription {
-		// The subscription's resolver runs in DispatchOperation: one that
-		// pushes registers its stream there.
-		op.subscription = true
-		if s.dispatchPushed(ctx, op) {
-			return
-		}
-		// DispatchOperation's context: it has rc and what the operation
-		// interceptors added.
-		op.pull(op.ctx, op.responses)
-		return
-	}
-	op.pull(ctx, nil)
+	// One value for InitPayload and AddSubscriptionError.
+	op.pull(context.WithValue(ctx, operationKey{}, op))
 }
 
 // operation returns the running operation with id, nil when none has it.
@@ -746,25 +702,6 @@ func (op *operation) current() bool {
 	return slices.Contains(op.s.active, op)
 }
 
-// dispatchPushed dispatches a subscription and reports whether its
-// resolver pushes; one that does not is left for pull with its response
-// handler in op.responses.
-func (s *socket) dispatchPushed(ctx context.Context, op *operation) (pushed bool) {
-	defer func() {
-		if r := recover(); r != nil {
-			op.fail(ctx, r)
-			pushed = true
-		}
-	}()
-	responses, ctx := s.exec.DispatchOperation(ctx, op.rc)
-	op.responses, op.ctx = responses, ctx
-	if op.stream == nil {
-		return false
-	}
-	s.push.start(op, ctx)
-	return true
-}
-
 // operation is one operation running on the socket.
 type operation struct {
 	s      *socket
@@ -772,34 +709,20 @@ type operation struct {
 	rc     *graphql.OperationContext
 	cancel context.CancelFunc
 
-	responses graphql.ResponseHandler
-	// stream is the pushing resolver's (Push), nil for a pulled operation.
-	stream Stream
-	// ctx is what DispatchOperation returned, for a subscription.
-	ctx context.Context
 	// query holds the interned query (RawQuery) while the operation runs:
 	// unique keeps a value only while a Handle of it is held.
 	query unique.Handle[string]
 
 	errs gqlerror.List // AddSubscriptionError's, guarded by the socket's mu
-
-	// subscription: Push may register a stream.
-	subscription bool
-	// Guarded by the socket's pusher.
-	queued, started, finished bool
 }
 
 // stop ends the operation at the client's or the socket's request (from
-// any goroutine); a pushed one is woken to see its stream end.
-func (op *operation) stop() {
-	op.cancel()
-	op.s.push.wake(op)
-}
+// any goroutine).
+func (op *operation) stop() { op.cancel() }
 
-// pull runs an operation whose responses are pulled from gqlgen's
-// executor, on a goroutine of its own; responses is the handler already
-// dispatched, or nil to dispatch here.
-func (op *operation) pull(ctx context.Context, responses graphql.ResponseHandler) {
+// pull runs the operation on its own goroutine, writing each response of
+// gqlgen's executor until there is none.
+func (op *operation) pull(ctx context.Context) {
 	defer func() {
 		if r := recover(); r != nil {
 			op.fail(ctx, r)
@@ -807,29 +730,26 @@ func (op *operation) pull(ctx context.Context, responses graphql.ResponseHandler
 		}
 		op.finish()
 	}()
-	if responses == nil {
-		responses, ctx = op.s.exec.DispatchOperation(ctx, op.rc)
-	}
+	responses, ctx := op.s.exec.DispatchOperation(ctx, op.rc)
 	for {
 		resp := responses(ctx)
 		if resp == nil {
 			return
 		}
-		op.deliver(resp, false)
+		op.deliver(resp)
 	}
 }
 
 // deliver writes a result of the operation while it has its id; one that
-// cannot be encoded ends the operation with an error message instead. A
-// held result goes out with the socket's next write (Conn.writeText).
-func (op *operation) deliver(resp *graphql.Response, hold bool) {
+// cannot be encoded ends the operation with an error message instead.
+func (op *operation) deliver(resp *graphql.Response) {
 	s := op.s
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	if !op.current() {
 		return
 	}
-	if err := s.sendResponse(op.id, resp, hold); err != nil {
+	if err := s.sendResponse(op.id, resp); err != nil {
 		op.retire()
 		s.sendErrors(op.id, gqlerror.List{{Message: "encode response: " + err.Error()}})
 		op.stop()
@@ -861,7 +781,7 @@ func (op *operation) finish() { op.end(op.subscriptionErrors()) }
 // end sends the operation's last message unless it no longer has its id:
 // an error message with errs, which in both subprotocols ends the
 // operation without a complete, else complete unless the socket is
-// closing. It then cancels the operation and closes its stream.
+// closing. It then cancels the operation.
 func (op *operation) end(errs gqlerror.List) {
 	s := op.s
 	s.sendMu.Lock()
@@ -877,9 +797,6 @@ func (op *operation) end(errs gqlerror.List) {
 	}
 	s.sendMu.Unlock()
 	op.cancel()
-	if c, ok := op.stream.(interface{ Close() }); ok {
-		c.Close()
-	}
 }
 
 // close closes the socket with code and reason (unless a close frame went
@@ -894,7 +811,7 @@ func (s *socket) close(code int, reason string) {
 	s.closed = true
 	ops := slices.Clone(s.active)
 	s.mu.Unlock()
-	_ = s.conn.WriteClose(code, reason)
+	s.conn.writeClose(code, reason)
 	s.cancel()
 	for _, op := range ops {
 		op.stop()
@@ -905,7 +822,9 @@ func (s *socket) close(code int, reason string) {
 // send writes one message; a failed write has closed the socket, whose
 // reader then ends.
 func (s *socket) send(typ, id string, payload []byte) {
-	_ = s.conn.writeMessage(typ, id, encodeEnvelope(typ, id, payload))
+	if s.conn.writeText(encodeEnvelope(typ, id, payload)) == nil && typ == "connection_ack" {
+		s.conn.acked.Store(true)
+	}
 }
 
 // dataType is the message type of an operation's result.
@@ -918,16 +837,16 @@ func (s *socket) dataType() string {
 
 // sendResponse writes one result of operation id; the error is one of
 // encoding it (a failed write has closed the socket).
-func (s *socket) sendResponse(id string, resp *graphql.Response, hold bool) error {
+func (s *socket) sendResponse(id string, resp *graphql.Response) error {
 	if parts, ok := s.sharedFrame(id, resp); ok {
-		_ = s.conn.writeText(hold, parts...)
+		_ = s.conn.writeText(parts...)
 		return nil
 	}
 	b, err := json.Marshal(resp)
 	if err != nil {
 		return err
 	}
-	_ = s.conn.writeText(hold, encodeEnvelope(s.dataType(), id, b))
+	_ = s.conn.writeText(encodeEnvelope(s.dataType(), id, b))
 	return nil
 }
 
@@ -1043,7 +962,7 @@ func InitPayload(ctx context.Context) transport.InitPayload {
 
 // AddSubscriptionError makes the end of the subscription of ctx an error
 // message carrying err instead of complete: the way a resolver whose
-// stream fails (its channel closed, or its pushed stream ended) says why.
+// stream fails (its channel closed) says why.
 // Outside an operation of this transport it does nothing.
 func AddSubscriptionError(ctx context.Context, err *gqlerror.Error) {
 	if op, ok := ctx.Value(operationKey{}).(*operation); ok {
@@ -1057,4 +976,39 @@ func (op *operation) subscriptionErrors() gqlerror.List {
 	op.s.mu.Lock()
 	defer op.s.mu.Unlock()
 	return op.errs
+}
+
+// appendString appends s as a JSON string: as is when it needs no
+// escaping (message types, the usual operation ids), else as
+// encoding/json writes it.
+func appendString(b []byte, s string) []byte {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x7f || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// encodeEnvelope encodes the message {"payload":…,"id":…,"type":…} of both
+// subprotocols, payload (raw JSON) and id left out when empty.
+func encodeEnvelope(typ, id string, payload []byte) []byte {
+	b := make([]byte, 0, len(payload)+len(id)+len(typ)+32)
+	b = append(b, '{')
+	if len(payload) > 0 {
+		b = append(b, `"payload":`...)
+		b = append(b, payload...)
+		b = append(b, ',')
+	}
+	if id != "" {
+		b = append(b, `"id":`...)
+		b = appendString(b, id)
+		b = append(b, ',')
+	}
+	b = append(b, `"type":`...)
+	b = appendString(b, typ)
+	return append(b, '}')
 }
