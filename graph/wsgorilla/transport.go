@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
-	"unique"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/errcode"
@@ -31,13 +30,12 @@ const (
 	ProtoLegacyWS    = "graphql-ws"
 )
 
-// defaultPayloadReadLimit caps an incoming message when PayloadReadLimit
-// is nil, in bytes (gqlgen's default).
-const defaultPayloadReadLimit = 1 << 20
-
-// defaultMaxOperations caps the operations of one socket when
-// MaxOperations is 0.
-const defaultMaxOperations = 100
+// defaultPayloadReadLimit (bytes) and defaultMaxOperations apply when
+// PayloadReadLimit is nil and MaxOperations 0.
+const (
+	defaultPayloadReadLimit = 1 << 20
+	defaultMaxOperations    = 100
+)
 
 // InitFunc authenticates a socket from its connection_init payload. It
 // returns the context the socket's operations run in, derived from ctx,
@@ -47,9 +45,8 @@ const defaultMaxOperations = 100
 // message on graphql-ws.
 //
 // The socket takes the returned context's values, not its end: a
-// deadline or cancel InitFunc adds is not watched, since a watch is a
-// context and a channel for every idle socket. To close the socket later
-// (a revoked token), keep the context and call CloseSocket with it.
+// deadline or cancel InitFunc adds is not watched. To close the socket
+// later (a revoked token), keep the context and call CloseSocket with it.
 type InitFunc func(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error)
 
 // Transport is a gqlgen transport (graphql.Transport) for GraphQL over
@@ -89,8 +86,7 @@ type Transport struct {
 
 var _ graphql.Transport = Transport{}
 
-// Supports implements graphql.Transport: every request with an Upgrade
-// header.
+// Supports implements graphql.Transport: requests with an Upgrade header.
 func (t Transport) Supports(r *http.Request) bool { return r.Header.Get("Upgrade") != "" }
 
 // Do implements graphql.Transport: it upgrades the request and serves the
@@ -134,9 +130,7 @@ func (t Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Graph
 	s.end()
 }
 
-// fail ends the socket after a panic on its goroutine: the close frame
-// says 1011, a fault of the server's (unless a close frame went out
-// already).
+// fail ends the socket after a panic on its goroutine with 1011.
 func (s *socket) fail() {
 	s.close(websocket.CloseInternalServerErr, "internal server error")
 	s.end()
@@ -157,28 +151,20 @@ func (s *socket) end() {
 	}
 }
 
-// socket is one socket's protocol state; its methods run on the socket's
-// goroutine unless they say otherwise.
+// socket is one socket's protocol state.
 type socket struct {
-	// The Transport settings the socket uses (maxOps is MaxOperations
-	// with its default applied), not the whole Transport: every open
-	// socket carries them.
 	initFunc InitFunc
 	onClose  func(ctx context.Context)
 	maxOps   int
 
-	conn *Conn
-	exec graphql.GraphExecutor
-	// ctx is the connection's: InitFunc's, cancelled when the socket
-	// closes.
-	ctx    context.Context
+	conn   *Conn
+	exec   graphql.GraphExecutor
+	ctx    context.Context // InitFunc's, cancelled when the socket closes
 	cancel context.CancelFunc
 	legacy bool // graphql-ws rather than graphql-transport-ws
 	// accepted: InitFunc took the socket, and OnClose is owed.
 	accepted bool
 	ended    atomic.Bool // end ran or runs
-
-	initPayload transport.InitPayload
 
 	mu sync.Mutex
 	// active holds the running operations. An operation leaves it
@@ -186,9 +172,6 @@ type socket struct {
 	// stop), and sends nothing once it left: the client may reuse the id
 	// at once, and a message of the stopped operation with that id would
 	// be taken for one of the new operation.
-	//
-	// A slice, not a map: a socket runs one or a few operations (at most
-	// MaxOperations), and a map costs an idle subscription 200 bytes more.
 	active []*operation
 	closed bool
 
@@ -198,9 +181,7 @@ type socket struct {
 	// it left active, not even a write that had begun.
 	sendMu sync.Mutex
 
-	// running counts the operations' goroutines (op.run), which end once
-	// their contexts are cancelled.
-	running sync.WaitGroup
+	running sync.WaitGroup // the operations' goroutines
 }
 
 // clientMessage is the envelope both subprotocols share.
@@ -221,10 +202,8 @@ const (
 	msgUnexpected // a message type the server sends, not takes
 )
 
-// invalidMessage is a client message the subprotocol does not take (not
-// a JSON object of the envelope's shape, of no type the client sends) or
-// not a valid one of a type it takes (no id, a payload of the wrong
-// shape); its text is for the client.
+// invalidMessage says why a client message is not one the subprotocol
+// takes; its text is for the client.
 type invalidMessage string
 
 func (e invalidMessage) Error() string { return string(e) }
@@ -250,8 +229,6 @@ func quoteType(typ string) string {
 	return q
 }
 
-// unknownType is the invalidMessage of a type the subprotocol does not
-// have.
 func unknownType(typ string) invalidMessage {
 	if typ == "" {
 		return "message without a type"
@@ -272,18 +249,14 @@ func notEnvelope(b []byte) invalidMessage {
 	return "message must be a JSON object"
 }
 
-// next reads the next message and classifies it.
 func (s *socket) next() (kind int, m clientMessage, err error) {
 	return s.classify(s.read())
 }
 
-// read reads the next message, b, and decodes its envelope, m, unless it
-// is not a JSON object of that shape (parsed false). Once a close frame
-// was sent, messages are skipped until the peer's close frame ends the
-// read. A read error (a close frame, a missed read deadline, a message
-// over the read limit) drops the network connection. A binary message is
-// taken as the text it holds: neither subprotocol defines binary
-// messages, and the reference servers of both read them so.
+// read reads the next message, b, and decodes its envelope, m (parsed
+// false when it is no JSON object of that shape), skipping messages once
+// a close frame was sent. A read error drops the network connection. A
+// binary message is read as text, as both reference servers do.
 func (s *socket) read() (b []byte, m clientMessage, parsed bool, err error) {
 	c := s.conn
 	for {
@@ -356,15 +329,16 @@ func (s *socket) init() bool {
 		return false
 	}
 	s.conn.initSeen()
+	var initPayload transport.InitPayload
 	if p := bytes.TrimSpace(m.Payload); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
-		if p[0] != '{' || json.Unmarshal(p, &s.initPayload) != nil {
+		if p[0] != '{' || json.Unmarshal(p, &initPayload) != nil {
 			s.close(CloseBadRequest, "connection_init payload must be an object")
 			return false
 		}
 	}
 	var ack *transport.InitPayload
 	if s.initFunc != nil {
-		ctx, payload, err := s.initFunc(s.ctx, s.initPayload)
+		ctx, payload, err := s.initFunc(s.ctx, initPayload)
 		if err != nil {
 			s.connectionError(err.Error())
 			code, reason := closeCodeOf(ctx)
@@ -481,13 +455,9 @@ func (s *socket) handle(kind int, m clientMessage, err error) bool {
 	return true
 }
 
-// start runs the operation of a subscribe (start) message; false means
-// the message was not valid and the socket is closing. Only a check of
-// its shape and its registration happen on the socket's goroutine:
-// decoding, parsing, validation and the resolver run on the operation's,
-// so that the reader's stack stays small for the socket's life.
-//
-// A message without an id closes the socket (see refuse). A payload that
+// start runs the operation of a subscribe (start) message on a goroutine
+// of its own; false means the message was not valid and the socket is
+// closing. A message without an id closes the socket (see refuse). A payload that
 // is not an operation closes it with 4400 on graphql-transport-ws; on
 // graphql-ws, whose reference server answers it with an error for the
 // id, it gets that error and the socket stays open.
@@ -530,9 +500,8 @@ func (s *socket) start(m clientMessage) bool {
 		}})
 		return true
 	}
-	// Not a child of the socket's context, which would keep an entry for
-	// it in its children for the operation's life (for every idle
-	// subscription): close stops every operation in active itself.
+	// Not a child of the socket's context: close stops every operation
+	// in active itself.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(s.ctx))
 	op := &operation{s: s, id: m.ID, cancel: cancel}
 	// No operation has the id: a running one's was refused above (4409),
@@ -543,8 +512,6 @@ func (s *socket) start(m clientMessage) bool {
 	return true
 }
 
-// operationPayload is a subscribe (start) payload with its fields left
-// encoded.
 type operationPayload struct {
 	Query         json.RawMessage `json:"query"`
 	OperationName json.RawMessage `json:"operationName"`
@@ -552,13 +519,10 @@ type operationPayload struct {
 	Extensions    json.RawMessage `json:"extensions"`
 }
 
-// checkPayload reports what keeps payload, of a subscribe (start) message
-// of type typ, from being an operation; nil when nothing does. It must be
-// a JSON object with a query string (absent only when extensions carry a
-// persisted query's hash) and may have an operationName string and
-// variables and extensions objects, each of them null or absent
-// otherwise. The error, an invalidMessage, is for the client. Only the
-// top level is looked at: the values are not decoded.
+// checkPayload reports what keeps payload of a subscribe (start) from
+// being an operation, as an invalidMessage: a JSON object with a query
+// string (absent only for a persisted query), an operationName string and
+// variables and extensions objects, each optional. Values are not decoded.
 func checkPayload(typ string, payload json.RawMessage) error {
 	var p operationPayload
 	if jsonKind(payload) != '{' || json.Unmarshal(payload, &p) != nil {
@@ -646,10 +610,6 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 		return
 	}
 	params.ReadTime = graphql.TraceTiming{Start: begin, End: graphql.Now()}
-	// The operation context keeps the query for the operation's life:
-	// sockets subscribed with the same query share one copy of it.
-	op.query = unique.Make(params.Query)
-	params.Query = op.query.Value()
 
 	rc, errs := s.exec.CreateOperationContext(ctx, params)
 	if errs != nil {
@@ -663,12 +623,11 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 		return
 	}
 	op.rc = rc
-	// One value for InitPayload and AddSubscriptionError.
+	// For AddSubscriptionError.
 	op.pull(context.WithValue(ctx, operationKey{}, op))
 }
 
-// operation returns the running operation with id, nil when none has it.
-// Called with the socket's mu held.
+// operation returns the running operation with id, or nil; under mu.
 func (s *socket) operation(id string) *operation {
 	for _, op := range s.active {
 		if op.id == id {
@@ -678,11 +637,9 @@ func (s *socket) operation(id string) *operation {
 	return nil
 }
 
-// retire frees the operation's id, just before its last message (the
-// client may reuse the id as soon as it reads that message), and reports
-// whether the id was still the operation's: false when the operation had
-// ended or been stopped already, and no last message is to be sent.
-// Called with the socket's sendMu held.
+// retire frees the operation's id just before its last message, which the
+// client may answer by reusing the id; false when the id was freed
+// already and no last message is due. Called with sendMu held.
 func (op *operation) retire() (owned bool) {
 	op.s.mu.Lock()
 	i := slices.Index(op.s.active, op)
@@ -694,8 +651,7 @@ func (op *operation) retire() (owned bool) {
 	return owned
 }
 
-// current reports whether the operation still has its id: a response of
-// one that was stopped is not sent.
+// current reports whether the operation still has its id.
 func (op *operation) current() bool {
 	op.s.mu.Lock()
 	defer op.s.mu.Unlock()
@@ -708,20 +664,13 @@ type operation struct {
 	id     string
 	rc     *graphql.OperationContext
 	cancel context.CancelFunc
-
-	// query holds the interned query (RawQuery) while the operation runs:
-	// unique keeps a value only while a Handle of it is held.
-	query unique.Handle[string]
-
-	errs gqlerror.List // AddSubscriptionError's, guarded by the socket's mu
+	errs   gqlerror.List // AddSubscriptionError's, guarded by the socket's mu
 }
 
-// stop ends the operation at the client's or the socket's request (from
-// any goroutine).
+// stop ends the operation; from any goroutine.
 func (op *operation) stop() { op.cancel() }
 
-// pull runs the operation on its own goroutine, writing each response of
-// gqlgen's executor until there is none.
+// pull writes each response of gqlgen's executor until there is none.
 func (op *operation) pull(ctx context.Context) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -778,10 +727,9 @@ func (op *operation) fail(ctx context.Context, p any) {
 // AddSubscriptionError, else complete unless the socket is closing.
 func (op *operation) finish() { op.end(op.subscriptionErrors()) }
 
-// end sends the operation's last message unless it no longer has its id:
-// an error message with errs, which in both subprotocols ends the
-// operation without a complete, else complete unless the socket is
-// closing. It then cancels the operation.
+// end sends the operation's last message unless it no longer has its id
+// (an error message with errs, which needs no complete, else complete
+// unless the socket is closing), then cancels the operation.
 func (op *operation) end(errs gqlerror.List) {
 	s := op.s
 	s.sendMu.Lock()
@@ -819,15 +767,13 @@ func (s *socket) close(code int, reason string) {
 	_ = s.conn.Close()
 }
 
-// send writes one message; a failed write has closed the socket, whose
-// reader then ends.
+// send writes one message (a failed write drops the socket).
 func (s *socket) send(typ, id string, payload []byte) {
 	if s.conn.writeText(encodeEnvelope(typ, id, payload)) == nil && typ == "connection_ack" {
 		s.conn.acked.Store(true)
 	}
 }
 
-// dataType is the message type of an operation's result.
 func (s *socket) dataType() string {
 	if s.legacy {
 		return "data"
@@ -850,21 +796,21 @@ func (s *socket) sendResponse(id string, resp *graphql.Response) error {
 	return nil
 }
 
-// sharedFrame returns a result message as parts around resp.Data, which
-// then is written as it is: shared by every socket that takes the same
-// result (SharedFeedPayloads), it is neither copied nor encoded again.
-// ok is false for a response of another shape than data and extensions.
+// sharedFrame returns a result message as parts around resp.Data, written
+// as it is: the data SharedFeedPayloads shares among sockets is neither
+// copied nor encoded again per socket. ok is false for a response with
+// more than data and extensions.
 func (s *socket) sharedFrame(id string, resp *graphql.Response) (parts [][]byte, ok bool) {
 	if len(resp.Errors) > 0 || resp.Data == nil || resp.Label != "" || resp.Path != nil || resp.HasNext != nil {
 		return nil, false
 	}
 	tail := make([]byte, 0, 96)
 	if len(resp.Extensions) > 0 {
-		tail = append(tail, `,"extensions":`...)
-		var err error
-		if tail, err = appendExtensions(tail, resp.Extensions); err != nil {
+		ext, err := json.Marshal(resp.Extensions)
+		if err != nil {
 			return nil, false
 		}
+		tail = append(append(tail, `,"extensions":`...), ext...)
 	}
 	tail = append(tail, `},"id":`...)
 	tail = appendString(tail, id)
@@ -872,34 +818,6 @@ func (s *socket) sharedFrame(id string, resp *graphql.Response) (parts [][]byte,
 	tail = appendString(tail, s.dataType())
 	tail = append(tail, '}')
 	return [][]byte{framePrefix, resp.Data, tail}, true
-}
-
-// appendExtensions appends ext as a JSON object: by hand when it holds
-// only strings (a request id, on every result of a busy feed), else as
-// encoding/json writes it. Keys are sorted either way.
-func appendExtensions(b []byte, ext map[string]any) ([]byte, error) {
-	var few [4]string // the usual extensions fit: no allocation
-	keys := few[:0]
-	for k, v := range ext {
-		if _, ok := v.(string); !ok {
-			j, err := json.Marshal(ext)
-			return append(b, j...), err
-		}
-		keys = append(keys, k)
-	}
-	if len(keys) > 1 { // the request id alone, on every result of a busy feed, needs no sort
-		slices.Sort(keys)
-	}
-	b = append(b, '{')
-	for i, k := range keys {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendString(b, k)
-		b = append(b, ':')
-		b = appendString(b, ext[k].(string))
-	}
-	return append(b, '}'), nil
 }
 
 // framePrefix opens every result message written around shared data.
@@ -925,7 +843,6 @@ func (s *socket) connectionError(msg string) {
 	s.send("connection_error", "", b)
 }
 
-// Context values of the transport.
 type (
 	closeCodeKey     struct{}
 	operationKey     struct{} // → *operation
@@ -951,15 +868,6 @@ func closeCodeOf(ctx context.Context) (int, string) {
 	return websocket.CloseNormalClosure, "terminated"
 }
 
-// InitPayload is the connection_init payload of the socket that runs the
-// operation of ctx, nil when there was none.
-func InitPayload(ctx context.Context) transport.InitPayload {
-	if op, ok := ctx.Value(operationKey{}).(*operation); ok {
-		return op.s.initPayload
-	}
-	return nil
-}
-
 // AddSubscriptionError makes the end of the subscription of ctx an error
 // message carrying err instead of complete: the way a resolver whose
 // stream fails (its channel closed) says why.
@@ -978,19 +886,10 @@ func (op *operation) subscriptionErrors() gqlerror.List {
 	return op.errs
 }
 
-// appendString appends s as a JSON string: as is when it needs no
-// escaping (message types, the usual operation ids), else as
-// encoding/json writes it.
+// appendString appends s as a JSON string.
 func appendString(b []byte, s string) []byte {
-	for i := range len(s) {
-		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x7f || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
+	q, _ := json.Marshal(s)
+	return append(b, q...)
 }
 
 // encodeEnvelope encodes the message {"payload":…,"id":…,"type":…} of both

@@ -1,24 +1,12 @@
 // Package wsgorilla serves GraphQL over websockets on
 // github.com/gorilla/websocket: Transport is the gqlgen transport that
-// speaks both subprotocols (graphql-transport-ws and the legacy
-// graphql-ws); Implementation accepts the sockets and applies the same
-// rules to both:
-//
-//   - a browser handshake from an Origin outside the allow-list gets HTTP 403
-//     before any upgrade (Handler), one during Shutdown 503;
-//   - a client that sends no connection_init within InitTimeout is closed
-//     with 4408; a second connection_init on graphql-transport-ws with 4429;
-//     a connection_init whose payload is not an object with 4400;
-//   - a subscribe (start) whose id is already running is closed with 4409;
-//   - a websocket ping goes out every PingInterval; a peer from which
-//     nothing (pong, ping or message) arrived for two intervals is dropped;
-//     with ProtocolKeepAlive each ping is followed by the subprotocol's own
-//     keepalive message ("ka" on graphql-ws, "ping" on graphql-transport-ws);
-//   - a write that cannot complete within WriteTimeout drops the socket:
-//     a client that reads too slowly or not at all is disconnected, and one
-//     of the live feed resumes from its last cursor and loses nothing;
-//   - Shutdown closes every socket with 1001, and CloseSocket lets a
-//     resolver close its own socket with a code of its choice.
+// speaks graphql-transport-ws and the legacy graphql-ws; Implementation
+// accepts the sockets and applies the same rules to both: the origin
+// check (403), the init timeout (4408), a websocket ping every
+// PingInterval with the subprotocol's own keepalive message, a peer silent
+// for two intervals dropped, and one plain rule for slow clients: a write
+// that cannot complete within WriteTimeout drops the socket. A live-feed
+// client then resumes from its last cursor and loses nothing.
 package wsgorilla
 
 import (
@@ -70,8 +58,7 @@ const (
 
 const (
 	// defaultReadBufferSize is the read buffer of a socket when
-	// ReadBufferSize is 0, in bytes: an idle socket reads only control
-	// frames (at most 131 bytes); a larger message is read past it.
+	// ReadBufferSize is 0, in bytes: a larger message is read past it.
 	defaultReadBufferSize = 256
 	// defaultWriteTimeout bounds one message write when WriteTimeout is 0.
 	defaultWriteTimeout = 10 * time.Second
@@ -97,9 +84,8 @@ type Implementation struct {
 	// AllowOrigins).
 	CheckOrigin func(r *http.Request) bool
 	// ReadBufferSize and WriteBufferSize are the I/O buffer sizes in
-	// bytes; 0 means 256 and gorilla's default (4096). Write buffers come
-	// from a pool shared by every socket, held only while a message is
-	// written.
+	// bytes; 0 means 256 and 4096. Write buffers come from a pool shared
+	// by every socket.
 	ReadBufferSize, WriteBufferSize int
 	// SendBuffer caps the kernel's send buffer of each socket (SO_SNDBUF),
 	// in bytes: what a client that stopped reading can pin in the kernel
@@ -116,13 +102,12 @@ type Implementation struct {
 	// InitTimeout is how long a socket may stay open without sending
 	// connection_init before it is closed with CloseInitTimeout; 0 disables.
 	InitTimeout time.Duration
-	// WriteTimeout bounds the write of one message, and the wait of a
-	// close frame behind it; a write that does not complete in time drops
-	// the network connection (the client sees 1006). 0 means 10 s.
+	// WriteTimeout bounds the write of one message or close frame; a write
+	// not done in time drops the connection (the client sees 1006). 0
+	// means 10 s.
 	WriteTimeout time.Duration
-	// OnMessage, when set, is told of every message written to a socket:
-	// sent true once written, false when it was dropped (the socket was
-	// closing or the write failed). Metrics hook in here.
+	// OnMessage, when set, is told of every message: sent true once
+	// written, false when dropped (closing socket, failed write).
 	OnMessage func(sent bool)
 	// Logger, when set, gets one line (info) for each socket dropped by
 	// WriteTimeout or by the missing pongs of PingInterval.
@@ -137,9 +122,8 @@ type Implementation struct {
 }
 
 // Handler guards next, the gqlgen handler, for websocket handshakes (any
-// request with an Upgrade header, as gqlgen routes them): a disallowed
-// Origin gets 403 and a handshake during Shutdown 503, both before any
-// upgrade and before next's middleware. Other requests pass through.
+// request with an Upgrade header): a disallowed Origin gets 403 and a
+// handshake during Shutdown 503, before next's middleware runs.
 func (i *Implementation) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Upgrade") != "" {
@@ -197,8 +181,7 @@ func (i *Implementation) accept(w http.ResponseWriter, r *http.Request, subproto
 	down := i.shuttingDown
 	i.mu.Unlock()
 
-	// Any frame from the peer proves it is there: data messages are seen
-	// by the reader (alive), control frames here.
+	// Any frame from the peer proves it is there.
 	ws.SetPongHandler(func(string) error { c.alive(); return nil })
 	ping := ws.PingHandler()
 	ws.SetPingHandler(func(data string) error { c.alive(); return ping(data) })
@@ -260,8 +243,7 @@ func (i *Implementation) Shutdown(ctx context.Context) error {
 	}
 }
 
-// forget removes c from the open set that Shutdown waits on; safe to call
-// more than once.
+// forget removes c from the open set that Shutdown waits on.
 func (i *Implementation) forget(c *Conn) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
@@ -279,12 +261,11 @@ func (i *Implementation) forget(c *Conn) {
 type connKey struct{}
 
 // CloseSocket closes the websocket that carries ctx (InitFunc's context
-// or an operation's, of a socket of Transport) with code and reason (cut
-// to 123 bytes), without waiting: data writes stop at once, the close
-// frame follows the message being written, if any, within WriteTimeout,
-// and the network connection is dropped when the peer answers or a second
-// later. The socket's operations then end. It reports false when ctx
-// belongs to no socket.
+// or an operation's) with code and reason (cut to 123 bytes), without
+// waiting: data writes stop at once, the close frame follows the message
+// being written within WriteTimeout, and the connection is dropped when
+// the peer answers or a second later; the socket's operations then end.
+// It reports false when ctx belongs to no socket.
 func CloseSocket(ctx context.Context, code int, reason string) bool {
 	c, ok := ctx.Value(connKey{}).(*Conn)
 	if ok {
@@ -293,31 +274,25 @@ func CloseSocket(ctx context.Context, code int, reason string) bool {
 	return ok
 }
 
-// Conn is one accepted socket. Transport reads it from one goroutine and
-// writes it from several (results, keepalives, close); gorilla allows one
-// data writer at a time, so data writes are serialised here. Control
-// frames (pings, close) may be written concurrently with them.
+// Conn is one accepted socket. gorilla allows one data writer at a time,
+// so data writes are serialised here; control frames (pings, close) may
+// be written concurrently with them.
 type Conn struct {
 	ws   *websocket.Conn
 	impl *Implementation
 
 	writeMu sync.Mutex // serialises data writes
 
-	// closing is set once a close frame was sent or is being sent: no data
-	// frame goes out after it.
+	// closing is set once a close frame is on its way: no data follows it.
 	closing atomic.Bool
-	// closeMu is held while a close frame is written, so that Close lets
-	// that frame out before dropping the connection.
+	// closeMu is held while a close frame is written, for Close to wait on.
 	closeMu sync.Mutex
 
 	netClosed    atomic.Bool // set with the network connection's close
 	netCloseOnce sync.Once
 
-	// acked is set once connection_ack was written: keepalive messages
-	// follow from then on.
-	acked atomic.Bool
-	// pinging is set while ping writes a ping frame and keepalive message.
-	pinging atomic.Bool
+	acked   atomic.Bool // connection_ack was written: keepalive messages follow
+	pinging atomic.Bool // a ping frame and keepalive message are being written
 
 	mu        sync.Mutex
 	initTimer *time.Timer // closes with 4408; stopped by connection_init
@@ -333,12 +308,10 @@ func (c *Conn) initSeen() {
 	}
 }
 
-// writeText writes one text message, the concatenation of parts, within
-// WriteTimeout unless the socket is closing, and counts it. The parts go
-// straight into the socket's write buffer: a payload shared by many
-// sockets is never copied into a message of each one's own. A write that
-// fails or times out drops the network connection: after a partial frame
-// no close frame can follow.
+// writeText writes one text message, the concatenation of parts (a
+// payload shared by many sockets is not copied), within WriteTimeout
+// unless the socket is closing. A write that fails or times out drops the
+// network connection: after a partial frame no close frame can follow.
 func (c *Conn) writeText(parts ...[]byte) error {
 	if c.closing.Load() {
 		c.impl.onMessage(false)
@@ -358,9 +331,6 @@ func (c *Conn) writeText(parts ...[]byte) error {
 }
 
 func (c *Conn) writeParts(parts [][]byte) error {
-	if len(parts) == 1 {
-		return c.ws.WriteMessage(websocket.TextMessage, parts[0])
-	}
 	w, err := c.ws.NextWriter(websocket.TextMessage)
 	if err != nil {
 		return err
@@ -375,15 +345,12 @@ func (c *Conn) writeParts(parts [][]byte) error {
 }
 
 // failed drops the network connection after an I/O error, logging a
-// timeout (the peer did not read, or sent nothing) as why; an error while
-// the socket closes is expected and not logged.
+// timeout, once, unless the socket was closing anyway.
 func (c *Conn) failed(err error, why string) {
-	if c.closing.Load() {
-		return
-	}
 	var ne net.Error
-	if l := c.impl.Logger; l != nil && errors.As(err, &ne) && ne.Timeout() && !c.netClosed.Load() {
-		l.Info("websocket dropped", slog.String("reason", why),
+	// Once: the ping and a message may time out together.
+	if errors.As(err, &ne) && ne.Timeout() && !c.closing.Load() && c.netClosed.CompareAndSwap(false, true) && c.impl.Logger != nil {
+		c.impl.Logger.Info("websocket dropped", slog.String("reason", why),
 			slog.String("remote", c.ws.RemoteAddr().String()), slog.String("subprotocol", c.ws.Subprotocol()))
 	}
 	c.closeNetwork()
@@ -462,11 +429,10 @@ func (c *Conn) alive() {
 	}
 }
 
-// ping runs every PingInterval on the timer's goroutine (an idle socket
-// has no goroutine for its pings): a ping frame, which every websocket
-// client answers on its own, then, with ProtocolKeepAlive, the
-// subprotocol's keepalive message after the data message being written.
-// A ping still waiting for the previous one is skipped.
+// ping runs every PingInterval on a timer: a ping frame, which every
+// websocket client answers, then, with ProtocolKeepAlive, the
+// subprotocol's keepalive message. A ping while the last still waits is
+// skipped.
 func (c *Conn) ping() {
 	if c.netClosed.Load() || c.closing.Load() {
 		return
