@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync"
@@ -78,9 +80,7 @@ type Transport struct {
 	// its id, and the socket stays open. 0 means 100.
 	MaxOperations int
 	// OnClose, when set, is called once for every socket InitFunc
-	// accepted (every initialised socket without InitFunc), with the
-	// context its operations ran in (InitFunc's), after the socket closed
-	// and its operations ended: where what InitFunc registered is let go.
+	// accepted, with InitFunc's context, after its operations ended.
 	OnClose func(ctx context.Context)
 }
 
@@ -89,8 +89,11 @@ var _ graphql.Transport = Transport{}
 // Supports implements graphql.Transport: requests with an Upgrade header.
 func (t Transport) Supports(r *http.Request) bool { return r.Header.Get("Upgrade") != "" }
 
-// Do implements graphql.Transport: it upgrades the request and serves the
-// socket until it closes, on the calling goroutine.
+// Do implements graphql.Transport: it upgrades the request and returns at
+// connection_ack (middleware sees the request end there), leaving the
+// socket to a goroutine of its own: net/http's, whose stack the handshake
+// grew, and its state for the connection (two 4 KiB buffers, the request)
+// are let go.
 func (t Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
 	c, err := t.Implementation.accept(w, r, []string{ProtoLegacyWS, ProtoTransportWS})
 	if err != nil {
@@ -116,8 +119,8 @@ func (t Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Graph
 		ctx:      ctx,
 		cancel:   cancel,
 	}
-	// A panic (InitFunc's, or the reader's) tears the socket down here;
-	// gqlgen's handler recovers it then.
+	// A panic in InitFunc tears the socket down here; gqlgen's handler
+	// recovers it then.
 	defer func() {
 		if p := recover(); p != nil {
 			s.fail()
@@ -125,8 +128,24 @@ func (t Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Graph
 		}
 	}()
 	if s.init() {
-		s.run()
+		go s.serve()
+		return
 	}
+	s.end()
+}
+
+// serve reads the socket until it ends. A panic ends the socket with 1011
+// and is logged with Implementation.Logger.
+func (s *socket) serve() {
+	defer func() {
+		if p := recover(); p != nil {
+			s.fail()
+			if l := s.conn.impl.Logger; l != nil {
+				l.Error("websocket: panic serving socket", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+			}
+		}
+	}()
+	s.run()
 	s.end()
 }
 
@@ -364,11 +383,9 @@ func (s *socket) init() bool {
 	return true
 }
 
-// awaitInit reads messages up to connection_init, answering the pings
-// graphql-transport-ws allows before it; false means the socket closed.
-// What else arrives first closes it: on graphql-transport-ws with 4401
-// for a subscribe and 4400 for anything else, on graphql-ws with 1002
-// after a connection_error.
+// awaitInit reads messages up to connection_init, answering pings; false
+// means the socket closed: anything else first closes it (4401 for a
+// subscribe, else 4400; 1002 on graphql-ws).
 func (s *socket) awaitInit() (clientMessage, bool) {
 	for {
 		kind, m, err := s.next()
@@ -413,11 +430,9 @@ func (s *socket) run() {
 }
 
 // handle takes one message; false means the socket is done. A message the
-// client may not send closes the socket: on graphql-transport-ws with
-// 4400 (4429 for a second connection_init); on graphql-ws, as gqlgen's
-// transport does, with 1000 for malformed JSON or an unknown type and
-// with 1002 after a connection_error for a type only the server sends or
-// a second connection_init.
+// client may not send closes the socket: with 4400 (4429 for a second
+// connection_init); on graphql-ws, as with gqlgen, with 1000 for malformed
+// JSON or an unknown type, else 1002 after a connection_error.
 func (s *socket) handle(kind int, m clientMessage, err error) bool {
 	if err != nil {
 		if !s.legacy && errors.As(err, new(invalidMessage)) {
@@ -565,9 +580,8 @@ func jsonKind(v json.RawMessage) byte {
 	return v[0]
 }
 
-// refuse closes the socket for a message that is not valid: with 4400
-// and err's text as the reason on graphql-transport-ws, with 1002 after a
-// connection_error carrying it on graphql-ws.
+// refuse closes the socket for an invalid message: 4400 with err as the
+// reason, or on graphql-ws 1002 after a connection_error carrying it.
 func (s *socket) refuse(err error) {
 	if !s.legacy {
 		s.close(CloseBadRequest, err.Error())
@@ -577,11 +591,9 @@ func (s *socket) refuse(err error) {
 	s.close(websocket.CloseProtocolError, err.Error())
 }
 
-// stopOperation ends operation id at the client's request (complete,
-// stop): from then on it sends nothing. On graphql-ws the server answers
-// with complete, as that protocol's reference server does, before it reads
-// the next message; on graphql-transport-ws it sends none, as that
-// protocol has it. An id that runs nothing is ignored.
+// stopOperation ends operation id at the client's request: from then on
+// it sends nothing. graphql-ws gets a complete, as from its reference
+// server; graphql-transport-ws none. An unknown id is ignored.
 func (s *socket) stopOperation(id string) {
 	s.mu.Lock()
 	op := s.operation(id)

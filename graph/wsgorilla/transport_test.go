@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -128,6 +129,7 @@ func setupTransport(t *testing.T, behindHandler bool, configure ...func(*testBun
 		seen:    make(chan seenResponse, 4),
 		watched: map[int]bool{},
 	}
+	b.impl.Logger = slog.New(slog.NewTextHandler(logWriter{b}, nil))
 	for _, c := range configure {
 		c(b)
 	}

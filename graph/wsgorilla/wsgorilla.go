@@ -28,13 +28,9 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// Close codes this package sends. The 44xx ones are those of the
-// graphql-transport-ws protocol. The legacy graphql-ws subprotocol gets
-// 4400 (for a connection_init payload only), 4408 and 4409 too; where
-// graphql-transport-ws has 4401, 4429 or 4400 for a message, Transport
-// closes graphql-ws with 1002 after a connection_error, or with 1000 for
-// malformed JSON or an unknown type after the acknowledgement, as
-// gqlgen's transport does.
+// Close codes this package sends, the 44xx ones graphql-transport-ws's.
+// graphql-ws gets 4400 (for a connection_init payload only), 4408 and 4409
+// too; for the other cases it gets 1002 or 1000, as with gqlgen.
 const (
 	// CloseGoingAway (RFC 6455) is sent to every socket by Shutdown.
 	CloseGoingAway = websocket.CloseGoingAway
@@ -75,9 +71,8 @@ const (
 var errClosing = errors.New("websocket is closing")
 
 // Implementation accepts websockets with gorilla's Upgrader and keeps the
-// set of open ones for Shutdown. Use it by pointer, with its Handler in
-// front of the gqlgen handler and Transport in it; the zero value works
-// (no pings, no init timeout, same-origin only).
+// open ones for Shutdown. Use it by pointer, its Handler in front of the
+// gqlgen handler, Transport in it; the zero value works (no pings).
 type Implementation struct {
 	// CheckOrigin decides whether a handshake's Origin may open a socket;
 	// nil allows requests without Origin and same-origin ones (see
@@ -363,10 +358,8 @@ func (i *Implementation) onMessage(sent bool) {
 }
 
 // closeWith starts closing the socket with code and reason unless a close
-// frame was sent already: data writes stop at once; in the background the
-// close frame is written, waiting at most WriteTimeout for a message being
-// written, and the connection is dropped when the peer answers (the
-// reader sees its close frame) or after closeGrace.
+// frame was sent already: data writes stop at once; the close frame goes
+// out in the background (see CloseSocket).
 func (c *Conn) closeWith(code int, reason string) {
 	if !c.closing.CompareAndSwap(false, true) {
 		return
@@ -380,8 +373,7 @@ func (c *Conn) closeWith(code int, reason string) {
 	}()
 }
 
-// writeClose sends a close frame with code and reason unless one was sent
-// already, whose code then stands.
+// writeClose sends a close frame unless one was sent already.
 func (c *Conn) writeClose(code int, reason string) {
 	if c.closing.CompareAndSwap(false, true) {
 		_ = c.writeCloseFrame(code, reason)
@@ -396,8 +388,7 @@ func (c *Conn) writeCloseFrame(code int, reason string) error {
 	return c.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(c.impl.writeTimeout()))
 }
 
-// Close lets a close frame being written go out and drops the network
-// connection.
+// Close drops the network connection after a close frame being written.
 func (c *Conn) Close() error {
 	c.closeMu.Lock()
 	c.closeNetwork()
@@ -405,8 +396,7 @@ func (c *Conn) Close() error {
 	return nil
 }
 
-// closeNetwork closes the network connection, which fails every read and
-// write in progress; safe to call more than once.
+// closeNetwork closes the network connection; safe to call more than once.
 func (c *Conn) closeNetwork() {
 	c.netCloseOnce.Do(func() {
 		c.netClosed.Store(true)
@@ -421,8 +411,7 @@ func (c *Conn) closeNetwork() {
 	})
 }
 
-// alive moves the read deadline two ping intervals ahead; called for every
-// frame from the peer.
+// alive moves the read deadline two ping intervals ahead.
 func (c *Conn) alive() {
 	if p := c.impl.PingInterval; p > 0 {
 		_ = c.ws.SetReadDeadline(time.Now().Add(2 * p))
@@ -465,10 +454,8 @@ var (
 	keepAliveGraphQLWS   = []byte(`{"type":"ka"}`)
 )
 
-// closeReason makes reason fit a close frame: valid UTF-8 (a browser
-// fails a close frame that is not, and its client sees 1006) of at most
-// maxCloseReason bytes, cut between characters. The reason may quote a
-// client's operation id.
+// closeReason makes reason fit a close frame: valid UTF-8 (browsers fail
+// a close frame that is not) of at most maxCloseReason bytes.
 func closeReason(reason string) string {
 	return cutUTF8(strings.ToValidUTF8(reason, "\uFFFD"), maxCloseReason)
 }
