@@ -255,7 +255,7 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 		Feed:       feed,
 		Logger:     logger,
 		FeedBuffer: cfg.FeedBuffer,
-		FeedMaxLag: cfg.FeedMaxLag, FeedMaxStall: cfg.FeedMaxStall,
+		FeedMaxLag: cfg.FeedMaxLag,
 	}
 	ws := &wsgorilla.Implementation{
 		CheckOrigin: checkOrigin,
@@ -266,7 +266,8 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 		PingInterval:      cmp.Or(cfg.KeepAlive, wsKeepAlive),
 		ProtocolKeepAlive: true,
 		InitTimeout:       cmp.Or(cfg.InitTimeout, wsInitTimeout),
-		SendBuffer:        wsSendBuffer,
+		WriteTimeout:      cfg.FeedWriteTimeout,
+		SendBuffer:        cmp.Or(cfg.SendBuffer, wsSendBuffer),
 		OnMessage:         m.WebsocketMessage,
 		Logger:            logger,
 	}
