@@ -34,11 +34,12 @@ build:
 generate:
 	$(GO) tool gqlgen generate
 	$(GO) tool sqlc generate
+	$(GO) run ./app/config/configdoc > docs/configuration.md
 
 # check-generate fails when the committed generated code is stale (CI).
 check-generate: generate
-	@git diff --exit-code --stat -- graph db/internal resolvers || { echo "generated code is stale: run 'make generate' and commit the result" >&2; exit 1; }
-	@untracked=$$(git ls-files --others --exclude-standard -- graph db/internal resolvers); \
+	@git diff --exit-code --stat -- graph db/internal resolvers docs/configuration.md || { echo "generated code is stale: run 'make generate' and commit the result" >&2; exit 1; }
+	@untracked=$$(git ls-files --others --exclude-standard -- graph db/internal resolvers docs/configuration.md); \
 	if [ -n "$$untracked" ]; then echo "generated files not committed: $$untracked" >&2; exit 1; fi
 
 # lint runs golangci-lint v2 with .golangci.yml.

@@ -156,7 +156,7 @@ type App struct {
 // and a webhook attempt holds a connection only for its take and record,
 // and more connections than the database has cores to run them only
 // lengthen the tail (figure B at 500 events/s: p99 28–221 ms with 25,
-// 16–37 ms with 4 to 10; BENCHMARKS.md). README, Configuration, says the
+// 16–37 ms with 4 to 10; BENCHMARKS.md). docs/operations.md, Connections, says the
 // same.
 func PoolSizes(cfg config.Config) db.PoolSizes {
 	perCPU := int32(max(4, runtime.GOMAXPROCS(0)))
@@ -255,7 +255,7 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 		Feed:       feed,
 		Logger:     logger,
 		FeedBuffer: cfg.FeedBuffer,
-		FeedMaxLag: cfg.FeedMaxLag, FeedMaxStall: cfg.FeedMaxStall,
+		FeedMaxLag: cfg.FeedMaxLag,
 	}
 	ws := &wsgorilla.Implementation{
 		CheckOrigin: checkOrigin,
@@ -266,7 +266,8 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 		PingInterval:      cmp.Or(cfg.KeepAlive, wsKeepAlive),
 		ProtocolKeepAlive: true,
 		InitTimeout:       cmp.Or(cfg.InitTimeout, wsInitTimeout),
-		SendBuffer:        wsSendBuffer,
+		WriteTimeout:      cfg.FeedWriteTimeout,
+		SendBuffer:        cmp.Or(cfg.SendBuffer, wsSendBuffer),
 		OnMessage:         m.WebsocketMessage,
 		Logger:            logger,
 	}

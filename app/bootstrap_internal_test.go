@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -119,4 +120,23 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// TestServeWithItsPortTakenMakesNothing: a start whose port is taken fails
+// naming the address before it makes a data directory, a database or an
+// admin token.
+func TestServeWithItsPortTakenMakesNothing(t *testing.T) {
+	t.Parallel()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	cfg := config.Default()
+	cfg.Addr = taken.Addr().String()
+	cfg.DataDir = filepath.Join(t.TempDir(), "data")
+	var stdout bytes.Buffer
+	err = Serve(t.Context(), cfg, slog.New(slog.DiscardHandler), &stdout)
+	require.ErrorContains(t, err, "listen on "+cfg.Addr)
+	_, statErr := os.Stat(cfg.DataDir)
+	require.ErrorIs(t, statErr, os.ErrNotExist, "the data directory was made")
+	require.Empty(t, stdout.String())
 }

@@ -59,7 +59,7 @@ func TestRetentionPrunesDeliveredAndPurgesDead(t *testing.T) {
 	n, err := jobs.PruneDeliveries(t.Context(), s.Pool, time.Now().Add(-time.Hour))
 	require.NoError(t, err)
 	require.Zero(t, n)
-	purged := apptest.GQL[struct{ PurgeDeadDeliveries int }](t, s, `mutation($t: DateTime!) { purgeDeadDeliveries(olderThan: $t, subscriber: "other") }`,
+	purged := apptest.GQL[struct{ PurgeDeadDeliveries int }](t, s, `mutation($t: DateTime!) { purgeDeadDeliveries(olderThan: $t, subscriber: "order_acceptance") }`,
 		map[string]any{"t": time.Now().Add(time.Hour).Format(time.RFC3339)})
 	require.Zero(t, purged.PurgeDeadDeliveries, "another subscriber's")
 

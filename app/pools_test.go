@@ -31,7 +31,7 @@ import (
 // failure instead of a hung test.
 const answerWithin = 30 * time.Second
 
-// documentedSizes are the pools' sizes README's Configuration gives without
+// documentedSizes are the pools' sizes docs/operations.md (Connections) gives without
 // pool_max_conns: API max(4, GOMAXPROCS) + 4, work 20 workers + 4.
 func documentedSizes() db.PoolSizes {
 	return db.PoolSizes{API: int32(max(4, runtime.GOMAXPROCS(0)) + 4), Work: int32(max(4, runtime.GOMAXPROCS(0)) + 5)}

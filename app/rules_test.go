@@ -628,3 +628,35 @@ func allows(ds ast.DirectiveList, role string) bool {
 	}
 	return false
 }
+
+// A stream started by an admin carries events of users and tokens; when
+// its user becomes a viewer it ends (FORBIDDEN), since its filter was
+// fixed at the start, while one that can carry none (entity sales_orders)
+// stays open.
+func TestAnAdminsStreamEndsWhenTheRoleIsLowered(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	token := apptest.RoleToken(t, s, "auditor", "ADMIN")
+	c := apptest.DialWS(t, s, apptest.ProtoTransportWS)
+	c.Init(token)
+	c.Subscribe("all", apptest.FeedSubscription, nil)
+	c.Subscribe("orders", apptest.FeedSubscription, map[string]any{"filter": map[string]any{"entity": "sales_orders"}})
+	apptest.WaitFor(t, 5*time.Second, "two subscriptions", func() bool { return s.App.Feed().Subscribers() == 2 })
+
+	apptest.GQL[map[string]any](t, s, `mutation { setUserRole(login: "auditor", role: VIEWER) { id } }`, nil)
+	for {
+		m, err := c.Read(10 * time.Second)
+		require.NoError(t, err, "the unfiltered stream is still open")
+		if m.Type == "next" {
+			require.Equal(t, "all", m.ID, "%s", m.Payload) // user.role_changed, until the change is seen
+			continue
+		}
+		require.Equal(t, "error", m.Type, "%s", m.Payload)
+		require.Equal(t, "all", m.ID)
+		require.Contains(t, string(m.Payload), `"code":"FORBIDDEN"`)
+		break
+	}
+	apptest.GQL[map[string]any](t, s, apptest.CreateSalesOrder, map[string]any{"customer": "после"})
+	require.Equal(t, "doc.created", c.NextEvent("orders").Type, "the stream that carries no such event stays")
+}

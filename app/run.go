@@ -35,6 +35,13 @@ const AdminTokenFile = "admin-token"
 // the pools and the private PostgreSQL. A generated admin token is shown
 // on stdout, once, when stdout is a terminal (see ensureAdminToken).
 func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout io.Writer) error {
+	// Bound first: a taken port fails before a data directory, a database
+	// or an admin token is made.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	defer ln.Close() // a failed start; a.Serve closes it otherwise
 	tp, stopTracing, err := StartTracing(ctx, logger)
 	if err != nil {
 		return err
@@ -61,15 +68,9 @@ func Serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 		if err := a.Start(ctx); err != nil {
 			return err
 		}
-		ln, err := net.Listen("tcp", cfg.Addr)
-		if err != nil {
-			a.Stop(ctx)
-			return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
-		}
 		if cfg.PprofAddr != "" {
 			stopPprof, err := startPprof(cfg.PprofAddr, logger)
 			if err != nil {
-				_ = ln.Close()
 				a.Stop(ctx)
 				return err
 			}
@@ -101,7 +102,8 @@ func Migrate(ctx context.Context, cfg config.Config, logger *slog.Logger) error 
 }
 
 // CreateUser is the user subcommand: it creates the user cfg.User names
-// (unless the login exists) and issues a token, printed once to stdout,
+// (unless the login exists; an existing integration account is bound to
+// cfg.User's sources) and issues a token, printed once to stdout,
 // without a running server. The journal events it writes are dispatched
 // when a server runs.
 func CreateUser(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout io.Writer) error {
@@ -228,7 +230,8 @@ func terminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-// createUser creates the user u names (unless it exists) and issues its
+// createUser creates the user u names (unless it exists; an existing
+// integration account is bound to u's sources instead) and issues its
 // token, printed once.
 func createUser(ctx context.Context, pool *pgxpool.Pool, cfg config.User, logger *slog.Logger, stdout io.Writer) error {
 	dispatcher := jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger})
@@ -246,13 +249,19 @@ func createUser(ctx context.Context, pool *pgxpool.Pool, cfg config.User, logger
 	token, err := jobs.Write(ctx, outbox, func(tx pgx.Tx) (string, []db.Event, error) {
 		var events []db.Event
 		if _, err := db.UserByLogin(ctx, tx, cfg.Login); errors.Is(err, db.ErrNotFound) {
-			_, created, err := db.CreateUser(ctx, tx, nil, db.UserInput{Login: cfg.Login, DisplayName: name, Role: cfg.Role})
+			_, created, err := db.CreateUser(ctx, tx, nil, db.UserInput{Login: cfg.Login, DisplayName: name, Role: cfg.Role, Sources: cfg.SourceList()})
 			if err != nil {
 				return "", nil, err
 			}
 			events = append(events, created...)
 		} else if err != nil {
 			return "", nil, err
+		} else if cfg.Role == db.RoleIntegration {
+			_, set, err := db.SetUserSources(ctx, tx, nil, cfg.Login, cfg.SourceList())
+			if err != nil {
+				return "", nil, err
+			}
+			events = append(events, set...)
 		}
 		token, _, issued, err := db.IssueToken(ctx, tx, nil, cfg.Login, cfg.TokenName, expires)
 		return token, append(events, issued...), err

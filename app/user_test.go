@@ -3,6 +3,7 @@ package app_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -19,7 +20,7 @@ func TestUserSubcommandBootstrapsAnIntegration(t *testing.T) {
 	var out strings.Builder
 	cfg := config.Default()
 	cfg.DatabaseURL = url
-	cfg.User = config.User{Login: "shop", Name: "Интернет-магазин", Role: "integration", TokenName: "prod"}
+	cfg.User = config.User{Login: "shop", Name: "Интернет-магазин", Role: "integration", Sources: "shop", TokenName: "prod"}
 	require.NoError(t, app.CreateUser(t.Context(), cfg, apptest.Logger(t), &out))
 	fields := strings.Fields(out.String())
 	token := fields[len(fields)-1]
@@ -35,7 +36,18 @@ func TestUserSubcommandBootstrapsAnIntegration(t *testing.T) {
 	}
 	j := apptest.GQL[journal](t, s, `{ events(filter: {types: ["order.received"]}) { edges { node { actor { displayName } } } } }`, nil)
 	require.Equal(t, "Интернет-магазин", j.Events.Edges[0].Node.Actor.DisplayName)
-	// It can do nothing else.
+	// It can do nothing else: not even receive the CRM's orders.
 	_, res = s.Do(t, token, `{ items { id } }`, nil)
 	require.Equal(t, "FORBIDDEN", res.Errors[0].Extensions["code"])
+	_, res = s.Do(t, token, `mutation { receiveOrder(input: {source: CRM, externalId: "7", customer: "X", lines: [{sku: "A1", quantity: "1"}]}) { duplicate } }`, nil)
+	require.Equal(t, "FORBIDDEN", res.Errors[0].Extensions["code"])
+
+	// Run again with other sources, it binds the existing account to them:
+	// the server sees it once its token cache (1 s) forgets the account.
+	cfg.User.Sources = "shop,crm"
+	require.NoError(t, app.CreateUser(t.Context(), cfg, apptest.Logger(t), &out))
+	apptest.WaitFor(t, 10*time.Second, "the CRM order taken", func() bool {
+		_, res = s.Do(t, token, `mutation { receiveOrder(input: {source: CRM, externalId: "7", customer: "X", lines: [{sku: "A1", quantity: "1"}]}) { duplicate } }`, nil)
+		return len(res.Errors) == 0
+	})
 }

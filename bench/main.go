@@ -86,7 +86,7 @@ func main() {
 	flag.StringVar(&o.figures, "figures", "A,B,C,D,E,F,G", "comma-separated figures to run (A,B,C,D,E,F,G)")
 	flag.BoolVar(&o.quick, "quick", false, "tiny sizes and short runs (a smoke test)")
 	flag.StringVar(&o.out, "out", "bench/results", "directory for the JSON results")
-	flag.IntVar(&o.poolMax, "pool", 0, "server pool_max_conns, the total of its API and work pools (0: unset, the product's sizes: README, Connections)")
+	flag.IntVar(&o.poolMax, "pool", 0, "server pool_max_conns, the total of its API and work pools (0: unset, the product's sizes: docs/operations.md, Connections)")
 	flag.StringVar(&o.syncCommit, "synchronous-commit", "on", "PostgreSQL synchronous_commit for the whole cluster (fsync stays on)")
 	flag.IntVar(&o.eEvents, "e-events", 100000, "figure E: pending order.received events")
 	flag.IntVar(&o.dSubscribers, "d-subscribers", 10000, "figure D: idle subscriptions")

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/require"
 
 	"erp/db"
@@ -172,4 +173,18 @@ func TestPoolSizesWithin(t *testing.T) {
 		_, err := sizes.Within(total)
 		require.Error(t, err, "within %d", total)
 	}
+}
+
+// TestDecimalsKeepTheirScale: a numeric value reads back with its
+// column's scale, zero included (pgx's binary numeric drops a zero's
+// scale), and a parameter round-trips exactly.
+func TestDecimalsKeepTheirScale(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t)
+	var zero, some, echoed decimal.Decimal
+	require.NoError(t, pool.QueryRow(t.Context(), `SELECT 0::numeric(18,3), 237.1::numeric(18,3), $1::numeric`,
+		decimal.RequireFromString("-12.340")).Scan(&zero, &some, &echoed))
+	require.Equal(t, "0.000", zero.StringFixed(-zero.Exponent()))
+	require.Equal(t, "237.100", some.StringFixed(-some.Exponent()))
+	require.Equal(t, "-12.340", echoed.StringFixed(-echoed.Exponent()))
 }

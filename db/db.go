@@ -15,6 +15,7 @@ import (
 
 	pgxdecimal "github.com/jackc/pgx-shopspring-decimal"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
@@ -51,6 +52,7 @@ func parseConfig(url string, configure ...func(*pgxpool.Config)) (*pgxpool.Confi
 	}
 	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
 		pgxdecimal.Register(conn.TypeMap())
+		conn.TypeMap().RegisterType(&pgtype.Type{Name: "numeric", OID: pgtype.NumericOID, Codec: numericText{}})
 		return nil
 	}
 	for _, f := range configure {
@@ -58,6 +60,14 @@ func parseConfig(url string, configure ...func(*pgxpool.Config)) (*pgxpool.Confi
 	}
 	return cfg, nil
 }
+
+// numericText reads and writes numeric values in PostgreSQL's text
+// format: a binary zero carries its scale in a header pgx does not read,
+// so 0.000 of a numeric(18,3) column would come back as "0" beside
+// "237.100"; the text form is "0.000".
+type numericText struct{ pgxdecimal.NumericCodec }
+
+func (numericText) PreferredFormat() int16 { return pgtype.TextFormatCode }
 
 // Migrate brings the database to head: River's own tables through
 // rivermigrate, then this module's embedded migrations (db/migrations/*.sql)

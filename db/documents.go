@@ -926,32 +926,28 @@ func requireText(field, s string) (string, error) {
 // received before is the same order: the customer and every line's item,
 // quantity and price. A difference is a conflicting *InputError naming
 // the first field that differs, since taking it as a duplicate would drop
-// the change silently.
+// the change silently. It names the field only, never the stored value:
+// a sender learns nothing of an order it does not already know.
 func sameOrder(existing SalesOrder, source, externalID, customer string, skus []string, lines []LineInput) error {
-	was := fmt.Sprintf("%s order %s was received before as %s", source, externalID, existing.Number)
+	differs := func(field, what string) error {
+		return conflictOn(field, "%s differs from %s order %s as first received (%s)", what, source, externalID, existing.Number)
+	}
 	if existing.Customer != customer {
-		return conflictOn("customer", "%s with customer %q, not %q", was, existing.Customer, customer)
+		return differs("customer", "the customer")
 	}
 	if len(existing.Lines) != len(lines) {
-		return conflictOn("lines", "%s with %d lines, not %d", was, len(existing.Lines), len(lines))
+		return differs("lines", "the number of lines")
 	}
 	for i, l := range existing.Lines {
 		in := lines[i]
 		switch {
 		case l.SKU != skus[i]:
-			return conflictOn(linePath("lines", i, "sku"), "%s with item %q on line %d, not %q", was, l.SKU, i+1, skus[i])
+			return differs(linePath("lines", i, "sku"), fmt.Sprintf("the item of line %d", i+1))
 		case !l.Quantity.Equal(in.Quantity):
-			return conflictOn(linePath("lines", i, "quantity"), "%s with quantity %s on line %d, not %s", was, l.Quantity, i+1, in.Quantity)
+			return differs(linePath("lines", i, "quantity"), fmt.Sprintf("the quantity of line %d", i+1))
 		case (l.Price == nil) != (in.Price == nil) || (l.Price != nil && !l.Price.Equal(*in.Price)):
-			return conflictOn(linePath("lines", i, "price"), "%s with price %s on line %d, not %s", was, priceText(l.Price), i+1, priceText(in.Price))
+			return differs(linePath("lines", i, "price"), fmt.Sprintf("the price of line %d", i+1))
 		}
 	}
 	return nil
-}
-
-func priceText(p *decimal.Decimal) string {
-	if p == nil {
-		return "none"
-	}
-	return p.String()
 }

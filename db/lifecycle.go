@@ -40,6 +40,8 @@ const (
 	MoveDraft    = "draft"
 	MovePosted   = "posted"
 	MoveReversed = "reversed"
+	// MoveCancelled is a draft discarded before it was posted.
+	MoveCancelled = "cancelled"
 )
 
 // DocKind is one kind of document that has a lifecycle: its table, its
@@ -107,7 +109,7 @@ var (
 	WarehouseMoves = &DocKind{
 		Entity: EntityWarehouseMoves, PayloadEntity: payloadWarehouseMove, Noun: "warehouse move",
 		next: map[string][]string{
-			MoveDraft:  {MovePosted},
+			MoveDraft:  {MovePosted, MoveCancelled},
 			MovePosted: {MoveReversed},
 		},
 		lock:     lockWith(queries.WarehouseMoveLockStatus),
@@ -175,6 +177,9 @@ type statusChangedPayload struct {
 	From   string  `json:"from"`
 	To     string  `json:"to"`
 	Reason *string `json:"reason,omitempty"`
+	// ReversedMove is the number of the posted move whose reversal made
+	// this change (MoveBack); Reason is then the reversal's.
+	ReversedMove *string `json:"reversedMove,omitempty"`
 }
 
 // Transition moves document id of kind k to status to, for a client that
@@ -357,27 +362,32 @@ func (d LockedDocument) MoveTo(ctx context.Context, tx pgx.Tx, actorID *int64, t
 		return StatusChange{}, Event{}, d.conflict("%s %s is %s and cannot become %s (allowed: %s)",
 			d.Kind.Noun, d.Number, d.Status, to, allowed)
 	}
-	return d.write(ctx, tx, actorID, to, reason)
+	return d.write(ctx, tx, actorID, statusChangedPayload{To: to, Reason: reason})
 }
 
 // MoveBack is MoveTo for the transitions a reversal makes (shipped back to
 // the status before it, received back to partially received or open),
-// which no client may ask for; any other is a *StatusConflictError.
-func (d LockedDocument) MoveBack(ctx context.Context, tx pgx.Tx, actorID *int64, to string, reason *string) (StatusChange, Event, error) {
+// which no client may ask for; any other is a *StatusConflictError. The
+// event names the reversed move (reversedMove) and carries the reversal's
+// reason.
+func (d LockedDocument) MoveBack(ctx context.Context, tx pgx.Tx, actorID *int64, to, reversedMove, reason string) (StatusChange, Event, error) {
 	if !slices.Contains(d.Kind.back[d.Status], to) {
 		return StatusChange{}, Event{}, d.conflict("%s %s is %s and cannot go back to %s", d.Kind.Noun, d.Number, d.Status, to)
 	}
-	return d.write(ctx, tx, actorID, to, reason)
+	return d.write(ctx, tx, actorID, statusChangedPayload{To: to, Reason: &reason, ReversedMove: &reversedMove})
 }
 
-// write sets d's status to to and journals doc.status_changed.
-func (d LockedDocument) write(ctx context.Context, tx pgx.Tx, actorID *int64, to string, reason *string) (StatusChange, Event, error) {
+// write sets d's status to change.To and journals doc.status_changed with
+// change's reason and reversed move.
+func (d LockedDocument) write(ctx context.Context, tx pgx.Tx, actorID *int64, change statusChangedPayload) (StatusChange, Event, error) {
+	to := change.To
 	v, err := d.Kind.set(ctx, tx, to, d.ID)
 	if err != nil {
 		return StatusChange{}, Event{}, fmt.Errorf("set status of %s %s to %s: %w", d.Kind.Noun, d.Number, to, translate(err))
 	}
 	ev, err := appendEvent(ctx, tx, actorID, EventStatusChanged, d.Kind.Entity, d.ID, statusChangedPayload{
-		ID: d.ID, No: d.Number, Entity: d.Kind.PayloadEntity, From: d.Status, To: to, Reason: reason,
+		ID: d.ID, No: d.Number, Entity: d.Kind.PayloadEntity, From: d.Status, To: to,
+		Reason: change.Reason, ReversedMove: change.ReversedMove,
 	})
 	if err != nil {
 		return StatusChange{}, Event{}, err

@@ -302,6 +302,24 @@ func sumByItem[R itemSum](rows []R, err error) (map[int64]decimal.Decimal, error
 	return out, nil
 }
 
+// CancelWarehouseMove discards draft move id, seen at version, for reason
+// (required, at most 200 characters): draft → cancelled, journaling
+// doc.status_changed; it never touched stock, so nothing else changes. A
+// posted move is reversed instead (*StatusConflictError). It returns the
+// move as stored.
+func CancelWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, version int32, reason string) (WarehouseMove, []Event, error) {
+	why, err := requireText("reason", reason)
+	if err != nil {
+		return WarehouseMove{}, nil, err
+	}
+	_, ev, err := Transition(ctx, tx, actorID, WarehouseMoves, id, version, MoveCancelled, &why)
+	if err != nil {
+		return WarehouseMove{}, nil, err
+	}
+	mv, err := WarehouseMoveByID(ctx, tx, id)
+	return mv, []Event{ev}, err
+}
+
 // PostWarehouseMove posts draft move id, seen at version: draft → posted,
 // journaling doc.status_changed, then the stock ledger and balances as
 // CreateWarehouseMove writes them for a move created posted (with the same
@@ -398,18 +416,6 @@ func ReverseWarehouseMove(ctx context.Context, tx pgx.Tx, actorID *int64, id int
 	return rev, events, nil
 }
 
-// reversalReason is the reason journaled on an order's status change when
-// its move no is reversed for why, cut to the 200 characters a reason may
-// have.
-func reversalReason(no, why string) *string {
-	r := []rune(fmt.Sprintf("%s reversed: %s", no, why))
-	if len(r) > maxTextLen {
-		r = append(r[:maxTextLen-1], '…')
-	}
-	s := string(r)
-	return &s
-}
-
 // reopenSalesOrder locks sales order id, whose shipment no is being
 // reversed; the returned function, run once the reversal is posted, moves
 // a shipped order back to the status it had before it was shipped (from
@@ -427,7 +433,7 @@ func reopenSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, 
 		if err != nil {
 			return nil, fmt.Errorf("status of sales order %s before it shipped: %w", so.Number, translate(err))
 		}
-		_, ev, err := so.MoveBack(ctx, tx, actorID, before, reversalReason(no, why))
+		_, ev, err := so.MoveBack(ctx, tx, actorID, before, no, why)
 		if err != nil {
 			return nil, err
 		}
@@ -462,7 +468,7 @@ func reopenPurchaseOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int6
 		if to == po.Status {
 			return nil, nil
 		}
-		_, ev, err := po.MoveBack(ctx, tx, actorID, to, reversalReason(no, why))
+		_, ev, err := po.MoveBack(ctx, tx, actorID, to, no, why)
 		if err != nil {
 			return nil, err
 		}
@@ -558,6 +564,19 @@ func ListStockBalances(ctx context.Context, q Querier, f StockFilter, first int,
 			return StockBalancePage{}, inputErr("after", "not a stock balance cursor returned by this server")
 		}
 		afterSKU, afterWarehouse = string(sku), string(wh)
+	}
+	// A filter naming no item or warehouse is a mistake, not an empty page.
+	if f.SKU != nil {
+		if _, err := itemIDsBySKU(ctx, q, "", []string{*f.SKU}); err != nil {
+			var in *InputError
+			if errors.As(err, &in) {
+				return StockBalancePage{}, inputErr("filter.sku", "unknown item %q", *f.SKU)
+			}
+			return StockBalancePage{}, err
+		}
+	}
+	if _, err := warehouseIDByCode(ctx, q, "filter.warehouse", f.Warehouse); err != nil {
+		return StockBalancePage{}, err
 	}
 	rows, err := queries.StockBalanceListPage(ctx, q, dbsqlc.StockBalanceListPageParams{
 		AfterSku: afterSKU, AfterWarehouse: afterWarehouse, SKU: f.SKU, Warehouse: f.Warehouse, MaxRows: int32(first + 1),

@@ -201,6 +201,12 @@ func UpdateWebhookSubscriber(ctx context.Context, q Querier, id int64, in Webhoo
 		Url: in.URL, EventTypes: in.EventTypes, Entities: in.Entities, Condition: in.Condition, Format: in.Format,
 		Secret: in.Secret, MaxAttempts: in.MaxAttempts, TimeoutMs: in.TimeoutMs, MaxInFlight: in.MaxInFlight,
 		RatePerSecond: in.RatePerSecond})
+	if errors.Is(err, pgx.ErrNoRows) {
+		if s, getErr := queries.SubscriberGetByID(ctx, q, id); getErr == nil && s.Kind == SubscriberBuiltin {
+			return Subscriber{}, fmt.Errorf("subscriber %d (%s) is built in: its filter is its code's, and only pauseSubscriber and resumeSubscriber apply to it: %w",
+				id, s.Name, ErrConflict)
+		}
+	}
 	if err != nil {
 		return Subscriber{}, webhookWriteErr(err, in, fmt.Sprintf("update webhook subscriber %d", id))
 	}

@@ -40,8 +40,11 @@ var Roles = []string{RoleAdmin, RoleSales, RoleWarehouse, RolePlanner, RoleInteg
 const (
 	EventUserCreated     = "user.created"
 	EventUserRoleChanged = "user.role_changed"
-	EventTokenIssued     = "token.issued"
-	EventTokenRevoked    = "token.revoked"
+	// EventUserSourcesChanged: an integration account's sources were set
+	// (payload: sources, e.g. ["shop"]).
+	EventUserSourcesChanged = "user.sources_changed"
+	EventTokenIssued        = "token.issued"
+	EventTokenRevoked       = "token.revoked"
 )
 
 // User is a row of users: a person or an integration account.
@@ -50,6 +53,22 @@ type User struct {
 	Login       string
 	DisplayName string
 	Role        string
+	// Sources are the order sources (SourceShop, SourceCRM) an integration
+	// account receives orders for, sorted; empty for every other role.
+	Sources []string
+}
+
+// Same reports whether u and o are the same user with the same name, role
+// and sources.
+func (u User) Same(o User) bool {
+	return u.ID == o.ID && u.Login == o.Login && u.DisplayName == o.DisplayName && u.Role == o.Role &&
+		slices.Equal(u.Sources, o.Sources)
+}
+
+// Receives reports whether u may receive orders of source (receiveOrder):
+// an integration account for its sources only, everyone else for any.
+func (u User) Receives(source string) bool {
+	return u.Role != RoleIntegration || slices.Contains(u.Sources, source)
 }
 
 // APIToken is a row of api_tokens, without the hash.
@@ -122,14 +141,16 @@ func UserByToken(ctx context.Context, q Querier, token string) (User, *time.Time
 	if err != nil {
 		return User{}, nil, fmt.Errorf("find token owner: %w", translate(err))
 	}
-	return User{ID: o.ID, Login: o.Login, DisplayName: o.DisplayName, Role: o.Role}, o.ExpiresAt, nil
+	return User{ID: o.ID, Login: o.Login, DisplayName: o.DisplayName, Role: o.Role, Sources: o.Sources}, o.ExpiresAt, nil
 }
 
-// UserInput creates a user.
+// UserInput creates a user. Sources are required for RoleIntegration and
+// refused for every other role.
 type UserInput struct {
 	Login       string
 	DisplayName string
 	Role        string
+	Sources     []string
 }
 
 func validRole(field, role string) error {
@@ -139,9 +160,10 @@ func validRole(field, role string) error {
 	return nil
 }
 
-// CreateUser inserts a user and journals user.created by actorID. Errors:
-// *InputError (bad login, empty name; a taken login also matches
-// ErrConflict).
+// CreateUser inserts a user and journals user.created (login, role,
+// sources) by actorID. Errors: *InputError (bad login, empty name, an
+// integration account without sources or another role with some; a taken
+// login also matches ErrConflict).
 func CreateUser(ctx context.Context, tx pgx.Tx, actorID *int64, in UserInput) (User, []Event, error) {
 	if !validSubscriberName(in.Login) {
 		return User{}, nil, inputErr("login", "1 to 64 lowercase letters, digits, '_', '.', '-', starting with a letter or digit")
@@ -153,7 +175,14 @@ func CreateUser(ctx context.Context, tx pgx.Tx, actorID *int64, in UserInput) (U
 	if err := validRole("role", in.Role); err != nil {
 		return User{}, nil, err
 	}
-	row, err := queries.UserInsert(ctx, tx, in.Login, name, in.Role)
+	sources, err := validSources(in.Role, in.Sources)
+	if err != nil {
+		return User{}, nil, err
+	}
+	if in.Role == RoleIntegration && len(sources) == 0 {
+		return User{}, nil, inputErr("sources", "an integration account needs the sources it receives orders for (shop, crm)")
+	}
+	row, err := queries.UserInsert(ctx, tx, in.Login, name, in.Role, sources)
 	switch err = translate(err); {
 	case errors.Is(err, ErrConflict):
 		return User{}, nil, conflictOn("login", "user %q exists", in.Login)
@@ -162,7 +191,7 @@ func CreateUser(ctx context.Context, tx pgx.Tx, actorID *int64, in UserInput) (U
 	}
 	u := User(row)
 	ev, err := appendEvent(ctx, tx, actorID, EventUserCreated, EntityUsers, u.ID,
-		map[string]any{"login": u.Login, "role": u.Role})
+		map[string]any{"login": u.Login, "role": u.Role, "sources": u.Sources})
 	if err != nil {
 		return User{}, nil, err
 	}
@@ -200,8 +229,10 @@ func Users(ctx context.Context, q Querier) ([]User, error) {
 	return us, nil
 }
 
-// SetUserRole changes login's role and journals user.role_changed.
-// ErrNotFound for an unknown login.
+// SetUserRole changes login's role and journals user.role_changed (role,
+// and sources: what the user is left with). A user that stops being an
+// integration account loses its sources; one that becomes one has none
+// until SetUserSources. ErrNotFound for an unknown login.
 func SetUserRole(ctx context.Context, tx pgx.Tx, actorID *int64, login, role string) (User, []Event, error) {
 	if err := validRole("role", role); err != nil {
 		return User{}, nil, err
@@ -216,11 +247,56 @@ func SetUserRole(ctx context.Context, tx pgx.Tx, actorID *int64, login, role str
 		return User{}, nil, fmt.Errorf("set role of %s: %w", login, translate(err))
 	}
 	u := User(row)
-	ev, err := appendEvent(ctx, tx, actorID, EventUserRoleChanged, EntityUsers, u.ID, map[string]any{"role": role})
+	ev, err := appendEvent(ctx, tx, actorID, EventUserRoleChanged, EntityUsers, u.ID, map[string]any{"role": role, "sources": u.Sources})
 	if err != nil {
 		return User{}, nil, err
 	}
 	return u, []Event{ev}, nil
+}
+
+// SetUserSources binds integration account login to sources (SourceShop,
+// SourceCRM; none: it receives nothing) and journals user.sources_changed.
+// Errors: *InputError (an unknown source, a user that is not an
+// integration account), ErrNotFound for an unknown login.
+func SetUserSources(ctx context.Context, tx pgx.Tx, actorID *int64, login string, sources []string) (User, []Event, error) {
+	row, err := queries.UserLockByLogin(ctx, tx, login)
+	if err != nil {
+		return User{}, nil, fmt.Errorf("get user %s: %w", login, translate(err))
+	}
+	if row.Role != RoleIntegration {
+		return User{}, nil, inputErr("login", "user %s is %s, not integration: only an integration account is bound to sources", login, row.Role)
+	}
+	sources, err = validSources(row.Role, sources)
+	if err != nil {
+		return User{}, nil, err
+	}
+	set, err := queries.UserSetSources(ctx, tx, sources, login)
+	if err != nil {
+		return User{}, nil, fmt.Errorf("set sources of %s: %w", login, translate(err))
+	}
+	u := User(set)
+	ev, err := appendEvent(ctx, tx, actorID, EventUserSourcesChanged, EntityUsers, u.ID, map[string]any{"sources": u.Sources})
+	if err != nil {
+		return User{}, nil, err
+	}
+	return u, []Event{ev}, nil
+}
+
+// validSources returns sources sorted without repeats, or an *InputError
+// on field sources: an unknown source, or sources for a role other than
+// integration (which receive for every source or none).
+func validSources(role string, sources []string) ([]string, error) {
+	if len(sources) > 0 && role != RoleIntegration {
+		return nil, inputErr("sources", "only an integration account is bound to sources; a %s user has none", role)
+	}
+	for i, s := range sources {
+		if s != SourceShop && s != SourceCRM {
+			return nil, inputErr(fmt.Sprintf("sources.%d", i), "unknown order source %q: shop or crm", s)
+		}
+	}
+	out := append([]string{}, sources...) // not nil: NULL is no binding
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // IssueToken creates an API token for login, optionally expiring at
@@ -309,12 +385,51 @@ func Tokens(ctx context.Context, q Querier, login *string) ([]APIToken, error) {
 // SHA-256, hex.
 func TokenKey(token string) string { return hex.EncodeToString(hashToken(token)) }
 
-// TokensEndedSince returns the keys (TokenKey) of tokens revoked or
-// expired after since, and the database's now, to pass as since next time.
-func TokensEndedSince(ctx context.Context, q Querier, since time.Time) ([]string, time.Time, error) {
-	r, err := queries.APITokenListEndedSince(ctx, q, since)
+// AuthPosition is where a reader of auth changes stands: Seq, the
+// position of the last revocation or role change read (auth_changes.seq,
+// assigned in commit order), and At, the database's time of the read,
+// from which token expiries are read on.
+type AuthPosition struct {
+	Seq int64
+	At  time.Time
+}
+
+// AuthChanges is what changed past an AuthPosition: the keys (TokenKey) of
+// the tokens revoked or expired since, and the users whose role changed,
+// each with its role now. Next is the position to read on from.
+type AuthChanges struct {
+	EndedTokens []string
+	Roles       map[int64]string
+	Next        AuthPosition
+}
+
+// AuthNow returns the position of the last revocation or role change
+// committed so far and the database's now: a reader starting there reads
+// every later one.
+func AuthNow(ctx context.Context, q Querier) (AuthPosition, error) {
+	r, err := queries.AuthChangePosition(ctx, q)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("list tokens ended since %s: %w", since.Format(time.RFC3339Nano), translate(err))
+		return AuthPosition{}, fmt.Errorf("read auth change position: %w", translate(err))
 	}
-	return r.Keys, r.Now, nil
+	return AuthPosition{Seq: r.LastSeq, At: r.Now}, nil
+}
+
+// AuthChangesAfter returns, in one query, the tokens revoked and the roles
+// changed after pos.Seq, and the tokens expired after pos.At. A
+// revocation's position is taken at its commit, in commit order, so a
+// reader never passes one that commits after it read, however long the
+// revoking transaction ran.
+func AuthChangesAfter(ctx context.Context, q Querier, pos AuthPosition) (AuthChanges, error) {
+	r, err := queries.AuthChangeListAfter(ctx, q, pos.Seq, pos.At)
+	if err != nil {
+		return AuthChanges{}, fmt.Errorf("list auth changes after %d: %w", pos.Seq, translate(err))
+	}
+	c := AuthChanges{EndedTokens: r.EndedKeys, Next: AuthPosition{Seq: r.LastSeq, At: r.Now}}
+	if len(r.UserIds) > 0 {
+		c.Roles = make(map[int64]string, len(r.UserIds))
+		for i, id := range r.UserIds {
+			c.Roles[id] = r.Roles[i]
+		}
+	}
+	return c, nil
 }

@@ -263,10 +263,10 @@ func requireAfternoonDocuments(t *testing.T, s *apptest.Server, a demo.Afternoon
 	require.Empty(t, transitions("wh_moves", reversal.ID), "a reversal is written posted")
 }
 
-// The README's shipment example works on what the demo leaves on a fresh
+// The shipment example of docs/documents.md works on what the demo leaves on a fresh
 // database: the table of sales order 22, made in the afternoon, is in
 // СКЛ-1 and ships it.
-func TestREADMEShipmentExampleAfterTheDemo(t *testing.T) {
+func TestShipmentExampleAfterTheDemo(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t)
 	_, err := demo.Replay(t.Context(), s.URL+"/graphql", s.Token, io.Discard)

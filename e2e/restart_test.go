@@ -114,7 +114,7 @@ func TestProcessPostgresRestartMidLoad(t *testing.T) {
 
 // resumingSubscriber follows order.received on the live feed and, when
 // its socket goes, dials again and resumes after its last cursor, as the
-// README tells clients to.
+// docs/live-feed.md tells clients to.
 type resumingSubscriber struct {
 	t     *testing.T
 	s     *apptest.Server

@@ -3152,6 +3152,36 @@ func (ec *executionContext) marshalNOrderSource2erpᚋgraphᚋmodelᚐOrderSourc
 	return v
 }
 
+func (ec *executionContext) unmarshalNOrderSource2ᚕerpᚋgraphᚋmodelᚐOrderSourceᚄ(ctx context.Context, v any) ([]model.OrderSource, error) {
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]model.OrderSource, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNOrderSource2erpᚋgraphᚋmodelᚐOrderSource(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) marshalNOrderSource2ᚕerpᚋgraphᚋmodelᚐOrderSourceᚄ(ctx context.Context, sel ast.SelectionSet, v []model.OrderSource) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNOrderSource2erpᚋgraphᚋmodelᚐOrderSource(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
 func (ec *executionContext) marshalNProductionOrder2ᚖerpᚋdbᚐProductionOrder(ctx context.Context, sel ast.SelectionSet, v *db.ProductionOrder) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "ProductionOrder!")
@@ -3378,6 +3408,42 @@ func (ec *executionContext) marshalOMoveKind2ᚕerpᚋgraphᚋmodelᚐMoveKind�
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNMoveKind2erpᚋgraphᚋmodelᚐMoveKind(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) unmarshalOOrderSource2ᚕerpᚋgraphᚋmodelᚐOrderSourceᚄ(ctx context.Context, v any) ([]model.OrderSource, error) {
+	if v == nil {
+		return nil, nil
+	}
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]model.OrderSource, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNOrderSource2erpᚋgraphᚋmodelᚐOrderSource(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) marshalOOrderSource2ᚕerpᚋgraphᚋmodelᚐOrderSourceᚄ(ctx context.Context, sel ast.SelectionSet, v []model.OrderSource) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNOrderSource2erpᚋgraphᚋmodelᚐOrderSource(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {

@@ -153,6 +153,7 @@ type ComplexityRoot struct {
 		CancelPurchaseOrder     func(childComplexity int, id int64, version int, reason string) int
 		CancelReplay            func(childComplexity int, id int64) int
 		CancelSalesOrder        func(childComplexity int, id int64, version int, reason string) int
+		CancelWarehouseMove     func(childComplexity int, id int64, version int, reason string) int
 		ClosePurchaseOrder      func(childComplexity int, id int64, version int) int
 		CompleteProductionOrder func(childComplexity int, id int64, version int, toWarehouse string, quantity *decimal.Decimal) int
 		CreateItem              func(childComplexity int, input db.ItemInput) int
@@ -180,6 +181,7 @@ type ComplexityRoot struct {
 		SetNumberSeriesStart    func(childComplexity int, prefix string, year int, start int) int
 		SetProductionWarehouse  func(childComplexity int, code string) int
 		SetUserRole             func(childComplexity int, login string, role model.Role) int
+		SetUserSources          func(childComplexity int, login string, sources []model.OrderSource) int
 		UpdateWebhookSubscriber func(childComplexity int, id int64, input model.WebhookSubscriberUpdate) int
 	}
 
@@ -368,6 +370,7 @@ type ComplexityRoot struct {
 		ID          func(childComplexity int) int
 		Login       func(childComplexity int) int
 		Role        func(childComplexity int) int
+		Sources     func(childComplexity int) int
 	}
 
 	Warehouse struct {
@@ -872,6 +875,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CancelSalesOrder(childComplexity, args["id"].(int64), args["version"].(int), args["reason"].(string)), true
+	case "Mutation.cancelWarehouseMove":
+		if e.ComplexityRoot.Mutation.CancelWarehouseMove == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_cancelWarehouseMove_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CancelWarehouseMove(childComplexity, args["id"].(int64), args["version"].(int), args["reason"].(string)), true
 	case "Mutation.closePurchaseOrder":
 		if e.ComplexityRoot.Mutation.ClosePurchaseOrder == nil {
 			break
@@ -1169,6 +1183,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.SetUserRole(childComplexity, args["login"].(string), args["role"].(model.Role)), true
+	case "Mutation.setUserSources":
+		if e.ComplexityRoot.Mutation.SetUserSources == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setUserSources_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetUserSources(childComplexity, args["login"].(string), args["sources"].([]model.OrderSource)), true
 	case "Mutation.updateWebhookSubscriber":
 		if e.ComplexityRoot.Mutation.UpdateWebhookSubscriber == nil {
 			break
@@ -1997,6 +2022,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.User.Role(childComplexity), true
+	case "User.sources":
+		if e.ComplexityRoot.User.Sources == nil {
+			break
+		}
+
+		return e.ComplexityRoot.User.Sources(childComplexity), true
 
 	case "Warehouse.code":
 		if e.ComplexityRoot.Warehouse.Code == nil {
@@ -2805,6 +2836,8 @@ func (ec *executionContext) childFields_User(ctx context.Context, field graphql.
 		return ec.fieldContext_User_displayName(ctx, field)
 	case "role":
 		return ec.fieldContext_User_role(ctx, field)
+	case "sources":
+		return ec.fieldContext_User_sources(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type User", field.Name)
 }

@@ -125,6 +125,15 @@ const busyRetries = 10
 const maxLockWaitReruns = 3
 
 // NewDispatcher returns a dispatcher for the given built-in subscribers.
+// CheckEventTypes is Filters.CheckEventTypes with the event types this
+// dispatcher knows (the journal's and its built-in subscribers').
+func (d *Dispatcher) CheckEventTypes(field string, types []string) error {
+	if d.filtersErr != nil {
+		return d.filtersErr
+	}
+	return d.filters.CheckEventTypes(field, types)
+}
+
 // Register them before the first dispatch; NewRiverClient connects it to
 // River. The event types and entities the built-in subscribers declare are
 // known to every filter besides DefaultEventTypes and the journal's tables.

@@ -49,7 +49,7 @@ func DefaultEventTypes() []string {
 	return []string{
 		db.EventDocCreated, db.EventOrderReceived, db.EventStatusChanged, db.EventRedelivered,
 		db.EventReplayStarted, db.EventReplayFinished, db.EventSubscriberDisabled, db.EventSubscriberEnabled,
-		db.EventUserCreated, db.EventUserRoleChanged, db.EventTokenIssued, db.EventTokenRevoked,
+		db.EventUserCreated, db.EventUserRoleChanged, db.EventUserSourcesChanged, db.EventTokenIssued, db.EventTokenRevoked,
 	}
 }
 
@@ -196,13 +196,11 @@ func CompileFilter(eventTypes, entities []string, condition string) (*Filter, er
 // *FilterError; the first one found is returned.
 func (f *Filters) Compile(spec FilterSpec) (*Filter, error) {
 	out := &Filter{}
-	for i, t := range spec.EventTypes {
-		if _, ok := slices.BinarySearch(f.eventTypes, t); !ok {
-			return nil, &FilterError{Field: fmt.Sprintf("eventTypes.%d", i),
-				Msg: fmt.Sprintf("unknown event type %q; known: %s", t, strings.Join(f.eventTypes, ", "))}
-		}
-		out.spec.EventTypes = append(out.spec.EventTypes, t)
+	var typeErr *db.InputError
+	if errors.As(f.CheckEventTypes("eventTypes", spec.EventTypes), &typeErr) {
+		return nil, &FilterError{Field: typeErr.Field, Msg: typeErr.Msg}
 	}
+	out.spec.EventTypes = append(out.spec.EventTypes, spec.EventTypes...)
 	for i, e := range spec.Entities {
 		table, ok := f.entities[e]
 		if !ok {
@@ -459,4 +457,17 @@ func intNumbers(v any) any {
 		}
 	}
 	return v
+}
+
+// CheckEventTypes refuses, as a *db.InputError on field.<i>, the first of
+// types that is not a known event type, listing the known ones: a journal
+// query by a misspelt type would answer nothing instead of the mistake.
+func (f *Filters) CheckEventTypes(field string, types []string) error {
+	for i, t := range types {
+		if _, ok := slices.BinarySearch(f.eventTypes, t); !ok {
+			return &db.InputError{Field: fmt.Sprintf("%s.%d", field, i),
+				Msg: fmt.Sprintf("unknown event type %.60q; known: %s", t, strings.Join(f.eventTypes, ", "))}
+		}
+	}
+	return nil
 }

@@ -93,7 +93,7 @@ func WebhookMessageID(eventID, subscriberID int64) string {
 // ValidateWebhookSecret reports whether s is a Standard Webhooks secret:
 // "whsec_" followed by the standard base64 (with padding) of 24 to 64 bytes.
 func ValidateWebhookSecret(s string) error {
-	const shape = `"whsec_" followed by the base64 of 24 to 64 random bytes, e.g. one made by NewWebhookSecret`
+	const shape = `"whsec_" followed by the base64 of 24 to 64 random bytes, as createWebhookSubscriber makes when no secret is given`
 	if s == "" {
 		return errors.New("webhook secret is empty: expected " + shape)
 	}

@@ -265,7 +265,7 @@ func TestWebhookMessageID(t *testing.T) {
 func TestValidateWebhookSecret(t *testing.T) {
 	t.Parallel()
 	b64 := func(n int) string { return base64.StdEncoding.EncodeToString(make([]byte, n)) }
-	const shape = `expected "whsec_" followed by the base64 of 24 to 64 random bytes, e.g. one made by NewWebhookSecret`
+	const shape = `expected "whsec_" followed by the base64 of 24 to 64 random bytes, as createWebhookSubscriber makes when no secret is given`
 	tests := []struct {
 		secret  string
 		wantErr string

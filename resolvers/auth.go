@@ -44,6 +44,9 @@ type (
 type principal struct {
 	user        db.User
 	socketToken string // "" outside a websocket
+	// subs: the socket's open subscriptions (guardSubscription), shared
+	// by every principal of the socket; nil outside a websocket.
+	subs *socketSubscriptions
 }
 
 // WithUser returns ctx carrying the authenticated user.
@@ -55,7 +58,7 @@ func WithUser(ctx context.Context, u db.User) context.Context {
 // as at connection_init and the token it used, which Allow checks again
 // for every operation.
 func WithSocketUser(ctx context.Context, u db.User, token string) context.Context {
-	return context.WithValue(ctx, principalKey{}, &principal{user: u, socketToken: token})
+	return context.WithValue(ctx, principalKey{}, &principal{user: u, socketToken: token, subs: &socketSubscriptions{}})
 }
 
 // UserFrom returns the authenticated user of ctx.
@@ -98,6 +101,25 @@ func actorID(ctx context.Context) *int64 {
 	return nil
 }
 
+// mayReceive refuses, as FORBIDDEN naming the source, an order of source
+// (sales_orders.source) from a caller that is not bound to it
+// (db.User.Receives), before anything is looked up: so a duplicate's
+// answer and a CONFLICT's text only ever speak of the caller's sources.
+func mayReceive(ctx context.Context, source string) error {
+	u, ok := UserFrom(ctx)
+	switch {
+	case !ok:
+		return ErrUnauthenticated
+	case u.Receives(source):
+		return nil
+	case len(u.Sources) == 0:
+		return fmt.Errorf("source %s: integration account %s is bound to no source and receives nothing (an admin binds it with setUserSources): %w",
+			strings.ToUpper(source), u.Login, ErrForbidden)
+	}
+	return fmt.Errorf("source %s: integration account %s receives orders of %s only: %w",
+		strings.ToUpper(source), u.Login, strings.ToUpper(strings.Join(u.Sources, ", ")), ErrForbidden)
+}
+
 // Allow implements the @allow(roles) directive, the one place where roles
 // are checked against fields and types: admins pass, the listed roles
 // pass, everyone else gets FORBIDDEN before the resolver runs (so nothing
@@ -118,12 +140,14 @@ func (r *Resolver) Allow(ctx context.Context, _ any, next graphql.Resolver, role
 		if err != nil {
 			return nil, err
 		}
-		if fresh != u {
-			// A role or name changed since connection_init. Unchanged,
+		if !fresh.Same(u) {
+			// A role, name or binding changed since connection_init. Unchanged,
 			// the socket's value serves: a subscription keeps this
 			// context for its life.
 			u = fresh
-			ctx = WithSocketUser(ctx, u, token)
+			p := *ctx.Value(principalKey{}).(*principal)
+			p.user = u
+			ctx = context.WithValue(ctx, principalKey{}, &p)
 		}
 	}
 	if u.Role == db.RoleAdmin || slices.Contains(roles, model.Role(strings.ToUpper(u.Role))) {

@@ -116,6 +116,11 @@ func (r *mutationResolver) RedeliverAll(ctx context.Context, filter model.Delive
 	if filter.Status == nil && filter.Subscriber == nil && filter.EventID == nil {
 		return 0, &db.InputError{Field: "filter", Msg: "name at least one of status, subscriber, eventId: redelivering everything is never what is meant"}
 	}
+	if filter.Subscriber != nil {
+		if _, err := db.SubscriberByName(ctx, r.Pool, *filter.Subscriber); err != nil {
+			return 0, err
+		}
+	}
 	keys, err := r.Dispatcher.Redeliver(ctx, actorID(ctx), deliveryFilter(&filter))
 	return len(keys), err
 }

@@ -33,6 +33,9 @@ func (r *mutationResolver) CreateSalesOrder(ctx context.Context, input db.SalesO
 }
 
 func (r *mutationResolver) ReceiveOrder(ctx context.Context, input model.ReceiveOrderInput) (*model.ReceiveOrderResult, error) {
+	if err := mayReceive(ctx, orderSources[input.Source]); err != nil {
+		return nil, err
+	}
 	ro, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) (db.ReceivedOrder, []db.Event, error) {
 		return db.InsertReceivedOrder(ctx, tx, actorID(ctx), receiveInput(input))
 	})
@@ -55,21 +58,28 @@ func (r *mutationResolver) ReceiveOrders(ctx context.Context, inputs []model.Rec
 	}
 	out := make([]*model.ReceiveOrderResult, len(inputs))
 	for start := 0; start < len(inputs); start += db.MaxIntakeBatch {
-		batch := inputs[start:min(start+db.MaxIntakeBatch, len(inputs))]
-		ins := make([]db.ReceiveOrderInput, len(batch))
-		for i, in := range batch {
-			ins[i] = receiveInput(in)
+		var ins []db.ReceiveOrderInput
+		var at []int // the index in inputs of each of ins
+		for i := start; i < min(start+db.MaxIntakeBatch, len(inputs)); i++ {
+			if err := mayReceive(ctx, orderSources[inputs[i].Source]); err != nil {
+				intakeError(ctx, i, err)
+				continue
+			}
+			ins, at = append(ins, receiveInput(inputs[i])), append(at, i)
+		}
+		if len(ins) == 0 {
+			continue
 		}
 		items, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) ([]db.IntakeItem, []db.Event, error) {
 			return db.InsertReceivedOrders(ctx, tx, actorID(ctx), ins)
 		})
 		if err != nil {
-			for i := range batch {
-				intakeError(ctx, start+i, err)
+			for _, i := range at {
+				intakeError(ctx, i, err)
 			}
 			continue
 		}
-		r.answerIntake(ctx, start, items, out)
+		r.answerIntake(ctx, at, items, out)
 	}
 	return out, nil
 }

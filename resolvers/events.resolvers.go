@@ -18,6 +18,9 @@ func (r *queryResolver) Events(ctx context.Context, filter *db.EventFilter, firs
 		f = *filter
 	}
 	f, err := f.Normalize("filter")
+	if err == nil {
+		err = r.Dispatcher.CheckEventTypes("filter.types", f.Types)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -67,6 +70,9 @@ func (r *subscriptionResolver) EventProcessed(ctx context.Context, filter *db.Ev
 		f = *filter
 	}
 	f, err := f.Normalize("filter")
+	if err == nil {
+		err = r.Dispatcher.CheckEventTypes("filter.types", f.Types)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +83,7 @@ func (r *subscriptionResolver) EventProcessed(ctx context.Context, filter *db.Ev
 	if f, err = eventFilterOf(ctx, f); err != nil {
 		return nil, err
 	}
-	return r.liveEvents(ctx, f, after)
+	return r.liveEvents(ctx, f, after, eventProcessedAllowed(allowedRoles(ctx), f))
 }
 
 func (r *Resolver) Event() graph.EventResolver { return &eventResolver{r} }

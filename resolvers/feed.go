@@ -9,11 +9,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unique"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"erp/db"
 	"erp/graph/wsgorilla"
@@ -22,13 +22,13 @@ import (
 // CloseSlowConsumer is the websocket close code for a subscriber that fell
 // too far behind the live feed: one that fell more than its feed buffer
 // (Resolver.FeedBuffer) behind reads on from the journal, and is closed
-// only once it lags more than Resolver.FeedMaxLag events or takes no
-// event and reads nothing for Resolver.FeedMaxStall (it stopped reading:
-// wsgorilla.LastRead); the server never
+// once it lags more than Resolver.FeedMaxLag events; the server never
 // buffers without bound, and the client resumes with
-// eventProcessed(after: <its last cursor>). Not 4429, which
-// graphql-transport-ws uses for repeated connection_init and which the
-// graphql-ws client treats as fatal; 4503 makes it reconnect.
+// eventProcessed(after: <its last cursor>). A client that reads too
+// slowly to take one message within the websocket write timeout is
+// dropped by the transport instead, and resumes the same way. Not 4429,
+// which graphql-transport-ws uses for repeated connection_init and which
+// the graphql-ws client treats as fatal; 4503 makes it reconnect.
 const CloseSlowConsumer = 4503
 
 // closeReasonSlowConsumer tells the client what to do (at most 123 bytes).
@@ -39,19 +39,13 @@ const closeReasonSlowConsumer = "slow consumer: resume with eventProcessed(after
 // event handed on, so that the hand-over neither repeats nor skips one.
 // A live stream that falls behind its buffer goes back to the journal
 // (catching up) and is live again once it has read it through. It runs no
-// goroutine of its own, only a timer while it catches up: on the server's
-// websocket transport it is pushed (wsgorilla.Push: the feed wakes the
-// socket, whose writer takes the events with Advance), elsewhere pulled
-// (next) by the goroutine that serves the subscription.
+// goroutine of its own: the goroutine that serves the subscription pulls
+// it (next).
 type feedStream struct {
 	r      *Resolver
 	filter db.EventFilter
 	// ctx is the subscription's: the socket CloseSocket closes.
 	ctx context.Context
-	// wake, when pushed, tells the socket that the stream may have an
-	// event ready; slot is where Advance leaves it for InterceptResponse.
-	wake func()
-	slot *feedSlot
 
 	// Owned by the goroutine pulling or advancing the stream.
 	page        []db.Event // back-filled events not handed on yet
@@ -59,32 +53,31 @@ type feedStream struct {
 	ready       bool // the feed listens (back-fill may start)
 	more        bool // the last page was full: read another
 
-	last     atomic.Int64 // feed sequence of the last event handed on
-	progress atomic.Int64 // when the last event was handed on, or the client last seen reading (Unix ns)
-	live     atomic.Bool  // back-fill done: a drop means the client fell behind
-	wasLive  atomic.Bool  // live once: a back-fill is a catch-up, bounded
-	warned   atomic.Bool  // the slow consumer was logged
+	last    atomic.Int64 // feed sequence of the last event handed on
+	wasLive atomic.Bool  // live once: a back-fill is a catch-up, bounded
+	warned  atomic.Bool  // the slow consumer was logged
 
-	// closed (guarded by mu, as sub) sits in the atomics' padding: the
-	// struct, one per open subscription, stays at 176 bytes.
-	closed bool
-	mu     sync.Mutex
-	sub    *db.FeedSubscription
+	// refused: its user's role may no longer run it (refuse). Guarded
+	// by mu, as sub.
+	mu              sync.Mutex
+	closed, refused bool
+	sub             *db.FeedSubscription
 }
 
 // liveEvents implements eventProcessed: with after, every processed event
-// past that cursor matching f, from the journal, then the live ones. It
+// past that cursor matching f, from the journal, then the live ones, for
+// as long as allowed (the subscription's re-authorisation hook) lets its
+// user's role run it (Reauthorize). It
 // subscribes to the feed before reading the journal, so nothing processed
 // in between is lost; what arrives twice is skipped by feed sequence. A
 // cursor of an unprocessed event or of another journal is an
 // *db.InputError.
 //
 // Under SharedFeedPayloads (the server's handler) the returned channel
-// only carries the event being executed: on wsgorilla's transport the
-// stream is pushed (Advance), on another one pulled by the transport's
-// goroutine for the subscription, one event at a time; without
+// only carries the event being executed, and the transport's goroutine
+// for the subscription pulls the stream one event at a time; without
 // SharedFeedPayloads a goroutine pumps the events into the channel.
-func (r *Resolver) liveEvents(ctx context.Context, f db.EventFilter, after *string) (<-chan *db.Event, error) {
+func (r *Resolver) liveEvents(ctx context.Context, f db.EventFilter, after *string, allowed func(role string) error) (<-chan *db.Event, error) {
 	var from *int64
 	if after != nil {
 		seq, err := r.feedPosition(ctx, *after)
@@ -94,15 +87,13 @@ func (r *Resolver) liveEvents(ctx context.Context, f db.EventFilter, after *stri
 		from = &seq
 	}
 	s := &feedStream{r: r, filter: f, ctx: ctx, backfilling: from != nil, more: true}
-	slot := feedSlotOf(ctx)
-	if slot != nil {
-		// Before subscribing: the subscription wakes the socket.
-		s.slot = slot
-		if wake, ok := wsgorilla.Push(ctx, s); ok {
-			s.wake, slot.push = wake, true
-		}
+	// Guarded before the role is read: a role change from then on
+	// reaches the stream (Reauthorize), an earlier one is in the role.
+	guardSubscription(ctx, s, allowed)
+	if err := r.authorizeNow(ctx, allowed); err != nil {
+		forgetSubscription(ctx, s)
+		return nil, err
 	}
-	s.progress.Store(time.Now().UnixNano())
 	if from != nil {
 		s.last.Store(*from)
 	} else {
@@ -110,15 +101,12 @@ func (r *Resolver) liveEvents(ctx context.Context, f db.EventFilter, after *stri
 		// published in between is read from the journal should the
 		// stream ever catch up, and none it was given is skipped.
 		s.last.Store(r.Feed.LastSeq())
-		s.setLive()
+		s.wasLive.Store(true)
 	}
 	s.subscribe()
-	// The subscription ends with the operation: a pushed stream is
-	// closed by the transport (Close), any other when gqlgen cancels ctx.
-	if s.wake == nil {
-		context.AfterFunc(ctx, s.close)
-	}
-	if slot != nil {
+	// The subscription ends with the operation.
+	context.AfterFunc(ctx, s.close)
+	if slot := feedSlotOf(ctx); slot != nil {
 		ch := make(chan *db.Event, 1)
 		slot.stream, slot.ch = s, ch
 		return ch, nil
@@ -146,11 +134,9 @@ func (r *Resolver) liveEvents(ctx context.Context, f db.EventFilter, after *stri
 // goroutine used to hold in hand besides the channel of FeedBuffer, so
 // that a subscriber is allowed the same lag as before it was removed.
 // When the feed drops a live subscription for falling behind, the stream
-// catches up from the journal (next); a timer watches that it keeps
-// taking events, since the socket may be blocked writing to a client that
-// stopped reading. A pushed stream's subscription wakes the socket.
+// catches up from the journal (next).
 func (s *feedStream) subscribe() {
-	sub := s.r.Feed.SubscribeFunc(s.filter, s.r.feedBuffer()+1, s.wake)
+	sub := s.r.Feed.Subscribe(s.filter, s.r.feedBuffer()+1)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -163,62 +149,6 @@ func (s *feedStream) subscribe() {
 	if old != nil {
 		old.Close()
 	}
-	sub.OnOverflow(func() {
-		// On the feed's goroutine, the feed locked: only arm the timer.
-		if s.live.CompareAndSwap(true, false) {
-			s.watchCatchUp()
-		}
-	})
-}
-
-func (s *feedStream) setLive() {
-	s.live.Store(true)
-	s.wasLive.Store(true)
-}
-
-// handedOn records ev as the last event handed on.
-func (s *feedStream) handedOn(ev *db.Event) {
-	s.last.Store(*ev.FeedSeq)
-	s.progress.Store(time.Now().UnixNano())
-}
-
-// watchCatchUp checks, FeedMaxStall after the last event handed on and
-// again until the stream is live, that a stream catching up still takes
-// events, or its client still reads what its socket was sent
-// (wsgorilla.LastRead), and is within FeedMaxLag of the feed; else it
-// closes the socket with CloseSlowConsumer.
-func (s *feedStream) watchCatchUp() {
-	stall := s.r.feedMaxStall()
-	wait := stall - time.Since(time.Unix(0, s.progress.Load()))
-	time.AfterFunc(max(wait, stall/10), func() {
-		s.mu.Lock()
-		closed := s.closed
-		s.mu.Unlock()
-		if closed || s.live.Load() {
-			return
-		}
-		if time.Since(time.Unix(0, s.progress.Load())) >= stall {
-			// A client reading slowly is not stalled, though nothing was
-			// handed on: its events wait for its reading to free the
-			// socket's buffers.
-			read := wsgorilla.LastRead(s.ctx)
-			if time.Since(read) >= stall {
-				if wsgorilla.CloseStalledSocket(s.ctx, CloseSlowConsumer, closeReasonSlowConsumer) {
-					s.warnSlow()
-				}
-				return
-			}
-			// Never back past an event handed on meanwhile.
-			for at := s.progress.Load(); read.UnixNano() > at && !s.progress.CompareAndSwap(at, read.UnixNano()); {
-				at = s.progress.Load()
-			}
-		}
-		if s.tooFarBehind() {
-			s.closeSlow()
-			return
-		}
-		s.watchCatchUp()
-	})
 }
 
 // tooFarBehind reports a stream more than FeedMaxLag events behind the
@@ -240,10 +170,6 @@ func (s *feedStream) current() *db.FeedSubscription {
 	return s.sub
 }
 
-// Close implements wsgorilla's optional Stream closer: the transport
-// calls it once the pushed operation ended.
-func (s *feedStream) Close() { s.close() }
-
 func (s *feedStream) close() {
 	s.mu.Lock()
 	s.closed = true
@@ -252,13 +178,38 @@ func (s *feedStream) close() {
 	if sub != nil {
 		sub.Close()
 	}
+	forgetSubscription(s.ctx, s)
 }
 
+// refuse implements reauthorizable: the operation ends with err as its
+// error message (wsgorilla.AddSubscriptionError); closing the feed
+// subscription wakes the stream, which then ends.
+func (s *feedStream) refuse(err *gqlerror.Error) {
+	wsgorilla.AddSubscriptionError(s.ctx, err)
+	s.mu.Lock()
+	s.refused = true
+	s.mu.Unlock()
+	s.close()
+}
+
+func (s *feedStream) isRefused() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refused
+}
+
+// FeedStart is the cursor eventProcessed takes to start from the
+// journal's first processed event: the whole journal, then live.
+const FeedStart = "start"
+
 // feedPosition returns the feed sequence of a cursor taken from the
-// journal this server reads: a cursor the server never gave out, of an
+// journal this server reads (0 for FeedStart): a cursor the server never gave out, of an
 // event not processed yet, or from another database is refused rather than
 // silently streaming nothing.
 func (r *Resolver) feedPosition(ctx context.Context, cursor string) (int64, error) {
+	if cursor == FeedStart {
+		return 0, nil // feed sequences start at 1
+	}
 	c, err := db.ParseCursor("after", cursor)
 	if err != nil {
 		return 0, err
@@ -280,28 +231,8 @@ func (r *Resolver) feedPosition(ctx context.Context, cursor string) (int64, erro
 // first, then live ones. ok is false when the stream ends (ctx ended, a
 // back-fill query failed, or the feed dropped the subscription, whose
 // socket is then closed with the code that says why).
-func (s *feedStream) next(ctx context.Context) (*db.Event, bool) {
-	return s.take(ctx, true)
-}
-
-// Advance implements wsgorilla.Stream: it leaves the stream's next event
-// in the slot for InterceptResponse, or nil there when the stream ended,
-// and reports false when no event is there yet (the feed wakes the socket
-// when one is).
-func (s *feedStream) Advance(ctx context.Context) bool {
-	ev, ok := s.take(ctx, false)
-	if ok && ev == nil {
-		return false
-	}
-	s.slot.parked = ev
-	return true
-}
-
-// take is next, or with wait false the same without waiting for a live
-// event: ev nil with ok true then means none is queued (a back-fill still
-// reads the journal).
-func (s *feedStream) take(ctx context.Context, wait bool) (ev *db.Event, ok bool) {
-	if !wait && ctx.Err() != nil {
+func (s *feedStream) next(ctx context.Context) (ev *db.Event, ok bool) {
+	if s.isRefused() {
 		return nil, false
 	}
 	if s.backfilling {
@@ -311,13 +242,8 @@ func (s *feedStream) take(ctx context.Context, wait bool) (ev *db.Event, ok bool
 	}
 	sub := s.current()
 	for {
-		if wait {
-			ev, ok = sub.Next(ctx)
-		} else if ev, ok = sub.TryNext(); ok && ev == nil {
-			return nil, true
-		}
-		if !ok {
-			if ctx.Err() != nil {
+		if ev, ok = sub.Next(ctx); !ok {
+			if ctx.Err() != nil || s.isRefused() {
 				return nil, false
 			}
 			if !sub.Overflowed() {
@@ -325,7 +251,6 @@ func (s *feedStream) take(ctx context.Context, wait bool) (ev *db.Event, ok bool
 				return nil, false
 			}
 			// Fell behind its buffer: read on from the journal.
-			s.live.Store(false)
 			s.backfilling, s.more = true, true
 			if ev, ok, done := s.backfillNext(ctx); !done {
 				return ev, ok
@@ -336,7 +261,7 @@ func (s *feedStream) take(ctx context.Context, wait bool) (ev *db.Event, ok bool
 		if *ev.FeedSeq <= s.last.Load() {
 			continue // back-filled already
 		}
-		s.handedOn(ev)
+		s.last.Store(*ev.FeedSeq)
 		return ev, true
 	}
 }
@@ -366,7 +291,7 @@ func (s *feedStream) backfillNext(ctx context.Context) (ev *db.Event, ok, done b
 		if len(s.page) > 0 {
 			ev = &s.page[0]
 			s.page = s.page[1:]
-			s.handedOn(ev)
+			s.last.Store(*ev.FeedSeq)
 			return ev, true, false
 		}
 		if s.wasLive.Load() && s.tooFarBehind() {
@@ -378,7 +303,7 @@ func (s *feedStream) backfillNext(ctx context.Context) (ev *db.Event, ok, done b
 				// What the back-fill read is queued too: free its room.
 				sub.DiscardThrough(s.last.Load())
 				s.backfilling = false
-				s.setLive()
+				s.wasLive.Store(true)
 				// Dropped between the check and now: next sees the ended
 				// subscription and closes the socket.
 				return nil, false, true
@@ -419,9 +344,9 @@ func (s *feedStream) warnSlow() {
 		if u, ok := UserFrom(s.ctx); ok {
 			login = u.Login
 		}
-		s.r.Logger.WarnContext(s.ctx, "live subscriber fell too far behind or stopped reading, closing its socket",
+		s.r.Logger.WarnContext(s.ctx, "live subscriber fell too far behind, closing its socket",
 			slog.String("request_id", RequestID(s.ctx)), slog.String("user", login),
-			slog.Int64("max_lag", s.r.feedMaxLag()), slog.String("max_stall", s.r.feedMaxStall().String()),
+			slog.Int64("max_lag", s.r.feedMaxLag()),
 			slog.Int64("last_feed_seq_sent", s.last.Load()))
 	}
 }
@@ -470,10 +395,6 @@ type feedSlot struct {
 	key    unique.Handle[string] // the operation's cache key, one copy for all sockets that share it
 	stream *feedStream
 	ch     chan *db.Event // what gqlgen's field executor reads (capacity 1)
-	// push: the stream is pushed, and parked holds the event Advance
-	// took (nil: the stream ended).
-	push   bool
-	parked *db.Event
 }
 
 // feedSlotKey is the context key of an operation's *feedSlot: a context
@@ -537,14 +458,6 @@ func (p *SharedFeedPayloads) InterceptResponse(ctx context.Context, next graphql
 	slot := feedSlotOf(ctx)
 	if slot == nil || slot.stream == nil {
 		return next(ctx)
-	}
-	if slot.push {
-		ev := slot.parked
-		slot.parked = nil
-		if ev == nil {
-			return nil
-		}
-		return p.respond(ctx, slot, ev, next)
 	}
 	ev, ok := slot.stream.next(ctx)
 	if !ok {

@@ -26,26 +26,26 @@ func receiveInput(in model.ReceiveOrderInput) db.ReceiveOrderInput {
 	}
 }
 
-// answerIntake fills out[start+i] for each committed item of one
+// answerIntake fills out[at[i]] for each committed item i of one
 // receiveOrders transaction: the order, with the number its commit gave it
 // (new orders and repeats of them in the batch were read before), or the
 // item's error. Should the read fail, the answers are that error: the
 // orders are written, and sending them again answers them as duplicates.
-func (r *mutationResolver) answerIntake(ctx context.Context, start int, items []db.IntakeItem, out []*model.ReceiveOrderResult) {
+func (r *mutationResolver) answerIntake(ctx context.Context, at []int, items []db.IntakeItem, out []*model.ReceiveOrderResult) {
 	var ids []int64
 	var answered []int
 	for i, it := range items {
 		switch {
 		case it.Err != nil:
-			intakeError(ctx, start+i, it.Err)
+			intakeError(ctx, at[i], it.Err)
 			continue
 		case it.Received.Duplicate:
-			out[start+i] = &model.ReceiveOrderResult{Order: &it.Received.Existing, Duplicate: true}
+			out[at[i]] = &model.ReceiveOrderResult{Order: &it.Received.Existing, Duplicate: true}
 		default:
 			so := it.Received.Pending.Order()
-			out[start+i] = &model.ReceiveOrderResult{Order: &so}
+			out[at[i]] = &model.ReceiveOrderResult{Order: &so}
 		}
-		ids, answered = append(ids, out[start+i].Order.ID), append(answered, start+i)
+		ids, answered = append(ids, out[at[i]].Order.ID), append(answered, at[i])
 	}
 	numbers, err := db.SalesOrderNumbers(ctx, r.Pool, ids)
 	for _, i := range answered {

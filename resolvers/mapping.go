@@ -16,6 +16,15 @@ var orderSources = map[model.OrderSource]string{
 	model.OrderSourceCrm:  db.SourceCRM,
 }
 
+// sourcesOf maps OrderSource enums to sales_orders.source values.
+func sourcesOf(in []model.OrderSource) []string {
+	out := make([]string, len(in))
+	for i, s := range in {
+		out[i] = orderSources[s]
+	}
+	return out
+}
+
 // moveKinds maps the GraphQL MoveKind enum to wh_moves.kind.
 var moveKinds = map[model.MoveKind]string{
 	model.MoveKindReceipt:           db.MoveReceipt,

@@ -14,6 +14,11 @@ import (
 
 // PurgeDeadDeliveries is the resolver for the purgeDeadDeliveries field.
 func (r *mutationResolver) PurgeDeadDeliveries(ctx context.Context, olderThan time.Time, subscriber *string) (int, error) {
+	if subscriber != nil {
+		if _, err := db.SubscriberByName(ctx, r.Pool, *subscriber); err != nil {
+			return 0, err
+		}
+	}
 	n, err := db.PurgeDeadDeliveries(ctx, r.Pool, olderThan, subscriber)
 	if err != nil {
 		return 0, err

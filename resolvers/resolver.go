@@ -7,7 +7,6 @@ package resolvers
 
 import (
 	"log/slog"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -20,15 +19,10 @@ import (
 // unless Resolver.FeedBuffer says otherwise.
 const DefaultFeedBuffer = 1024
 
-// DefaultFeedMaxLag and DefaultFeedMaxStall bound a subscriber catching up
-// from the journal after it fell behind (Resolver.FeedMaxLag,
-// FeedMaxStall): past them its socket is closed with CloseSlowConsumer.
-const (
-	DefaultFeedMaxLag = 100_000
-	// Under the websocket's 10 s write timeout, which drops a client that
-	// stopped reading without a word once its buffers are full.
-	DefaultFeedMaxStall = 8 * time.Second
-)
+// DefaultFeedMaxLag bounds a subscriber catching up from the journal
+// after it fell behind (Resolver.FeedMaxLag), in events: past it its
+// socket is closed with CloseSlowConsumer.
+const DefaultFeedMaxLag = 100_000
 
 // defaultPageSize applies when a client sends first: null.
 const defaultPageSize = 50
@@ -46,11 +40,10 @@ type Resolver struct {
 	// FeedBuffer is the live feed's buffer per subscription, in events,
 	// and the back-fill's page size; 0 means DefaultFeedBuffer.
 	FeedBuffer int
-	// FeedMaxLag (events behind the feed) and FeedMaxStall (time without
-	// taking an event) bound a live subscriber that fell behind its buffer
-	// and reads on from the journal; 0 means the defaults.
-	FeedMaxLag   int
-	FeedMaxStall time.Duration
+	// FeedMaxLag (events behind the feed) bounds a live subscriber that
+	// fell behind its buffer and reads on from the journal; 0 means
+	// DefaultFeedMaxLag.
+	FeedMaxLag int
 }
 
 func (r *Resolver) feedMaxLag() int64 {
@@ -58,13 +51,6 @@ func (r *Resolver) feedMaxLag() int64 {
 		return int64(r.FeedMaxLag)
 	}
 	return DefaultFeedMaxLag
-}
-
-func (r *Resolver) feedMaxStall() time.Duration {
-	if r.FeedMaxStall > 0 {
-		return r.FeedMaxStall
-	}
-	return DefaultFeedMaxStall
 }
 
 func (r *Resolver) feedBuffer() int {

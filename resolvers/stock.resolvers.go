@@ -21,6 +21,12 @@ func (r *mutationResolver) PostWarehouseMove(ctx context.Context, id int64, vers
 	})
 }
 
+func (r *mutationResolver) CancelWarehouseMove(ctx context.Context, id int64, version int, reason string) (*db.WarehouseMove, error) {
+	return transition(ctx, r.Outbox, version, func(tx pgx.Tx, v int32) (db.WarehouseMove, []db.Event, error) {
+		return db.CancelWarehouseMove(ctx, tx, actorID(ctx), id, v, reason)
+	})
+}
+
 func (r *mutationResolver) ReverseWarehouseMove(ctx context.Context, id int64, version int, reason string) (*db.WarehouseMove, error) {
 	rev, err := transition(ctx, r.Outbox, version, func(tx pgx.Tx, v int32) (db.WarehouseMove, []db.Event, error) {
 		return db.ReverseWarehouseMove(ctx, tx, actorID(ctx), id, v, reason)
@@ -47,7 +53,7 @@ func (r *queryResolver) StockBalances(ctx context.Context, filter *db.StockFilte
 	n, cursor := pageArgs(first, after)
 	page, err := db.ListStockBalances(ctx, r.Pool, f, n, cursor)
 	if err != nil {
-		return nil, err // first or after: the filter's fields refuse nothing
+		return nil, err
 	}
 	conn := &model.StockBalanceConnection{
 		Edges:    make([]model.StockBalanceEdge, len(page.Balances)),

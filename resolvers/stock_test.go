@@ -670,7 +670,8 @@ func TestReversalReopensItsOrder(t *testing.T) {
 	require.Len(t, ev, 2)
 	require.Equal(t, "shipped", ev[0].Payload["from"])
 	require.Equal(t, "new", ev[0].Payload["to"])
-	require.Equal(t, sh.Number+" reversed: вернули на склад", ev[0].Payload["reason"])
+	require.Equal(t, "вернули на склад", ev[0].Payload["reason"])
+	require.Equal(t, sh.Number, ev[0].Payload["reversedMove"])
 	require.Equal(t, "admin", ev[0].Actor.Login)
 	require.True(t, onHand(t, s, "A1").Equal(decimal.NewFromInt(5)))
 	mustMove(t, s, ship)
@@ -692,8 +693,48 @@ func TestReversalReopensItsOrder(t *testing.T) {
 	require.Equal(t, "open", status("purchaseOrder", po.ID))
 	pev := statusEvents(t, s, "wh_purchase_orders", po.ID)
 	require.Len(t, pev, 4, "partially received, received, back to partially received, back to open")
-	require.Equal(t, first.Number+" reversed: брак", pev[0].Payload["reason"])
+	require.Equal(t, "брак", pev[0].Payload["reason"])
+	require.Equal(t, first.Number, pev[0].Payload["reversedMove"])
 	require.Equal(t, "open", pev[0].Payload["to"])
 	rc("4")
 	require.Equal(t, "received", status("purchaseOrder", po.ID), "the whole order can be received again")
+}
+
+// TestDraftCancelled: a draft move is discarded with a reason (journaled,
+// no stock, no ledger row); a cancelled move can be neither posted nor
+// cancelled again, a posted one not cancelled, and a missing reason is
+// BAD_USER_INPUT that writes nothing.
+func TestDraftCancelled(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	seedStock(t, s)
+	const cancel = `mutation($id: ID!, $v: Int!, $r: String!) { cancelWarehouseMove(id: $id, version: $v, reason: $r) { id status version } }`
+	in := receipt(line("A1", "3"))
+	in["draft"] = true
+	d := mustMove(t, s, in)
+
+	e := apptest.GQLErr(t, s, cancel, map[string]any{"id": d.ID, "v": d.Version, "r": " "})
+	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], e.Message)
+	require.Equal(t, "reason", e.Extensions["field"])
+
+	got := apptest.GQL[struct{ CancelWarehouseMove moveState }](t, s, cancel, map[string]any{"id": d.ID, "v": d.Version, "r": "ошибка ввода"}).CancelWarehouseMove
+	require.Equal(t, "cancelled", got.Status)
+	require.Equal(t, d.Version+1, got.Version)
+	ev := statusEvents(t, s, "wh_moves", d.ID)
+	require.Len(t, ev, 1)
+	require.Equal(t, "draft", ev[0].Payload["from"])
+	require.Equal(t, "cancelled", ev[0].Payload["to"])
+	require.Equal(t, "ошибка ввода", ev[0].Payload["reason"])
+	require.Empty(t, ledger(t, s, "A1"))
+	require.True(t, onHand(t, s, "A1").IsZero())
+
+	for _, q := range []string{postMove, cancel} {
+		e = apptest.GQLErr(t, s, q, map[string]any{"id": d.ID, "v": got.Version, "r": "again"})
+		require.Equal(t, "CONFLICT", e.Extensions["code"], e.Message)
+		require.Equal(t, "cancelled", e.Extensions["currentStatus"])
+	}
+	posted := mustMove(t, s, receipt(line("A1", "2")))
+	e = apptest.GQLErr(t, s, cancel, map[string]any{"id": posted.ID, "v": posted.Version, "r": "поздно"})
+	require.Equal(t, "CONFLICT", e.Extensions["code"], e.Message)
+	require.True(t, onHand(t, s, "A1").Equal(decimal.NewFromInt(2)))
 }

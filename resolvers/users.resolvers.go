@@ -24,7 +24,7 @@ func (r *apiTokenResolver) User(ctx context.Context, obj *db.APIToken) (*db.User
 }
 
 func (r *mutationResolver) CreateUser(ctx context.Context, input model.UserInput) (*db.User, error) {
-	in := db.UserInput{Login: input.Login, DisplayName: input.DisplayName, Role: strings.ToLower(string(input.Role))}
+	in := db.UserInput{Login: input.Login, DisplayName: input.DisplayName, Role: strings.ToLower(string(input.Role)), Sources: sourcesOf(input.Sources)}
 	u, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) (db.User, []db.Event, error) {
 		return db.CreateUser(ctx, tx, actorID(ctx), in)
 	})
@@ -37,6 +37,17 @@ func (r *mutationResolver) CreateUser(ctx context.Context, input model.UserInput
 func (r *mutationResolver) SetUserRole(ctx context.Context, login string, role model.Role) (*db.User, error) {
 	u, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) (db.User, []db.Event, error) {
 		return db.SetUserRole(ctx, tx, actorID(ctx), login, strings.ToLower(string(role)))
+	})
+	r.Tokens.Forget()
+	if err != nil {
+		return nil, err
+	}
+	return &u, nil
+}
+
+func (r *mutationResolver) SetUserSources(ctx context.Context, login string, sources []model.OrderSource) (*db.User, error) {
+	u, err := jobs.Write(ctx, r.Outbox, func(tx pgx.Tx) (db.User, []db.Event, error) {
+		return db.SetUserSources(ctx, tx, actorID(ctx), login, sourcesOf(sources))
 	})
 	r.Tokens.Forget()
 	if err != nil {
@@ -89,6 +100,17 @@ func (r *queryResolver) Tokens(ctx context.Context, login *string) ([]db.APIToke
 
 func (r *userResolver) Role(ctx context.Context, obj *db.User) (model.Role, error) {
 	return enumOf[model.Role](obj.Role, fmt.Sprintf("user %d's role", obj.ID))
+}
+
+func (r *userResolver) Sources(ctx context.Context, obj *db.User) ([]model.OrderSource, error) {
+	out := make([]model.OrderSource, len(obj.Sources))
+	for i, s := range obj.Sources {
+		var err error
+		if out[i], err = enumOf[model.OrderSource](s, fmt.Sprintf("user %d's source", obj.ID)); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 func (r *Resolver) ApiToken() graph.ApiTokenResolver { return &apiTokenResolver{r} }

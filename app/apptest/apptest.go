@@ -334,11 +334,27 @@ func JournalIDs(t testing.TB, pool *pgxpool.Pool, typ string) []string {
 }
 
 // RoleToken creates user login with role (the GraphQL enum, e.g. SALES)
-// and returns a token of it.
+// and returns a token of it. An INTEGRATION account is the web shop's:
+// bound to source SHOP (IntegrationToken binds others).
 func RoleToken(t testing.TB, s *Server, login, role string) string {
 	t.Helper()
-	GQL[map[string]any](t, s, `mutation($in: UserInput!) { createUser(input: $in) { id } }`,
-		map[string]any{"in": map[string]any{"login": login, "displayName": login, "role": role}})
+	if role == "INTEGRATION" {
+		return IntegrationToken(t, s, login, "SHOP")
+	}
+	return userToken(t, s, map[string]any{"login": login, "displayName": login, "role": role})
+}
+
+// IntegrationToken creates INTEGRATION user login bound to sources (the
+// GraphQL enum: SHOP, CRM) and returns a token of it.
+func IntegrationToken(t testing.TB, s *Server, login string, sources ...string) string {
+	t.Helper()
+	return userToken(t, s, map[string]any{"login": login, "displayName": login, "role": "INTEGRATION", "sources": sources})
+}
+
+func userToken(t testing.TB, s *Server, in map[string]any) string {
+	t.Helper()
+	GQL[map[string]any](t, s, `mutation($in: UserInput!) { createUser(input: $in) { id } }`, map[string]any{"in": in})
+	login := in["login"]
 	res := GQL[struct {
 		IssueToken struct{ Token string } `json:"issueToken"`
 	}](t, s, `mutation($l: String!) { issueToken(login: $l, name: "test") { token } }`, map[string]any{"l": login})

@@ -103,13 +103,14 @@ type Config struct {
 	// (jobs.DispatcherConfig.ReplayBatch).
 	ReplayBatch int `env:"REPLAY_BATCH" envDefault:"500" help:"events one batch of a subscriber replay goes through (1…10000)" want:"a whole number from 1 to 10000"`
 
-	// FeedMaxLag and FeedMaxStall bound a live subscriber that fell
-	// behind its feed buffer and reads on from the journal: it is closed
-	// with 4503 once it is more than FeedMaxLag events behind the feed, or
-	// has taken no event and read nothing for FeedMaxStall (it stopped
-	// reading).
-	FeedMaxLag   int           `env:"FEED_MAX_LAG" envDefault:"100000" help:"events a live subscriber that fell behind may lag the feed while it catches up from the journal, before its socket is closed with 4503" want:"a whole number of at least 1"`
-	FeedMaxStall time.Duration `env:"FEED_MAX_STALL" envDefault:"8s" help:"how long a live subscriber that fell behind may take no event and read nothing before its socket is closed with 4503; above 10s the 10s write timeout drops a client that stopped reading first" want:"a duration of at least 1s like 8s"`
+	// FeedMaxLag bounds a live subscriber that fell behind its feed buffer
+	// and reads on from the journal: it is closed with 4503 once it is
+	// more than FeedMaxLag events behind the feed.
+	FeedMaxLag int `env:"FEED_MAX_LAG" envDefault:"100000" help:"events a live subscriber that fell behind may lag the feed while it catches up from the journal, before its socket is closed with 4503" want:"a whole number of at least 1"`
+	// FeedWriteTimeout bounds the write of one websocket message: a client
+	// that does not take it in time (it reads too slowly, or not at all)
+	// is disconnected and resumes from its last cursor.
+	FeedWriteTimeout time.Duration `env:"FEED_WRITE_TIMEOUT" envDefault:"10s" help:"how long one websocket message may take to write before the socket is dropped; a live-feed client then resumes from its last cursor and loses nothing" want:"a duration of at least 1s like 10s"`
 
 	// User is the user subcommand's flags.
 	User User
@@ -119,6 +120,9 @@ type Config struct {
 	// InitTimeout is how long a socket may wait to send connection_init
 	// (then close 4408); 0: 10s.
 	InitTimeout time.Duration
+	// SendBuffer caps each websocket's kernel send buffer, in bytes; 0:
+	// 256 KiB. A test of slow readers sets a few KiB.
+	SendBuffer int
 	// APIOnly makes an instance that serves the API and the live feed but
 	// works no River jobs: it only enqueues them for the other instances.
 	APIOnly bool
@@ -142,9 +146,13 @@ type User struct {
 	Login     string        `flag:"login" help:"user: login of the user to create (or reuse)"`
 	Name      string        `flag:"name" help:"user: display name (default: the login)"`
 	Role      string        `flag:"role" default:"viewer" help:"user: role, one of {roles}"`
+	Sources   string        `flag:"sources" help:"user: the order sources an integration account receives for, comma-separated: shop, crm (required with -role integration; given for an existing integration account, replaces its sources)"`
 	TokenName string        `flag:"token-name" default:"cli" help:"user: a label for the token"`
 	TokenTTL  time.Duration `flag:"token-ttl" help:"user: token lifetime, e.g. 720h; 0 never expires"`
 }
+
+// SourceList is Sources as a list: [] for "", ["shop", "crm"] for "shop, crm".
+func (u User) SourceList() []string { return trimmed(strings.Split(u.Sources, ",")) }
 
 // MinAdminTokenLength is the fewest characters ADMIN_TOKEN may have: a
 // token an operator makes up must not be guessable.
@@ -272,8 +280,8 @@ func validate(cmd string, cfg Config, raw map[string]string, failed map[string]b
 	if !failed["FEED_MAX_LAG"] && cfg.FeedMaxLag < 1 {
 		bad("FEED_MAX_LAG", "want a whole number of at least 1, got %q", got("FEED_MAX_LAG", cfg.FeedMaxLag))
 	}
-	if !failed["FEED_MAX_STALL"] && cfg.FeedMaxStall < time.Second {
-		bad("FEED_MAX_STALL", "want a duration of at least 1s, got %q", got("FEED_MAX_STALL", cfg.FeedMaxStall))
+	if !failed["FEED_WRITE_TIMEOUT"] && cfg.FeedWriteTimeout < time.Second {
+		bad("FEED_WRITE_TIMEOUT", "want a duration of at least 1s, got %q", got("FEED_WRITE_TIMEOUT", cfg.FeedWriteTimeout))
 	}
 	if !failed["REPLAY_BATCH"] && (cfg.ReplayBatch < 1 || cfg.ReplayBatch > 10000) {
 		bad("REPLAY_BATCH", "want a whole number from 1 to 10000, got %q", got("REPLAY_BATCH", cfg.ReplayBatch))
@@ -320,6 +328,18 @@ func validate(cmd string, cfg Config, raw map[string]string, failed map[string]b
 		// Checked here, before a local PostgreSQL is started for nothing.
 		if !slices.Contains(db.Roles, cfg.User.Role) {
 			bad("-role", "want one of %s, got %q", strings.Join(db.Roles, ", "), cfg.User.Role)
+		}
+		for _, src := range cfg.User.SourceList() {
+			if src != db.SourceShop && src != db.SourceCRM {
+				bad("-sources", "want shop, crm or shop,crm, got %q", cfg.User.Sources)
+				break
+			}
+		}
+		switch sources := cfg.User.SourceList(); {
+		case cfg.User.Role == db.RoleIntegration && len(sources) == 0:
+			bad("-sources", "an integration account needs the sources it receives orders for: shop, crm or shop,crm")
+		case cfg.User.Role != db.RoleIntegration && len(sources) > 0:
+			bad("-sources", "only an integration account (-role integration) is bound to sources")
 		}
 		if cfg.User.TokenTTL < 0 {
 			bad("-token-ttl", "want a lifetime like 720h, or 0 for a token that never expires, got %s", cfg.User.TokenTTL)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -44,7 +45,8 @@ func TestParseConfigNamesEachBadSetting(t *testing.T) {
 		{"IDEMPOTENCY_TTL", "a day", true},
 		{"FEED_MAX_LAG", "0", false},
 		{"FEED_MAX_LAG", "lots", true},
-		{"FEED_MAX_STALL", "100ms", false},
+		{"FEED_WRITE_TIMEOUT", "100ms", false},
+		{"FEED_WRITE_TIMEOUT", "slow", true},
 		{"LOG_FORMAT", "xml", false},
 		{"LOG_LEVEL", "loud", false},
 		{"LOG_LEVEL", "verbose", true},
@@ -77,6 +79,9 @@ func TestParseConfigNamesEachBadSetting(t *testing.T) {
 	for _, args := range [][]string{
 		{"-login", "x2", "-token-ttl", "-5h"},
 		{"-login", "x2", "-role", "boss"},
+		{"-login", "x2", "-sources", "shop", "-role", "sales"},
+		{"-login", "x2", "-sources", "shop,erp", "-role", "integration"},
+		{"-login", "x2", "-sources", " ", "-role", "integration"},
 	} {
 		_, err := config.Parse("user", args, func(string) string { return "" }, io.Discard)
 		require.Error(t, err, "%v", args)
@@ -85,6 +90,9 @@ func TestParseConfigNamesEachBadSetting(t *testing.T) {
 	cfg, err := config.Parse("user", []string{"-login", "x2", "-role", db.RoleSales, "-token-ttl", "720h"}, func(string) string { return "" }, io.Discard)
 	require.NoError(t, err)
 	require.Equal(t, 720*time.Hour, cfg.User.TokenTTL)
+	cfg, err = config.Parse("user", []string{"-login", "x2", "-role", db.RoleIntegration, "-sources", "crm, shop"}, func(string) string { return "" }, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []string{db.SourceCRM, db.SourceShop}, cfg.User.SourceList())
 
 	// All bad at once: one line each.
 	env := map[string]string{"LOG_LEVEL": "loud", "RETENTION": "1s", "ADDR": "x"}
@@ -222,4 +230,14 @@ func TestDefaultIsTheEmptyEnvironment(t *testing.T) {
 	require.True(t, cfg.Playground)
 	require.Equal(t, "Europe/Moscow", cfg.TimeZone)
 	require.Empty(t, cfg.AllowedOrigins)
+}
+
+// TestConfigurationDocIsCurrent: docs/configuration.md is what
+// WriteMarkdown makes of Config today (make generate rewrites it).
+func TestConfigurationDocIsCurrent(t *testing.T) {
+	var want strings.Builder
+	require.NoError(t, config.WriteMarkdown(&want))
+	got, err := os.ReadFile("../../docs/configuration.md")
+	require.NoError(t, err)
+	require.Equal(t, want.String(), string(got), "docs/configuration.md is stale: run make generate")
 }

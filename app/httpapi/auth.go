@@ -133,23 +133,34 @@ func (a *Auth) Authenticate(next http.Handler) http.Handler {
 // 4403 before any connection_ack, a failure to check it (the database)
 // with 1013.
 func (a *Auth) WebsocketInit(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
+	gen := a.tokens.generation()
 	u, err := a.authenticate(ctx, payload.Authorization())
+	if err == nil {
+		// The socket lives on the token: every operation re-checks it
+		// (resolvers' Allow, through User),
+		// and revoking or expiring it closes the socket (WatchTokens).
+		token := bearer(payload.Authorization())
+		socket := resolvers.WithSocketUser(ctx, u, token)
+		a.sockets.add(db.TokenKey(token), socket)
+		// WatchTokens clears the cache before it closes a token's
+		// sockets: one that ran between the lookup and add may have
+		// missed this socket, and a look past the cleared cache sees
+		// what it saw.
+		if a.tokens.generation() != gen {
+			_, err = a.authenticate(ctx, payload.Authorization())
+		}
+		if err == nil {
+			noteUser(ctx, u.Login)
+			return socket, nil, nil
+		}
+		a.sockets.remove(db.TokenKey(token), socket)
+	}
 	if errors.Is(err, resolvers.ErrUnauthenticated) {
 		a.Logger.WarnContext(ctx, "websocket authentication failed", slog.Bool("token_sent", payload.Authorization() != ""))
 		return wsgorilla.WithCloseCode(ctx, CloseUnauthorized, "unauthorized"), nil, err
 	}
-	if err != nil {
-		a.Logger.ErrorContext(ctx, "authenticate websocket", "error", err)
-		return wsgorilla.WithCloseCode(ctx, CloseTryAgainLater, "try again later"), nil, errors.New("internal error")
-	}
-	// The socket lives on the token: every operation re-checks it
-	// (resolvers' Allow, through User),
-	// and revoking or expiring it closes the socket (WatchTokens).
-	noteUser(ctx, u.Login)
-	token := bearer(payload.Authorization())
-	ctx = resolvers.WithSocketUser(ctx, u, token)
-	a.sockets.add(db.TokenKey(token), ctx)
-	return ctx, nil, nil
+	a.Logger.ErrorContext(ctx, "authenticate websocket", "error", err)
+	return wsgorilla.WithCloseCode(ctx, CloseTryAgainLater, "try again later"), nil, errors.New("internal error")
 }
 
 // WebsocketClose is the websocket transport's OnClose: it forgets the
@@ -217,15 +228,41 @@ func (s *sockets) closeAll(key string) int {
 	return len(set)
 }
 
-// tokenPoll is how often WatchTokens looks for revoked or expired tokens.
-const tokenPoll = 2 * time.Second
+// socketsOf returns the sockets of the users in roles, each with its
+// user's role there.
+func (s *sockets) socketsOf(roles map[int64]string) map[context.Context]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[context.Context]string{}
+	for _, set := range s.m {
+		for socket := range set {
+			if u, ok := resolvers.UserFrom(socket); ok {
+				if role, changed := roles[u.ID]; changed {
+					out[socket] = role
+				}
+			}
+		}
+	}
+	return out
+}
 
-// WatchTokens closes, within about two seconds, every websocket whose
-// token was revoked or has expired, until ctx ends: one cheap query per
-// poll for the whole process, not one per socket.
+// TokenPoll is how often WatchTokens reads what changed. A revocation or a
+// role change made on any instance takes effect on every other one within
+// TokenPoll plus the time of the one query that reads it, however late its
+// transaction commits; an expiry, within TokenPoll of its instant.
+const TokenPoll = 2 * time.Second
+
+// WatchTokens acts on every revocation, role change and expiry, until ctx
+// ends: it closes each websocket whose token was revoked or expired (1000,
+// "token revoked or expired"), ends each open subscription that its user's
+// new role may not run (resolvers.Reauthorize) and clears the token cache.
+// One query per TokenPoll for the whole process, not one per socket, read
+// by commit-ordered position (db.AuthChangesAfter). It starts from the
+// first change recorded (auth_changes), so nothing committed before it
+// started, while sockets may already have opened, is missed.
 func (a *Auth) WatchTokens(ctx context.Context) {
-	since := time.Now()
-	ticker := time.NewTicker(tokenPoll)
+	var pos db.AuthPosition
+	ticker := time.NewTicker(TokenPoll)
 	defer ticker.Stop()
 	for {
 		select {
@@ -233,17 +270,27 @@ func (a *Auth) WatchTokens(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		keys, now, err := db.TokensEndedSince(ctx, a.Pool, since)
+		changes, err := db.AuthChangesAfter(ctx, a.Pool, pos)
 		if err != nil {
 			if ctx.Err() == nil {
 				a.Logger.WarnContext(ctx, "token watch", slog.String("error", err.Error()))
 			}
 			continue
 		}
-		since = now
-		for _, k := range keys {
+		pos = changes.Next
+		if len(changes.EndedTokens) == 0 && len(changes.Roles) == 0 {
+			continue
+		}
+		a.tokens.clear()
+		for _, k := range changes.EndedTokens {
 			if n := a.sockets.closeAll(k); n > 0 {
 				a.Logger.InfoContext(ctx, "websockets closed: token revoked or expired", slog.Int("sockets", n))
+			}
+		}
+		for socket, role := range a.sockets.socketsOf(changes.Roles) {
+			if n := resolvers.Reauthorize(socket, role); n > 0 {
+				u, _ := resolvers.UserFrom(socket)
+				a.Logger.InfoContext(ctx, "subscriptions ended: role changed", slog.String("user", u.Login), slog.String("role", role), slog.Int("subscriptions", n))
 			}
 		}
 	}

@@ -89,6 +89,7 @@ func TestEveryMutationByEveryRole(t *testing.T) {
 		{"redeliverAll", `mutation { redeliverAll(filter: {subscriber: "order_acceptance"}) }`, nil, nil},
 		{"createUser", `mutation { createUser(input: {login: "made-by-role", displayName: "x", role: VIEWER}) { id } }`, nil, nil},
 		{"setUserRole", `mutation { setUserRole(login: "viewer", role: ADMIN) { id } }`, nil, nil},
+		{"setUserSources", `mutation { setUserSources(login: "integration", sources: [SHOP, CRM]) { id } }`, nil, nil},
 		{"issueToken", `mutation { issueToken(login: "viewer") { token } }`, nil, nil},
 		{"revokeToken", `mutation { revokeToken(id: "1") { id } }`, nil, nil},
 		{"purgeDeadDeliveries", `mutation { purgeDeadDeliveries(olderThan: "2000-01-01T00:00:00Z") }`, nil, nil},
@@ -97,6 +98,7 @@ func TestEveryMutationByEveryRole(t *testing.T) {
 		// Moves and completion of an unknown document: NOT_FOUND when allowed, so they write nothing either way.
 		{"completeProductionOrder", `mutation { completeProductionOrder(id: "999999", version: 1, toWarehouse: "MAIN") { id } }`, nil, []string{"PLANNER", "WAREHOUSE"}},
 		{"postWarehouseMove", `mutation { postWarehouseMove(id: "999999", version: 1) { id } }`, nil, []string{"WAREHOUSE"}},
+		{"cancelWarehouseMove", `mutation { cancelWarehouseMove(id: "999999", version: 1, reason: "r") { id } }`, nil, []string{"WAREHOUSE"}},
 		{"reverseWarehouseMove", `mutation { reverseWarehouseMove(id: "999999", version: 1, reason: "r") { id } }`, nil, []string{"WAREHOUSE"}},
 	}
 	schema := graph.NewExecutableSchema(graph.Config{}).Schema()

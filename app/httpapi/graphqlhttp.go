@@ -5,6 +5,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -141,6 +142,11 @@ func requestParams(r *http.Request) (*graphql.RawParams, error) {
 	params := &graphql.RawParams{}
 	if r.Method == http.MethodGet {
 		q := r.URL.Query()
+		for _, name := range []string{"query", "operationName", "variables", "extensions"} {
+			if !utf8.ValidString(q.Get(name)) {
+				return nil, errQuery("the " + name + " parameter is not valid UTF-8")
+			}
+		}
 		params.Query = q.Get("query")
 		params.OperationName = q.Get("operationName")
 		for name, into := range map[string]*map[string]any{"variables": &params.Variables, "extensions": &params.Extensions} {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -86,15 +87,23 @@ func TestGraphQLOverHTTP(t *testing.T) {
 // whose first error has extensions.code code.
 func requireOnlyError(t *testing.T, res response, code string) {
 	t.Helper()
+	onlyError(t, res, code)
+}
+
+// onlyError is requireOnlyError returning the first error's message.
+func onlyError(t *testing.T, res response, code string) string {
+	t.Helper()
 	var body map[string]json.RawMessage
 	require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
 	require.NotContains(t, body, "data", "a request that did not execute has no data entry")
 	var errs []struct {
+		Message    string
 		Extensions struct{ Code string }
 	}
 	require.NoError(t, json.Unmarshal(body["errors"], &errs))
 	require.NotEmpty(t, errs)
 	require.Equal(t, code, errs[0].Extensions.Code)
+	return errs[0].Message
 }
 
 // TestGraphQLOverHTTPStatusCodes pins the status codes the
@@ -235,4 +244,27 @@ func TestReviewFindingsAreRefusedCleanly(t *testing.T) {
 	e := apptest.GQLErr(t, s, po, nil)
 	require.Equal(t, "CONFLICT", e.Extensions["code"], e.Message)
 	require.Contains(t, e.Message, "exhausted")
+}
+
+// TestInvalidUTF8IsRefusedNotReplaced: a body or GET parameter that is not
+// valid UTF-8 is 400 BAD_USER_INPUT, and nothing is stored (Go's JSON
+// decoder would have put U+FFFD in its place).
+func TestInvalidUTF8IsRefusedNotReplaced(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	auth := "Bearer " + s.Token
+	create := `mutation($n: String!) { createItem(input: {sku: "U1", name: $n, unit: "шт"}) { id } }`
+	body := `{"query": ` + strconv.Quote(create) + `, "variables": {"n": "Стол` + "\xff\xfe" + `"}}`
+	res := request(t, http.MethodPost, s.URL+"/graphql", map[string]string{"Authorization": auth, "Content-Type": "application/json"}, body)
+	require.Equal(t, http.StatusBadRequest, res.StatusCode)
+	msg := onlyError(t, res, "BAD_USER_INPUT")
+	require.Contains(t, msg, "not valid UTF-8")
+
+	res = request(t, http.MethodGet, s.URL+"/graphql?query="+url.QueryEscape("{ items(sku: \"\xc3\") { id } }"), map[string]string{"Authorization": auth}, "")
+	require.Equal(t, http.StatusBadRequest, res.StatusCode)
+	require.Contains(t, onlyError(t, res, "BAD_USER_INPUT"), "not valid UTF-8")
+
+	var n int
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM items WHERE sku = 'U1'`).Scan(&n))
+	require.Zero(t, n)
 }

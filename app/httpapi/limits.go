@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"reflect"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/99designs/gqlgen/complexity"
 	"github.com/99designs/gqlgen/graphql"
@@ -222,7 +223,8 @@ const CodeResponseTooLarge = "RESPONSE_TOO_LARGE"
 // with a plain GraphQL error (BAD_USER_INPUT) before gqlgen, whose own
 // decoding errors echo the body and name Go types. 413 when too large, 415
 // for a POST whose Content-Type is not application/json (gqlgen would
-// answer "transport not supported").
+// answer "transport not supported"), 400 for a body that is not valid
+// UTF-8.
 func LimitBody(max int64, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body == nil || r.Method != http.MethodPost {
@@ -240,6 +242,11 @@ func LimitBody(max int64, next http.Handler) http.Handler {
 		}
 		if int64(len(body)) > max {
 			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", max), resolvers.CodeBadUserInput)
+			return
+		}
+		if !utf8.Valid(body) {
+			// Go's JSON decoder would store U+FFFD in place of the bad bytes.
+			writeError(w, http.StatusBadRequest, "request body is not valid UTF-8", resolvers.CodeBadUserInput)
 			return
 		}
 		if !validRequest(body) {

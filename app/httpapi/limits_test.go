@@ -86,7 +86,7 @@ fragment L on __Field { ` + aliased("n", 97, "name") + `}`, httpapi.CodeResponse
 	close(stop)
 	<-sampled
 	t.Logf("heap %d MB, at most %d MB while answering", base>>20, peak>>20)
-	// The documented bound of one response (README, "Requests are
+	// The documented bound of one response (docs/api.md, "Requests are
 	// limited"): 64 MB, about 30 MB measured at the 100,000 fields.
 	require.Less(t, peak-base, uint64(64<<20), "heap grew from %d MB to %d MB", base>>20, peak>>20)
 	runtime.GC()

@@ -33,7 +33,7 @@ func TestTokenCache(t *testing.T) {
 		}
 		c.put(gen, "k", u, tt.expires, now)
 		got, ok := c.get("k", now.Add(tt.at))
-		if ok != tt.want || (ok && got != u) {
+		if ok != tt.want || (ok && !got.Same(u)) {
 			t.Errorf("%s: get = %v, %v; want %v", tt.name, got, ok, tt.want)
 		}
 	}

@@ -38,16 +38,30 @@ WITH t AS (
     UPDATE api_tokens a SET last_used_at = now() FROM t
     WHERE a.id = t.id AND (a.last_used_at IS NULL OR a.last_used_at < now() - interval '1 minute')
 )
-SELECT u.id, u.login, u.display_name, u.role, t.expires_at FROM t JOIN users u ON u.id = t.user_id;
+SELECT u.id, u.login, u.display_name, u.role, u.sources, t.expires_at FROM t JOIN users u ON u.id = t.user_id;
 
--- name: APITokenListEndedSince :one
--- APITokenListEndedSince returns the database's now and the hashes, hex, of
--- the tokens revoked or expired after since and by now.
+-- name: AuthChangePosition :one
+-- AuthChangePosition returns the position of the last committed auth
+-- change (auth_changes.seq) and the database's now.
+SELECT last_seq, now()::timestamptz AS now FROM auth_change_counter;
+
+-- name: AuthChangeListAfter :one
+-- AuthChangeListAfter returns, in one snapshot, the database's now, the
+-- last auth change position past after (after when none), the hashes, hex,
+-- of the tokens revoked past after or expired after since and by now, and
+-- the users whose role changed past after with their roles now (user_ids
+-- and roles in the same order).
+WITH c AS (SELECT seq, token_hash, user_id FROM auth_changes WHERE seq > @after::bigint)
 SELECT now()::timestamptz AS now,
+    coalesce((SELECT max(seq) FROM c), @after::bigint)::bigint AS last_seq,
     ARRAY(
+        SELECT encode(token_hash, 'hex') FROM c WHERE token_hash IS NOT NULL
+        UNION ALL
         SELECT encode(token_hash, 'hex') FROM api_tokens
-        WHERE revoked_at > @since::timestamptz OR (expires_at > @since::timestamptz AND expires_at <= now())
-    )::text[] AS keys;
+        WHERE expires_at > @since::timestamptz AND expires_at <= now()
+    )::text[] AS ended_keys,
+    ARRAY(SELECT u.id FROM users u WHERE u.id IN (SELECT user_id FROM c) ORDER BY u.id)::bigint[] AS user_ids,
+    ARRAY(SELECT u.role FROM users u WHERE u.id IN (SELECT user_id FROM c) ORDER BY u.id)::text[] AS roles;
 
 -- name: APITokenExistsForUser :one
 -- APITokenExistsForUser reports whether user_id has ever had a token:

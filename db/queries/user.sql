@@ -6,19 +6,19 @@ ON CONFLICT (login) DO UPDATE SET role = EXCLUDED.role
 RETURNING id;
 
 -- name: UserInsert :one
-INSERT INTO users (login, display_name, role) VALUES (@login, @display_name, @role)
-RETURNING id, login, display_name, role;
+INSERT INTO users (login, display_name, role, sources) VALUES (@login, @display_name, @role, @sources)
+RETURNING id, login, display_name, role, sources;
 
 -- name: UserGetByID :one
-SELECT id, login, display_name, role FROM users WHERE id = @id;
+SELECT id, login, display_name, role, sources FROM users WHERE id = @id;
 
 -- name: UserGetByLogin :one
-SELECT id, login, display_name, role FROM users WHERE login = @login;
+SELECT id, login, display_name, role, sources FROM users WHERE login = @login;
 
 -- name: UserLockByLogin :one
 -- UserLockByLogin is UserGetByLogin locking the user until the
 -- transaction ends, for a writer of events about it.
-SELECT id, login, display_name, role FROM users WHERE login = @login FOR NO KEY UPDATE;
+SELECT id, login, display_name, role, sources FROM users WHERE login = @login FOR NO KEY UPDATE;
 
 -- name: UserLock :one
 -- UserLock locks user id until the transaction ends, for a writer of
@@ -26,8 +26,16 @@ SELECT id, login, display_name, role FROM users WHERE login = @login FOR NO KEY 
 SELECT id FROM users WHERE id = @id FOR NO KEY UPDATE;
 
 -- name: UserList :many
-SELECT id, login, display_name, role FROM users ORDER BY login;
+SELECT id, login, display_name, role, sources FROM users ORDER BY login;
 
 -- name: UserSetRole :one
-UPDATE users SET role = @role WHERE login = @login
-RETURNING id, login, display_name, role;
+-- UserSetRole gives login role; a user that is no longer an integration
+-- account loses its sources.
+UPDATE users SET role = @role,
+    sources = CASE WHEN @role = 'integration' THEN sources ELSE '{}' END
+WHERE login = @login
+RETURNING id, login, display_name, role, sources;
+
+-- name: UserSetSources :one
+UPDATE users SET sources = @sources WHERE login = @login
+RETURNING id, login, display_name, role, sources;

@@ -167,6 +167,8 @@ type UserInput struct {
 	Login       string `json:"login"`
 	DisplayName string `json:"displayName"`
 	Role        Role   `json:"role"`
+	// Required (at least one) for INTEGRATION, refused for every other role.
+	Sources []OrderSource `json:"sources,omitempty"`
 }
 
 type WarehouseMoveConnection struct {
@@ -516,7 +518,8 @@ const (
 	RoleWarehouse Role = "WAREHOUSE"
 	// Production orders, items and bills of materials.
 	RolePlanner Role = "PLANNER"
-	// Integrations (web shop, CRM): receiveOrder only.
+	// Integrations (web shop, CRM): receiveOrder(s) only, for the account's
+	// sources only.
 	RoleIntegration Role = "INTEGRATION"
 	// Reads everything, writes nothing.
 	RoleViewer Role = "VIEWER"

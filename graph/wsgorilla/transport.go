@@ -2,25 +2,26 @@ package wsgorilla
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
-	"unique"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/errcode"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/gorilla/websocket"
-	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 )
 
@@ -31,13 +32,12 @@ const (
 	ProtoLegacyWS    = "graphql-ws"
 )
 
-// defaultPayloadReadLimit caps an incoming message when PayloadReadLimit
-// is nil, in bytes (gqlgen's default).
-const defaultPayloadReadLimit = 1 << 20
-
-// defaultMaxOperations caps the operations of one socket when
-// MaxOperations is 0.
-const defaultMaxOperations = 100
+// defaultPayloadReadLimit (bytes) and defaultMaxOperations apply when
+// PayloadReadLimit is nil and MaxOperations 0.
+const (
+	defaultPayloadReadLimit = 1 << 20
+	defaultMaxOperations    = 100
+)
 
 // InitFunc authenticates a socket from its connection_init payload. It
 // returns the context the socket's operations run in, derived from ctx,
@@ -47,25 +47,21 @@ const defaultMaxOperations = 100
 // message on graphql-ws.
 //
 // The socket takes the returned context's values, not its end: a
-// deadline or cancel InitFunc adds is not watched, since a watch is a
-// context and a channel for every idle socket. To close the socket later
-// (a revoked token), keep the context and call CloseSocket with it.
+// deadline or cancel InitFunc adds is not watched. To close the socket
+// later (a revoked token), keep the context and call CloseSocket with it.
 type InitFunc func(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error)
 
 // Transport is a gqlgen transport (graphql.Transport) for GraphQL over
 // websockets on gorilla/websocket, speaking graphql-transport-ws and the
 // legacy graphql-ws. Each socket has one goroutine, which reads its
-// frames. An operation is prepared (parsed, validated, dispatched) on a
-// goroutine of its own; queries, mutations and subscriptions that stream
-// through gqlgen's executor keep it for as long as they run, as with
-// gqlgen's transport, but a subscription whose resolver pushes (Push) ends
-// it once dispatched: its events are written, when its stream says they
-// are ready, by a writer goroutine that the socket has only while it has
-// frames to write. An idle subscribed socket is therefore one goroutine,
-// blocked reading on a small stack. Unlike gqlgen's transport it does not
-// keep the upgrade request's headers for the socket's life (0.7 KiB an
-// idle socket): an operation's OperationContext has no Headers; the
-// socket's identity is its connection_init (InitFunc's context).
+// frames, and each operation one, which runs it. It keeps gqlgen's
+// message semantics but not gqlgen's own websocket transport, which
+// cannot do what the live feed needs: it closes an init timeout with
+// 1002, has no 4400/4409/4429 and no cap of operations per socket, sends
+// complete after an operation's error, and a reused id's end cancels the
+// operation that reuses it. An operation's OperationContext has no
+// Headers; the socket's identity is its connection_init (InitFunc's
+// context).
 //
 // The rules of Implementation (origin, init timeout, duplicate ids,
 // keepalive, write timeout, shutdown) apply unchanged; Implementation is
@@ -84,156 +80,110 @@ type Transport struct {
 	// its id, and the socket stays open. 0 means 100.
 	MaxOperations int
 	// OnClose, when set, is called once for every socket InitFunc
-	// accepted (every initialised socket without InitFunc), with the
-	// context its operations ran in (InitFunc's), after the socket closed
-	// and its operations ended: where what InitFunc registered is let go.
+	// accepted, with InitFunc's context, after its operations ended.
 	OnClose func(ctx context.Context)
 }
 
 var _ graphql.Transport = Transport{}
 
-// Supports implements graphql.Transport: every request with an Upgrade
-// header.
+// Supports implements graphql.Transport: requests with an Upgrade header.
 func (t Transport) Supports(r *http.Request) bool { return r.Header.Get("Upgrade") != "" }
 
-// Do implements graphql.Transport: it upgrades the request and serves the
-// socket until it closes, on the calling goroutine. Behind Handler it
-// returns at connection_ack, and Handler's goroutine serves the socket
-// once the handshake's middleware has returned.
+// Do implements graphql.Transport: it upgrades the request and returns at
+// connection_ack (middleware sees the request end there), leaving the
+// socket to a goroutine of its own: net/http's, whose stack the handshake
+// grew, and its state for the connection (two 4 KiB buffers, the request)
+// are let go.
 func (t Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
-	wc, err := t.Implementation.Accept(w, r, transport.WebsocketAcceptOptions{
-		ResponseHeader: http.Header{},
-		Subprotocols:   []string{ProtoLegacyWS, ProtoTransportWS},
-	})
+	c, err := t.Implementation.accept(w, r, []string{ProtoLegacyWS, ProtoTransportWS})
 	if err != nil {
-		return // Upgrade answered the request with an HTTP error
-	}
-	c := wc.(*Conn)
-	c.untrackLater = true // by end, once the operations and writer ended
-	c.ownIDs = true       // the socket's active set refuses a running id (4409)
-	switch c.Subprotocol() {
-	case ProtoLegacyWS, "", ProtoTransportWS:
-	default:
-		_ = c.WriteClose(websocket.CloseProtocolError, "unsupported negotiated subprotocol "+c.Subprotocol())
-		_ = c.Close()
-		c.untrack()
-		return
+		return // the Upgrader answered the request with an HTTP error
 	}
 	limit := int64(defaultPayloadReadLimit)
 	if t.PayloadReadLimit != nil {
 		limit = *t.PayloadReadLimit
 	}
 	if limit > 0 {
-		c.SetReadLimit(limit)
+		c.ws.SetReadLimit(limit)
 	}
-	// Behind Handler the handshake's context already ends with the socket
-	// and reaches it (CloseSocket); without, the socket makes one that
-	// does the same.
-	ctx, cancel := r.Context(), context.CancelFunc(nil)
-	if c.handle != nil {
-		cancel = c.handle.cancel
-	} else {
-		h := &handle{}
-		h.conn.Store(c)
-		ctx, cancel = context.WithCancel(context.WithValue(ctx, handleKey{}, h))
-	}
-	maxOps := t.MaxOperations
-	if maxOps <= 0 {
-		maxOps = defaultMaxOperations
-	}
+	// The socket's context ends with the socket and reaches it
+	// (CloseSocket); cancellation of the request does not end it.
+	ctx, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(r.Context()), connKey{}, c))
 	s := &socket{
 		initFunc: t.InitFunc,
 		onClose:  t.OnClose,
-		maxOps:   maxOps,
+		maxOps:   cmp.Or(t.MaxOperations, defaultMaxOperations),
 		conn:     c,
-		legacy:   c.Subprotocol() != ProtoTransportWS,
+		legacy:   c.ws.Subprotocol() != ProtoTransportWS,
 		exec:     exec,
 		ctx:      ctx,
 		cancel:   cancel,
 	}
-	if c.handle != nil {
-		c.handle.socket = s
-	}
-	// A panic in Do (InitFunc's, or the loop's without Handler) tears the
-	// socket down here, since gqlgen's handler recovers it before Handler's
-	// recoverSocket could. On net/http's goroutine, or the handshake's
-	// behind Handler, whose stacks are large already, the defer costs
-	// nothing.
+	// A panic in InitFunc tears the socket down here; gqlgen's handler
+	// recovers it then.
 	defer func() {
 		if p := recover(); p != nil {
 			s.fail()
 			panic(p)
 		}
 	}()
-	if !s.init() {
-		s.end()
+	if s.init() {
+		go s.serve()
 		return
 	}
-	if c.handle != nil {
-		// Handler runs the loop once the handshake's frames are gone.
-		c.handle.loop = s.serve
-		return
-	}
-	s.serve()
+	s.end()
 }
 
-// serve reads and runs the socket's messages until it closes.
-//
-// Not a deferred end: with a defer in this frame, at the bottom of the
-// stack an idle socket waits on, the runtime keeps the reader's stack at
-// 8 KiB instead of 4 (figure D, 4 KiB more per socket). A panic is
-// recoverSocket's, which drops the connection and untracks it.
+// serve reads the socket until it ends. A panic ends the socket with 1011
+// and is logged with Implementation.Logger.
 func (s *socket) serve() {
+	defer func() {
+		if p := recover(); p != nil {
+			s.fail()
+			if l := s.conn.impl.Logger; l != nil {
+				l.Error("websocket: panic serving socket", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+			}
+		}
+	}()
 	s.run()
 	s.end()
 }
 
-// fail ends the socket after a panic on its goroutine: the close frame
-// says 1011, a fault of the server's (unless a close frame went out
-// already).
+// fail ends the socket after a panic on its goroutine with 1011.
 func (s *socket) fail() {
 	s.close(websocket.CloseInternalServerErr, "internal server error")
 	s.end()
 }
 
-// end closes the socket, waits for its writer and its operations'
-// goroutines, and only then takes it out of the set Shutdown waits on.
+// end closes the socket, waits for its operations' goroutines, and only
+// then takes it out of the set Shutdown waits on.
 func (s *socket) end() {
 	if s.ended.Swap(true) {
 		return // a panic in end itself comes back here
 	}
 	// Even when OnClose panics: Shutdown waits on the open set.
-	defer s.conn.untrack()
+	defer s.conn.impl.forget(s.conn)
 	s.close(websocket.CloseNormalClosure, "terminated")
-	s.push.stop()
 	s.running.Wait()
 	if s.accepted && s.onClose != nil {
 		s.onClose(s.ctx)
 	}
 }
 
-// socket is one socket's protocol state; its methods run on the socket's
-// goroutine unless they say otherwise.
+// socket is one socket's protocol state.
 type socket struct {
-	// The Transport settings the socket uses (maxOps is MaxOperations
-	// with its default applied), not the whole Transport: every open
-	// socket carries them.
 	initFunc InitFunc
 	onClose  func(ctx context.Context)
 	maxOps   int
 
-	conn *Conn
-	exec graphql.GraphExecutor
-	// ctx is the connection's: InitFunc's, cancelled when the socket
-	// closes.
-	ctx    context.Context
+	conn   *Conn
+	exec   graphql.GraphExecutor
+	ctx    context.Context // InitFunc's, cancelled when the socket closes
 	cancel context.CancelFunc
 	legacy bool // graphql-ws rather than graphql-transport-ws
 	// accepted: InitFunc took the socket, and OnClose is owed.
 	accepted bool
 	ended    atomic.Bool // end ran or runs
-
-	initPayload transport.InitPayload
 
 	mu sync.Mutex
 	// active holds the running operations. An operation leaves it
@@ -241,9 +191,6 @@ type socket struct {
 	// stop), and sends nothing once it left: the client may reuse the id
 	// at once, and a message of the stopped operation with that id would
 	// be taken for one of the new operation.
-	//
-	// A slice, not a map: a socket runs one or a few operations (at most
-	// MaxOperations), and a map costs an idle subscription 200 bytes more.
 	active []*operation
 	closed bool
 
@@ -253,10 +200,14 @@ type socket struct {
 	// it left active, not even a write that had begun.
 	sendMu sync.Mutex
 
-	push pusher
-	// running counts the operations' goroutines (op.run), which end once
-	// their contexts are cancelled.
-	running sync.WaitGroup
+	running sync.WaitGroup // the operations' goroutines
+}
+
+// clientMessage is the envelope both subprotocols share.
+type clientMessage struct {
+	Type    string          `json:"type"`
+	ID      string          `json:"id"`
+	Payload json.RawMessage `json:"payload"`
 }
 
 // Incoming message types, by what they mean in either subprotocol.
@@ -270,10 +221,8 @@ const (
 	msgUnexpected // a message type the server sends, not takes
 )
 
-// invalidMessage is a client message the subprotocol does not take (not
-// a JSON object of the envelope's shape, of no type the client sends) or
-// not a valid one of a type it takes (no id, a payload of the wrong
-// shape); its text is for the client.
+// invalidMessage says why a client message is not one the subprotocol
+// takes; its text is for the client.
 type invalidMessage string
 
 func (e invalidMessage) Error() string { return string(e) }
@@ -299,8 +248,6 @@ func quoteType(typ string) string {
 	return q
 }
 
-// unknownType is the invalidMessage of a type the subprotocol does not
-// have.
 func unknownType(typ string) invalidMessage {
 	if typ == "" {
 		return "message without a type"
@@ -321,10 +268,34 @@ func notEnvelope(b []byte) invalidMessage {
 	return "message must be a JSON object"
 }
 
-// next reads the next message and classifies it.
 func (s *socket) next() (kind int, m clientMessage, err error) {
-	_, b, m, parsed, err := s.conn.next()
-	return s.classify(b, m, parsed, err)
+	return s.classify(s.read())
+}
+
+// read reads the next message, b, and decodes its envelope, m (parsed
+// false when it is no JSON object of that shape), skipping messages once
+// a close frame was sent. A read error drops the network connection. A
+// binary message is read as text, as both reference servers do.
+func (s *socket) read() (b []byte, m clientMessage, parsed bool, err error) {
+	c := s.conn
+	for {
+		_, r, err := c.ws.NextReader()
+		if err == nil {
+			b, err = io.ReadAll(r) // at most the read limit
+		}
+		if err != nil {
+			c.failed(err, "nothing came from the peer for two ping intervals")
+			return nil, m, false, err
+		}
+		c.alive()
+		if c.closing.Load() {
+			continue
+		}
+		if json.Unmarshal(b, &m) != nil {
+			return b, clientMessage{}, false, nil // malformed: the protocol answers it
+		}
+		return b, m, true, nil
+	}
 }
 
 // classify tells what an incoming message b, m once decoded, means in the
@@ -376,14 +347,17 @@ func (s *socket) init() bool {
 	if !ok {
 		return false
 	}
+	s.conn.initSeen()
+	var initPayload transport.InitPayload
 	if p := bytes.TrimSpace(m.Payload); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
-		if err := json.Unmarshal(p, &s.initPayload); err != nil {
-			return false // Conn closed it with CloseBadRequest already
+		if p[0] != '{' || json.Unmarshal(p, &initPayload) != nil {
+			s.close(CloseBadRequest, "connection_init payload must be an object")
+			return false
 		}
 	}
 	var ack *transport.InitPayload
 	if s.initFunc != nil {
-		ctx, payload, err := s.initFunc(s.ctx, s.initPayload)
+		ctx, payload, err := s.initFunc(s.ctx, initPayload)
 		if err != nil {
 			s.connectionError(err.Error())
 			code, reason := closeCodeOf(ctx)
@@ -409,11 +383,9 @@ func (s *socket) init() bool {
 	return true
 }
 
-// awaitInit reads messages up to connection_init, answering the pings
-// graphql-transport-ws allows before it; false means the socket closed.
-// What else arrives first closes it: on graphql-transport-ws with 4401
-// for a subscribe and 4400 for anything else, on graphql-ws with 1002
-// after a connection_error.
+// awaitInit reads messages up to connection_init, answering pings; false
+// means the socket closed: anything else first closes it (4401 for a
+// subscribe, else 4400; 1002 on graphql-ws).
 func (s *socket) awaitInit() (clientMessage, bool) {
 	for {
 		kind, m, err := s.next()
@@ -451,34 +423,17 @@ func (s *socket) awaitInit() (clientMessage, bool) {
 	}
 }
 
-// run reads messages until the socket closes or a message ends it. Its
-// frame is where an idle socket waits, at the bottom of the reader's
-// stack: the little the wait takes lets the runtime keep that stack at
-// 4 KiB, so the message is handled in handle, which returns before the
-// next wait.
+// run reads messages until the socket closes or a message ends it.
 func (s *socket) run() {
-	for {
-		_, r, err := s.conn.ws.NextReader()
-		if !s.handle(r, err) {
-			return
-		}
+	for s.handle(s.next()) {
 	}
 }
 
-// handle takes one message that NextReader returned; false means the
-// socket is done. A message the client may not send closes the socket:
-// on graphql-transport-ws with 4400; on graphql-ws, as gqlgen's transport
-// does, with 1000 for malformed JSON or an unknown type and with 1002
-// after a connection_error for a type only the server sends or a second
-// connection_init.
-//
-//go:noinline
-func (s *socket) handle(r io.Reader, err error) bool {
-	b, m, parsed, skip, err := s.conn.take(r, err)
-	if skip {
-		return true
-	}
-	kind, m, err := s.classify(b, m, parsed, err)
+// handle takes one message; false means the socket is done. A message the
+// client may not send closes the socket: with 4400 (4429 for a second
+// connection_init); on graphql-ws, as with gqlgen, with 1000 for malformed
+// JSON or an unknown type, else 1002 after a connection_error.
+func (s *socket) handle(kind int, m clientMessage, err error) bool {
 	if err != nil {
 		if !s.legacy && errors.As(err, new(invalidMessage)) {
 			s.refuse(err)
@@ -500,7 +455,13 @@ func (s *socket) handle(r io.Reader, err error) bool {
 	case msgPing:
 		s.send("pong", "", m.Payload)
 	case msgPong:
-		// The answer to a keepalive ping; Conn saw the peer is there.
+		// The answer to a keepalive ping; read saw the peer is there.
+	case msgInit:
+		if !s.legacy {
+			s.close(CloseTooManyInit, "Too many initialisation requests")
+			return false
+		}
+		fallthrough
 	default:
 		s.connectionError("unexpected message " + m.Type)
 		s.close(websocket.CloseProtocolError, "unexpected message")
@@ -509,13 +470,9 @@ func (s *socket) handle(r io.Reader, err error) bool {
 	return true
 }
 
-// start runs the operation of a subscribe (start) message; false means
-// the message was not valid and the socket is closing. Only a check of
-// its shape and its registration happen on the socket's goroutine:
-// decoding, parsing, validation and the resolver run on the operation's,
-// so that the reader's stack stays small for the socket's life.
-//
-// A message without an id closes the socket (see refuse). A payload that
+// start runs the operation of a subscribe (start) message on a goroutine
+// of its own; false means the message was not valid and the socket is
+// closing. A message without an id closes the socket (see refuse). A payload that
 // is not an operation closes it with 4400 on graphql-transport-ws; on
 // graphql-ws, whose reference server answers it with an error for the
 // id, it gets that error and the socket stays open.
@@ -532,7 +489,7 @@ func (s *socket) start(m clientMessage) bool {
 	if dup {
 		// Reading on, which skips what follows the close frame, until the
 		// peer's close frame ends the socket.
-		s.conn.closeSubscriberExists(m.ID)
+		s.conn.closeWith(CloseSubscriberExists, "Subscriber for "+m.ID+" already exists")
 		return true
 	}
 	if err := checkPayload(m.Type, m.Payload); err != nil {
@@ -558,9 +515,8 @@ func (s *socket) start(m clientMessage) bool {
 		}})
 		return true
 	}
-	// Not a child of the socket's context, which would keep an entry for
-	// it in its children for the operation's life (for every idle
-	// subscription): close stops every operation in active itself.
+	// Not a child of the socket's context: close stops every operation
+	// in active itself.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(s.ctx))
 	op := &operation{s: s, id: m.ID, cancel: cancel}
 	// No operation has the id: a running one's was refused above (4409),
@@ -571,8 +527,6 @@ func (s *socket) start(m clientMessage) bool {
 	return true
 }
 
-// operationPayload is a subscribe (start) payload with its fields left
-// encoded.
 type operationPayload struct {
 	Query         json.RawMessage `json:"query"`
 	OperationName json.RawMessage `json:"operationName"`
@@ -580,13 +534,10 @@ type operationPayload struct {
 	Extensions    json.RawMessage `json:"extensions"`
 }
 
-// checkPayload reports what keeps payload, of a subscribe (start) message
-// of type typ, from being an operation; nil when nothing does. It must be
-// a JSON object with a query string (absent only when extensions carry a
-// persisted query's hash) and may have an operationName string and
-// variables and extensions objects, each of them null or absent
-// otherwise. The error, an invalidMessage, is for the client. Only the
-// top level is looked at: the values are not decoded.
+// checkPayload reports what keeps payload of a subscribe (start) from
+// being an operation, as an invalidMessage: a JSON object with a query
+// string (absent only for a persisted query), an operationName string and
+// variables and extensions objects, each optional. Values are not decoded.
 func checkPayload(typ string, payload json.RawMessage) error {
 	var p operationPayload
 	if jsonKind(payload) != '{' || json.Unmarshal(payload, &p) != nil {
@@ -629,9 +580,8 @@ func jsonKind(v json.RawMessage) byte {
 	return v[0]
 }
 
-// refuse closes the socket for a message that is not valid: with 4400
-// and err's text as the reason on graphql-transport-ws, with 1002 after a
-// connection_error carrying it on graphql-ws.
+// refuse closes the socket for an invalid message: 4400 with err as the
+// reason, or on graphql-ws 1002 after a connection_error carrying it.
 func (s *socket) refuse(err error) {
 	if !s.legacy {
 		s.close(CloseBadRequest, err.Error())
@@ -641,11 +591,9 @@ func (s *socket) refuse(err error) {
 	s.close(websocket.CloseProtocolError, err.Error())
 }
 
-// stopOperation ends operation id at the client's request (complete,
-// stop): from then on it sends nothing. On graphql-ws the server answers
-// with complete, as that protocol's reference server does, before it reads
-// the next message; on graphql-transport-ws it sends none, as that
-// protocol has it. An id that runs nothing is ignored.
+// stopOperation ends operation id at the client's request: from then on
+// it sends nothing. graphql-ws gets a complete, as from its reference
+// server; graphql-transport-ws none. An unknown id is ignored.
 func (s *socket) stopOperation(id string) {
 	s.mu.Lock()
 	op := s.operation(id)
@@ -661,9 +609,7 @@ func (s *socket) stopOperation(id string) {
 	op.stop()
 }
 
-// run prepares the operation and runs it: a subscription whose resolver
-// pushes is left to the socket's writer once dispatched, anything else is
-// pulled here until it ends.
+// run prepares the operation and runs it until it ends.
 func (op *operation) run(ctx context.Context, payload json.RawMessage, begin time.Time) {
 	s := op.s
 	ctx = graphql.StartOperationTrace(ctx)
@@ -676,10 +622,6 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 		return
 	}
 	params.ReadTime = graphql.TraceTiming{Start: begin, End: graphql.Now()}
-	// The operation context keeps the query for the operation's life:
-	// sockets subscribed with the same query share one copy of it.
-	op.query = unique.Make(params.Query)
-	params.Query = op.query.Value()
 
 	rc, errs := s.exec.CreateOperationContext(ctx, params)
 	if errs != nil {
@@ -688,31 +630,16 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 			op.end(resp.Errors)
 			return
 		}
-		op.deliver(&graphql.Response{Errors: errs}, false)
+		op.deliver(&graphql.Response{Errors: errs})
 		op.end(nil)
 		return
 	}
 	op.rc = rc
-	// One value for InitPayload, AddSubscriptionError and Push; rc goes
-	// on ctx in DispatchOperation.
-	ctx = context.WithValue(ctx, operationKey{}, op)
-	if rc.Operation != nil && rc.Operation.Operation == ast.Subscription {
-		// The subscription's resolver runs in DispatchOperation: one that
-		// pushes registers its stream there.
-		op.subscription = true
-		if s.dispatchPushed(ctx, op) {
-			return
-		}
-		// DispatchOperation's context: it has rc and what the operation
-		// interceptors added.
-		op.pull(op.ctx, op.responses)
-		return
-	}
-	op.pull(ctx, nil)
+	// For AddSubscriptionError.
+	op.pull(context.WithValue(ctx, operationKey{}, op))
 }
 
-// operation returns the running operation with id, nil when none has it.
-// Called with the socket's mu held.
+// operation returns the running operation with id, or nil; under mu.
 func (s *socket) operation(id string) *operation {
 	for _, op := range s.active {
 		if op.id == id {
@@ -722,11 +649,9 @@ func (s *socket) operation(id string) *operation {
 	return nil
 }
 
-// retire frees the operation's id, just before its last message (the
-// client may reuse the id as soon as it reads that message), and reports
-// whether the id was still the operation's: false when the operation had
-// ended or been stopped already, and no last message is to be sent.
-// Called with the socket's sendMu held.
+// retire frees the operation's id just before its last message, which the
+// client may answer by reusing the id; false when the id was freed
+// already and no last message is due. Called with sendMu held.
 func (op *operation) retire() (owned bool) {
 	op.s.mu.Lock()
 	i := slices.Index(op.s.active, op)
@@ -738,31 +663,11 @@ func (op *operation) retire() (owned bool) {
 	return owned
 }
 
-// current reports whether the operation still has its id: a response of
-// one that was stopped is not sent.
+// current reports whether the operation still has its id.
 func (op *operation) current() bool {
 	op.s.mu.Lock()
 	defer op.s.mu.Unlock()
 	return slices.Contains(op.s.active, op)
-}
-
-// dispatchPushed dispatches a subscription and reports whether its
-// resolver pushes; one that does not is left for pull with its response
-// handler in op.responses.
-func (s *socket) dispatchPushed(ctx context.Context, op *operation) (pushed bool) {
-	defer func() {
-		if r := recover(); r != nil {
-			op.fail(ctx, r)
-			pushed = true
-		}
-	}()
-	responses, ctx := s.exec.DispatchOperation(ctx, op.rc)
-	op.responses, op.ctx = responses, ctx
-	if op.stream == nil {
-		return false
-	}
-	s.push.start(op, ctx)
-	return true
 }
 
 // operation is one operation running on the socket.
@@ -771,35 +676,14 @@ type operation struct {
 	id     string
 	rc     *graphql.OperationContext
 	cancel context.CancelFunc
-
-	responses graphql.ResponseHandler
-	// stream is the pushing resolver's (Push), nil for a pulled operation.
-	stream Stream
-	// ctx is what DispatchOperation returned, for a subscription.
-	ctx context.Context
-	// query holds the interned query (RawQuery) while the operation runs:
-	// unique keeps a value only while a Handle of it is held.
-	query unique.Handle[string]
-
-	errs gqlerror.List // AddSubscriptionError's, guarded by the socket's mu
-
-	// subscription: Push may register a stream.
-	subscription bool
-	// Guarded by the socket's pusher.
-	queued, started, finished bool
+	errs   gqlerror.List // AddSubscriptionError's, guarded by the socket's mu
 }
 
-// stop ends the operation at the client's or the socket's request (from
-// any goroutine); a pushed one is woken to see its stream end.
-func (op *operation) stop() {
-	op.cancel()
-	op.s.push.wake(op)
-}
+// stop ends the operation; from any goroutine.
+func (op *operation) stop() { op.cancel() }
 
-// pull runs an operation whose responses are pulled from gqlgen's
-// executor, on a goroutine of its own; responses is the handler already
-// dispatched, or nil to dispatch here.
-func (op *operation) pull(ctx context.Context, responses graphql.ResponseHandler) {
+// pull writes each response of gqlgen's executor until there is none.
+func (op *operation) pull(ctx context.Context) {
 	defer func() {
 		if r := recover(); r != nil {
 			op.fail(ctx, r)
@@ -807,29 +691,26 @@ func (op *operation) pull(ctx context.Context, responses graphql.ResponseHandler
 		}
 		op.finish()
 	}()
-	if responses == nil {
-		responses, ctx = op.s.exec.DispatchOperation(ctx, op.rc)
-	}
+	responses, ctx := op.s.exec.DispatchOperation(ctx, op.rc)
 	for {
 		resp := responses(ctx)
 		if resp == nil {
 			return
 		}
-		op.deliver(resp, false)
+		op.deliver(resp)
 	}
 }
 
 // deliver writes a result of the operation while it has its id; one that
-// cannot be encoded ends the operation with an error message instead. A
-// held result goes out with the socket's next write (Conn.writeText).
-func (op *operation) deliver(resp *graphql.Response, hold bool) {
+// cannot be encoded ends the operation with an error message instead.
+func (op *operation) deliver(resp *graphql.Response) {
 	s := op.s
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	if !op.current() {
 		return
 	}
-	if err := s.sendResponse(op.id, resp, hold); err != nil {
+	if err := s.sendResponse(op.id, resp); err != nil {
 		op.retire()
 		s.sendErrors(op.id, gqlerror.List{{Message: "encode response: " + err.Error()}})
 		op.stop()
@@ -858,10 +739,9 @@ func (op *operation) fail(ctx context.Context, p any) {
 // AddSubscriptionError, else complete unless the socket is closing.
 func (op *operation) finish() { op.end(op.subscriptionErrors()) }
 
-// end sends the operation's last message unless it no longer has its id:
-// an error message with errs, which in both subprotocols ends the
-// operation without a complete, else complete unless the socket is
-// closing. It then cancels the operation and closes its stream.
+// end sends the operation's last message unless it no longer has its id
+// (an error message with errs, which needs no complete, else complete
+// unless the socket is closing), then cancels the operation.
 func (op *operation) end(errs gqlerror.List) {
 	s := op.s
 	s.sendMu.Lock()
@@ -877,9 +757,6 @@ func (op *operation) end(errs gqlerror.List) {
 	}
 	s.sendMu.Unlock()
 	op.cancel()
-	if c, ok := op.stream.(interface{ Close() }); ok {
-		c.Close()
-	}
 }
 
 // close closes the socket with code and reason (unless a close frame went
@@ -894,7 +771,7 @@ func (s *socket) close(code int, reason string) {
 	s.closed = true
 	ops := slices.Clone(s.active)
 	s.mu.Unlock()
-	_ = s.conn.WriteClose(code, reason)
+	s.conn.writeClose(code, reason)
 	s.cancel()
 	for _, op := range ops {
 		op.stop()
@@ -902,13 +779,13 @@ func (s *socket) close(code int, reason string) {
 	_ = s.conn.Close()
 }
 
-// send writes one message; a failed write has closed the socket, whose
-// reader then ends.
+// send writes one message (a failed write drops the socket).
 func (s *socket) send(typ, id string, payload []byte) {
-	_ = s.conn.writeMessage(typ, id, encodeEnvelope(typ, id, payload))
+	if s.conn.writeText(encodeEnvelope(typ, id, payload)) == nil && typ == "connection_ack" {
+		s.conn.acked.Store(true)
+	}
 }
 
-// dataType is the message type of an operation's result.
 func (s *socket) dataType() string {
 	if s.legacy {
 		return "data"
@@ -918,34 +795,34 @@ func (s *socket) dataType() string {
 
 // sendResponse writes one result of operation id; the error is one of
 // encoding it (a failed write has closed the socket).
-func (s *socket) sendResponse(id string, resp *graphql.Response, hold bool) error {
+func (s *socket) sendResponse(id string, resp *graphql.Response) error {
 	if parts, ok := s.sharedFrame(id, resp); ok {
-		_ = s.conn.writeText(hold, parts...)
+		_ = s.conn.writeText(parts...)
 		return nil
 	}
 	b, err := json.Marshal(resp)
 	if err != nil {
 		return err
 	}
-	_ = s.conn.writeText(hold, encodeEnvelope(s.dataType(), id, b))
+	_ = s.conn.writeText(encodeEnvelope(s.dataType(), id, b))
 	return nil
 }
 
-// sharedFrame returns a result message as parts around resp.Data, which
-// then is written as it is: shared by every socket that takes the same
-// result (SharedFeedPayloads), it is neither copied nor encoded again.
-// ok is false for a response of another shape than data and extensions.
+// sharedFrame returns a result message as parts around resp.Data, written
+// as it is: the data SharedFeedPayloads shares among sockets is neither
+// copied nor encoded again per socket. ok is false for a response with
+// more than data and extensions.
 func (s *socket) sharedFrame(id string, resp *graphql.Response) (parts [][]byte, ok bool) {
 	if len(resp.Errors) > 0 || resp.Data == nil || resp.Label != "" || resp.Path != nil || resp.HasNext != nil {
 		return nil, false
 	}
 	tail := make([]byte, 0, 96)
 	if len(resp.Extensions) > 0 {
-		tail = append(tail, `,"extensions":`...)
-		var err error
-		if tail, err = appendExtensions(tail, resp.Extensions); err != nil {
+		ext, err := json.Marshal(resp.Extensions)
+		if err != nil {
 			return nil, false
 		}
+		tail = append(append(tail, `,"extensions":`...), ext...)
 	}
 	tail = append(tail, `},"id":`...)
 	tail = appendString(tail, id)
@@ -953,34 +830,6 @@ func (s *socket) sharedFrame(id string, resp *graphql.Response) (parts [][]byte,
 	tail = appendString(tail, s.dataType())
 	tail = append(tail, '}')
 	return [][]byte{framePrefix, resp.Data, tail}, true
-}
-
-// appendExtensions appends ext as a JSON object: by hand when it holds
-// only strings (a request id, on every result of a busy feed), else as
-// encoding/json writes it. Keys are sorted either way.
-func appendExtensions(b []byte, ext map[string]any) ([]byte, error) {
-	var few [4]string // the usual extensions fit: no allocation
-	keys := few[:0]
-	for k, v := range ext {
-		if _, ok := v.(string); !ok {
-			j, err := json.Marshal(ext)
-			return append(b, j...), err
-		}
-		keys = append(keys, k)
-	}
-	if len(keys) > 1 { // the request id alone, on every result of a busy feed, needs no sort
-		slices.Sort(keys)
-	}
-	b = append(b, '{')
-	for i, k := range keys {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendString(b, k)
-		b = append(b, ':')
-		b = appendString(b, ext[k].(string))
-	}
-	return append(b, '}'), nil
 }
 
 // framePrefix opens every result message written around shared data.
@@ -1006,7 +855,6 @@ func (s *socket) connectionError(msg string) {
 	s.send("connection_error", "", b)
 }
 
-// Context values of the transport.
 type (
 	closeCodeKey     struct{}
 	operationKey     struct{} // → *operation
@@ -1032,18 +880,9 @@ func closeCodeOf(ctx context.Context) (int, string) {
 	return websocket.CloseNormalClosure, "terminated"
 }
 
-// InitPayload is the connection_init payload of the socket that runs the
-// operation of ctx, nil when there was none.
-func InitPayload(ctx context.Context) transport.InitPayload {
-	if op, ok := ctx.Value(operationKey{}).(*operation); ok {
-		return op.s.initPayload
-	}
-	return nil
-}
-
 // AddSubscriptionError makes the end of the subscription of ctx an error
 // message carrying err instead of complete: the way a resolver whose
-// stream fails (its channel closed, or its pushed stream ended) says why.
+// stream fails (its channel closed) says why.
 // Outside an operation of this transport it does nothing.
 func AddSubscriptionError(ctx context.Context, err *gqlerror.Error) {
 	if op, ok := ctx.Value(operationKey{}).(*operation); ok {
@@ -1057,4 +896,30 @@ func (op *operation) subscriptionErrors() gqlerror.List {
 	op.s.mu.Lock()
 	defer op.s.mu.Unlock()
 	return op.errs
+}
+
+// appendString appends s as a JSON string.
+func appendString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s)
+	return append(b, q...)
+}
+
+// encodeEnvelope encodes the message {"payload":…,"id":…,"type":…} of both
+// subprotocols, payload (raw JSON) and id left out when empty.
+func encodeEnvelope(typ, id string, payload []byte) []byte {
+	b := make([]byte, 0, len(payload)+len(id)+len(typ)+32)
+	b = append(b, '{')
+	if len(payload) > 0 {
+		b = append(b, `"payload":`...)
+		b = append(b, payload...)
+		b = append(b, ',')
+	}
+	if id != "" {
+		b = append(b, `"id":`...)
+		b = appendString(b, id)
+		b = append(b, ',')
+	}
+	b = append(b, `"type":`...)
+	b = appendString(b, typ)
+	return append(b, '}')
 }

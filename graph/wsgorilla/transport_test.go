@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -71,17 +72,13 @@ func TestSharedFrameMatchesEncodingJSON(t *testing.T) {
 	}
 }
 
-// transportSchema is what the Transport tests serve: pulled is an
-// ordinary subscription, a channel that gqlgen's executor waits on; pushed
-// registers a Stream (Push), as the live feed does; burst is a pushed
-// stream with burstLength responses ready at once.
+// transportSchema is what the Transport tests serve: pulled is a
+// subscription on a channel that gqlgen's executor waits on; three has
+// three responses, then ends.
 const transportSchema = `
 type Query { ok: Boolean! }
-type Subscription { pulled: String! pushed: String! burst: String! }
+type Subscription { pulled: String! three: String! }
 `
-
-// burstLength is how many responses a burst subscription has ready.
-const burstLength = 2*pushTurn + 3
 
 // markKey is the key of the value the operation interceptor adds to an
 // operation's context.
@@ -104,28 +101,15 @@ type testBundle struct {
 	// panicReads makes the next read of a server-side connection panic
 	// (after it read), on the socket's own goroutine.
 	panicReads atomic.Bool
-	// writes counts the server's writes to its network connections.
-	writes atomic.Int64
-	// plainTCP serves on the listener's own *net.TCPConn, as a server
-	// does, rather than through the wrapper that counts writes and
-	// panics reads.
-	plainTCP bool
-	// burstPanicsAt makes a burst's Advance panic once it handed out
-	// that many responses; burstEnds makes a burst end (its handler
-	// returns nil) after its last response.
-	burstPanicsAt int
-	burstEnds     bool
 	// initDeadline is a deadline InitFunc puts on the socket's context.
 	initDeadline time.Duration
 	// initPanics makes InitFunc panic; onClosePanics makes the first
 	// OnClose panic.
 	initPanics, onClosePanics bool
 
-	pulled  chan context.Context // each pulled subscription's resolver context
-	events  chan string          // the pulled subscriptions' events
-	pushed  chan struct{}        // a pushed subscription registered its stream
-	streams chan struct{}        // a pushed subscription's stream was closed
-	seen    chan seenResponse    // what the response interceptor saw (nil: not kept)
+	pulled chan context.Context // each pulled subscription's resolver context
+	events chan string          // the pulled subscriptions' events
+	seen   chan seenResponse    // what the response interceptor saw (nil: not kept)
 
 	mu      sync.Mutex
 	sockets int          // sockets InitFunc accepted
@@ -142,11 +126,10 @@ func setupTransport(t *testing.T, behindHandler bool, configure ...func(*testBun
 		impl:    &Implementation{},
 		pulled:  make(chan context.Context, 4),
 		events:  make(chan string),
-		pushed:  make(chan struct{}, 4),
-		streams: make(chan struct{}, 4),
 		seen:    make(chan seenResponse, 4),
 		watched: map[int]bool{},
 	}
+	b.impl.Logger = slog.New(slog.NewTextHandler(logWriter{b}, nil))
 	for _, c := range configure {
 		c(b)
 	}
@@ -182,9 +165,7 @@ func setupTransport(t *testing.T, behindHandler bool, configure ...func(*testBun
 		h = b.impl.Handler(gql)
 	}
 	srv := httptest.NewUnstartedServer(h)
-	if !b.plainTCP {
-		srv.Listener = panicListener{Listener: srv.Listener, armed: &b.panicReads, writes: &b.writes}
-	}
+	srv.Listener = panicListener{Listener: srv.Listener, armed: &b.panicReads}
 	srv.Config.ErrorLog = log.New(logWriter{b}, "", 0)
 	srv.Start()
 	t.Cleanup(srv.Close)
@@ -199,19 +180,14 @@ func (b *testBundle) exec(ctx context.Context) graphql.ResponseHandler {
 	if rc.Operation.Operation != ast.Subscription {
 		return graphql.OneShot(&graphql.Response{Data: json.RawMessage(`{"ok":true}`)})
 	}
-	switch rc.Operation.SelectionSet[0].(*ast.Field).Name {
-	case "burst":
-		stream := &burstStream{left: burstLength, big: b.plainTCP, panicAt: b.burstPanicsAt, ends: b.burstEnds}
-		if _, ok := Push(ctx, stream); !ok {
-			return graphql.OneShot(graphql.ErrorResponse(ctx, "not a subscription of Transport"))
+	if rc.Operation.SelectionSet[0].(*ast.Field).Name == "three" {
+		n := 0
+		return func(context.Context) *graphql.Response {
+			if n++; n > 3 {
+				return nil
+			}
+			return &graphql.Response{Data: json.RawMessage(`{"three":"` + strconv.Itoa(n) + `"}`)}
 		}
-		return stream.next
-	case "pushed":
-		if _, ok := Push(ctx, closeStream{b.streams}); !ok {
-			return graphql.OneShot(graphql.ErrorResponse(ctx, "not a subscription of Transport"))
-		}
-		b.pushed <- struct{}{}
-		return func(context.Context) *graphql.Response { return nil }
 	}
 	b.pulled <- ctx
 	return func(ctx context.Context) *graphql.Response {
@@ -282,65 +258,12 @@ func (w logWriter) Write(p []byte) (int, error) {
 	return w.b.log.Write(p)
 }
 
-// closeStream is a pushed subscription that has no event: Advance never
-// has a response ready; Close reports that the operation ended.
-type closeStream struct{ closed chan<- struct{} }
-
-func (closeStream) Advance(context.Context) bool { return false }
-func (s closeStream) Close()                     { s.closed <- struct{}{} }
-
-// burstStream is a pushed subscription with left responses ready from
-// the start, numbered from 1. Like gqlgen's executor, it writes each
-// response's data into the buffer of the one before. With big set, the
-// second response carries 20 KiB of data and the fourth an error of
-// 10 KiB, larger than a socket's write buffer, written around shared data
-// and encoded whole.
-type burstStream struct {
-	mu        sync.Mutex
-	left, off int
-	buf       []byte
-	big       bool
-	panicAt   int  // Advance panics once off reaches it
-	ends      bool // after the last response, the end of the stream is ready
-}
-
-func (s *burstStream) Advance(context.Context) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.panicAt > 0 && s.off == s.panicAt {
-		panic("Advance panicked")
-	}
-	return s.left > 0 || (s.ends && s.left == 0)
-}
-
-func (s *burstStream) next(context.Context) *graphql.Response {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.left == 0 {
-		s.left--
-		return nil
-	}
-	s.left--
-	s.off++
-	n := strconv.Itoa(s.off)
-	switch {
-	case s.big && s.off == 2:
-		n += strings.Repeat("d", 20<<10)
-	case s.big && s.off == 4:
-		return &graphql.Response{Errors: gqlerror.List{{Message: strings.Repeat("e", 10<<10)}}}
-	}
-	s.buf = append(s.buf[:0], `{"burst":"`+n+`"}`...)
-	return &graphql.Response{Data: s.buf}
-}
-
 // panicListener accepts connections whose Read panics, once it returned,
 // when armed is set: after the handshake, only the socket's own goroutine
-// reads the connection, so the panic ends that goroutine. It counts the
-// server's writes to its connections in writes.
+// reads the connection, so the panic ends that goroutine.
 type panicListener struct {
 	net.Listener
-	armed  *atomic.Bool
-	writes *atomic.Int64
+	armed *atomic.Bool
 }
 
 func (l panicListener) Accept() (net.Conn, error) {
@@ -348,18 +271,12 @@ func (l panicListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return panicConn{Conn: c, armed: l.armed, writes: l.writes}, nil
+	return panicConn{Conn: c, armed: l.armed}, nil
 }
 
 type panicConn struct {
 	net.Conn
-	armed  *atomic.Bool
-	writes *atomic.Int64
-}
-
-func (c panicConn) Write(p []byte) (int, error) {
-	c.writes.Add(1)
-	return c.Conn.Write(p)
+	armed *atomic.Bool
 }
 
 func (c panicConn) Read(p []byte) (int, error) {
@@ -449,7 +366,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // A panic on a socket's own goroutine tears the socket down as its end
 // would: its operations (whose contexts are not the socket's children) are
-// stopped, pulled and pushed alike, OnClose lets go of what InitFunc
+// stopped, OnClose lets go of what InitFunc
 // registered, once, and the client gets a close frame saying 1011. The
 // process lives on, behind Handler or not.
 func TestPanicOnSocketGoroutineEndsTheSocket(t *testing.T) {
@@ -461,15 +378,12 @@ func TestPanicOnSocketGoroutineEndsTheSocket(t *testing.T) {
 				b := setupTransport(t, behindHandler)
 				conn := b.dial(t, proto)
 				subscribe(t, conn, proto, "1", "subscription { pulled }")
-				subscribe(t, conn, proto, "2", "subscription { pushed }")
 				resolverCtx := receive(t, b.pulled, "the pulled subscription's resolver")
-				receive(t, b.pushed, "the pushed subscription's stream")
 
 				b.panicReads.Store(true)
 				require.NoError(t, conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(5*time.Second)))
 
 				receive(t, resolverCtx.Done(), "the pulled subscription's context to end")
-				receive(t, b.streams, "the pushed subscription's stream to close")
 				waitFor(t, "the socket to leave the open set", func() bool { return b.impl.Open() == 0 })
 				closes, watched := b.registrations()
 				require.Equal(t, 1, closes, "OnClose calls")
@@ -583,106 +497,20 @@ func TestPulledSubscriptionRunsInOperationContext(t *testing.T) {
 	}
 }
 
-// Responses ready together leave in one write to the network per turn of
-// the socket's writer (pushTurn of them), not one each, in order, on both
-// subprotocols; nothing is left behind when the stream runs dry.
-func TestReadyResponsesShareAWrite(t *testing.T) {
-	t.Parallel()
-	for _, proto := range []string{ProtoTransportWS, ProtoLegacyWS} {
-		t.Run(proto, func(t *testing.T) {
-			t.Parallel()
-			b := setupTransport(t, true, func(b *testBundle) { b.seen = nil })
-			conn := b.dial(t, proto)
-			if proto == ProtoLegacyWS {
-				// The first ka, written on its own right after the ack,
-				// is counted before the burst, not in it.
-				var m testMessage
-				require.NoError(t, conn.ReadJSON(&m))
-				require.Equal(t, "ka", m.Type)
-			}
-			before := b.writes.Load()
-			subscribe(t, conn, proto, "1", "subscription { burst }")
-			for i := 1; i <= burstLength; i++ {
-				m := readMessage(t, conn)
-				want := `{"data":{"burst":"` + strconv.Itoa(i) + `"}}`
-				require.Equal(t, "1", m.ID)
-				require.JSONEq(t, want, string(m.Payload), "message %d", i)
-			}
-			turns := (burstLength + pushTurn - 1) / pushTurn
-			require.Equal(t, int64(turns), b.writes.Load()-before,
-				"%d responses ready at once: one write per turn of %d", burstLength, pushTurn)
-		})
-	}
-}
-
-// On a server's own TCP connection, messages larger than a socket's write
-// buffer (shared data, an error response) in the middle of responses that
-// share writes arrive whole and in order, after an idle spell longer than
-// WriteTimeout: every frame goes through the socket's writes, none
-// straight to the network under a deadline left from an earlier write.
-func TestLargeMessagesAmongHeldOnesOnTCP(t *testing.T) {
-	t.Parallel()
-	for _, proto := range []string{ProtoTransportWS, ProtoLegacyWS} {
-		t.Run(proto, func(t *testing.T) {
-			t.Parallel()
-			b := setupTransport(t, true, func(b *testBundle) {
-				b.seen, b.plainTCP = nil, true
-				b.impl.WriteTimeout = 200 * time.Millisecond
-			})
-			conn := b.dial(t, proto)
-			time.Sleep(400 * time.Millisecond) // past the ack's write deadline
-			subscribe(t, conn, proto, "1", "subscription { burst }")
-			for i := 1; i <= burstLength; i++ {
-				m := readMessage(t, conn)
-				require.Equal(t, "1", m.ID)
-				if i == 4 {
-					require.Contains(t, string(m.Payload), strings.Repeat("e", 10<<10), "message 4: the error")
-					continue
-				}
-				n := strconv.Itoa(i)
-				if i == 2 {
-					n += strings.Repeat("d", 20<<10)
-				}
-				require.JSONEq(t, `{"data":{"burst":"`+n+`"}}`, string(m.Payload), "message %d", i)
-			}
-		})
-	}
-}
-
-// A stream that panics after a response was held for the next still
-// delivers it: the error message that ends the operation takes it out.
-func TestPanicInAStreamKeepsWhatItHeld(t *testing.T) {
-	t.Parallel()
-	for _, proto := range []string{ProtoTransportWS, ProtoLegacyWS} {
-		t.Run(proto, func(t *testing.T) {
-			t.Parallel()
-			b := setupTransport(t, true, func(b *testBundle) { b.seen, b.burstPanicsAt = nil, 2 })
-			conn := b.dial(t, proto)
-			subscribe(t, conn, proto, "1", "subscription { burst }")
-			m := readMessage(t, conn)
-			require.NotEqual(t, "error", m.Type, "the response held before the panic was dropped")
-			require.JSONEq(t, `{"data":{"burst":"1"}}`, string(m.Payload))
-			// The second response was read when Advance panicked,
-			// and is lost with the operation.
-			require.Equal(t, "error", readMessage(t, conn).Type)
-		})
-	}
-}
-
-// A stream that ends while the socket is open gets its complete, and its
-// responses held before it, even once the context InitFunc gave the socket
-// has passed its deadline (a deadline the transport does not watch).
-func TestStreamEndAfterInitDeadlineCompletes(t *testing.T) {
+// A subscription that ends while the socket is open gets its complete
+// after its responses, even once the context InitFunc gave the socket has
+// passed its deadline (a deadline the transport does not watch).
+func TestSubscriptionEndAfterInitDeadlineCompletes(t *testing.T) {
 	t.Parallel()
 	b := setupTransport(t, true, func(b *testBundle) {
-		b.seen, b.burstEnds, b.initDeadline = nil, true, 50*time.Millisecond
+		b.seen, b.initDeadline = nil, 50*time.Millisecond
 	})
 	conn := b.dial(t, ProtoTransportWS)
 	time.Sleep(100 * time.Millisecond)
-	subscribe(t, conn, ProtoTransportWS, "1", "subscription { burst }")
-	for i := 1; i <= burstLength; i++ {
+	subscribe(t, conn, ProtoTransportWS, "1", "subscription { three }")
+	for i := 1; i <= 3; i++ {
 		m := readMessage(t, conn)
-		require.JSONEq(t, `{"data":{"burst":"`+strconv.Itoa(i)+`"}}`, string(m.Payload), "message %d", i)
+		require.JSONEq(t, `{"data":{"three":"`+strconv.Itoa(i)+`"}}`, string(m.Payload), "message %d", i)
 	}
 	require.Equal(t, "complete", readMessage(t, conn).Type)
 }

@@ -61,7 +61,7 @@ WITH t AS (
     UPDATE api_tokens a SET last_used_at = now() FROM t
     WHERE a.id = t.id AND (a.last_used_at IS NULL OR a.last_used_at < now() - interval '1 minute')
 )
-SELECT u.id, u.login, u.display_name, u.role, t.expires_at FROM t JOIN users u ON u.id = t.user_id
+SELECT u.id, u.login, u.display_name, u.role, u.sources, t.expires_at FROM t JOIN users u ON u.id = t.user_id
 `
 
 type APITokenGetOwnerRow struct {
@@ -69,6 +69,7 @@ type APITokenGetOwnerRow struct {
 	Login       string
 	DisplayName string
 	Role        string
+	Sources     []string
 	ExpiresAt   *time.Time
 }
 
@@ -83,6 +84,7 @@ func (q *Queries) APITokenGetOwner(ctx context.Context, db DBTX, tokenHash []byt
 		&i.Login,
 		&i.DisplayName,
 		&i.Role,
+		&i.Sources,
 		&i.ExpiresAt,
 	)
 	return i, err
@@ -183,28 +185,6 @@ func (q *Queries) APITokenList(ctx context.Context, db DBTX, userID *int64) ([]A
 	return items, nil
 }
 
-const aPITokenListEndedSince = `-- name: APITokenListEndedSince :one
-SELECT now()::timestamptz AS now,
-    ARRAY(
-        SELECT encode(token_hash, 'hex') FROM api_tokens
-        WHERE revoked_at > $1::timestamptz OR (expires_at > $1::timestamptz AND expires_at <= now())
-    )::text[] AS keys
-`
-
-type APITokenListEndedSinceRow struct {
-	Now  time.Time
-	Keys []string
-}
-
-// APITokenListEndedSince returns the database's now and the hashes, hex, of
-// the tokens revoked or expired after since and by now.
-func (q *Queries) APITokenListEndedSince(ctx context.Context, db DBTX, since time.Time) (APITokenListEndedSinceRow, error) {
-	row := db.QueryRow(ctx, aPITokenListEndedSince, since)
-	var i APITokenListEndedSinceRow
-	err := row.Scan(&i.Now, &i.Keys)
-	return i, err
-}
-
 const aPITokenRevoke = `-- name: APITokenRevoke :one
 UPDATE api_tokens SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL
 RETURNING id, user_id, name, created_at, expires_at, revoked_at, last_used_at
@@ -234,5 +214,63 @@ func (q *Queries) APITokenRevoke(ctx context.Context, db DBTX, id int64) (APITok
 		&i.RevokedAt,
 		&i.LastUsedAt,
 	)
+	return i, err
+}
+
+const authChangeListAfter = `-- name: AuthChangeListAfter :one
+WITH c AS (SELECT seq, token_hash, user_id FROM auth_changes WHERE seq > $1::bigint)
+SELECT now()::timestamptz AS now,
+    coalesce((SELECT max(seq) FROM c), $1::bigint)::bigint AS last_seq,
+    ARRAY(
+        SELECT encode(token_hash, 'hex') FROM c WHERE token_hash IS NOT NULL
+        UNION ALL
+        SELECT encode(token_hash, 'hex') FROM api_tokens
+        WHERE expires_at > $2::timestamptz AND expires_at <= now()
+    )::text[] AS ended_keys,
+    ARRAY(SELECT u.id FROM users u WHERE u.id IN (SELECT user_id FROM c) ORDER BY u.id)::bigint[] AS user_ids,
+    ARRAY(SELECT u.role FROM users u WHERE u.id IN (SELECT user_id FROM c) ORDER BY u.id)::text[] AS roles
+`
+
+type AuthChangeListAfterRow struct {
+	Now       time.Time
+	LastSeq   int64
+	EndedKeys []string
+	UserIds   []int64
+	Roles     []string
+}
+
+// AuthChangeListAfter returns, in one snapshot, the database's now, the
+// last auth change position past after (after when none), the hashes, hex,
+// of the tokens revoked past after or expired after since and by now, and
+// the users whose role changed past after with their roles now (user_ids
+// and roles in the same order).
+func (q *Queries) AuthChangeListAfter(ctx context.Context, db DBTX, after int64, since time.Time) (AuthChangeListAfterRow, error) {
+	row := db.QueryRow(ctx, authChangeListAfter, after, since)
+	var i AuthChangeListAfterRow
+	err := row.Scan(
+		&i.Now,
+		&i.LastSeq,
+		&i.EndedKeys,
+		&i.UserIds,
+		&i.Roles,
+	)
+	return i, err
+}
+
+const authChangePosition = `-- name: AuthChangePosition :one
+SELECT last_seq, now()::timestamptz AS now FROM auth_change_counter
+`
+
+type AuthChangePositionRow struct {
+	LastSeq int64
+	Now     time.Time
+}
+
+// AuthChangePosition returns the position of the last committed auth
+// change (auth_changes.seq) and the database's now.
+func (q *Queries) AuthChangePosition(ctx context.Context, db DBTX) (AuthChangePositionRow, error) {
+	row := db.QueryRow(ctx, authChangePosition)
+	var i AuthChangePositionRow
+	err := row.Scan(&i.LastSeq, &i.Now)
 	return i, err
 }

@@ -22,6 +22,18 @@ type ApiToken struct {
 	Name       string
 }
 
+type AuthChange struct {
+	Seq       int64
+	TokenHash []byte
+	UserID    *int64
+	ChangedAt time.Time
+}
+
+type AuthChangeCounter struct {
+	ID      bool
+	LastSeq int64
+}
+
 type Delivery struct {
 	EventID        int64
 	SubscriberID   int64
@@ -297,6 +309,7 @@ type User struct {
 	DisplayName string
 	CreatedAt   time.Time
 	Role        string
+	Sources     []string
 }
 
 type Warehouse struct {

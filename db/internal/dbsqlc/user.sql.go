@@ -10,7 +10,7 @@ import (
 )
 
 const userGetByID = `-- name: UserGetByID :one
-SELECT id, login, display_name, role FROM users WHERE id = $1
+SELECT id, login, display_name, role, sources FROM users WHERE id = $1
 `
 
 type UserGetByIDRow struct {
@@ -18,6 +18,7 @@ type UserGetByIDRow struct {
 	Login       string
 	DisplayName string
 	Role        string
+	Sources     []string
 }
 
 func (q *Queries) UserGetByID(ctx context.Context, db DBTX, id int64) (UserGetByIDRow, error) {
@@ -28,12 +29,13 @@ func (q *Queries) UserGetByID(ctx context.Context, db DBTX, id int64) (UserGetBy
 		&i.Login,
 		&i.DisplayName,
 		&i.Role,
+		&i.Sources,
 	)
 	return i, err
 }
 
 const userGetByLogin = `-- name: UserGetByLogin :one
-SELECT id, login, display_name, role FROM users WHERE login = $1
+SELECT id, login, display_name, role, sources FROM users WHERE login = $1
 `
 
 type UserGetByLoginRow struct {
@@ -41,6 +43,7 @@ type UserGetByLoginRow struct {
 	Login       string
 	DisplayName string
 	Role        string
+	Sources     []string
 }
 
 func (q *Queries) UserGetByLogin(ctx context.Context, db DBTX, login string) (UserGetByLoginRow, error) {
@@ -51,13 +54,14 @@ func (q *Queries) UserGetByLogin(ctx context.Context, db DBTX, login string) (Us
 		&i.Login,
 		&i.DisplayName,
 		&i.Role,
+		&i.Sources,
 	)
 	return i, err
 }
 
 const userInsert = `-- name: UserInsert :one
-INSERT INTO users (login, display_name, role) VALUES ($1, $2, $3)
-RETURNING id, login, display_name, role
+INSERT INTO users (login, display_name, role, sources) VALUES ($1, $2, $3, $4)
+RETURNING id, login, display_name, role, sources
 `
 
 type UserInsertRow struct {
@@ -65,22 +69,29 @@ type UserInsertRow struct {
 	Login       string
 	DisplayName string
 	Role        string
+	Sources     []string
 }
 
-func (q *Queries) UserInsert(ctx context.Context, db DBTX, login string, displayName string, role string) (UserInsertRow, error) {
-	row := db.QueryRow(ctx, userInsert, login, displayName, role)
+func (q *Queries) UserInsert(ctx context.Context, db DBTX, login string, displayName string, role string, sources []string) (UserInsertRow, error) {
+	row := db.QueryRow(ctx, userInsert,
+		login,
+		displayName,
+		role,
+		sources,
+	)
 	var i UserInsertRow
 	err := row.Scan(
 		&i.ID,
 		&i.Login,
 		&i.DisplayName,
 		&i.Role,
+		&i.Sources,
 	)
 	return i, err
 }
 
 const userList = `-- name: UserList :many
-SELECT id, login, display_name, role FROM users ORDER BY login
+SELECT id, login, display_name, role, sources FROM users ORDER BY login
 `
 
 type UserListRow struct {
@@ -88,6 +99,7 @@ type UserListRow struct {
 	Login       string
 	DisplayName string
 	Role        string
+	Sources     []string
 }
 
 func (q *Queries) UserList(ctx context.Context, db DBTX) ([]UserListRow, error) {
@@ -104,6 +116,7 @@ func (q *Queries) UserList(ctx context.Context, db DBTX) ([]UserListRow, error) 
 			&i.Login,
 			&i.DisplayName,
 			&i.Role,
+			&i.Sources,
 		); err != nil {
 			return nil, err
 		}
@@ -129,7 +142,7 @@ func (q *Queries) UserLock(ctx context.Context, db DBTX, id int64) (int64, error
 }
 
 const userLockByLogin = `-- name: UserLockByLogin :one
-SELECT id, login, display_name, role FROM users WHERE login = $1 FOR NO KEY UPDATE
+SELECT id, login, display_name, role, sources FROM users WHERE login = $1 FOR NO KEY UPDATE
 `
 
 type UserLockByLoginRow struct {
@@ -137,6 +150,7 @@ type UserLockByLoginRow struct {
 	Login       string
 	DisplayName string
 	Role        string
+	Sources     []string
 }
 
 // UserLockByLogin is UserGetByLogin locking the user until the
@@ -149,13 +163,16 @@ func (q *Queries) UserLockByLogin(ctx context.Context, db DBTX, login string) (U
 		&i.Login,
 		&i.DisplayName,
 		&i.Role,
+		&i.Sources,
 	)
 	return i, err
 }
 
 const userSetRole = `-- name: UserSetRole :one
-UPDATE users SET role = $1 WHERE login = $2
-RETURNING id, login, display_name, role
+UPDATE users SET role = $1,
+    sources = CASE WHEN $1 = 'integration' THEN sources ELSE '{}' END
+WHERE login = $2
+RETURNING id, login, display_name, role, sources
 `
 
 type UserSetRoleRow struct {
@@ -163,8 +180,11 @@ type UserSetRoleRow struct {
 	Login       string
 	DisplayName string
 	Role        string
+	Sources     []string
 }
 
+// UserSetRole gives login role; a user that is no longer an integration
+// account loses its sources.
 func (q *Queries) UserSetRole(ctx context.Context, db DBTX, role string, login string) (UserSetRoleRow, error) {
 	row := db.QueryRow(ctx, userSetRole, role, login)
 	var i UserSetRoleRow
@@ -173,6 +193,33 @@ func (q *Queries) UserSetRole(ctx context.Context, db DBTX, role string, login s
 		&i.Login,
 		&i.DisplayName,
 		&i.Role,
+		&i.Sources,
+	)
+	return i, err
+}
+
+const userSetSources = `-- name: UserSetSources :one
+UPDATE users SET sources = $1 WHERE login = $2
+RETURNING id, login, display_name, role, sources
+`
+
+type UserSetSourcesRow struct {
+	ID          int64
+	Login       string
+	DisplayName string
+	Role        string
+	Sources     []string
+}
+
+func (q *Queries) UserSetSources(ctx context.Context, db DBTX, sources []string, login string) (UserSetSourcesRow, error) {
+	row := db.QueryRow(ctx, userSetSources, sources, login)
+	var i UserSetSourcesRow
+	err := row.Scan(
+		&i.ID,
+		&i.Login,
+		&i.DisplayName,
+		&i.Role,
+		&i.Sources,
 	)
 	return i, err
 }

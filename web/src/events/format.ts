@@ -66,6 +66,8 @@ export interface StatusChangedPayload {
   from: string;
   to: string;
   reason?: string;
+  /** The posted move whose reversal made the change; reason is the reversal's. */
+  reversedMove?: string;
 }
 
 /**
@@ -116,6 +118,7 @@ export function payloadSummary(type: string, payload: unknown): string {
   const p = payload as Partial<StatusChangedPayload> | null;
   if (typeof p?.from !== 'string' || typeof p.to !== 'string') return seedJSON(payload);
   const change = `${named('status', p.from)} → ${named('status', p.to)}`;
+  const reversal = p.reversedMove ? `, сторно ${p.reversedMove}` : '';
   const reason = p.reason ? `, причина: ${p.reason}` : '';
-  return `${p.no ? `${p.no}: ` : ''}${change}${reason}`;
+  return `${p.no ? `${p.no}: ` : ''}${change}${reversal}${reason}`;
 }
