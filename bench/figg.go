@@ -55,7 +55,7 @@ func (e *env) figureG() error {
 		if err != nil {
 			return err
 		}
-		oursNote := obs.finish()
+		oursNote := obs.finish().note
 		if files := <-profiled; files != "" {
 			oursNote += "; CPU profiles " + files
 		}
@@ -65,7 +65,7 @@ func (e *env) figureG() error {
 		if err != nil {
 			return err
 		}
-		refNote := obs.finish()
+		refNote := obs.finish().note
 		p50, p99 := pct(run.latency, 50), pct(run.latency, 99)
 		r50, r99 := pct(theirs, 50), pct(theirs, 99)
 		ok := run.lost == 0 && run.failed == 0 && p99 <= gKneeP99
