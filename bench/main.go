@@ -2,8 +2,10 @@
 // (db/localpg, fsync on), builds and runs the real server binary (`serve`),
 // drives it over HTTP and websockets, measures a reference (pgbench, a bare
 // River client, a bare gorilla server) in the same run on the same
-// PostgreSQL, and prints each figure as a table row with its settings; the
-// rows are also written to bench/results/ as JSON.
+// PostgreSQL, and prints each figure as a table row with its settings and,
+// for A, B, C and E, the CPU per unit of work of both sides over
+// interleaved runs (cost.go; BENCHMARKS.md, How it works); the rows are
+// also written to bench/results/ as JSON, the console output as text.
 //
 // The application is importable (package app), yet the tool drives the
 // built binary on purpose: a process of its own measures exactly what runs
