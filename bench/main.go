@@ -3,8 +3,8 @@
 // drives it over HTTP and websockets, measures a reference (pgbench, a bare
 // River client, a bare gorilla server) in the same run on the same
 // PostgreSQL, and prints each figure as a table row with its settings and,
-// for A, B, C and E, the CPU per unit of work of both sides over
-// interleaved runs (cost.go; BENCHMARKS.md, How it works); the rows are
+// for A, B, C, E and G, the CPU per unit of work of both sides (A, B, C
+// and E over interleaved runs) (cost.go; BENCHMARKS.md, How it works); the rows are
 // also written to bench/results/ as JSON, the console output as text.
 //
 // The application is importable (package app), yet the tool drives the
@@ -283,7 +283,10 @@ func (r Row) line() string {
 		if c.Counted == "server" {
 			o, f = c.Ours.Server, c.Reference.Server
 		}
-		cost = fmt.Sprintf("%s ms/%s: %.3f ±%.0f%% vs %.3f ±%.0f%% = %.2f×", c.Counted, c.Unit, o, 100*c.Ours.Spread, f, 100*c.Reference.Spread, c.Ratio)
+		cost = fmt.Sprintf("%s ms/%s: %.3f vs %.3f = %.2f×", c.Counted, c.Unit, o, f, c.Ratio)
+		if r.Runs > 1 {
+			cost = fmt.Sprintf("%s ms/%s: %.3f ±%.0f%% vs %.3f ±%.0f%% = %.2f×", c.Counted, c.Unit, o, 100*c.Ours.Spread, f, 100*c.Reference.Spread, c.Ratio)
+		}
 	}
 	return fmt.Sprintf("| %s | %-22s | %-28s | %s | %s | %6.2f | %s | %-22s | %-4s | %s | %s |",
 		r.Figure, r.Case, r.Metric, ours, ref, r.Ratio, cost, r.Target, pass, strings.Join(keys, " "), r.noisyNote())
