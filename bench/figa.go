@@ -56,20 +56,26 @@ COMMIT;
 `
 
 // figureADurableScript is figure A's reference: one transaction doing
-// once the durable work a createSalesOrder leads to — the gapless number
-// (the series row every order takes), the document, its line, its
-// doc.created event, the event's dispatch job, and the event marked
-// processed (its feed position). Ours spreads that work over the mutation
-// and the dispatch (and talks HTTP, GraphQL and websocket around it); the
-// cost target is against this.
+// once the durable work a createSalesOrder leads to — the document with
+// its gapless number (the series row every order takes), its line, its
+// doc.created event, the event's dispatch job (+ River's pg_notify), and
+// the event marked processed (its feed position). Like ours, which numbers
+// at commit, it takes the number last, so that the series row is held for
+// one statement and the commit, not the whole transaction: held longer,
+// 32 clients queue on it and the waits cost CPU the work does not. Ours
+// spreads the work over the mutation and the dispatch and talks HTTP,
+// GraphQL and websocket around it; the cost target is against this.
 const figureADurableScript = `BEGIN;
-INSERT INTO bench_ref.number_series (prefix, year, last_value) VALUES ('ЗК', 2026, 1) ON CONFLICT (prefix, year) DO UPDATE SET last_value = bench_ref.number_series.last_value + 1 RETURNING last_value AS no \gset
-INSERT INTO bench_ref.sales_orders (number, customer) VALUES ('ЗК-2026-' || :no, 'ООО Бенч') RETURNING id AS so \gset
+SELECT nextval(pg_get_serial_sequence('bench_ref.sales_orders', 'id')) AS so \gset
 INSERT INTO bench_ref.sales_order_lines (sales_order_id, line_no, item_id, quantity, price) VALUES (:so, 1, 1, 1, 10);
-INSERT INTO bench_ref.events (type, entity, entity_id, payload) VALUES ('doc.created', 'sales_orders', :so::bigint, jsonb_build_object('id', :so::bigint, 'no', 'ЗК-2026-' || :no, 'entity', 'sales_order')) RETURNING id AS ev \gset
+INSERT INTO bench_ref.events (type, entity, entity_id, payload) VALUES ('doc.created', 'sales_orders', :so, jsonb_build_object('id', :so::bigint, 'entity', 'sales_order')) RETURNING id AS ev \gset
 INSERT INTO bench_ref.river_job (args, kind, max_attempts, queue, state, priority) VALUES (jsonb_build_object('event_id', :ev::bigint), 'dispatch_event', 25, 'default', 'available', 1);
 SELECT pg_notify('bench_ref_insert', '{"queue":"default"}');
 UPDATE bench_ref.events SET processed_at = clock_timestamp(), feed_seq = :ev WHERE id = :ev;
+WITH n AS (
+	INSERT INTO bench_ref.number_series (prefix, year, last_value) VALUES ('ЗК', 2026, 1)
+	ON CONFLICT (prefix, year) DO UPDATE SET last_value = bench_ref.number_series.last_value + 1 RETURNING last_value)
+INSERT INTO bench_ref.sales_orders (id, number, customer) OVERRIDING SYSTEM VALUE SELECT :so, 'ЗК-2026-' || last_value, 'ООО Бенч' FROM n;
 COMMIT;
 `
 
