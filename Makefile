@@ -107,10 +107,12 @@ pgbouncer:
 
 # bench runs the load tool (bench/): a private PostgreSQL with
 # fsync on, the real server binary, and a reference for every figure in the
-# same run; it prints one table row per figure and writes
-# bench/results/latest.json. Takes about 25 minutes (figure F writes a
-# journal of ten million events, 5 GB); bench-quick is a
-# smoke run of a minute with tiny sizes (bench/results/quick.json).
+# same run; it prints one table row per figure, with the CPU per unit of
+# work of both sides for A, B, C, E (medians of 3 interleaved runs) and G,
+# and writes
+# bench/results/latest.json and latest.txt (the console). Takes over 25
+# minutes (figure F writes a journal of ten million events, 5 GB);
+# bench-quick is a smoke run with tiny sizes (bench/results/quick.*).
 BENCH_FLAGS ?= -figures A,B,C,D,E,F,G
 bench: pg-binaries
 	$(GO) run ./bench $(BENCH_FLAGS)

@@ -251,7 +251,7 @@ func withTopStatements[T any](e *env, top *string, fn func() (T, error)) (T, err
 		return zero, err
 	}
 	v, err := fn()
-	*top = e.topStatements()
+	*top = statementsNote(e.topStatements())
 	return v, err
 }
 

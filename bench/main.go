@@ -2,8 +2,10 @@
 // (db/localpg, fsync on), builds and runs the real server binary (`serve`),
 // drives it over HTTP and websockets, measures a reference (pgbench, a bare
 // River client, a bare gorilla server) in the same run on the same
-// PostgreSQL, and prints each figure as a table row with its settings; the
-// rows are also written to bench/results/ as JSON.
+// PostgreSQL, and prints each figure as a table row with its settings and,
+// for A, B, C, E and G, the CPU per unit of work of both sides (A, B, C
+// and E over interleaved runs) (cost.go; BENCHMARKS.md, How it works); the rows are
+// also written to bench/results/ as JSON, the console output as text.
 //
 // The application is importable (package app), yet the tool drives the
 // built binary on purpose: a process of its own measures exactly what runs
@@ -16,11 +18,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -28,6 +32,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -51,6 +56,15 @@ type Row struct {
 	Pass      bool              `json:"pass"`
 	Settings  map[string]string `json:"settings"`
 	Notes     string            `json:"notes,omitempty"`
+	// Runs is how many interleaved runs (ours, then the reference) the row
+	// has; Ours, Reference and Ratio are then medians (Ratio of the runs'
+	// ratios) and each spread is (max-min)/median over the runs.
+	Runs            int     `json:"runs,omitempty"`
+	OursSpread      float64 `json:"ours_spread,omitempty"`
+	ReferenceSpread float64 `json:"reference_spread,omitempty"`
+	RatioSpread     float64 `json:"ratio_spread,omitempty"`
+	// Cost is the CPU per unit of work of both sides, when measured.
+	Cost *Cost `json:"cost,omitempty"`
 }
 
 type options struct {
@@ -64,6 +78,7 @@ type options struct {
 	keep         bool
 	dSubscribers int
 	fEvents      int
+	runs         int
 }
 
 // env is what every figure shares: the cluster, the server and the settings.
@@ -76,6 +91,8 @@ type env struct {
 	binary  string
 	pool    *pgxpool.Pool // the bench's own connections to the erp database
 	rows    []Row
+	console bytes.Buffer // what the run printed, for latest.txt, complete once untee returns
+	untee   func()
 }
 
 func main() {
@@ -92,8 +109,13 @@ func main() {
 	flag.IntVar(&o.dSubscribers, "d-subscribers", 10000, "figure D: idle subscriptions")
 	flag.IntVar(&o.fEvents, "f-events", 10_000_000, "figure F: events in the large journal (the reference has 10,000)")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length of each timed run (A, B)")
+	flag.IntVar(&o.runs, "runs", 3, "runs of each figure, ours and the reference interleaved (A, B, C, E); the table shows medians and spreads")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp directory (cluster, logs, profiles)")
 	flag.Parse()
+	if o.runs < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -runs must be at least 1")
+		os.Exit(2)
+	}
 	if o.quick {
 		o.duration = 2 * time.Second
 		o.eEvents = min(o.eEvents, 300)
@@ -121,6 +143,8 @@ func run(ctx context.Context, o options) (err error) {
 		defer os.RemoveAll(tmp)
 	}
 	e := &env{opts: o, ctx: ctx, logger: logger, tmp: tmp}
+	e.untee = sync.OnceFunc(teeStdout(&e.console))
+	defer e.untee()
 
 	fmt.Println("building the server binary…")
 	e.binary = filepath.Join(tmp, "erp-bench")
@@ -227,10 +251,17 @@ func (e *env) settings(extra ...string) map[string]string {
 }
 
 func (e *env) add(r Row) {
-	if r.Reference != 0 {
+	if r.Ratio == 0 && r.Reference != 0 {
 		r.Ratio = r.Ours / r.Reference
 	}
 	e.rows = append(e.rows, r)
+	fmt.Println(r.line())
+}
+
+// line is the row as a line of the table: the medians with their spreads
+// when there were runs, the CPU per unit of work when measured, and a
+// last column naming the spreads past 15 %.
+func (r Row) line() string {
 	keys := []string{}
 	for _, k := range []string{"clients", "rate", "subscribers", "events", "duration"} {
 		if v, ok := r.Settings[k]; ok {
@@ -241,8 +272,24 @@ func (e *env) add(r Row) {
 	if r.Pass {
 		pass = "ok"
 	}
-	fmt.Printf("| %s | %-22s | %-28s | %10.2f | %10.2f | %6.2f | %-22s | %-4s | %s |\n",
-		r.Figure, r.Case, r.Metric, r.Ours, r.Reference, r.Ratio, r.Target, pass, strings.Join(keys, " "))
+	ours, ref := fmt.Sprintf("%10.2f", r.Ours), fmt.Sprintf("%10.2f", r.Reference)
+	if r.Runs > 1 {
+		ours += fmt.Sprintf(" ±%2.0f%%", 100*r.OursSpread)
+		ref += fmt.Sprintf(" ±%2.0f%%", 100*r.ReferenceSpread)
+	}
+	cost := "-"
+	if c := r.Cost; c != nil {
+		o, f := c.Ours.Total, c.Reference.Total
+		if c.Counted == "server" {
+			o, f = c.Ours.Server, c.Reference.Server
+		}
+		cost = fmt.Sprintf("%s ms/%s: %.3f vs %.3f = %.2f×", c.Counted, c.Unit, o, f, c.Ratio)
+		if r.Runs > 1 {
+			cost = fmt.Sprintf("%s ms/%s: %.3f ±%.0f%% vs %.3f ±%.0f%% = %.2f×", c.Counted, c.Unit, o, 100*c.Ours.Spread, f, 100*c.Reference.Spread, c.Ratio)
+		}
+	}
+	return fmt.Sprintf("| %s | %-22s | %-28s | %s | %s | %6.2f | %s | %-22s | %-4s | %s | %s |",
+		r.Figure, r.Case, r.Metric, ours, ref, r.Ratio, cost, r.Target, pass, strings.Join(keys, " "), r.noisyNote())
 }
 
 func (e *env) writeResults() error {
@@ -275,13 +322,43 @@ func (e *env) writeResults() error {
 	if err != nil {
 		return err
 	}
-	name := "latest.json"
+	name := "latest"
 	if e.opts.quick {
-		name = "quick.json"
+		name = "quick"
+	}
+	fmt.Println()
+	fmt.Printf("| fig | case | metric | ours | reference | ratio | CPU per unit: ours vs reference = ratio | target | pass | settings | spread |\n")
+	for _, r := range e.rows {
+		fmt.Println(r.line())
 	}
 	path := filepath.Join(e.opts.out, name)
-	fmt.Println("results:", path)
-	return os.WriteFile(path, append(b, '\n'), 0o644)
+	fmt.Println("results:", path+".json,", path+".txt")
+	e.untee()
+	return errors.Join(os.WriteFile(path+".json", append(b, '\n'), 0o644),
+		os.WriteFile(path+".txt", e.console.Bytes(), 0o644))
+}
+
+// teeStdout copies what this process prints to stdout into buf as well
+// (and the children's output it passes through), until the returned
+// function restores stdout and waits for the copy to end.
+func teeStdout(buf *bytes.Buffer) func() {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return func() {}
+	}
+	console := os.Stdout
+	os.Stdout = w
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(io.MultiWriter(console, buf), r)
+	}()
+	return func() {
+		os.Stdout = console
+		w.Close()
+		<-done
+		r.Close()
+	}
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,9 +12,9 @@ import (
 )
 
 // observer samples, while a run lasts, what PostgreSQL backends wait on
-// (pg_stat_activity every 20 ms) and how the CPU time splits between the
-// server process, the postgres processes and this tool: the evidence for
-// "what limits this figure".
+// (pg_stat_activity every 20 ms) and meters the CPU of the server, the
+// cluster and this tool: the evidence for "what limits this figure" and
+// for what a unit of work costs.
 type observer struct {
 	e       *env
 	cancel  context.CancelFunc
@@ -23,20 +22,38 @@ type observer struct {
 	mu      sync.Mutex
 	waits   map[string]int
 	samples int
-	start   cpuSnap
+	meter   *meter
+	machine float64 // busy CPU seconds of the whole machine at the start
 	t0      time.Time
-	pid     int
 }
 
-type cpuSnap struct{ server, postgres, self, total float64 } // seconds of CPU
+// observed is what an observer saw: a note for the row, the CPU the run
+// took and its statements.
+type observed struct {
+	note       string
+	cpu        cpu
+	statements []statement
+}
 
+// statement is one pg_stat_statements entry: its text (shortened), calls
+// and total execution time in ms.
+type statement struct {
+	query   string
+	calls   float64
+	totalMS float64
+	maxMS   float64
+}
+
+// observe starts observing a run; serverPID is the process counted as the
+// server (0: none yet, see meter.attach).
 func (e *env) observe(serverPID int) *observer {
 	ctx, cancel := context.WithCancel(e.ctx)
-	o := &observer{e: e, cancel: cancel, done: make(chan struct{}), waits: map[string]int{}, pid: serverPID, t0: time.Now()}
-	o.start = snap(serverPID)
+	o := &observer{e: e, cancel: cancel, done: make(chan struct{}), waits: map[string]int{}, t0: time.Now()}
 	if _, err := e.pool.Exec(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
 		fmt.Fprintln(os.Stderr, "pg_stat_statements_reset:", err)
 	}
+	o.machine = machineBusy()
+	o.meter = e.meter(serverPID)
 	go func() {
 		defer close(o.done)
 		t := time.NewTicker(20 * time.Millisecond)
@@ -70,12 +87,15 @@ func (e *env) observe(serverPID int) *observer {
 	return o
 }
 
-// finish stops sampling and summarises: the top waits (average number of
-// active backends in each state) and the CPU shares of the wall time.
-func (o *observer) finish() string {
+// finish stops sampling and metering and summarises: the top waits
+// (average number of active backends in each state), the CPU in cores of
+// the wall time (the machine's too, neighbours included) and the top
+// statements.
+func (o *observer) finish() observed {
 	o.cancel()
 	<-o.done
-	end := snap(o.pid)
+	used := o.meter.used()
+	machine := machineBusy() - o.machine
 	wall := time.Since(o.t0).Seconds()
 	type kv struct {
 		k string
@@ -93,36 +113,49 @@ func (o *observer) finish() string {
 		}
 		parts = append(parts, fmt.Sprintf("%s %.1f", w.k, float64(w.v)/float64(max(o.samples, 1))))
 	}
-	return fmt.Sprintf("active backends by wait: %s; CPU (cores): server %.2f, postgres %.2f, bench %.2f, machine %.2f of %d; top statements: %s",
-		strings.Join(parts, ", "),
-		(end.server-o.start.server)/wall, (end.postgres-o.start.postgres)/wall, (end.self-o.start.self)/wall,
-		(end.total-o.start.total)/wall, nproc(), o.e.topStatements())
+	stmts, err := o.e.topStatements()
+	note := fmt.Sprintf("active backends by wait: %s; CPU (cores): server %.2f, postgres %.2f, bench %.2f, machine %.2f of %d; top statements: %s",
+		strings.Join(parts, ", "), used.Server/wall, used.Postgres/wall, used.Tool/wall, machine/wall, nproc(), statementsNote(stmts, err))
+	return observed{note: note, cpu: used, statements: stmts}
 }
 
-// topStatements lists the eight statements with the most execution time
+// topStatements lists the 20 statements with the most execution time
 // since pg_stat_statements was last reset (observe and withTopStatements
-// reset it; this tool's sampling excepted): total ms, calls, mean ms and
-// the longest call's ms each.
-func (e *env) topStatements() string {
+// reset it; this tool's sampling excepted).
+func (e *env) topStatements() ([]statement, error) {
 	rows, err := e.pool.Query(e.ctx, `
 		SELECT left(regexp_replace(query, '\s+', ' ', 'g'), 70), calls, total_exec_time, max_exec_time
 		FROM pg_stat_statements
 		WHERE query NOT LIKE '%pg_stat_%' AND query NOT LIKE 'SELECT pg_stat_statements_reset%'
-		ORDER BY total_exec_time DESC LIMIT 8`)
+		ORDER BY total_exec_time DESC LIMIT 20`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var all []statement
+	for rows.Next() {
+		var s statement
+		var calls int64
+		if err := rows.Scan(&s.query, &calls, &s.totalMS, &s.maxMS); err != nil {
+			return all, err
+		}
+		s.calls = float64(calls)
+		all = append(all, s)
+	}
+	return all, rows.Err()
+}
+
+// statementsNote is the first eight of stmts as a note: total ms, calls,
+// mean ms and the longest call's ms each.
+func statementsNote(stmts []statement, err error) string {
 	if err != nil {
 		return "unavailable (" + err.Error() + ")"
 	}
-	defer rows.Close()
-	var parts []string
-	for rows.Next() {
-		var q string
-		var calls int64
-		var total, longest float64
-		if rows.Scan(&q, &calls, &total, &longest) == nil {
-			parts = append(parts, fmt.Sprintf("[%s] %.0f ms / %d calls = %.3f ms (max %.1f)", q, total, calls, total/float64(max(calls, 1)), longest))
-		}
+	var top []string
+	for _, s := range stmts[:min(8, len(stmts))] {
+		top = append(top, fmt.Sprintf("[%s] %.0f ms / %.0f calls = %.3f ms (max %.1f)", s.query, s.totalMS, s.calls, s.totalMS/max(s.calls, 1), s.maxMS))
 	}
-	return strings.Join(parts, "; ")
+	return strings.Join(top, "; ")
 }
 
 func nproc() int {
@@ -136,46 +169,11 @@ func nproc() int {
 	return n
 }
 
-const clkTck = 100.0
-
-func procCPU(pid string) (string, float64) {
-	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
-	if err != nil {
-		return "", 0
-	}
-	s := string(b)
-	l, r := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-	if l < 0 || r < 0 {
-		return "", 0
-	}
-	f := strings.Fields(s[r+2:])
-	if len(f) < 13 {
-		return "", 0
-	}
-	u, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return s[l+1 : r], (u + st) / clkTck
-}
-
-func snap(serverPID int) cpuSnap {
-	var c cpuSnap
-	ents, _ := os.ReadDir("/proc")
-	for _, d := range ents {
-		if _, err := strconv.Atoi(d.Name()); err != nil {
-			continue
-		}
-		comm, t := procCPU(d.Name())
-		if comm == "postgres" {
-			c.postgres += t
-		}
-	}
-	if serverPID > 0 {
-		_, c.server = procCPU(strconv.Itoa(serverPID))
-	}
-	_, c.self = procCPU(strconv.Itoa(os.Getpid()))
+// machineBusy is the busy CPU seconds of the whole machine (/proc/stat),
+// neighbours included.
+func machineBusy() float64 {
 	b, _ := os.ReadFile("/proc/stat")
-	line := strings.SplitN(string(b), "\n", 2)[0]
-	f := strings.Fields(line)
+	f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])
 	var busy float64
 	for i, v := range f[1:] {
 		x, _ := strconv.ParseFloat(v, 64)
@@ -184,6 +182,5 @@ func snap(serverPID int) cpuSnap {
 		}
 		busy += x
 	}
-	c.total = busy / clkTck
-	return c
+	return busy / clkTck
 }

@@ -149,6 +149,22 @@ func (s *server) saveProfile(path, name string) (string, error) {
 	return file, os.WriteFile(file, b, 0o644)
 }
 
+// profileServer takes the server's CPU profile for d (at least 1 s) from
+// now into the temp dir's profiles/name-server.pprof; the channel yields
+// the file, or "" when profiling failed.
+func (e *env) profileServer(s *server, d time.Duration, name string) <-chan string {
+	done := make(chan string, 1)
+	go func() {
+		file, err := s.saveProfile(fmt.Sprintf("/profile?seconds=%d", max(1, int(d.Seconds()))), name+"-server.pprof")
+		if err != nil {
+			fmt.Println("    warning: server CPU profile:", err)
+			file = ""
+		}
+		done <- file
+	}()
+	return done
+}
+
 func (s *server) pprofGet(path string) ([]byte, error) {
 	res, err := http.Get(s.Pprof + path)
 	if err != nil {
