@@ -50,17 +50,22 @@ func fuzzAddrs(raw []byte) []netip.Addr {
 	return out
 }
 
-// fuzzResolver resolves every name to the same addresses.
-type fuzzResolver struct{ addrs []netip.Addr }
+// fuzzResolver resolves every name to the same addresses and counts the
+// lookups (a fuzz function runs one input at a time).
+type fuzzResolver struct {
+	addrs []netip.Addr
+	calls int
+}
 
-func (r fuzzResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+func (r *fuzzResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	r.calls++
 	return r.addrs, nil
 }
 
 // FuzzWebhookURL checks the address guard and the URL normalisation on
 // arbitrary URLs, with names resolving to arbitrary addresses: a URL the
 // guard accepts reaches only public addresses, when it is checked and when
-// it is dialled; the normalised URL is printable ASCII, normalises and
+// it is dialled, and a literal address is never looked up; the normalised URL is printable ASCII, normalises and
 // parses to itself and names the host that was checked.
 func FuzzWebhookURL(f *testing.F) {
 	f.Add("https://receiver.example/hook", []byte{8, 8, 8, 8})
@@ -75,10 +80,22 @@ func FuzzWebhookURL(f *testing.F) {
 	f.Add("https://receiver.example/a\u00a0b", []byte{8, 8, 8, 8})
 	f.Add("https://receiver.example:0/", []byte{8, 8, 8, 8})
 	f.Add("https://recei%76er.example/", []byte{1, 1, 1, 1})
+	for _, tt := range refusedCases {
+		f.Add(hostURL(tt.host), []byte{})
+	}
+	for _, host := range allowedCases {
+		f.Add(hostURL(host), []byte{})
+	}
 	f.Fuzz(func(t *testing.T, raw string, resolved []byte) {
 		addrs := fuzzAddrs(resolved)
-		g := &webhookGuard{resolver: fuzzResolver{addrs}}
+		r := &fuzzResolver{addrs: addrs}
+		g := &webhookGuard{resolver: r}
 		err := g.checkURL(t.Context(), raw)
+		if u, perr := url.Parse(raw); perr == nil && r.calls > 0 {
+			if _, aerr := netip.ParseAddr(u.Hostname()); aerr == nil {
+				t.Fatalf("checkURL(%q) resolved a literal address", raw)
+			}
+		}
 
 		norm, normErr := NormalizeWebhookURL(raw)
 		if (normErr == nil) != (ValidateWebhookURL(raw) == nil) {
