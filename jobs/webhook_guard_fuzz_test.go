@@ -79,6 +79,7 @@ func FuzzWebhookURL(f *testing.F) {
 	f.Add("http://user:pw@receiver.example/", []byte{8, 8, 8, 8})
 	f.Add("https://receiver.example/a\u00a0b", []byte{8, 8, 8, 8})
 	f.Add("https://receiver.example:0/", []byte{8, 8, 8, 8})
+	f.Add("http://[::ffff:7f00:1]:0/", []byte{})
 	f.Add("https://recei%76er.example/", []byte{1, 1, 1, 1})
 	for _, tt := range refusedCases {
 		f.Add(hostURL(tt.host), []byte{})
