@@ -7,13 +7,27 @@
 GO ?= go
 NPM ?= npm
 
-.PHONY: run test demo build generate check-generate lint vet fmt pg-binaries browser-deps pgbouncer web bench bench-quick
+.PHONY: run test fuzz demo build generate check-generate lint vet fmt pg-binaries browser-deps pgbouncer web bench bench-quick
 
 run: pg-binaries
 	$(GO) run . serve
 
 test: pg-binaries e2e/node_modules browser-deps pgbouncer
 	$(GO) test -race -count=1 ./...
+
+# fuzz runs every fuzz target (func FuzzX in a _test.go file) for FUZZTIME
+# with FUZZPARALLEL workers. A failing input is written to the package's
+# testdata/fuzz/FuzzX/: fix the code and commit the file, which make test
+# then runs as a regular test (as it runs every committed seed).
+FUZZTIME ?= 5s
+FUZZPARALLEL ?= 2
+fuzz:
+	@set -e; for file in $$(git grep -l '^func Fuzz' -- '*_test.go'); do \
+		for target in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$$file"); do \
+			echo "fuzz $$target ($$(dirname "$$file"), $(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -parallel $(FUZZPARALLEL) "./$$(dirname "$$file")"; \
+		done; \
+	done
 
 # The npm clients e2e/node_test.go drives (graphql-ws,
 # subscriptions-transport-ws), installed from the lock file when missing

@@ -248,10 +248,11 @@ func parseDeliveryCursor(s string) (DeliveryKey, error) {
 	}
 	ev, err1 := strconv.ParseInt(parts[1], 10, 64)
 	sub, err2 := strconv.ParseInt(parts[2], 10, 64)
-	if err1 != nil || err2 != nil {
+	k := DeliveryKey{EventID: ev, SubscriberID: sub}
+	if err1 != nil || err2 != nil || ev < 1 || sub < 1 || (Delivery{EventID: ev, SubscriberID: sub}).Cursor() != s {
 		return DeliveryKey{}, bad
 	}
-	return DeliveryKey{EventID: ev, SubscriberID: sub}, nil
+	return k, nil
 }
 
 // Redeliver reopens the deliveries matching f (all statuses; at most limit)

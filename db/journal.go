@@ -120,8 +120,8 @@ type Cursor struct {
 	FeedSeq *int64
 }
 
-// ParseCursor decodes Event.Cursor; a malformed value is an *InputError on
-// field.
+// ParseCursor decodes Event.Cursor; a malformed value, or one that
+// Event.Cursor would not write so, is an *InputError on field.
 func ParseCursor(field, s string) (Cursor, error) {
 	bad := inputErr(field, "not a cursor returned by this server")
 	parts, ok := cursorParts(s, cursorVersion)
@@ -140,10 +140,16 @@ func ParseCursor(field, s string) (Cursor, error) {
 		}
 		c.FeedSeq = &seq
 	}
+	if (Event{ID: c.ID, FeedSeq: c.FeedSeq}).Cursor() != s {
+		return Cursor{}, bad
+	}
 	return c, nil
 }
 
-// cursorParts decodes an opaque cursor: three fields, the first tag.
+// cursorParts decodes an opaque cursor: three fields, the first tag. A
+// parser then checks that its encoder writes what it read as s exactly:
+// base64 and strconv also read other spellings ("+5", "05", a line break,
+// other padding bits), and a cursor has one.
 func cursorParts(s, tag string) ([]string, bool) {
 	raw, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {

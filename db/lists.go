@@ -72,7 +72,7 @@ func parseDocCursor(tag, after string) (int64, error) {
 		return 0, inputErr("after", "not a cursor of this list returned by this server")
 	}
 	id, err := strconv.ParseInt(parts[2], 10, 64)
-	if err != nil || id < 1 {
+	if err != nil || id < 1 || docCursor(tag, id) != after {
 		return 0, inputErr("after", "not a cursor of this list returned by this server")
 	}
 	return id, nil

@@ -538,6 +538,23 @@ func (b StockBalance) Cursor() string {
 	return enc.EncodeToString([]byte(raw))
 }
 
+// parseStockBalanceCursor decodes StockBalance.Cursor into the SKU and
+// warehouse it holds; a malformed value is an *InputError on after.
+func parseStockBalanceCursor(s string) (StockBalance, error) {
+	parts, ok := cursorParts(s, stockBalanceCursorTag)
+	var sku, wh []byte
+	var err1, err2 error
+	if ok {
+		sku, err1 = base64.RawURLEncoding.DecodeString(parts[1])
+		wh, err2 = base64.RawURLEncoding.DecodeString(parts[2])
+	}
+	b := StockBalance{SKU: string(sku), Warehouse: string(wh)}
+	if !ok || err1 != nil || err2 != nil || b.Cursor() != s {
+		return StockBalance{}, inputErr("after", "not a stock balance cursor returned by this server")
+	}
+	return b, nil
+}
+
 // StockBalancePage is one page of ListStockBalances.
 type StockBalancePage struct {
 	Balances    []StockBalance
@@ -553,17 +570,11 @@ func ListStockBalances(ctx context.Context, q Querier, f StockFilter, first int,
 	}
 	var afterSKU, afterWarehouse string
 	if after != "" {
-		parts, ok := cursorParts(after, stockBalanceCursorTag)
-		var sku, wh []byte
-		var err1, err2 error
-		if ok {
-			sku, err1 = base64.RawURLEncoding.DecodeString(parts[1])
-			wh, err2 = base64.RawURLEncoding.DecodeString(parts[2])
+		b, err := parseStockBalanceCursor(after)
+		if err != nil {
+			return StockBalancePage{}, err
 		}
-		if !ok || err1 != nil || err2 != nil {
-			return StockBalancePage{}, inputErr("after", "not a stock balance cursor returned by this server")
-		}
-		afterSKU, afterWarehouse = string(sku), string(wh)
+		afterSKU, afterWarehouse = b.SKU, b.Warehouse
 	}
 	// A filter naming no item or warehouse is a mistake, not an empty page.
 	if f.SKU != nil {
@@ -610,6 +621,23 @@ func (e StockEntry) Cursor() string {
 	return base64.RawURLEncoding.EncodeToString([]byte(raw))
 }
 
+// parseStockLedgerCursor returns the ledger row id StockEntry.Cursor
+// holds; a malformed value, or a cursor of another item's ledger than
+// itemID's, is an *InputError on after.
+func parseStockLedgerCursor(s string, itemID int64) (int64, error) {
+	parts, ok := cursorParts(s, stockLedgerCursorTag)
+	var id, item int64
+	var err1, err2 error
+	if ok {
+		id, err1 = strconv.ParseInt(parts[1], 10, 64)
+		item, err2 = strconv.ParseInt(parts[2], 10, 64)
+	}
+	if !ok || err1 != nil || err2 != nil || item != itemID || id < 1 || (StockEntry{ID: id, itemID: item}).Cursor() != s {
+		return 0, inputErr("after", "not a cursor of this item's stock ledger returned by this server")
+	}
+	return id, nil
+}
+
 // StockEntryPage is one page of ListStockLedger.
 type StockEntryPage struct {
 	Entries     []StockEntry
@@ -639,17 +667,9 @@ func ListStockLedger(ctx context.Context, q Querier, sku string, warehouse *stri
 	}
 	var afterID int64
 	if after != "" {
-		parts, ok := cursorParts(after, stockLedgerCursorTag)
-		var id, item int64
-		var err1, err2 error
-		if ok {
-			id, err1 = strconv.ParseInt(parts[1], 10, 64)
-			item, err2 = strconv.ParseInt(parts[2], 10, 64)
+		if afterID, err = parseStockLedgerCursor(after, itemID); err != nil {
+			return StockEntryPage{}, err
 		}
-		if !ok || err1 != nil || err2 != nil || item != itemID {
-			return StockEntryPage{}, inputErr("after", "not a cursor of this item's stock ledger returned by this server")
-		}
-		afterID = id
 	}
 	rows, err := queries.StockLedgerListPage(ctx, q, itemID, afterID, whID, int32(first+1))
 	if err != nil {

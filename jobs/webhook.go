@@ -341,8 +341,9 @@ func (s *WebhookSender) Send(ctx context.Context, cfg WebhookConfig, eventID int
 
 // ValidateWebhookURL reports whether raw can be a webhook endpoint: an
 // absolute http or https URL with a host, a port (if any) in 1-65535, no
-// user:password@ and no raw whitespace (see NormalizeWebhookURL). The
-// error names the problem but never echoes credentials.
+// user:password@, no raw whitespace and that normalised (see
+// NormalizeWebhookURL) still parses. The error names the problem but never
+// echoes credentials.
 func ValidateWebhookURL(raw string) error {
 	if raw == "" {
 		return errors.New("webhook url is empty")
@@ -373,6 +374,16 @@ func ValidateWebhookURL(raw string) error {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
 			return fmt.Errorf("webhook url port %q is not in 1-65535", p)
 		}
+	}
+	// The URL is stored and sent normalised, which must parse: url.Parse
+	// reads a raw non-ASCII byte in an IPv6 zone ("[fe80::1%25é]") but
+	// refuses it percent-encoded, as url.URL.String writes it.
+	if _, err := url.Parse(normalURL(*u)); err != nil {
+		var urlErr *url.Error
+		if errors.As(err, &urlErr) {
+			err = urlErr.Err
+		}
+		return fmt.Errorf("webhook url is invalid once normalised: %w", err)
 	}
 	return nil
 }

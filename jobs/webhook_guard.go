@@ -295,8 +295,13 @@ func NormalizeWebhookURL(rawURL string) (string, error) {
 	if err != nil { // unreachable: ValidateWebhookURL parsed it
 		return "", fmt.Errorf("webhook url is invalid: %w", err)
 	}
+	return normalURL(*u), nil
+}
+
+// normalURL writes u as NormalizeWebhookURL does.
+func normalURL(u url.URL) string {
 	u.RawQuery = escapeQuery(u.RawQuery)
-	return u.String(), nil
+	return u.String()
 }
 
 // escapeQuery percent-encodes the bytes of a raw query that RFC 3986 does

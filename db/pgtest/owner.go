@@ -18,9 +18,7 @@ import (
 // database. Both are dropped at t's cleanup.
 func NewOwnedDB(t testing.TB) string {
 	t.Helper()
-	if adminPool == nil {
-		t.Fatal("pgtest: NewOwnedDB needs pgtest.Main in the package's TestMain")
-	}
+	require.NoError(t, startServer())
 	suffix := randomHex(8)
 	role, name, password := "owner_"+suffix, "o_"+suffix, randomHex(16)
 	ctx := t.Context()

@@ -42,10 +42,17 @@ import (
 // (a test panic or a -timeout) before its cleanup ran.
 const tempPrefix = "erp-pgtest-"
 
-// Set by Main before m.Run and read-only while tests run.
+// mainRan is set by Main before m.Run and read-only while tests run.
+var mainRan bool
+
+// Set once, by the first test that needs the server (startServer), and
+// read-only afterwards.
 var (
-	adminURL  string        // superuser connection string
-	adminPool *pgxpool.Pool // for CREATE and DROP DATABASE
+	serverOnce    sync.Once
+	serverErr     error
+	serverCleanup func()
+	adminURL      string        // superuser connection string
+	adminPool     *pgxpool.Pool // for CREATE and DROP DATABASE
 )
 
 var (
@@ -60,33 +67,56 @@ var (
 )
 
 // Main is called from TestMain: it provides a PostgreSQL for the package's
-// tests and exits with m.Run's code. If TEST_DATABASE_URL is unset and no
-// PostgreSQL binaries are installed it prints why and exits with status 1:
-// tests that need the database never skip.
+// tests and exits with m.Run's code. The server is found or started when
+// the first test asks for a database, so that a run of tests that need
+// none (a fuzz target, a pure function) starts none. If TEST_DATABASE_URL
+// is unset and no PostgreSQL binaries are installed, every test that asks
+// fails with why: tests that need the database never skip.
 func Main(m *testing.M) {
 	os.Exit(run(m))
 }
 
 func run(m *testing.M) int {
-	// TestMain is this process's root, like main, so the context starts here.
-	ctx := context.Background()
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	cleanup, err := setup(ctx, logger)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
-		return 1
-	}
+	mainRan = true
 	// A test binary killed by Ctrl-C or SIGTERM still stops its server.
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		sig := <-signals
 		fmt.Fprintf(os.Stderr, "pgtest: %v: stopping PostgreSQL\n", sig)
-		cleanup()
+		stopServer()
 		os.Exit(1)
 	}()
-	defer cleanup() // also runs when m.Run panics on this goroutine
+	defer stopServer() // also runs when m.Run panics on this goroutine
 	return m.Run()
+}
+
+// startServer finds or starts the server and opens adminPool, on its
+// first call; later calls return the first one's error.
+func startServer() error {
+	serverOnce.Do(func() {
+		if !mainRan {
+			serverErr = errors.New("pgtest: the package's TestMain must call pgtest.Main")
+			return
+		}
+		// The server outlives every test, like the process that Main
+		// roots: its context is the process's.
+		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		serverCleanup, serverErr = setup(context.Background(), logger)
+		if serverErr != nil {
+			serverErr = fmt.Errorf("pgtest: %w", serverErr)
+		}
+	})
+	return serverErr
+}
+
+// stopServer stops a server startServer started (waiting for a start
+// under way), and keeps any from starting afterwards.
+func stopServer() {
+	serverOnce.Do(func() { serverErr = errors.New("pgtest: the tests are over") })
+	if serverCleanup != nil {
+		serverCleanup()
+	}
 }
 
 // setup finds or starts the server and opens adminPool. The returned cleanup
@@ -152,9 +182,7 @@ func setup(ctx context.Context, logger *slog.Logger) (cleanup func(), err error)
 // returns its URL. It fails t if Main did not run or the server refuses.
 func NewDB(t testing.TB) string {
 	t.Helper()
-	if adminPool == nil {
-		t.Fatal("pgtest: NewDB needs pgtest.Main in the package's TestMain")
-	}
+	require.NoError(t, startServer())
 	tmpl, err := template(t.Context())
 	require.NoError(t, err, "pgtest: prepare the template database")
 
