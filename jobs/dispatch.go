@@ -28,6 +28,8 @@ type Dispatcher struct {
 	logger   *slog.Logger
 	retry    RetryPolicy
 	webhooks *WebhookSender
+	// nats publishes NATS subscribers' deliveries; nil: no NATS_URL.
+	nats *NatsPublisher
 	// filters compiles subscribers' filters, webhooks' when written and
 	// conditions at dispatch (one program per condition text, cached).
 	filters    *Filters
@@ -59,6 +61,10 @@ type DispatcherConfig struct {
 	// are written (CheckURL); default NewWebhookSender(), which allows
 	// private addresses.
 	Webhooks *WebhookSender
+	// Nats publishes NATS subscribers' deliveries and creates their
+	// streams; nil: this instance has no NATS (their deliveries fail here
+	// and are retried, and createNatsSubscriber is refused).
+	Nats *NatsPublisher
 	// Metrics, when set, records dispatches, deliveries, events written
 	// by subscribers and the dispatch latency.
 	Metrics *metrics.Metrics

@@ -256,6 +256,8 @@ type Subscriber struct {
 	FailingSince   *time.Time
 	LastFailedAt   *time.Time
 	DisabledReason *string
+	Stream         *string
+	SubjectPrefix  *string
 }
 
 type SubscriberBucket struct {
@@ -289,6 +291,8 @@ type SubscriberRow struct {
 	Format        string
 	MaxInFlight   int32
 	RatePerSecond *float64
+	Stream        *string
+	SubjectPrefix *string
 }
 
 type User struct {
