@@ -172,7 +172,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig, builtins ...Subscri
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	d := &Dispatcher{pool: pool, logger: cfg.Logger, retry: cfg.Retry, webhooks: cfg.Webhooks,
+	d := &Dispatcher{pool: pool, logger: cfg.Logger, retry: cfg.Retry, webhooks: cfg.Webhooks, nats: cfg.Nats,
 		builtins: map[string]Subscriber{}, metrics: cfg.Metrics, batch: cfg.DispatchBatch, replayBatch: cfg.ReplayBatch,
 		backlogAfter: cfg.BacklogAfter, instance: cfg.Instance, disableAfter: cfg.DisableAfter, now: cfg.Now}
 	if cfg.TracerProvider != nil {
