@@ -121,9 +121,22 @@ func (b *natsBundle) waitDelivered(t *testing.T, n int, within time.Duration) {
 	deadline := time.Now().Add(within)
 	for b.count(t, `SELECT count(*) FROM deliveries WHERE subscriber_id = $1 AND status = 'delivered'`, b.sub.ID) < n {
 		require.Zero(t, b.count(t, `SELECT count(*) FROM deliveries WHERE subscriber_id = $1 AND status = 'dead'`, b.sub.ID), "a dead letter")
-		require.True(t, time.Now().Before(deadline), "not all %d delivered within %s: %d delivered, %d events processed", n, within,
-			b.count(t, `SELECT count(*) FROM deliveries WHERE subscriber_id = $1 AND status = 'delivered'`, b.sub.ID),
-			b.count(t, `SELECT count(*) FROM events WHERE processed_at IS NOT NULL`))
+		if time.Now().After(deadline) {
+			rows, err := b.pool.Query(b.ctx, `SELECT status, attempts, coalesce(last_error, ''), extract(epoch FROM next_attempt_at - now())::float8
+				FROM deliveries WHERE subscriber_id = $1 AND status <> 'delivered' ORDER BY event_id LIMIT 5`, b.sub.ID)
+			require.NoError(t, err)
+			open, err := pgx.CollectRows(rows, pgx.RowToAddrOf[struct {
+				Status   string
+				Attempts int32
+				Error    string
+				DueIn    float64
+			}])
+			require.NoError(t, err)
+			for _, o := range open {
+				t.Logf("open: %+v", *o)
+			}
+			t.Fatalf("not all %d delivered within %s", n, within)
+		}
 		time.Sleep(50 * time.Millisecond)
 	}
 }
