@@ -117,8 +117,11 @@ type App struct {
 	auth       *httpapi.Auth
 	dispatcher *jobs.Dispatcher
 	river      *river.Client[pgx.Tx]
-	feed       *db.Feed
-	ws         *wsgorilla.Implementation
+	// nats is the connection of NATS subscribers' publishes; nil: no
+	// NATS_URL.
+	nats *jobs.NatsPublisher
+	feed *db.Feed
+	ws   *wsgorilla.Implementation
 	// sharedFeed executes each live event once per distinct subscription
 	// operation and role.
 	sharedFeed      *resolvers.SharedFeedPayloads
@@ -169,13 +172,14 @@ func PoolSizes(cfg config.Config) db.PoolSizes {
 
 // New wires the application on d (already migrated; its pools sized by
 // PoolSizes) from cfg: of it, New reads DispatchInterval, AllowedOrigins,
-// Introspection, Playground, TimeZone, WebhookAllowPrivate,
+// Introspection, Playground, TimeZone, WebhookAllowPrivate, NatsURL (and
+// NATS_CREDS, NATS_NKEY, NATS_CA),
 // ShutdownTimeout, Retention and the tuning fields (KeepAlive, InitTimeout,
 // APIOnly, FeedBuffer, RetryBase; zero takes the default), and TracerProvider (nil: no
 // spans; the pools' statements are traced only if d's pools were opened
 // with db.TraceStatements). It starts nothing; the error names a bad
 // setting (ALLOWED_ORIGINS, TIME_ZONE) or what failed to build.
-func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
+func New(d *db.Database, cfg config.Config, logger *slog.Logger) (_ *App, err error) {
 	pool := d.Pool // the API's
 	checkOrigin, err := wsgorilla.AllowOrigins(cfg.AllowedOrigins)
 	if err != nil {
@@ -203,8 +207,20 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 	if disableAfter == 0 {
 		disableAfter = -1 // never
 	}
+	var natsPub *jobs.NatsPublisher
+	if cfg.NatsURL != "" {
+		natsPub, err = jobs.ConnectNats(jobs.NatsConfig{URL: cfg.NatsURL, Creds: cfg.NatsCreds, NKey: cfg.NatsNKey, CA: cfg.NatsCA}, logger)
+		if err != nil {
+			return nil, fmt.Errorf("NATS_URL: %w", err)
+		}
+		defer func() {
+			if err != nil {
+				natsPub.Close()
+			}
+		}()
+	}
 	newDispatcher := func(pool *pgxpool.Pool) *jobs.Dispatcher {
-		return jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger, Metrics: m, Webhooks: webhooks,
+		return jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger, Metrics: m, Webhooks: webhooks, Nats: natsPub,
 			ReplayBatch: cfg.ReplayBatch, TracerProvider: cfg.TracerProvider, Instance: instance, DisableAfter: disableAfter,
 			Retry: jobs.RetryPolicy{Base: cfg.RetryBase, Max: jobs.DefaultRetryPolicy.Max}},
 			jobs.OrderAcceptance{}, jobs.ProductionPlanning{}, jobs.MaterialIssue{})
@@ -280,6 +296,7 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 		return nil, fmt.Errorf("river ui: %w", err)
 	}
 	a := &App{
+		nats:            natsPub,
 		riverUI:         riverUI,
 		pool:            pool,
 		database:        d,
@@ -410,6 +427,9 @@ func (a *App) Stop(ctx context.Context) {
 	}
 	if a.stopRiverUI != nil {
 		a.stopRiverUI() // ends River UI's background services
+	}
+	if a.nats != nil {
+		a.nats.Close() // after River: no publish is in flight
 	}
 }
 

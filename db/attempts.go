@@ -37,6 +37,19 @@ func LeaseDelivery(ctx context.Context, tx pgx.Tx, k DeliveryKey, holder, instan
 	return Lease{Holder: holder, AttemptID: row.ID, Attempt: row.Attempt}, nil
 }
 
+// answerOf is attempt a's answer as stored: an HTTP status and its body
+// (at most limit bytes), or, for an answer without a status (a NATS
+// acknowledgement), the body alone; nil where there is none.
+func answerOf(a Attempt, limit int) (status *int32, body *string) {
+	if a.ResponseStatus != 0 {
+		status = ptr(int32(a.ResponseStatus))
+	}
+	if a.ResponseStatus != 0 || a.ResponseBody != "" {
+		body = ptr(truncate(a.ResponseBody, limit))
+	}
+	return status, body
+}
+
 // RecordLeasedAttempt stores attempt a of delivery k, made under lease
 // l, and ends the lease. ErrNotFound: the lease is no longer l's (it ran
 // out and another worker took the delivery, or a redelivery reset it),
@@ -47,9 +60,7 @@ func RecordLeasedAttempt(ctx context.Context, tx pgx.Tx, k DeliveryKey, l Lease,
 	if a.Error != "" {
 		p.LastError = ptr(truncate(a.Error, maxLastErrorLen))
 	}
-	if a.ResponseStatus != 0 {
-		p.ResponseStatus, p.ResponseBody = ptr(int32(a.ResponseStatus)), &a.ResponseBody
-	}
+	p.ResponseStatus, p.ResponseBody = answerOf(a, len(a.ResponseBody))
 	row, err := queries.DeliveryRecordLeased(ctx, tx, p)
 	if err != nil {
 		return Delivery{}, fmt.Errorf("record attempt %d of delivery %d/%d: %w", l.Attempt, k.EventID, k.SubscriberID, translate(err))
@@ -76,9 +87,7 @@ func FinishAttempt(ctx context.Context, q Querier, l Lease, a Attempt) error {
 		// An attempt with no outcome (interrupted) has no duration either.
 		p.DurationMs = ptr(int32(a.Duration / time.Millisecond))
 	}
-	if a.ResponseStatus != 0 {
-		p.ResponseStatus, p.ResponseBody = ptr(int32(a.ResponseStatus)), ptr(truncate(a.ResponseBody, maxAttemptBody))
-	}
+	p.ResponseStatus, p.ResponseBody = answerOf(a, maxAttemptBody)
 	if err := queries.DeliveryAttemptFinish(ctx, q, p); err != nil {
 		return fmt.Errorf("log attempt %d: %w", l.AttemptID, translate(err))
 	}
@@ -151,9 +160,7 @@ func RecordLeasedReplayAttempt(ctx context.Context, tx pgx.Tx, k ReplayKey, l Le
 	if a.Error != "" {
 		p.LastError = ptr(truncate(a.Error, maxLastErrorLen))
 	}
-	if a.ResponseStatus != 0 {
-		p.ResponseStatus, p.ResponseBody = ptr(int32(a.ResponseStatus)), &a.ResponseBody
-	}
+	p.ResponseStatus, p.ResponseBody = answerOf(a, len(a.ResponseBody))
 	row, err := queries.ReplayDeliveryRecordLeased(ctx, tx, p)
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("record attempt %d of event %d of replay %d: %w", l.Attempt, k.EventID, k.ReplayID, translate(err))

@@ -17,6 +17,7 @@ import (
 const (
 	SubscriberBuiltin = "builtin"
 	SubscriberWebhook = "webhook"
+	SubscriberNats    = "nats"
 
 	DeliveryPending   = "pending"
 	DeliveryDelivered = "delivered"

@@ -136,7 +136,7 @@ func PlanDispatch(ctx context.Context, tx pgx.Tx, ids []int64) ([]DispatchPlan, 
 		}
 		p := &plans[len(plans)-1]
 		p.Subscribers = append(p.Subscribers, Subscriber{ID: *r.ID, Name: *r.Name, Kind: *r.Kind, EventTypes: r.EventTypes,
-			Entities: r.Entities, Condition: deref(r.Condition), URL: r.Url, Format: deref(r.Format),
+			Entities: r.Entities, Condition: deref(r.Condition), URL: r.Url, Stream: r.Stream, SubjectPrefix: r.SubjectPrefix, Format: deref(r.Format),
 			HasSecret: *r.HasSecret, MaxAttempts: *r.MaxAttempts, TimeoutMs: *r.TimeoutMs, Paused: *r.Paused,
 			CreatedAt: *r.CreatedAt, UpdatedAt: *r.UpdatedAt, MaxInFlight: *r.MaxInFlight, RatePerSecond: r.RatePerSecond})
 	}

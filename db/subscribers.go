@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -12,7 +13,8 @@ import (
 	"erp/db/internal/dbsqlc"
 )
 
-// Subscriber is a row of subscribers: a built-in handler or a webhook.
+// Subscriber is a row of subscribers: a built-in handler, a webhook or a
+// NATS JetStream publisher.
 // The webhook secret is never read back out; HasSecret tells whether one is
 // set.
 type Subscriber struct {
@@ -26,8 +28,13 @@ type Subscriber struct {
 	Entities   []string
 	Condition  string
 	URL        *string
-	// Format is a webhook's body format: FormatStandardWebhooks or
-	// FormatCloudEvents.
+	// Stream and SubjectPrefix are a NATS subscriber's (nil otherwise):
+	// the JetStream stream its publishes are stored in and the subject
+	// prefix of <prefix>.<entity>.<entity id>.<type>.
+	Stream        *string
+	SubjectPrefix *string
+	// Format is a webhook's or NATS subscriber's body format:
+	// FormatStandardWebhooks or FormatCloudEvents.
 	Format      string
 	HasSecret   bool
 	MaxAttempts int32
@@ -77,13 +84,40 @@ type WebhookSubscriberInput struct {
 	RatePerSecond *float64
 }
 
-// DefaultMaxInFlight is a webhook's max_in_flight when none is given.
-const DefaultMaxInFlight = 4
+// An external subscriber's limits when none is given (the columns'
+// defaults): max_in_flight, max_attempts and timeout_ms.
+const (
+	DefaultMaxInFlight = 4
+	DefaultMaxAttempts = 10
+	DefaultTimeoutMs   = 10000
+)
 
 func (in WebhookSubscriberInput) validate(creating bool) error {
 	if creating && (in.Name == nil || in.URL == nil) {
 		return inputErr("name", "a webhook subscriber needs a name and a url")
 	}
+	if in.URL != nil && len(*in.URL) > maxWebhookURL {
+		return inputErr("url", "at most %d characters", maxWebhookURL)
+	}
+	if in.Secret != nil && len(*in.Secret) > maxWebhookSecret {
+		return inputErr("secret", "at most %d characters", maxWebhookSecret)
+	}
+	return externalInput{Name: in.Name, EventTypes: in.EventTypes, Entities: in.Entities, Format: in.Format,
+		MaxAttempts: in.MaxAttempts, TimeoutMs: in.TimeoutMs, MaxInFlight: in.MaxInFlight,
+		RatePerSecond: in.RatePerSecond}.validate(creating)
+}
+
+// externalInput is what every external subscriber (webhook, NATS) is
+// given alike: its name, filter lists, format and limits.
+type externalInput struct {
+	Name                                *string
+	EventTypes, Entities                []string
+	Format                              *string
+	MaxAttempts, TimeoutMs, MaxInFlight *int32
+	RatePerSecond                       *float64
+}
+
+func (in externalInput) validate(creating bool) error {
 	if in.Name != nil && !validSubscriberName(*in.Name) {
 		return inputErr("name", "1 to 64 lowercase letters, digits, '_', '.', '-', starting with a letter or digit")
 	}
@@ -100,12 +134,6 @@ func (in WebhookSubscriberInput) validate(creating bool) error {
 	}
 	if in.Format != nil && *in.Format != FormatStandardWebhooks && *in.Format != FormatCloudEvents {
 		return inputErr("format", "%s or %s", FormatStandardWebhooks, FormatCloudEvents)
-	}
-	if in.URL != nil && len(*in.URL) > maxWebhookURL {
-		return inputErr("url", "at most %d characters", maxWebhookURL)
-	}
-	if in.Secret != nil && len(*in.Secret) > maxWebhookSecret {
-		return inputErr("secret", "at most %d characters", maxWebhookSecret)
 	}
 	if in.MaxAttempts != nil && (*in.MaxAttempts < 1 || *in.MaxAttempts > 100) {
 		return inputErr("maxAttempts", "must be between 1 and 100")
@@ -216,11 +244,111 @@ func UpdateWebhookSubscriber(ctx context.Context, q Querier, id int64, in Webhoo
 // webhookWriteErr is the error of writing webhook subscriber in: a taken
 // name is an *InputError on "name" matching ErrConflict.
 func webhookWriteErr(err error, in WebhookSubscriberInput, action string) error {
+	return nameTaken(err, in.Name, action)
+}
+
+// nameTaken is the error of writing a subscriber named name: a taken name
+// is an *InputError on "name" matching ErrConflict.
+func nameTaken(err error, name *string, action string) error {
 	err = translate(err)
-	if errors.Is(err, ErrConflict) && in.Name != nil {
-		return conflictOn("name", "a subscriber named %q exists", *in.Name)
+	if errors.Is(err, ErrConflict) && name != nil {
+		return conflictOn("name", "a subscriber named %q exists", *name)
 	}
 	return fmt.Errorf("%s: %w", action, err)
+}
+
+// NatsSubscriberInput creates or (fields set) updates a NATS subscriber:
+// as WebhookSubscriberInput, with Stream (a JetStream stream name: 1 to 64
+// of A-Z a-z 0-9 _ -) and SubjectPrefix (NATS subject tokens of A-Z a-z
+// 0-9 _ - joined by dots, at most 128 characters; no wildcards) instead of
+// a URL and a secret. Both are set at creation only.
+type NatsSubscriberInput struct {
+	Name          *string
+	Stream        *string
+	SubjectPrefix *string
+	EventTypes    []string
+	Entities      []string
+	Condition     *string
+	Format        *string
+	MaxAttempts   *int32
+	TimeoutMs     *int32
+	MaxInFlight   *int32
+	RatePerSecond *float64
+}
+
+// Validate checks in's fields (creating: name, stream and subjectPrefix
+// are required) and returns an *InputError naming the first bad one.
+func (in NatsSubscriberInput) Validate(creating bool) error {
+	if creating && (in.Name == nil || in.Stream == nil || in.SubjectPrefix == nil) {
+		return inputErr("name", "a NATS subscriber needs a name, a stream and a subjectPrefix")
+	}
+	if in.Stream != nil && !natsStreamName.MatchString(*in.Stream) {
+		return inputErr("stream", "1 to 64 of A-Z a-z 0-9 _ -")
+	}
+	if p := in.SubjectPrefix; p != nil && (len(*p) > 128 || !natsSubjectPrefix.MatchString(*p)) {
+		return inputErr("subjectPrefix", "NATS subject tokens of A-Z a-z 0-9 _ - joined by dots, at most 128 characters, no wildcards (* >) or spaces, e.g. erp.journal")
+	}
+	return externalInput{Name: in.Name, EventTypes: in.EventTypes, Entities: in.Entities, Format: in.Format,
+		MaxAttempts: in.MaxAttempts, TimeoutMs: in.TimeoutMs, MaxInFlight: in.MaxInFlight,
+		RatePerSecond: in.RatePerSecond}.validate(creating)
+}
+
+// The migration's CHECKs on subscribers.stream and subject_prefix.
+var (
+	natsStreamName    = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	natsSubjectPrefix = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
+)
+
+// CreateNatsSubscriber inserts a NATS subscriber (in validated, its
+// filter normalised by the caller). A taken name is an *InputError on
+// "name" matching ErrConflict.
+func CreateNatsSubscriber(ctx context.Context, q Querier, in NatsSubscriberInput) (Subscriber, error) {
+	if err := in.Validate(true); err != nil {
+		return Subscriber{}, err
+	}
+	types, entities := in.EventTypes, in.Entities
+	if types == nil {
+		types = []string{}
+	}
+	if entities == nil {
+		entities = []string{}
+	}
+	var cond *string
+	if in.Condition != nil {
+		cond = nonEmpty(*in.Condition)
+	}
+	row, err := queries.SubscriberInsertNats(ctx, q, dbsqlc.SubscriberInsertNatsParams{Name: *in.Name, Stream: in.Stream,
+		SubjectPrefix: in.SubjectPrefix, EventTypes: types, Entities: entities, Condition: cond, Format: in.Format,
+		MaxAttempts: in.MaxAttempts, TimeoutMs: in.TimeoutMs, MaxInFlight: in.MaxInFlight, RatePerSecond: in.RatePerSecond})
+	if err != nil {
+		return Subscriber{}, nameTaken(err, in.Name, "insert NATS subscriber "+*in.Name)
+	}
+	return subscriberFrom(dbsqlc.SubscriberRow(row)), nil
+}
+
+// UpdateNatsSubscriber changes the given fields of NATS subscriber id; a
+// Stream or SubjectPrefix given is an *InputError (they are fixed).
+// ErrNotFound if there is no such NATS subscriber.
+func UpdateNatsSubscriber(ctx context.Context, q Querier, id int64, in NatsSubscriberInput) (Subscriber, error) {
+	if in.Stream != nil {
+		return Subscriber{}, inputErr("stream", "is fixed at creation: create another subscriber for another stream")
+	}
+	if in.SubjectPrefix != nil {
+		return Subscriber{}, inputErr("subjectPrefix", "is fixed at creation: create another subscriber for another prefix")
+	}
+	if err := in.Validate(false); err != nil {
+		return Subscriber{}, err
+	}
+	row, err := queries.SubscriberUpdateNats(ctx, q, dbsqlc.SubscriberUpdateNatsParams{ID: id, Name: in.Name,
+		EventTypes: in.EventTypes, Entities: in.Entities, Condition: in.Condition, Format: in.Format,
+		MaxAttempts: in.MaxAttempts, TimeoutMs: in.TimeoutMs, MaxInFlight: in.MaxInFlight, RatePerSecond: in.RatePerSecond})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Subscriber{}, fmt.Errorf("there is no NATS subscriber %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Subscriber{}, nameTaken(err, in.Name, fmt.Sprintf("update NATS subscriber %d", id))
+	}
+	return subscriberFrom(dbsqlc.SubscriberRow(row)), nil
 }
 
 // SetSubscriberPaused pauses or resumes subscriber id, by actorID. A paused
@@ -239,7 +367,8 @@ func SetSubscriberPaused(ctx context.Context, tx pgx.Tx, actorID *int64, id int6
 	s := subscriberFrom(dbsqlc.SubscriberRow{ID: row.ID, Name: row.Name, Kind: row.Kind, EventTypes: row.EventTypes,
 		Url: row.Url, HasSecret: row.HasSecret, MaxAttempts: row.MaxAttempts, TimeoutMs: row.TimeoutMs, Paused: row.Paused,
 		CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt, Entities: row.Entities, Condition: row.Condition,
-		Format: row.Format, MaxInFlight: row.MaxInFlight, RatePerSecond: row.RatePerSecond})
+		Format: row.Format, MaxInFlight: row.MaxInFlight, RatePerSecond: row.RatePerSecond, Stream: row.Stream,
+		SubjectPrefix: row.SubjectPrefix})
 	if paused {
 		return s, nil, nil, nil
 	}
@@ -345,7 +474,7 @@ func Subscribers(ctx context.Context, q Querier) ([]Subscriber, error) {
 
 func subscriberFrom(r dbsqlc.SubscriberRow) Subscriber {
 	return Subscriber{ID: r.ID, Name: r.Name, Kind: r.Kind, EventTypes: r.EventTypes, Entities: r.Entities,
-		Condition: deref(r.Condition), URL: r.Url, Format: r.Format, HasSecret: r.HasSecret,
+		Condition: deref(r.Condition), URL: r.Url, Stream: r.Stream, SubjectPrefix: r.SubjectPrefix, Format: r.Format, HasSecret: r.HasSecret,
 		MaxAttempts: r.MaxAttempts, TimeoutMs: r.TimeoutMs, MaxInFlight: r.MaxInFlight, RatePerSecond: r.RatePerSecond,
 		Paused: r.Paused, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
 }

@@ -1108,6 +1108,52 @@ func (ec *executionContext) fieldContext_Subscriber_url(_ context.Context, field
 	return graphql.NewScalarFieldContext("Subscriber", field, false, false, "String")
 }
 
+func (ec *executionContext) _Subscriber_stream(ctx context.Context, field graphql.CollectedField, obj *db.Subscriber) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscriber_stream(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Stream, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Subscriber_stream(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Subscriber", field, false, false, "String")
+}
+
+func (ec *executionContext) _Subscriber_subjectPrefix(ctx context.Context, field graphql.CollectedField, obj *db.Subscriber) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscriber_subjectPrefix(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.SubjectPrefix, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Subscriber_subjectPrefix(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Subscriber", field, false, false, "String")
+}
+
 func (ec *executionContext) _Subscriber_format(ctx context.Context, field graphql.CollectedField, obj *db.Subscriber) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -1555,6 +1601,220 @@ func (ec *executionContext) unmarshalInputDeliveryFilter(ctx context.Context, ob
 func UnmarshalDeliveryFilter(ctx context.Context, raw any) (model.DeliveryFilter, error) {
 	var out model.DeliveryFilter
 	err := graphql.UnmarshalNamedInputFromContext(ctx, "DeliveryFilter", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputNatsSubscriberInput(ctx context.Context, obj any) (model.NatsSubscriberInput, error) {
+	var it model.NatsSubscriberInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	if _, present := asMap["format"]; !present {
+		asMap["format"] = "STANDARD_WEBHOOKS"
+	}
+
+	fieldsInOrder := [...]string{"name", "stream", "subjectPrefix", "eventTypes", "entities", "condition", "format", "maxAttempts", "timeoutMs", "maxInFlight", "ratePerSecond"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "name":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("name"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Name = data
+		case "stream":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stream"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Stream = data
+		case "subjectPrefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("subjectPrefix"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SubjectPrefix = data
+		case "eventTypes":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("eventTypes"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.EventTypes = data
+		case "entities":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("entities"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Entities = data
+		case "condition":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("condition"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Condition = data
+		case "format":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("format"))
+			data, err := ec.unmarshalOWebhookFormat2ᚖerpᚋgraphᚋmodelᚐWebhookFormat(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Format = data
+		case "maxAttempts":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxAttempts"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MaxAttempts = data
+		case "timeoutMs":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timeoutMs"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TimeoutMs = data
+		case "maxInFlight":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxInFlight"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MaxInFlight = data
+		case "ratePerSecond":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ratePerSecond"))
+			data, err := ec.unmarshalOFloat2ᚖfloat64(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.RatePerSecond = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalNatsSubscriberInput unmarshals raw into the NatsSubscriberInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalNatsSubscriberInput(ctx context.Context, raw any) (model.NatsSubscriberInput, error) {
+	var out model.NatsSubscriberInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "NatsSubscriberInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputNatsSubscriberUpdate(ctx context.Context, obj any) (model.NatsSubscriberUpdate, error) {
+	var it model.NatsSubscriberUpdate
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"name", "eventTypes", "entities", "condition", "format", "maxAttempts", "timeoutMs", "maxInFlight", "ratePerSecond"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "name":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("name"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Name = data
+		case "eventTypes":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("eventTypes"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.EventTypes = data
+		case "entities":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("entities"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Entities = data
+		case "condition":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("condition"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Condition = data
+		case "format":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("format"))
+			data, err := ec.unmarshalOWebhookFormat2ᚖerpᚋgraphᚋmodelᚐWebhookFormat(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Format = data
+		case "maxAttempts":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxAttempts"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MaxAttempts = data
+		case "timeoutMs":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("timeoutMs"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TimeoutMs = data
+		case "maxInFlight":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxInFlight"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MaxInFlight = data
+		case "ratePerSecond":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ratePerSecond"))
+			data, err := ec.unmarshalOFloat2ᚖfloat64(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.RatePerSecond = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalNatsSubscriberUpdate unmarshals raw into the NatsSubscriberUpdate input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalNatsSubscriberUpdate(ctx context.Context, raw any) (model.NatsSubscriberUpdate, error) {
+	var out model.NatsSubscriberUpdate
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "NatsSubscriberUpdate", raw, &out)
 	return out, err
 }
 
@@ -2155,6 +2415,16 @@ func (ec *executionContext) _Subscriber(ctx context.Context, sel ast.SelectionSe
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "stream":
+			out.Values[i] = ec._Subscriber_stream(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "subjectPrefix":
+			out.Values[i] = ec._Subscriber_subjectPrefix(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "format":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
 				true, false,
@@ -2355,6 +2625,16 @@ func (ec *executionContext) unmarshalNDeliveryStatus2erpᚋgraphᚋmodelᚐDeliv
 
 func (ec *executionContext) marshalNDeliveryStatus2erpᚋgraphᚋmodelᚐDeliveryStatus(ctx context.Context, sel ast.SelectionSet, v model.DeliveryStatus) graphql.Marshaler {
 	return v
+}
+
+func (ec *executionContext) unmarshalNNatsSubscriberInput2erpᚋgraphᚋmodelᚐNatsSubscriberInput(ctx context.Context, v any) (model.NatsSubscriberInput, error) {
+	res, err := ec.unmarshalInputNatsSubscriberInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNNatsSubscriberUpdate2erpᚋgraphᚋmodelᚐNatsSubscriberUpdate(ctx context.Context, v any) (model.NatsSubscriberUpdate, error) {
+	res, err := ec.unmarshalInputNatsSubscriberUpdate(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) marshalNReplay2ᚖerpᚋdbᚐReplay(ctx context.Context, sel ast.SelectionSet, v *db.Replay) graphql.Marshaler {

@@ -157,6 +157,7 @@ type ComplexityRoot struct {
 		ClosePurchaseOrder      func(childComplexity int, id int64, version int) int
 		CompleteProductionOrder func(childComplexity int, id int64, version int, toWarehouse string, quantity *decimal.Decimal) int
 		CreateItem              func(childComplexity int, input db.ItemInput) int
+		CreateNatsSubscriber    func(childComplexity int, input model.NatsSubscriberInput) int
 		CreateProductionOrder   func(childComplexity int, input db.ProductionOrderInput) int
 		CreatePurchaseOrder     func(childComplexity int, input db.PurchaseOrderInput) int
 		CreateSalesOrder        func(childComplexity int, input db.SalesOrderInput) int
@@ -182,6 +183,7 @@ type ComplexityRoot struct {
 		SetProductionWarehouse  func(childComplexity int, code string) int
 		SetUserRole             func(childComplexity int, login string, role model.Role) int
 		SetUserSources          func(childComplexity int, login string, sources []model.OrderSource) int
+		UpdateNatsSubscriber    func(childComplexity int, id int64, input model.NatsSubscriberUpdate) int
 		UpdateWebhookSubscriber func(childComplexity int, id int64, input model.WebhookSubscriberUpdate) int
 	}
 
@@ -349,6 +351,8 @@ type ComplexityRoot struct {
 		Paused        func(childComplexity int) int
 		RatePerSecond func(childComplexity int) int
 		Secret        func(childComplexity int) int
+		Stream        func(childComplexity int) int
+		SubjectPrefix func(childComplexity int) int
 		TimeoutMs     func(childComplexity int) int
 		URL           func(childComplexity int) int
 	}
@@ -919,6 +923,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateItem(childComplexity, args["input"].(db.ItemInput)), true
+	case "Mutation.createNatsSubscriber":
+		if e.ComplexityRoot.Mutation.CreateNatsSubscriber == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createNatsSubscriber_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateNatsSubscriber(childComplexity, args["input"].(model.NatsSubscriberInput)), true
 	case "Mutation.createProductionOrder":
 		if e.ComplexityRoot.Mutation.CreateProductionOrder == nil {
 			break
@@ -1194,6 +1209,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.SetUserSources(childComplexity, args["login"].(string), args["sources"].([]model.OrderSource)), true
+	case "Mutation.updateNatsSubscriber":
+		if e.ComplexityRoot.Mutation.UpdateNatsSubscriber == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updateNatsSubscriber_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdateNatsSubscriber(childComplexity, args["id"].(int64), args["input"].(model.NatsSubscriberUpdate)), true
 	case "Mutation.updateWebhookSubscriber":
 		if e.ComplexityRoot.Mutation.UpdateWebhookSubscriber == nil {
 			break
@@ -1942,6 +1968,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscriber.Secret(childComplexity), true
+	case "Subscriber.stream":
+		if e.ComplexityRoot.Subscriber.Stream == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.Stream(childComplexity), true
+	case "Subscriber.subjectPrefix":
+		if e.ComplexityRoot.Subscriber.SubjectPrefix == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.SubjectPrefix(childComplexity), true
 	case "Subscriber.timeoutMs":
 		if e.ComplexityRoot.Subscriber.TimeoutMs == nil {
 			break
@@ -2185,6 +2223,8 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("EventFilter", ec.unmarshalInputEventFilter),
 			graphql.NewInputUnmarshaler("ItemInput", ec.unmarshalInputItemInput),
 			graphql.NewInputUnmarshaler("LineInput", ec.unmarshalInputLineInput),
+			graphql.NewInputUnmarshaler("NatsSubscriberInput", ec.unmarshalInputNatsSubscriberInput),
+			graphql.NewInputUnmarshaler("NatsSubscriberUpdate", ec.unmarshalInputNatsSubscriberUpdate),
 			graphql.NewInputUnmarshaler("ProductionOrderFilter", ec.unmarshalInputProductionOrderFilter),
 			graphql.NewInputUnmarshaler("ProductionOrderInput", ec.unmarshalInputProductionOrderInput),
 			graphql.NewInputUnmarshaler("PurchaseOrderFilter", ec.unmarshalInputPurchaseOrderFilter),
@@ -2786,6 +2826,10 @@ func (ec *executionContext) childFields_Subscriber(ctx context.Context, field gr
 		return ec.fieldContext_Subscriber_condition(ctx, field)
 	case "url":
 		return ec.fieldContext_Subscriber_url(ctx, field)
+	case "stream":
+		return ec.fieldContext_Subscriber_stream(ctx, field)
+	case "subjectPrefix":
+		return ec.fieldContext_Subscriber_subjectPrefix(ctx, field)
 	case "format":
 		return ec.fieldContext_Subscriber_format(ctx, field)
 	case "secret":

@@ -28,6 +28,8 @@ type Dispatcher struct {
 	logger   *slog.Logger
 	retry    RetryPolicy
 	webhooks *WebhookSender
+	// nats publishes NATS subscribers' deliveries; nil: no NATS_URL.
+	nats *NatsPublisher
 	// filters compiles subscribers' filters, webhooks' when written and
 	// conditions at dispatch (one program per condition text, cached).
 	filters    *Filters
@@ -59,6 +61,10 @@ type DispatcherConfig struct {
 	// are written (CheckURL); default NewWebhookSender(), which allows
 	// private addresses.
 	Webhooks *WebhookSender
+	// Nats publishes NATS subscribers' deliveries and creates their
+	// streams; nil: this instance has no NATS (their deliveries fail here
+	// and are retried, and createNatsSubscriber is refused).
+	Nats *NatsPublisher
 	// Metrics, when set, records dispatches, deliveries, events written
 	// by subscribers and the dispatch latency.
 	Metrics *metrics.Metrics
@@ -166,7 +172,7 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig, builtins ...Subscri
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	d := &Dispatcher{pool: pool, logger: cfg.Logger, retry: cfg.Retry, webhooks: cfg.Webhooks,
+	d := &Dispatcher{pool: pool, logger: cfg.Logger, retry: cfg.Retry, webhooks: cfg.Webhooks, nats: cfg.Nats,
 		builtins: map[string]Subscriber{}, metrics: cfg.Metrics, batch: cfg.DispatchBatch, replayBatch: cfg.ReplayBatch,
 		backlogAfter: cfg.BacklogAfter, instance: cfg.Instance, disableAfter: cfg.DisableAfter, now: cfg.Now}
 	if cfg.TracerProvider != nil {

@@ -15,9 +15,10 @@ import (
 	"erp/db"
 )
 
-// An external delivery (a webhook's, live or replayed) is attempted in
-// three steps, and no transaction or pooled connection is held while the
-// request is out:
+// An external delivery (a webhook's or a NATS subscriber's, live or
+// replayed) is attempted in three steps, and no transaction or pooled
+// connection is held while the request (or the publish, awaiting its
+// acknowledgement) is out:
 //
 //  1. take: a short transaction locks the open, due record, checks the
 //     subscriber is not paused and no earlier event of the document comes
@@ -62,8 +63,10 @@ func (e *throttledError) Error() string {
 	return fmt.Sprintf("webhook %d at its limit", e.subscriberID)
 }
 
-// externalDelivery is one delivery to an external subscriber, live or
-// replayed: the parts of the three steps that differ between the two.
+// externalDelivery is one delivery to an external subscriber (a webhook
+// or NATS), live or replayed: the parts of the three steps that differ
+// between the two. The send step is the kind's: an HTTP request or a
+// JetStream publish (NatsPublisher.publish); the rest is shared.
 type externalDelivery interface {
 	// lock locks the record in tx if it is open and due and reads its
 	// subscriber and event; ready false: no attempt now (w.outcome says
@@ -71,7 +74,8 @@ type externalDelivery interface {
 	lock(ctx context.Context, d *Dispatcher, tx pgx.Tx, w *txWork) (sub db.Subscriber, ev db.Event, ready bool, err error)
 	// lease leases the locked record to holder for ttl.
 	lease(ctx context.Context, tx pgx.Tx, holder, instance string, ttl time.Duration) (db.Lease, error)
-	// messageID is the request's webhook-id: the same at every attempt.
+	// messageID is the request's webhook-id (a publish's Nats-Msg-Id):
+	// the same at every attempt.
 	messageID(ev db.Event, sub db.Subscriber) string
 	// record stores attempt a made under t's lease, if the lease is still
 	// t's (false: it is not, nothing changed), and notes in w what follows
@@ -198,9 +202,11 @@ func (d *Dispatcher) take(ctx context.Context, x externalDelivery) (*taken, txWo
 				return &throttledError{subscriberID: sub.ID, retryIn: wait}
 			}
 		}
-		target, err := db.WebhookTargetOf(ctx, tx, sub.ID)
-		if err != nil {
-			return err
+		var target db.WebhookTarget
+		if sub.Kind == db.SubscriberWebhook {
+			if target, err = db.WebhookTargetOf(ctx, tx, sub.ID); err != nil {
+				return err
+			}
 		}
 		l, err := x.lease(ctx, tx, holder, d.instance, ttl)
 		if err != nil {
@@ -228,11 +234,20 @@ func (d *Dispatcher) send(ctx context.Context, t *taken) (a db.Attempt, answered
 			d.settle(&a, true, 0, t.lease.Attempt, t.sub)
 			return a, nil
 		}
-		res := d.webhooks.Send(ctx, WebhookConfig{
-			URL: t.target.URL, Secret: t.target.Secret, Timeout: time.Duration(t.sub.TimeoutMs) * time.Millisecond,
-			MessageID: t.msgID, Format: WebhookFormat(t.target.Format),
-			Event: WebhookEvent{Type: t.ev.Type, Entity: t.ev.Entity, EntityID: t.ev.EntityID, CreatedAt: t.ev.CreatedAt},
-		}, t.ev.ID, body)
+		var res WebhookResult
+		switch {
+		case t.sub.Kind != db.SubscriberNats:
+			res = d.webhooks.Send(ctx, WebhookConfig{
+				URL: t.target.URL, Secret: t.target.Secret, Timeout: time.Duration(t.sub.TimeoutMs) * time.Millisecond,
+				MessageID: t.msgID, Format: WebhookFormat(t.target.Format),
+				Event: WebhookEvent{Type: t.ev.Type, Entity: t.ev.Entity, EntityID: t.ev.EntityID, CreatedAt: t.ev.CreatedAt},
+			}, t.ev.ID, body)
+		case d.nats == nil:
+			// Another instance on the database may have NATS_URL: retry.
+			res = WebhookResult{Err: errors.New("nats is not configured on this server instance (NATS_URL)")}
+		default:
+			res = d.nats.publish(ctx, t, body)
+		}
 		if res.Err != nil && ctx.Err() != nil {
 			answered = false
 			return db.Attempt{}, ctx.Err()

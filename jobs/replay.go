@@ -48,7 +48,7 @@ type ReplayInput struct {
 	To         *time.Time
 }
 
-// StartReplay starts a replay to one webhook subscriber of the processed
+// StartReplay starts a replay to one external (webhook or NATS) subscriber of the processed
 // events of in's range that its filter takes, by actorID: in one
 // transaction the replay row (total counted), the subscriber.replay_started
 // event with its dispatch job and the first batch job. Errors, all writing
@@ -77,8 +77,8 @@ func (d *Dispatcher) StartReplay(ctx context.Context, actorID *int64, in ReplayI
 		if err != nil {
 			return err
 		}
-		if sub.Kind != db.SubscriberWebhook {
-			return &db.InputError{Field: "subscriber", Msg: "only webhooks are replayed: a built-in subscriber's effects happen exactly once"}
+		if sub.Kind == db.SubscriberBuiltin {
+			return &db.InputError{Field: "subscriber", Msg: "only webhooks and NATS subscribers are replayed: a built-in subscriber's effects happen exactly once"}
 		}
 		started, ev, err := db.StartReplay(ctx, tx, actorID, sub, rng)
 		if err != nil {

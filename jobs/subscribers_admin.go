@@ -1,8 +1,10 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -68,32 +70,11 @@ func (d *Dispatcher) checkWebhookInput(ctx context.Context, in *db.WebhookSubscr
 			return &db.InputError{Field: "secret", Msg: err.Error()}
 		}
 	}
-	if in.Format != nil {
-		f, err := ParseWebhookFormat(*in.Format)
-		if err != nil {
-			return &db.InputError{Field: "format", Msg: err.Error()}
-		}
-		*in.Format = string(f)
-	}
-	spec := FilterSpec{EventTypes: in.EventTypes, Entities: in.Entities}
-	if in.Condition != nil {
-		spec.Condition = *in.Condition
-	}
-	f, err := d.filters.Compile(spec)
-	if err != nil {
+	if err := normalizeFormat(in.Format); err != nil {
 		return err
 	}
-	norm := f.Spec()
-	// nil stays nil (unchanged on update); a list given stays a list, [] if
-	// empty (every one).
-	if in.EventTypes != nil {
-		in.EventTypes = append([]string{}, norm.EventTypes...)
-	}
-	if in.Entities != nil {
-		in.Entities = append([]string{}, norm.Entities...)
-	}
-	if in.Condition != nil {
-		in.Condition = &norm.Condition
+	if err := d.normalizeFilter(&in.EventTypes, &in.Entities, &in.Condition); err != nil {
+		return err
 	}
 	// Last: it may ask DNS, and an address that does not resolve must not
 	// hide a mistake in the fields above.
@@ -111,6 +92,119 @@ func (d *Dispatcher) checkWebhookInput(ctx context.Context, in *db.WebhookSubscr
 		}
 	}
 	return nil
+}
+
+// normalizeFormat checks a format given and stores its canonical name.
+func normalizeFormat(format *string) error {
+	if format == nil {
+		return nil
+	}
+	f, err := ParseWebhookFormat(*format)
+	if err != nil {
+		return &db.InputError{Field: "format", Msg: err.Error()}
+	}
+	*format = string(f)
+	return nil
+}
+
+// normalizeFilter compiles a filter (event types known, entities known
+// tables or payload names, the condition parses and type-checks: a
+// *FilterError) and stores it normalised: types and tables sorted and
+// de-duplicated. nil stays nil (unchanged on update); a list given stays a
+// list, [] if empty (every one).
+func (d *Dispatcher) normalizeFilter(types, entities *[]string, condition **string) error {
+	if d.filtersErr != nil {
+		return d.filtersErr
+	}
+	spec := FilterSpec{EventTypes: *types, Entities: *entities}
+	if *condition != nil {
+		spec.Condition = **condition
+	}
+	f, err := d.filters.Compile(spec)
+	if err != nil {
+		return err
+	}
+	norm := f.Spec()
+	if *types != nil {
+		*types = append([]string{}, norm.EventTypes...)
+	}
+	if *entities != nil {
+		*entities = append([]string{}, norm.Entities...)
+	}
+	if *condition != nil {
+		*condition = &norm.Condition
+	}
+	return nil
+}
+
+// CreateNatsSubscriber adds a NATS subscriber after checking its input
+// (db.NatsSubscriberInput.Validate; the filter and format as
+// CreateWebhookSubscriber checks them) and its stream: one is created
+// (subjects <subjectPrefix>.>, a duplicate window of the subscriber's
+// RetryPolicy.Horizon) when NATS has none of that name; an existing one
+// must take the subjects and keep message ids at least as long. Errors:
+// *db.InputError (this server has no NATS_URL, on "stream"; the stream
+// refused; a taken name, matching db.ErrConflict), *FilterError, or NATS
+// could not be asked. The stream is checked with no transaction open (q
+// is a pool, not a transaction).
+func (d *Dispatcher) CreateNatsSubscriber(ctx context.Context, q db.Querier, in db.NatsSubscriberInput) (db.Subscriber, error) {
+	if d.nats == nil {
+		return db.Subscriber{}, &db.InputError{Field: "stream", Msg: "this server has no NATS: start it with NATS_URL (e.g. nats://localhost:4222) to publish to JetStream"}
+	}
+	if err := in.Validate(true); err != nil {
+		return db.Subscriber{}, err
+	}
+	if err := normalizeFormat(in.Format); err != nil {
+		return db.Subscriber{}, err
+	}
+	if err := d.normalizeFilter(&in.EventTypes, &in.Entities, &in.Condition); err != nil {
+		return db.Subscriber{}, err
+	}
+	attempts, timeout := cmp.Or(ptrValue(in.MaxAttempts), db.DefaultMaxAttempts), cmp.Or(ptrValue(in.TimeoutMs), db.DefaultTimeoutMs)
+	horizon := d.retry.Horizon(int(attempts), time.Duration(timeout)*time.Millisecond)
+	if err := d.nats.ensureStream(ctx, *in.Stream, *in.SubjectPrefix, horizon); err != nil {
+		return db.Subscriber{}, err
+	}
+	return db.CreateNatsSubscriber(ctx, q, in)
+}
+
+// UpdateNatsSubscriber changes the given fields of NATS subscriber id,
+// each checked as CreateNatsSubscriber checks it; a new maxAttempts or
+// timeoutMs must still fit the stream's duplicate window. Errors as
+// CreateNatsSubscriber, and db.ErrNotFound.
+func (d *Dispatcher) UpdateNatsSubscriber(ctx context.Context, q db.Querier, id int64, in db.NatsSubscriberInput) (db.Subscriber, error) {
+	if err := in.Validate(false); err != nil {
+		return db.Subscriber{}, err
+	}
+	if err := normalizeFormat(in.Format); err != nil {
+		return db.Subscriber{}, err
+	}
+	if err := d.normalizeFilter(&in.EventTypes, &in.Entities, &in.Condition); err != nil {
+		return db.Subscriber{}, err
+	}
+	if in.MaxAttempts != nil || in.TimeoutMs != nil {
+		cur, err := db.SubscriberByID(ctx, q, id)
+		if err != nil || cur.Kind != db.SubscriberNats {
+			return db.Subscriber{}, fmt.Errorf("there is no NATS subscriber %d: %w", id, db.ErrNotFound)
+		}
+		if d.nats == nil {
+			return db.Subscriber{}, &db.InputError{Field: "maxAttempts", Msg: "this server has no NATS (NATS_URL) to check the stream's duplicate window against"}
+		}
+		attempts, timeout := cmp.Or(ptrValue(in.MaxAttempts), cur.MaxAttempts), cmp.Or(ptrValue(in.TimeoutMs), cur.TimeoutMs)
+		horizon := d.retry.Horizon(int(attempts), time.Duration(timeout)*time.Millisecond)
+		if err := d.nats.ensureStream(ctx, deref(cur.Stream), deref(cur.SubjectPrefix), horizon); err != nil {
+			return db.Subscriber{}, err
+		}
+	}
+	return db.UpdateNatsSubscriber(ctx, q, id, in)
+}
+
+func ptrValue[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
 }
 
 // SetPaused pauses or resumes subscriber id, by actorID; resuming

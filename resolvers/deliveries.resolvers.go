@@ -87,6 +87,33 @@ func (r *mutationResolver) UpdateWebhookSubscriber(ctx context.Context, id int64
 	return &s, nil
 }
 
+func (r *mutationResolver) CreateNatsSubscriber(ctx context.Context, input model.NatsSubscriberInput) (*db.Subscriber, error) {
+	in := db.NatsSubscriberInput{
+		Name: &input.Name, Stream: &input.Stream, SubjectPrefix: &input.SubjectPrefix, EventTypes: input.EventTypes,
+		Entities: input.Entities, Condition: input.Condition, Format: formatOf(input.Format),
+		MaxAttempts: int32Ptr(input.MaxAttempts), TimeoutMs: int32Ptr(input.TimeoutMs),
+		MaxInFlight: int32Ptr(input.MaxInFlight), RatePerSecond: input.RatePerSecond,
+	}
+	s, err := r.Dispatcher.CreateNatsSubscriber(ctx, r.Pool, in)
+	if err != nil {
+		return nil, inArg("input", err)
+	}
+	return &s, nil
+}
+
+func (r *mutationResolver) UpdateNatsSubscriber(ctx context.Context, id int64, input model.NatsSubscriberUpdate) (*db.Subscriber, error) {
+	in := db.NatsSubscriberInput{
+		Name: input.Name, EventTypes: input.EventTypes, Entities: input.Entities, Condition: input.Condition,
+		Format: formatOf(input.Format), MaxAttempts: int32Ptr(input.MaxAttempts), TimeoutMs: int32Ptr(input.TimeoutMs),
+		MaxInFlight: int32Ptr(input.MaxInFlight), RatePerSecond: input.RatePerSecond,
+	}
+	s, err := r.Dispatcher.UpdateNatsSubscriber(ctx, r.Pool, id, in)
+	if err != nil {
+		return nil, inArg("input", err)
+	}
+	return &s, nil
+}
+
 func (r *mutationResolver) PauseSubscriber(ctx context.Context, id int64) (*db.Subscriber, error) {
 	s, err := r.Dispatcher.SetPaused(ctx, actorID(ctx), id, true)
 	return &s, err
@@ -186,7 +213,7 @@ func (r *subscriberResolver) Condition(ctx context.Context, obj *db.Subscriber) 
 }
 
 func (r *subscriberResolver) Format(ctx context.Context, obj *db.Subscriber) (*model.WebhookFormat, error) {
-	if obj.Kind != db.SubscriberWebhook {
+	if obj.Kind == db.SubscriberBuiltin {
 		return nil, nil
 	}
 	f, err := enumOf[model.WebhookFormat](obj.Format, fmt.Sprintf("subscriber %d's format", obj.ID))

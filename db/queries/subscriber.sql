@@ -11,7 +11,7 @@ ON CONFLICT (name) DO UPDATE SET event_types = EXCLUDED.event_types, entities = 
 WHERE subscribers.kind = EXCLUDED.kind
 RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
     max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format,
-    max_in_flight, rate_per_second;
+    max_in_flight, rate_per_second, stream, subject_prefix;
 
 -- name: SubscriberInsertWebhook :one
 -- The webhook and its max_in_flight lease slots, in one statement.
@@ -29,7 +29,7 @@ WITH s AS (
 )
 SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
     s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
-    s.max_in_flight, s.rate_per_second
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix
 FROM s;
 
 -- name: SubscriberUpdateWebhook :one
@@ -62,7 +62,58 @@ RETURNING *
 )
 SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
     s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
-    s.max_in_flight, s.rate_per_second
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix
+FROM s;
+
+-- name: SubscriberInsertNats :one
+-- The NATS subscriber and its max_in_flight lease slots (unacknowledged
+-- publishes at once), in one statement.
+WITH s AS (
+    INSERT INTO subscribers (name, kind, stream, subject_prefix, event_types, entities, condition, format, max_attempts,
+        timeout_ms, max_in_flight, rate_per_second)
+    VALUES (@name, 'nats', @stream, @subject_prefix, @event_types, @entities, sqlc.narg('condition'),
+        coalesce(sqlc.narg('format')::text, 'standard_webhooks'),
+        coalesce(sqlc.narg('max_attempts')::integer, 10), coalesce(sqlc.narg('timeout_ms')::integer, 10000),
+        coalesce(sqlc.narg('max_in_flight')::integer, 4), sqlc.narg('rate_per_second')::float8)
+    RETURNING *
+), slots AS (
+    INSERT INTO subscriber_leases (subscriber_id, slot)
+    SELECT s.id, g FROM s CROSS JOIN LATERAL generate_series(0, s.max_in_flight - 1) g
+)
+SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
+    s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix
+FROM s;
+
+-- name: SubscriberUpdateNats :one
+-- The given fields of NATS subscriber @id, and its lease slots, as
+-- SubscriberUpdateWebhook. Its stream and subject prefix are fixed: a
+-- change would split the journal between two streams.
+WITH s AS (
+UPDATE subscribers SET
+    name = coalesce(sqlc.narg('name'), name),
+    event_types = coalesce(sqlc.narg('event_types')::text[], event_types),
+    entities = coalesce(sqlc.narg('entities')::text[], entities),
+    condition = CASE WHEN sqlc.narg('condition')::text IS NULL THEN condition ELSE nullif(sqlc.narg('condition')::text, '') END,
+    format = coalesce(sqlc.narg('format')::text, format),
+    max_attempts = coalesce(sqlc.narg('max_attempts')::integer, max_attempts),
+    timeout_ms = coalesce(sqlc.narg('timeout_ms')::integer, timeout_ms),
+    max_in_flight = coalesce(sqlc.narg('max_in_flight')::integer, max_in_flight),
+    rate_per_second = CASE WHEN sqlc.narg('rate_per_second')::float8 IS NULL THEN rate_per_second
+        ELSE nullif(sqlc.narg('rate_per_second')::float8, 0) END,
+    updated_at = now()
+WHERE id = @id AND kind = 'nats'
+RETURNING *
+), added AS (
+    INSERT INTO subscriber_leases (subscriber_id, slot)
+    SELECT s.id, g FROM s CROSS JOIN LATERAL generate_series(0, s.max_in_flight - 1) g
+    ON CONFLICT DO NOTHING
+), dropped AS (
+    DELETE FROM subscriber_leases l USING s WHERE l.subscriber_id = s.id AND l.slot >= s.max_in_flight
+)
+SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
+    s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix
 FROM s;
 
 -- name: SubscriberSetPaused :one
@@ -77,7 +128,7 @@ UPDATE subscribers s SET paused = @paused, updated_at = now(),
 FROM old WHERE s.id = old.id
 RETURNING s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
     s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
-    s.max_in_flight, s.rate_per_second, old.paused AS was_paused, old.disabled_reason AS was_disabled;
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix, old.paused AS was_paused, old.disabled_reason AS was_disabled;
 
 -- name: SubscriberGetByName :one
 SELECT * FROM subscriber_rows WHERE name = @name;
@@ -95,7 +146,7 @@ SELECT id FROM subscribers WHERE id = @id FOR NO KEY UPDATE;
 -- the deliveries page's test expects).
 SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
     s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
-    s.max_in_flight, s.rate_per_second
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix
 FROM subscribers s WHERE s.id = ANY(@ids::bigint[]) ORDER BY s.id;
 
 -- name: SubscriberList :many

@@ -47,6 +47,48 @@ type IssuedToken struct {
 type Mutation struct {
 }
 
+type NatsSubscriberInput struct {
+	// 1–64 of a-z 0-9 _ . - (starting with a letter or digit), unique.
+	Name string `json:"name"`
+	// The JetStream stream: 1–64 of A-Z a-z 0-9 _ -. Created when NATS has none of that name.
+	Stream string `json:"stream"`
+	// NATS subject tokens (A-Z a-z 0-9 _ -) joined by dots, at most 128
+	// characters, no wildcards, e.g. erp.journal.
+	SubjectPrefix string `json:"subjectPrefix"`
+	// As WebhookSubscriberInput.eventTypes.
+	EventTypes []string `json:"eventTypes,omitempty"`
+	// As WebhookSubscriberInput.entities.
+	Entities []string `json:"entities,omitempty"`
+	// As WebhookSubscriberInput.condition.
+	Condition *string        `json:"condition,omitempty"`
+	Format    *WebhookFormat `json:"format,omitempty"`
+	// 1…100, default 10.
+	MaxAttempts *int `json:"maxAttempts,omitempty"`
+	// How long a publish waits for its acknowledgement: 100…120000 ms, default 10000.
+	TimeoutMs *int `json:"timeoutMs,omitempty"`
+	// 1…100, default 4: unacknowledged publishes at once across every server instance.
+	MaxInFlight *int `json:"maxInFlight,omitempty"`
+	// Publishes per second, more than 0 and at most 10000; absent: no limit.
+	RatePerSecond *float64 `json:"ratePerSecond,omitempty"`
+}
+
+type NatsSubscriberUpdate struct {
+	Name *string `json:"name,omitempty"`
+	// Replaces the list; [] means every type.
+	EventTypes []string `json:"eventTypes,omitempty"`
+	// Replaces the list; [] means every one.
+	Entities []string `json:"entities,omitempty"`
+	// Replaces the condition; "" removes it.
+	Condition   *string        `json:"condition,omitempty"`
+	Format      *WebhookFormat `json:"format,omitempty"`
+	MaxAttempts *int           `json:"maxAttempts,omitempty"`
+	TimeoutMs   *int           `json:"timeoutMs,omitempty"`
+	// 1…100.
+	MaxInFlight *int `json:"maxInFlight,omitempty"`
+	// More than 0 and at most 10000; 0 removes the limit.
+	RatePerSecond *float64 `json:"ratePerSecond,omitempty"`
+}
+
 type PageInfo struct {
 	HasNextPage bool    `json:"hasNextPage"`
 	EndCursor   *string `json:"endCursor,omitempty"`
@@ -584,16 +626,19 @@ const (
 	SubscriberKindBuiltin SubscriberKind = "BUILTIN"
 	// An HTTP endpoint (at least once; de-duplicate by the webhook-id header).
 	SubscriberKindWebhook SubscriberKind = "WEBHOOK"
+	// A NATS JetStream stream (at least once; the stream de-duplicates by Nats-Msg-Id within its duplicate window).
+	SubscriberKindNats SubscriberKind = "NATS"
 )
 
 var AllSubscriberKind = []SubscriberKind{
 	SubscriberKindBuiltin,
 	SubscriberKindWebhook,
+	SubscriberKindNats,
 }
 
 func (e SubscriberKind) IsValid() bool {
 	switch e {
-	case SubscriberKindBuiltin, SubscriberKindWebhook:
+	case SubscriberKindBuiltin, SubscriberKindWebhook, SubscriberKindNats:
 		return true
 	}
 	return false

@@ -268,6 +268,8 @@ type Subscriber struct {
 	FailingSince   *time.Time
 	LastFailedAt   *time.Time
 	DisabledReason *string
+	Stream         *string
+	SubjectPrefix  *string
 }
 
 type SubscriberBucket struct {
@@ -301,6 +303,8 @@ type SubscriberRow struct {
 	Format        string
 	MaxInFlight   int32
 	RatePerSecond *float64
+	Stream        *string
+	SubjectPrefix *string
 }
 
 type User struct {

@@ -56,7 +56,7 @@ func (q *Queries) SubscriberDisable(ctx context.Context, db DBTX, reason *string
 }
 
 const subscriberGetByID = `-- name: SubscriberGetByID :one
-SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second FROM subscriber_rows WHERE id = $1
+SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, stream, subject_prefix FROM subscriber_rows WHERE id = $1
 `
 
 func (q *Queries) SubscriberGetByID(ctx context.Context, db DBTX, id int64) (SubscriberRow, error) {
@@ -79,12 +79,14 @@ func (q *Queries) SubscriberGetByID(ctx context.Context, db DBTX, id int64) (Sub
 		&i.Format,
 		&i.MaxInFlight,
 		&i.RatePerSecond,
+		&i.Stream,
+		&i.SubjectPrefix,
 	)
 	return i, err
 }
 
 const subscriberGetByName = `-- name: SubscriberGetByName :one
-SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second FROM subscriber_rows WHERE name = $1
+SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, stream, subject_prefix FROM subscriber_rows WHERE name = $1
 `
 
 func (q *Queries) SubscriberGetByName(ctx context.Context, db DBTX, name string) (SubscriberRow, error) {
@@ -107,6 +109,8 @@ func (q *Queries) SubscriberGetByName(ctx context.Context, db DBTX, name string)
 		&i.Format,
 		&i.MaxInFlight,
 		&i.RatePerSecond,
+		&i.Stream,
+		&i.SubjectPrefix,
 	)
 	return i, err
 }
@@ -135,6 +139,100 @@ func (q *Queries) SubscriberGetWebhookTarget(ctx context.Context, db DBTX, id in
 	return i, err
 }
 
+const subscriberInsertNats = `-- name: SubscriberInsertNats :one
+WITH s AS (
+    INSERT INTO subscribers (name, kind, stream, subject_prefix, event_types, entities, condition, format, max_attempts,
+        timeout_ms, max_in_flight, rate_per_second)
+    VALUES ($1, 'nats', $2, $3, $4, $5, $6,
+        coalesce($7::text, 'standard_webhooks'),
+        coalesce($8::integer, 10), coalesce($9::integer, 10000),
+        coalesce($10::integer, 4), $11::float8)
+    RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, failing_since, last_failed_at, disabled_reason, stream, subject_prefix
+), slots AS (
+    INSERT INTO subscriber_leases (subscriber_id, slot)
+    SELECT s.id, g FROM s CROSS JOIN LATERAL generate_series(0, s.max_in_flight - 1) g
+)
+SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
+    s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix
+FROM s
+`
+
+type SubscriberInsertNatsParams struct {
+	Name          string
+	Stream        *string
+	SubjectPrefix *string
+	EventTypes    []string
+	Entities      []string
+	Condition     *string
+	Format        *string
+	MaxAttempts   *int32
+	TimeoutMs     *int32
+	MaxInFlight   *int32
+	RatePerSecond *float64
+}
+
+type SubscriberInsertNatsRow struct {
+	ID            int64
+	Name          string
+	Kind          string
+	EventTypes    []string
+	Url           *string
+	HasSecret     bool
+	MaxAttempts   int32
+	TimeoutMs     int32
+	Paused        bool
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	Entities      []string
+	Condition     *string
+	Format        string
+	MaxInFlight   int32
+	RatePerSecond *float64
+	Stream        *string
+	SubjectPrefix *string
+}
+
+// The NATS subscriber and its max_in_flight lease slots (unacknowledged
+// publishes at once), in one statement.
+func (q *Queries) SubscriberInsertNats(ctx context.Context, db DBTX, arg SubscriberInsertNatsParams) (SubscriberInsertNatsRow, error) {
+	row := db.QueryRow(ctx, subscriberInsertNats,
+		arg.Name,
+		arg.Stream,
+		arg.SubjectPrefix,
+		arg.EventTypes,
+		arg.Entities,
+		arg.Condition,
+		arg.Format,
+		arg.MaxAttempts,
+		arg.TimeoutMs,
+		arg.MaxInFlight,
+		arg.RatePerSecond,
+	)
+	var i SubscriberInsertNatsRow
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.Kind,
+		&i.EventTypes,
+		&i.Url,
+		&i.HasSecret,
+		&i.MaxAttempts,
+		&i.TimeoutMs,
+		&i.Paused,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.Entities,
+		&i.Condition,
+		&i.Format,
+		&i.MaxInFlight,
+		&i.RatePerSecond,
+		&i.Stream,
+		&i.SubjectPrefix,
+	)
+	return i, err
+}
+
 const subscriberInsertWebhook = `-- name: SubscriberInsertWebhook :one
 WITH s AS (
     INSERT INTO subscribers (name, kind, url, event_types, entities, condition, format, secret, max_attempts, timeout_ms,
@@ -143,14 +241,14 @@ WITH s AS (
         coalesce($6::text, 'standard_webhooks'), $7,
         coalesce($8::integer, 10), coalesce($9::integer, 10000),
         coalesce($10::integer, 4), $11::float8)
-    RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, failing_since, last_failed_at, disabled_reason
+    RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, failing_since, last_failed_at, disabled_reason, stream, subject_prefix
 ), slots AS (
     INSERT INTO subscriber_leases (subscriber_id, slot)
     SELECT s.id, g FROM s CROSS JOIN LATERAL generate_series(0, s.max_in_flight - 1) g
 )
 SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
     s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
-    s.max_in_flight, s.rate_per_second
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix
 FROM s
 `
 
@@ -185,6 +283,8 @@ type SubscriberInsertWebhookRow struct {
 	Format        string
 	MaxInFlight   int32
 	RatePerSecond *float64
+	Stream        *string
+	SubjectPrefix *string
 }
 
 // The webhook and its max_in_flight lease slots, in one statement.
@@ -220,6 +320,8 @@ func (q *Queries) SubscriberInsertWebhook(ctx context.Context, db DBTX, arg Subs
 		&i.Format,
 		&i.MaxInFlight,
 		&i.RatePerSecond,
+		&i.Stream,
+		&i.SubjectPrefix,
 	)
 	return i, err
 }
@@ -395,7 +497,7 @@ func (q *Queries) SubscriberLeaseTake(ctx context.Context, db DBTX, holder *stri
 }
 
 const subscriberList = `-- name: SubscriberList :many
-SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second FROM subscriber_rows ORDER BY name
+SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, stream, subject_prefix FROM subscriber_rows ORDER BY name
 `
 
 func (q *Queries) SubscriberList(ctx context.Context, db DBTX) ([]SubscriberRow, error) {
@@ -424,6 +526,8 @@ func (q *Queries) SubscriberList(ctx context.Context, db DBTX) ([]SubscriberRow,
 			&i.Format,
 			&i.MaxInFlight,
 			&i.RatePerSecond,
+			&i.Stream,
+			&i.SubjectPrefix,
 		); err != nil {
 			return nil, err
 		}
@@ -438,7 +542,7 @@ func (q *Queries) SubscriberList(ctx context.Context, db DBTX) ([]SubscriberRow,
 const subscriberListByIDs = `-- name: SubscriberListByIDs :many
 SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
     s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
-    s.max_in_flight, s.rate_per_second
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix
 FROM subscribers s WHERE s.id = ANY($1::bigint[]) ORDER BY s.id
 `
 
@@ -459,6 +563,8 @@ type SubscriberListByIDsRow struct {
 	Format        string
 	MaxInFlight   int32
 	RatePerSecond *float64
+	Stream        *string
+	SubjectPrefix *string
 }
 
 // The view's columns, read from the table itself (as the statement log of
@@ -489,6 +595,8 @@ func (q *Queries) SubscriberListByIDs(ctx context.Context, db DBTX, ids []int64)
 			&i.Format,
 			&i.MaxInFlight,
 			&i.RatePerSecond,
+			&i.Stream,
+			&i.SubjectPrefix,
 		); err != nil {
 			return nil, err
 		}
@@ -552,7 +660,7 @@ UPDATE subscribers s SET paused = $1, updated_at = now(),
 FROM old WHERE s.id = old.id
 RETURNING s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
     s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
-    s.max_in_flight, s.rate_per_second, old.paused AS was_paused, old.disabled_reason AS was_disabled
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix, old.paused AS was_paused, old.disabled_reason AS was_disabled
 `
 
 type SubscriberSetPausedRow struct {
@@ -572,6 +680,8 @@ type SubscriberSetPausedRow struct {
 	Format        string
 	MaxInFlight   int32
 	RatePerSecond *float64
+	Stream        *string
+	SubjectPrefix *string
 	WasPaused     bool
 	WasDisabled   *string
 }
@@ -599,8 +709,113 @@ func (q *Queries) SubscriberSetPaused(ctx context.Context, db DBTX, paused bool,
 		&i.Format,
 		&i.MaxInFlight,
 		&i.RatePerSecond,
+		&i.Stream,
+		&i.SubjectPrefix,
 		&i.WasPaused,
 		&i.WasDisabled,
+	)
+	return i, err
+}
+
+const subscriberUpdateNats = `-- name: SubscriberUpdateNats :one
+WITH s AS (
+UPDATE subscribers SET
+    name = coalesce($1, name),
+    event_types = coalesce($2::text[], event_types),
+    entities = coalesce($3::text[], entities),
+    condition = CASE WHEN $4::text IS NULL THEN condition ELSE nullif($4::text, '') END,
+    format = coalesce($5::text, format),
+    max_attempts = coalesce($6::integer, max_attempts),
+    timeout_ms = coalesce($7::integer, timeout_ms),
+    max_in_flight = coalesce($8::integer, max_in_flight),
+    rate_per_second = CASE WHEN $9::float8 IS NULL THEN rate_per_second
+        ELSE nullif($9::float8, 0) END,
+    updated_at = now()
+WHERE id = $10 AND kind = 'nats'
+RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, failing_since, last_failed_at, disabled_reason, stream, subject_prefix
+), added AS (
+    INSERT INTO subscriber_leases (subscriber_id, slot)
+    SELECT s.id, g FROM s CROSS JOIN LATERAL generate_series(0, s.max_in_flight - 1) g
+    ON CONFLICT DO NOTHING
+), dropped AS (
+    DELETE FROM subscriber_leases l USING s WHERE l.subscriber_id = s.id AND l.slot >= s.max_in_flight
+)
+SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
+    s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix
+FROM s
+`
+
+type SubscriberUpdateNatsParams struct {
+	Name          *string
+	EventTypes    []string
+	Entities      []string
+	Condition     *string
+	Format        *string
+	MaxAttempts   *int32
+	TimeoutMs     *int32
+	MaxInFlight   *int32
+	RatePerSecond *float64
+	ID            int64
+}
+
+type SubscriberUpdateNatsRow struct {
+	ID            int64
+	Name          string
+	Kind          string
+	EventTypes    []string
+	Url           *string
+	HasSecret     bool
+	MaxAttempts   int32
+	TimeoutMs     int32
+	Paused        bool
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	Entities      []string
+	Condition     *string
+	Format        string
+	MaxInFlight   int32
+	RatePerSecond *float64
+	Stream        *string
+	SubjectPrefix *string
+}
+
+// The given fields of NATS subscriber @id, and its lease slots, as
+// SubscriberUpdateWebhook. Its stream and subject prefix are fixed: a
+// change would split the journal between two streams.
+func (q *Queries) SubscriberUpdateNats(ctx context.Context, db DBTX, arg SubscriberUpdateNatsParams) (SubscriberUpdateNatsRow, error) {
+	row := db.QueryRow(ctx, subscriberUpdateNats,
+		arg.Name,
+		arg.EventTypes,
+		arg.Entities,
+		arg.Condition,
+		arg.Format,
+		arg.MaxAttempts,
+		arg.TimeoutMs,
+		arg.MaxInFlight,
+		arg.RatePerSecond,
+		arg.ID,
+	)
+	var i SubscriberUpdateNatsRow
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.Kind,
+		&i.EventTypes,
+		&i.Url,
+		&i.HasSecret,
+		&i.MaxAttempts,
+		&i.TimeoutMs,
+		&i.Paused,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.Entities,
+		&i.Condition,
+		&i.Format,
+		&i.MaxInFlight,
+		&i.RatePerSecond,
+		&i.Stream,
+		&i.SubjectPrefix,
 	)
 	return i, err
 }
@@ -622,7 +837,7 @@ UPDATE subscribers SET
         ELSE nullif($11::float8, 0) END,
     updated_at = now()
 WHERE id = $12 AND kind = 'webhook'
-RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, failing_since, last_failed_at, disabled_reason
+RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, failing_since, last_failed_at, disabled_reason, stream, subject_prefix
 ), added AS (
     INSERT INTO subscriber_leases (subscriber_id, slot)
     SELECT s.id, g FROM s CROSS JOIN LATERAL generate_series(0, s.max_in_flight - 1) g
@@ -632,7 +847,7 @@ RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, pa
 )
 SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
     s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
-    s.max_in_flight, s.rate_per_second
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix
 FROM s
 `
 
@@ -668,6 +883,8 @@ type SubscriberUpdateWebhookRow struct {
 	Format        string
 	MaxInFlight   int32
 	RatePerSecond *float64
+	Stream        *string
+	SubjectPrefix *string
 }
 
 // The given fields, and the lease slots to max_in_flight (a slot dropped
@@ -706,6 +923,8 @@ func (q *Queries) SubscriberUpdateWebhook(ctx context.Context, db DBTX, arg Subs
 		&i.Format,
 		&i.MaxInFlight,
 		&i.RatePerSecond,
+		&i.Stream,
+		&i.SubjectPrefix,
 	)
 	return i, err
 }
@@ -719,7 +938,7 @@ ON CONFLICT (name) DO UPDATE SET event_types = EXCLUDED.event_types, entities = 
 WHERE subscribers.kind = EXCLUDED.kind
 RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
     max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format,
-    max_in_flight, rate_per_second
+    max_in_flight, rate_per_second, stream, subject_prefix
 `
 
 type SubscriberUpsertBuiltinRow struct {
@@ -739,6 +958,8 @@ type SubscriberUpsertBuiltinRow struct {
 	Format        string
 	MaxInFlight   int32
 	RatePerSecond *float64
+	Stream        *string
+	SubjectPrefix *string
 }
 
 // Subscribers of the event stream (table subscribers, read through view
@@ -770,6 +991,8 @@ func (q *Queries) SubscriberUpsertBuiltin(ctx context.Context, db DBTX, name str
 		&i.Format,
 		&i.MaxInFlight,
 		&i.RatePerSecond,
+		&i.Stream,
+		&i.SubjectPrefix,
 	)
 	return i, err
 }

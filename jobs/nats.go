@@ -1,0 +1,236 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/propagation"
+
+	"erp/db"
+)
+
+// Headers of every message a NATS subscriber publishes besides
+// Nats-Msg-Id (jetstream.MsgIDHeader: the delivery's stable id, as a
+// webhook's webhook-id), Content-Type and, when tracing is on,
+// traceparent.
+const (
+	// NatsHeaderEventID is the journal event id, in decimal: the key to
+	// de-duplicate by beyond the stream's duplicate window.
+	NatsHeaderEventID = "Erp-Event-Id"
+	// NatsHeaderEventType is the event type, e.g. order.received.
+	NatsHeaderEventType = "Erp-Event-Type"
+	// NatsHeaderEventTime is the event's creation, RFC 3339 with
+	// nanoseconds, UTC.
+	NatsHeaderEventTime = "Erp-Event-Time"
+)
+
+// NatsConfig is the server's one connection to NATS (NATS_URL and its
+// companions). URL empty: no NATS.
+type NatsConfig struct {
+	// URL is a NATS URL or a comma-separated list of a cluster's
+	// (nats://host:4222, tls://host:4222).
+	URL string
+	// Creds is a credentials file (JWT and NKey seed); NKey an NKey seed
+	// file; at most one of them.
+	Creds string
+	NKey  string
+	// CA is a PEM file of the CA that signed the server's TLS
+	// certificate, when the system's roots do not hold it.
+	CA string
+}
+
+// NatsPublisher publishes external deliveries to NATS JetStream over one
+// connection, which reconnects by itself for as long as the server runs.
+// It is safe for concurrent use.
+type NatsPublisher struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	source string // the CloudEvents source
+}
+
+// ConnectNats connects to cfg.URL. The server starts even when NATS is
+// down: the connection keeps trying in the background, and a publish
+// meanwhile fails at once (it is not buffered) and is retried as any
+// failed delivery. Errors: a credentials, seed or CA file that cannot be
+// read, a malformed URL.
+func ConnectNats(cfg NatsConfig, logger *slog.Logger) (*NatsPublisher, error) {
+	opts := []nats.Option{
+		nats.Name("erp"),
+		nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true),
+		// A publish during a reconnect fails instead of waiting in a
+		// buffer: its retry then follows the delivery's schedule, and the
+		// attempt log says what happened.
+		nats.ReconnectBufSize(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			logger.Warn("nats disconnected", slog.Any("error", err))
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			logger.Info("nats reconnected", slog.String("url", nc.ConnectedUrlRedacted()))
+		}),
+	}
+	if cfg.Creds != "" && cfg.NKey != "" {
+		return nil, errors.New("nats: give NATS_CREDS or NATS_NKEY, not both")
+	}
+	if cfg.Creds != "" {
+		opts = append(opts, nats.UserCredentials(cfg.Creds))
+	}
+	if cfg.NKey != "" {
+		o, err := nats.NkeyOptionFromSeed(cfg.NKey)
+		if err != nil {
+			return nil, fmt.Errorf("nats: read NATS_NKEY %s: %w", cfg.NKey, err)
+		}
+		opts = append(opts, o)
+	}
+	if cfg.CA != "" {
+		opts = append(opts, nats.RootCAs(cfg.CA))
+	}
+	nc, err := nats.Connect(cfg.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("nats: connect %s: %w", cfg.URL, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("nats: jetstream: %w", err)
+	}
+	return &NatsPublisher{nc: nc, js: js, source: defaultCloudEventsSource}, nil
+}
+
+// Close closes the connection; a publish in flight fails.
+func (p *NatsPublisher) Close() { p.nc.Close() }
+
+// NatsSubject is the subject event ev is published on by a subscriber
+// with prefix: "<prefix>.<entity>.<entity id>.<type>", e.g.
+// "erp.journal.sales_orders.42.order.received". The dots of the type are
+// subject separators: "<prefix>.sales_orders.42.>" is one document's
+// events, "<prefix>.*.*.order.received" one type's.
+func NatsSubject(prefix string, ev db.Event) string {
+	return prefix + "." + ev.Entity + "." + strconv.FormatInt(ev.EntityID, 10) + "." + ev.Type
+}
+
+// publish publishes event ev (body: its JSON, as a webhook's) for t and
+// waits for the stream's acknowledgement, at most t's timeout. The
+// result is a webhook's: Body names the stream and sequence stored (a
+// duplicate within the stream's window is acknowledged as stored
+// before: a success), Err why no acknowledgement came; only a message
+// too large for the server is Permanent.
+func (p *NatsPublisher) publish(ctx context.Context, t *taken, body []byte) WebhookResult {
+	start := time.Now()
+	ev, stream := t.ev, deref(t.sub.Stream)
+	payload, contentType, err := webhookPayload(WebhookFormat(t.sub.Format), p.source, t.msgID,
+		WebhookEvent{Type: ev.Type, Entity: ev.Entity, EntityID: ev.EntityID, CreatedAt: ev.CreatedAt}, body)
+	if err != nil {
+		return WebhookResult{Err: err, Permanent: true}
+	}
+	msg := nats.NewMsg(NatsSubject(deref(t.sub.SubjectPrefix), ev))
+	msg.Data = payload
+	msg.Header.Set("Content-Type", contentType)
+	msg.Header.Set(NatsHeaderEventID, strconv.FormatInt(ev.ID, 10))
+	msg.Header.Set(NatsHeaderEventType, ev.Type)
+	msg.Header.Set(NatsHeaderEventTime, ev.CreatedAt.UTC().Format(time.RFC3339Nano))
+	trace := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, trace)
+	if tp := trace.Get("traceparent"); tp != "" {
+		msg.Header.Set("traceparent", tp)
+	}
+	pctx, cancel := context.WithTimeout(ctx, time.Duration(t.sub.TimeoutMs)*time.Millisecond)
+	defer cancel()
+	ack, err := p.js.PublishMsg(pctx, msg, jetstream.WithMsgID(t.msgID), jetstream.WithExpectStream(stream))
+	res := WebhookResult{Duration: time.Since(start)}
+	if err != nil {
+		res.Err = fmt.Errorf("nats publish to stream %s: %w", stream, err)
+		res.Permanent = errors.Is(err, nats.ErrMaxPayload)
+		return res
+	}
+	res.Body = fmt.Sprintf("stream %s seq %d", ack.Stream, ack.Sequence)
+	if ack.Duplicate {
+		res.Body += " (duplicate: stored before)"
+	}
+	return res
+}
+
+// ensureStream makes sure stream stores subjects <prefix>.> and keeps
+// message ids for at least horizon: it creates the stream (file storage,
+// duplicate window horizon) when there is none; an existing one must
+// take the subjects and keep ids as long, else an *db.InputError names
+// both durations (a retry after the window would be stored twice). Other
+// errors: NATS could not be asked.
+func (p *NatsPublisher) ensureStream(ctx context.Context, stream, prefix string, horizon time.Duration) error {
+	s, err := p.js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = p.js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"},
+			Storage: jetstream.FileStorage, Duplicates: horizon})
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) {
+			return &db.InputError{Field: "stream", Msg: fmt.Sprintf("NATS refused to create stream %s for %s.>: %s", stream, prefix, apiErr.Description)}
+		}
+		if err != nil {
+			return fmt.Errorf("create stream %s: %w", stream, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read stream %s: %w", stream, err)
+	}
+	cfg := s.CachedInfo().Config
+	if !subjectsCover(cfg.Subjects, prefix) {
+		return &db.InputError{Field: "subjectPrefix", Msg: fmt.Sprintf("stream %s takes subjects %s, not %s.>: add it to the stream or choose another prefix",
+			stream, strings.Join(cfg.Subjects, ", "), prefix)}
+	}
+	if cfg.Duplicates < horizon {
+		return &db.InputError{Field: "stream", Msg: fmt.Sprintf("stream %s keeps message ids for %s (its duplicate window), shorter than this subscriber's retry schedule of %s: a retry after the window would be stored twice; raise the stream's duplicate window to %s or lower maxAttempts or timeoutMs",
+			stream, cfg.Duplicates, horizon.Round(time.Second), horizon.Round(time.Second))}
+	}
+	return nil
+}
+
+// subjectsCover tells whether one of a stream's subject filters matches
+// every subject <prefix>.… (prefix has no wildcards).
+func subjectsCover(filters []string, prefix string) bool {
+	want := strings.Split(prefix, ".")
+	for _, f := range filters {
+		got := strings.Split(f, ".")
+		for i, tok := range got {
+			if tok == ">" {
+				return true
+			}
+			if i >= len(want) || (tok != "*" && tok != want[i]) {
+				break
+			}
+		}
+	}
+	return false
+}
+
+// Horizon is how long after its first attempt a delivery with
+// maxAttempts attempts of timeout each may still be attempted under p:
+// the longest wait after every failed attempt but the last, plus each
+// attempt's lease (timeout and leaseMargin) and the minute a crashed
+// attempt may wait for the sweep (at the default DISPATCH_INTERVAL). A
+// NATS subscriber's stream must keep message ids as long.
+func (p RetryPolicy) Horizon(maxAttempts int, timeout time.Duration) time.Duration {
+	var h time.Duration
+	d := p.Base
+	for n := 1; n < maxAttempts; n++ {
+		h += min(d, p.Max)
+		if d < p.Max {
+			d *= 2
+		}
+	}
+	return h + time.Duration(maxAttempts)*(timeout+leaseMargin+time.Minute)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

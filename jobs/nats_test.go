@@ -1,0 +1,242 @@
+package jobs_test
+
+import (
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"erp/db"
+	"erp/jobs"
+	"erp/jobs/natstest"
+)
+
+// natsBundle is the dispatch side with a NATS server and one NATS
+// subscriber of every event on stream JOURNAL, subjects erp.journal.>.
+type natsBundle struct {
+	*testBundle
+	srv *natstest.Server
+	js  jetstream.JetStream
+	sub db.Subscriber
+}
+
+func setupNats(t *testing.T, retry jobs.RetryPolicy, in db.NatsSubscriberInput) *natsBundle {
+	t.Helper()
+	srv := natstest.New(t)
+	pub, err := jobs.ConnectNats(jobs.NatsConfig{URL: srv.URL}, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	t.Cleanup(pub.Close)
+	b := setupWith(t, jobs.DispatcherConfig{Nats: pub, Retry: retry}, time.Hour)
+	name, stream, prefix := "journal", "JOURNAL", "erp.journal"
+	in.Name, in.Stream, in.SubjectPrefix = &name, &stream, &prefix
+	sub, err := b.dispatcher.CreateNatsSubscriber(b.ctx, b.pool, in)
+	require.NoError(t, err)
+	return &natsBundle{testBundle: b, srv: srv, js: srv.JetStream(t), sub: sub}
+}
+
+// journal writes n events, doc.status_changed of sales orders 1…docs in
+// turn (event i is about document i % docs + 1), and enqueues their
+// dispatch.
+func (b *natsBundle) journal(t *testing.T, n, docs int) {
+	t.Helper()
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(b.ctx, `INSERT INTO events (type, entity, entity_id, payload)
+			SELECT 'doc.status_changed', 'sales_orders', g % $2 + 1, jsonb_build_object('n', g)
+			FROM generate_series(0, $1 - 1) g ORDER BY g RETURNING id`, n, docs)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return err
+		}
+		events := make([]db.Event, len(ids))
+		for i, id := range ids {
+			events[i] = db.Event{ID: id}
+		}
+		return jobs.EnqueueDispatch(b.ctx, b.river, tx, events)
+	}))
+}
+
+// streamed is every message of stream JOURNAL, in stream order.
+func (b *natsBundle) streamed(t *testing.T) []jetstream.Msg {
+	t.Helper()
+	s, err := b.js.Stream(b.ctx, "JOURNAL")
+	require.NoError(t, err)
+	info, err := s.Info(b.ctx)
+	require.NoError(t, err)
+	n := int(info.State.Msgs)
+	if n == 0 {
+		return nil
+	}
+	c, err := s.OrderedConsumer(b.ctx, jetstream.OrderedConsumerConfig{})
+	require.NoError(t, err)
+	batch, err := c.Fetch(n, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	var out []jetstream.Msg
+	for m := range batch.Messages() {
+		out = append(out, m)
+	}
+	require.NoError(t, batch.Error())
+	require.Len(t, out, n)
+	return out
+}
+
+// requireOnceInOrder checks that msgs hold every one of want events once
+// (by Nats-Msg-Id and by event id) and each document's in event order.
+func requireOnceInOrder(t *testing.T, msgs []jetstream.Msg, want int) {
+	t.Helper()
+	ids := map[string]bool{}
+	last := map[string]int64{}
+	for _, m := range msgs {
+		h := m.Headers()
+		id := h.Get(jetstream.MsgIDHeader)
+		require.False(t, ids[id], "message %s stored twice", id)
+		ids[id] = true
+		ev, err := strconv.ParseInt(h.Get(jobs.NatsHeaderEventID), 10, 64)
+		require.NoError(t, err)
+		// erp.journal.sales_orders.<id>.doc.status_changed: one document's.
+		doc := m.Subject()
+		require.Greater(t, ev, last[doc], "document %s out of order", doc)
+		last[doc] = ev
+		require.Equal(t, "doc.status_changed", h.Get(jobs.NatsHeaderEventType))
+	}
+	require.Len(t, ids, want)
+}
+
+func (b *natsBundle) lag(t *testing.T) db.SubscriberLag {
+	t.Helper()
+	lags, err := db.SubscriberLagsByIDs(b.ctx, b.pool, []int64{b.sub.ID})
+	require.NoError(t, err)
+	require.Len(t, lags, 1)
+	return lags[0]
+}
+
+func (b *natsBundle) waitDelivered(t *testing.T, n int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for b.count(t, `SELECT count(*) FROM deliveries WHERE subscriber_id = $1 AND status = 'delivered'`, b.sub.ID) < n {
+		require.Zero(t, b.count(t, `SELECT count(*) FROM deliveries WHERE subscriber_id = $1 AND status = 'dead'`, b.sub.ID), "a dead letter")
+		if time.Now().After(deadline) {
+			rows, err := b.pool.Query(b.ctx, `SELECT status, attempts, coalesce(last_error, ''), extract(epoch FROM next_attempt_at - now())::float8
+				FROM deliveries WHERE subscriber_id = $1 AND status <> 'delivered' ORDER BY event_id LIMIT 5`, b.sub.ID)
+			require.NoError(t, err)
+			open, err := pgx.CollectRows(rows, pgx.RowToAddrOf[struct {
+				Status   string
+				Attempts int32
+				Error    string
+				DueIn    float64
+			}])
+			require.NoError(t, err)
+			for _, o := range open {
+				t.Logf("open: %+v", *o)
+			}
+			t.Fatalf("not all %d delivered within %s", n, within)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestNatsThousandEventsAcrossFiftyDocumentsOnceAndInOrder(t *testing.T) {
+	t.Parallel()
+	maxInFlight := int32(16)
+	b := setupNats(t, testRetry, db.NatsSubscriberInput{MaxInFlight: &maxInFlight})
+	b.startRiver(t)
+	b.journal(t, 1000, 50)
+	b.waitDelivered(t, 1000, 5*time.Minute) // a bound for a loaded CI machine, not a figure
+	requireOnceInOrder(t, b.streamed(t), 1000)
+}
+
+func TestNatsServerDownFiveSecondsLosesNothingStoresNothingTwice(t *testing.T) {
+	t.Parallel()
+	attempts := int32(100)
+	b := setupNats(t, jobs.RetryPolicy{Base: 20 * time.Millisecond, Max: 500 * time.Millisecond},
+		db.NatsSubscriberInput{MaxAttempts: &attempts})
+	b.startRiver(t)
+	b.journal(t, 100, 10)
+	b.waitDelivered(t, 1, 30*time.Second) // mid-stream
+
+	b.srv.Stop()
+	b.journal(t, 100, 10)
+	time.Sleep(5 * time.Second) // the outage the issue asks for
+	during := b.lag(t)
+	require.Positive(t, during.Pending, "the subscriber's lag rises while NATS is down")
+	require.Positive(t, during.Failing, "publishes fail while NATS is down")
+
+	b.srv.Start()
+	b.waitDelivered(t, 200, time.Minute)
+	require.Zero(t, b.lag(t).Pending, "and falls back to zero")
+	requireOnceInOrder(t, b.streamed(t), 200)
+}
+
+func TestNatsDuplicateWindowShorterThanTheRetryScheduleIsRefused(t *testing.T) {
+	t.Parallel()
+	srv := natstest.New(t)
+	js := srv.JetStream(t)
+	_, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "SHORT", Subjects: []string{"short.>"}, Duplicates: 2 * time.Minute})
+	require.NoError(t, err)
+	pub, err := jobs.ConnectNats(jobs.NatsConfig{URL: srv.URL}, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	t.Cleanup(pub.Close)
+	b := setupWith(t, jobs.DispatcherConfig{Nats: pub, Retry: jobs.DefaultRetryPolicy}, time.Hour)
+	name, stream := "short", "SHORT"
+	in := db.NatsSubscriberInput{Name: &name, Stream: &stream}
+
+	prefix := "short"
+	in.SubjectPrefix = &prefix
+	_, err = b.dispatcher.CreateNatsSubscriber(b.ctx, b.pool, in)
+	var inputErr *db.InputError
+	require.ErrorAs(t, err, &inputErr)
+	require.Equal(t, "stream", inputErr.Field)
+	horizon := jobs.DefaultRetryPolicy.Horizon(10, 10*time.Second).Round(time.Second)
+	require.Contains(t, inputErr.Msg, "2m0s", "JetStream's default window")
+	require.Contains(t, inputErr.Msg, horizon.String(), "names both durations")
+
+	other := "elsewhere.journal"
+	in.SubjectPrefix = &other
+	_, err = b.dispatcher.CreateNatsSubscriber(b.ctx, b.pool, in)
+	require.ErrorAs(t, err, &inputErr)
+	require.Equal(t, "subjectPrefix", inputErr.Field, "the stream does not take the prefix")
+	require.Zero(t, b.count(t, `SELECT count(*) FROM subscribers WHERE kind = 'nats'`), "nothing written")
+
+	// One attempt of 1 s fits 2 minutes.
+	one, timeout := int32(1), int32(1000)
+	in.SubjectPrefix, in.MaxAttempts, in.TimeoutMs = &prefix, &one, &timeout
+	sub, err := b.dispatcher.CreateNatsSubscriber(b.ctx, b.pool, in)
+	require.NoError(t, err)
+	// …and an update that outgrows it is refused too.
+	many := int32(10)
+	_, err = b.dispatcher.UpdateNatsSubscriber(b.ctx, b.pool, sub.ID, db.NatsSubscriberInput{MaxAttempts: &many})
+	require.ErrorAs(t, err, &inputErr)
+	require.Equal(t, "stream", inputErr.Field)
+}
+
+func TestNatsStreamCreatedWithAWindowCoveringTheRetrySchedule(t *testing.T) {
+	t.Parallel()
+	b := setupNats(t, jobs.DefaultRetryPolicy, db.NatsSubscriberInput{})
+	s, err := b.js.Stream(b.ctx, "JOURNAL")
+	require.NoError(t, err)
+	cfg := s.CachedInfo().Config
+	require.Equal(t, []string{"erp.journal.>"}, cfg.Subjects)
+	// 2+4+…+512 s of waits, and 10 leases of 10 s + 5 s and a sweep's minute.
+	require.Equal(t, 1022*time.Second+10*(75*time.Second), cfg.Duplicates)
+}
+
+func TestNatsWithoutAServerIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Hour)
+	name, stream, prefix := "no-nats", "JOURNAL", "erp"
+	_, err := b.dispatcher.CreateNatsSubscriber(b.ctx, b.pool, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix})
+	var inputErr *db.InputError
+	require.ErrorAs(t, err, &inputErr)
+	require.Contains(t, inputErr.Msg, "NATS_URL")
+	for _, bad := range []string{"erp.*", "erp.>", "erp journal", "erp..x", ".erp", ""} {
+		_, err := db.CreateNatsSubscriber(b.ctx, b.pool, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &bad})
+		require.ErrorAs(t, err, &inputErr, bad)
+		require.Equal(t, "subjectPrefix", inputErr.Field, bad)
+	}
+}
