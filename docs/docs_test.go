@@ -20,8 +20,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"erp/app/apptest"
+	"erp/app/config"
 	"erp/db/pgtest"
 	"erp/demo"
+	"erp/jobs/natstest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -129,7 +131,10 @@ func TestExamples(t *testing.T) {
 				return
 			}
 			r := &runner{t: t, file: file}
-			r.s = apptest.New(t)
+			// Every server has a NATS server to publish to: nats.md's
+			// examples make a NATS subscriber.
+			nats := natstest.New(t)
+			r.s = apptest.New(t, func(c *config.Config) { c.NatsURL = nats.URL })
 			receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 				w.WriteHeader(http.StatusNoContent)
 			}))
