@@ -83,6 +83,9 @@ func TestEveryMutationByEveryRole(t *testing.T) {
 		{"cancelPurchaseOrder", `mutation { cancelPurchaseOrder(id: "999", version: 1, reason: "r") { id } }`, nil, []string{"WAREHOUSE"}},
 		{"createWebhookSubscriber", `mutation { createWebhookSubscriber(input: {name: "role-hook", url: "http://127.0.0.1:1/"}) { id } }`, nil, nil},
 		{"updateWebhookSubscriber", `mutation($id: ID!) { updateWebhookSubscriber(id: $id, input: {maxAttempts: 2}) { id } }`, map[string]any{"id": hook}, nil},
+		// Without NATS_URL an admin's answer is BAD_USER_INPUT; others are refused first.
+		{"createNatsSubscriber", `mutation { createNatsSubscriber(input: {name: "j", stream: "ERP", subjectPrefix: "erp"}) { id } }`, nil, nil},
+		{"updateNatsSubscriber", `mutation($id: ID!) { updateNatsSubscriber(id: $id, input: {maxAttempts: 2}) { id } }`, map[string]any{"id": hook}, nil},
 		{"pauseSubscriber", `mutation($id: ID!) { pauseSubscriber(id: $id) { id } }`, map[string]any{"id": hook}, nil},
 		{"resumeSubscriber", `mutation($id: ID!) { resumeSubscriber(id: $id) { id } }`, map[string]any{"id": hook}, nil},
 		{"redeliver", `mutation($id: ID!) { redeliver(eventId: $id, subscriber: "order_acceptance") { status } }`, map[string]any{"id": so}, nil},
