@@ -187,12 +187,19 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 	}
 	registry := prometheus.NewRegistry()
 	m := metrics.New(registry)
-	m.RegisterDatabase(pool, map[string]*pgxpool.Pool{"api": pool, "work": d.Work})
+	m.RegisterDatabase(map[string]*pgxpool.Pool{"api": pool, "work": d.Work}, func(ctx context.Context) ([]metrics.JobCount, error) {
+		counts, err := db.RiverJobCounts(ctx, pool)
+		out := make([]metrics.JobCount, len(counts))
+		for i, c := range counts {
+			out[i] = metrics.JobCount(c)
+		}
+		return out, err
+	})
 	m.RegisterSubscriberLag(func(ctx context.Context) ([]metrics.SubscriberLag, error) {
-		lags, err := db.SubscriberLags(ctx, pool)
-		out := make([]metrics.SubscriberLag, len(lags))
-		for i, l := range lags {
-			out[i] = metrics.SubscriberLag{Subscriber: l.Subscriber, Pending: l.Pending, OldestPendingSeconds: l.OldestPendingSeconds}
+		pending, err := db.SubscribersPending(ctx, pool)
+		out := make([]metrics.SubscriberLag, len(pending))
+		for i, p := range pending {
+			out[i] = metrics.SubscriberLag(p)
 		}
 		return out, err
 	})

@@ -135,6 +135,21 @@ LEFT JOIN LATERAL (
 ) d ON true
 ORDER BY s.name;
 
+-- name: SubscriberPendingList :many
+-- What the Prometheus scrape needs of SubscriberLagList, per subscriber by
+-- name: its open (pending or failed) delivery records and the age of the
+-- oldest, in seconds by the database clock (0 with none), both from one
+-- index-only read of the partial index deliveries_open_age, which holds
+-- the open records only: neither delivered history nor dead letters.
+SELECT s.name AS subscriber, o.pending,
+    coalesce(extract(epoch FROM now() - o.oldest), 0)::float8 AS oldest_pending_seconds
+FROM subscribers s
+CROSS JOIN LATERAL (
+    SELECT count(*) AS pending, min(u.created_at) AS oldest FROM deliveries u
+    WHERE u.subscriber_id = s.id AND u.status IN ('pending', 'failed')
+) o
+ORDER BY s.name;
+
 -- name: SubscriberLagListByIDs :many
 -- SubscriberLagList of the subscribers with the given ids, in id order.
 SELECT s.id, s.name, l.pending, l.failing, l.dead, o.created_at AS oldest_pending_at,
