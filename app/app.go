@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
 	"go.opentelemetry.io/otel/trace"
 	"riverqueue.com/riverui"
@@ -126,9 +127,14 @@ type App struct {
 	logger          *slog.Logger
 	apiOnly         bool
 	shutdownTimeout time.Duration
-	// metrics records into registry, which /metrics serves.
-	metrics  *metrics.Metrics
-	registry *prometheus.Registry
+	metrics         *metrics.Metrics
+	// metricsAddr is METRICS_ADDR: when set, Start serves metricsHandler
+	// there (bound to metricsBound, stopped by stopMetrics) and the API's
+	// mux has no /metrics.
+	metricsAddr    string
+	metricsHandler http.Handler
+	metricsBound   net.Addr
+	stopMetrics    func(context.Context)
 	// riverUI is River's web UI, served at /riverui to signed-in admins;
 	// stopRiverUI ends its background services.
 	riverUI     *riverui.Handler
@@ -302,12 +308,20 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (*App, error) {
 		apiOnly:         cfg.APIOnly,
 		shutdownTimeout: cmp.Or(cfg.ShutdownTimeout, defaultShutdownTimeout),
 		metrics:         m,
-		registry:        registry,
+		metricsAddr:     cfg.MetricsAddr,
 	}
 	if cfg.TracerProvider != nil {
 		a.tracer = cfg.TracerProvider.Tracer("erp/app/httpapi")
 	}
-	a.handler = httpapi.RequestLog(logger, a.routes(cfg, page))
+	// /metrics serves registry, which metrics records into.
+	scrape := httpapi.RequireToken(cfg.MetricsToken, promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry}))
+	if a.metricsAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", scrape)
+		a.metricsHandler = httpapi.RequestLog(logger, mux)
+		scrape = nil
+	}
+	a.handler = httpapi.RequestLog(logger, a.routes(cfg, page, scrape))
 	return a, nil
 }
 
@@ -365,10 +379,28 @@ func (a *App) ready(ctx context.Context) error {
 	return nil
 }
 
-// Start runs River (dispatch workers and, on the leader, the sweep; not
-// on an API-only instance), River UI's services, the live feed and the
-// watch that closes websockets of revoked or expired tokens.
+// MetricsAddr is the address the metrics listener is bound to (METRICS_ADDR
+// with its port resolved), once Start ran; empty when /metrics is served
+// on the API's port.
+func (a *App) MetricsAddr() string {
+	if a.metricsBound == nil {
+		return ""
+	}
+	return a.metricsBound.String()
+}
+
+// Start serves /metrics on METRICS_ADDR when set (first, so that a port in
+// use fails the start before anything runs), and runs River (dispatch
+// workers and, on the leader, the sweep; not on an API-only instance),
+// River UI's services, the live feed and the watch that closes websockets
+// of revoked or expired tokens.
 func (a *App) Start(ctx context.Context) error {
+	if a.metricsAddr != "" {
+		var err error
+		if a.metricsBound, a.stopMetrics, err = startListener("METRICS_ADDR", a.metricsAddr, a.metricsHandler, a.logger); err != nil {
+			return err
+		}
+	}
 	if err := a.dispatcher.Register(ctx); err != nil {
 		return err
 	}
@@ -417,6 +449,9 @@ func (a *App) Stop(ctx context.Context) {
 	}
 	if a.stopRiverUI != nil {
 		a.stopRiverUI() // ends River UI's background services
+	}
+	if a.stopMetrics != nil {
+		a.stopMetrics(ctx)
 	}
 }
 
