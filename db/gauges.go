@@ -8,7 +8,8 @@ import (
 )
 
 // JobCountExact is how many jobs of one state RiverJobCounts counts
-// exactly; from there on a state's figure is an estimate.
+// exactly; from there on a state's figure is an estimate. Statement
+// RiverJobCountByState has it as a literal.
 const JobCountExact = 1000
 
 // JobCount is the number of River jobs in one state.
@@ -27,7 +28,7 @@ type JobCount struct {
 // entries per state and the statistics: its cost does not grow with the
 // finished jobs kept for RETENTION, so that a Prometheus scrape may run it.
 func RiverJobCounts(ctx context.Context, q Querier) ([]JobCount, error) {
-	rows, err := queries.RiverJobCountByState(ctx, q, JobCountExact)
+	rows, err := queries.RiverJobCountByState(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("count river jobs by state: %w", translate(err))
 	}

@@ -75,7 +75,11 @@ func BenchmarkScrapeStatements(b *testing.B) {
 	pool := pgtest.NewPool(b)
 	seedJobs(ctx, b, pool, 1_000_000)
 	seedDeliveries(ctx, b, pool, 200_000, 5) // vacuums and analyzes deliveries
-	_, err := pool.Exec(ctx, `VACUUM ANALYZE river_job`)
+	// As a database in production: vacuumed (the visibility map set, so
+	// that index-only scans stay so) and checkpointed.
+	_, err := pool.Exec(ctx, `VACUUM (ANALYZE) river_job, deliveries, subscribers`)
+	require.NoError(b, err)
+	_, err = pool.Exec(ctx, `CHECKPOINT`)
 	require.NoError(b, err)
 	var jobs, deliveries int
 	require.NoError(b, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM river_job), (SELECT count(*) FROM deliveries)`).Scan(&jobs, &deliveries))
@@ -84,7 +88,7 @@ func BenchmarkScrapeStatements(b *testing.B) {
 
 	for name, stmt := range map[string]string{"RiverJobCountByState": statementSQL(b, "river_job.sql", "RiverJobCountByState"),
 		"SubscriberPendingList": statementSQL(b, "subscriber.sql", "SubscriberPendingList")} {
-		plan := explain(ctx, b, pool, stmt, db.JobCountExact)
+		plan := explain(ctx, b, pool, stmt)
 		for _, table := range []string{"river_job", "deliveries"} {
 			require.NotContains(b, plan, "Seq Scan on "+table, "%s:\n%s", name, plan)
 		}
@@ -123,13 +127,10 @@ func BenchmarkScrapeStatements(b *testing.B) {
 	}
 }
 
-// explain is EXPLAIN (ANALYZE, BUFFERS) of stmt with args, one line each.
-func explain(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, stmt string, args ...any) string {
+// explain is EXPLAIN (ANALYZE, BUFFERS) of stmt, one line each.
+func explain(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, stmt string) string {
 	tb.Helper()
-	if !strings.Contains(stmt, "$1") {
-		args = nil
-	}
-	rows, err := pool.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) `+stmt, args...)
+	rows, err := pool.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) `+stmt)
 	require.NoError(tb, err)
 	var plan []string
 	for rows.Next() {

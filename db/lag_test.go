@@ -2,9 +2,7 @@ package db_test
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -114,8 +112,7 @@ func zeroAges(lags ...db.SubscriberLag) []db.SubscriberLag {
 	return out
 }
 
-// statementSQL is statement name as db/queries/file has it, its sqlc
-// parameters (@x) numbered in order of appearance ($1, …).
+// statementSQL is statement name as db/queries/file has it.
 func statementSQL(tb testing.TB, file, name string) string {
 	tb.Helper()
 	src, err := os.ReadFile("queries/" + file)
@@ -130,21 +127,13 @@ func statementSQL(tb testing.TB, file, name string) string {
 		}
 		if text, last := strings.CutSuffix(line, ";\n"); last {
 			stmt.WriteString(text)
-			params := map[string]string{}
-			return sqlcParam.ReplaceAllStringFunc(stmt.String(), func(p string) string {
-				if _, ok := params[p]; !ok {
-					params[p] = fmt.Sprintf("$%d", len(params)+1)
-				}
-				return params[p]
-			})
+			return stmt.String()
 		}
 		stmt.WriteString(line)
 	}
 	tb.Fatalf("no end of statement %s", name)
 	return ""
 }
-
-var sqlcParam = regexp.MustCompile(`@[a-z_]+`)
 
 // BenchmarkSubscriberLags measures the statement behind every /metrics
 // scrape (SubscriberLagList) on 1,000,000 delivery records: 200,000 events
