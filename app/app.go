@@ -394,12 +394,17 @@ func (a *App) MetricsAddr() string {
 // workers and, on the leader, the sweep; not on an API-only instance),
 // River UI's services, the live feed and the watch that closes websockets
 // of revoked or expired tokens.
-func (a *App) Start(ctx context.Context) error {
+func (a *App) Start(ctx context.Context) (err error) {
 	if a.metricsAddr != "" {
-		var err error
 		if a.metricsBound, a.stopMetrics, err = startListener("METRICS_ADDR", a.metricsAddr, a.metricsHandler, a.logger); err != nil {
 			return err
 		}
+		defer func() {
+			if err != nil {
+				a.stopMetrics(ctx)
+				a.stopMetrics = nil
+			}
+		}()
 	}
 	if err := a.dispatcher.Register(ctx); err != nil {
 		return err

@@ -2,14 +2,18 @@ package app_test
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"erp/app"
 	"erp/app/apptest"
 	"erp/app/config"
+	"erp/db"
+	"erp/db/pgtest"
 )
 
 // scrapeWith GETs url with "Authorization: Bearer token" (none when token
@@ -69,4 +73,23 @@ func TestMetricsOnTheirOwnListener(t *testing.T) {
 		status, _ = scrapeWith(t, own+path, s.Token)
 		require.Equal(t, http.StatusNotFound, status, path)
 	}
+}
+
+// A METRICS_ADDR in use fails the start, naming the setting, before
+// anything else runs.
+func TestMetricsAddrInUseFailsTheStart(t *testing.T) {
+	t.Parallel()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = taken.Close() })
+	cfg := config.Default()
+	cfg.MetricsAddr = taken.Addr().String()
+	d, err := db.OpenLike(t.Context(), pgtest.NewPool(t), app.PoolSizes(cfg))
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	a, err := app.New(d, cfg, apptest.Logger(t))
+	require.NoError(t, err)
+	err = a.Start(t.Context())
+	require.ErrorContains(t, err, "listen on METRICS_ADDR "+cfg.MetricsAddr)
+	require.Empty(t, a.MetricsAddr())
 }
