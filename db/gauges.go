@@ -35,12 +35,18 @@ func RiverJobCounts(ctx context.Context, q Querier) ([]JobCount, error) {
 	return mapRows(rows, func(r dbsqlc.RiverJobCountByStateRow) JobCount { return JobCount(r) }), nil
 }
 
+// PendingCountExact is how many open delivery records of one subscriber
+// SubscribersPending counts; a subscriber with more reports this many.
+// Statement SubscriberPendingList has it as a literal.
+const PendingCountExact = 10000
+
 // SubscriberPending is a subscriber's open delivery records, as the
 // Prometheus scrape reports them.
 type SubscriberPending struct {
 	Subscriber string
 	// Pending counts the records not yet delivered nor dead (status
-	// pending or failed).
+	// pending or failed), up to PendingCountExact: that figure means at
+	// least as many.
 	Pending int64
 	// OldestPendingSeconds is the age of the oldest of them by the
 	// database clock, in seconds; 0 with none.
@@ -48,9 +54,10 @@ type SubscriberPending struct {
 }
 
 // SubscribersPending returns every subscriber's open records, by name, in
-// one statement that reads only the index of open records (never the
-// delivered history nor the dead letters): it grows with the backlog, not
-// with the table. SubscriberLags has the same figures and more.
+// one statement that reads at most PendingCountExact + 1 entries of the
+// indexes of open records per subscriber (never the delivered history nor
+// the dead letters), so that a Prometheus scrape may run it during any
+// backlog. SubscriberLags has exact figures and more.
 func SubscribersPending(ctx context.Context, q Querier) ([]SubscriberPending, error) {
 	rows, err := queries.SubscriberPendingList(ctx, q)
 	if err != nil {

@@ -61,6 +61,42 @@ func TestRiverJobCountsExactThenEstimate(t *testing.T) {
 	require.Equal(t, want, counts, "the others exact")
 }
 
+// A subscriber's open records are counted up to PendingCountExact, the
+// age of the oldest exactly, whatever the backlog.
+func TestSubscribersPendingCapsTheCount(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const open = db.PendingCountExact + 50
+	_, err := b.pool.Exec(b.ctx, `
+WITH s AS (INSERT INTO subscribers (name, kind, url) VALUES ('down', 'webhook', 'http://down.example/') RETURNING id),
+e AS (
+    INSERT INTO events (type, entity, entity_id, payload, created_at, dispatched_at)
+    SELECT 'doc.created', 'sales_orders', g, '{}', now() - interval '1 hour' + g * interval '1 ms', now()
+    FROM generate_series(1, $1) g RETURNING id, created_at)
+INSERT INTO deliveries (event_id, subscriber_id, status, created_at, updated_at)
+SELECT e.id, s.id, 'pending', e.created_at, e.created_at FROM e, s`, open)
+	require.NoError(t, err)
+
+	pending, err := db.SubscribersPending(b.ctx, b.pool)
+	require.NoError(t, err)
+	var down *db.SubscriberPending
+	for i := range pending {
+		if pending[i].Subscriber == "down" {
+			down = &pending[i]
+		}
+	}
+	require.NotNil(t, down)
+	require.Equal(t, int64(db.PendingCountExact), down.Pending, "capped")
+	require.InDelta(t, 3600, down.OldestPendingSeconds, 60, "the oldest, an hour ago")
+	lags, err := db.SubscriberLags(b.ctx, b.pool)
+	require.NoError(t, err)
+	for _, l := range lags {
+		if l.Subscriber == "down" {
+			require.Equal(t, int64(open), l.Pending, "the GraphQL lag stays exact")
+		}
+	}
+}
+
 // BenchmarkScrapeStatements measures the database statements behind a
 // /metrics scrape on 1,000,000 River jobs (98.8 % completed; seedJobs) and
 // 1,000,000 delivery records (200,000 events × 5 webhooks, 98.3 %

@@ -282,7 +282,7 @@ type SubscriberLag struct {
 
 var (
 	subscriberPending = prometheus.NewDesc(Namespace+"_subscriber_pending",
-		"Delivery records of a subscriber not yet delivered nor dead (pending or failed), read at most every 5 s.", []string{"subscriber"}, nil)
+		"Delivery records of a subscriber not yet delivered nor dead (pending or failed), counted up to 10,000 (10,000: at least as many); read at most every 5 s.", []string{"subscriber"}, nil)
 	subscriberOldest = prometheus.NewDesc(Namespace+"_subscriber_oldest_pending_seconds",
 		"Age of a subscriber's oldest delivery record not yet delivered nor dead, in seconds (0 with none), read at most every 5 s.", []string{"subscriber"}, nil)
 )
