@@ -2,6 +2,7 @@ package db_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -130,6 +131,8 @@ func BenchmarkScrapeStatements(b *testing.B) {
 		}
 		if testing.Verbose() {
 			b.Logf("%s:\n%s", name, plan)
+			b.Logf("%s: median Execution Time of 21 runs, the server's time without the round trip: %.2f ms",
+				name, medianExecution(ctx, b, pool, stmt, 21))
 		}
 	}
 
@@ -176,4 +179,18 @@ func explain(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, stmt string
 	}
 	require.NoError(tb, rows.Err())
 	return strings.Join(plan, "\n")
+}
+
+// medianExecution is the median Execution Time, in ms, of n runs of
+// EXPLAIN (ANALYZE, TIMING OFF) stmt.
+func medianExecution(ctx context.Context, tb testing.TB, pool *pgxpool.Pool, stmt string, n int) float64 {
+	tb.Helper()
+	times := make([]float64, n)
+	for i := range times {
+		var plan []map[string]any
+		require.NoError(tb, pool.QueryRow(ctx, `EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) `+stmt).Scan(&plan))
+		times[i] = plan[0]["Execution Time"].(float64)
+	}
+	slices.Sort(times)
+	return times[n/2]
 }
