@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
 	"go.opentelemetry.io/otel/trace"
 	"riverqueue.com/riverui"
@@ -129,9 +130,14 @@ type App struct {
 	logger          *slog.Logger
 	apiOnly         bool
 	shutdownTimeout time.Duration
-	// metrics records into registry, which /metrics serves.
-	metrics  *metrics.Metrics
-	registry *prometheus.Registry
+	metrics         *metrics.Metrics
+	// metricsAddr is METRICS_ADDR: when set, Start serves metricsHandler
+	// there (bound to metricsBound, stopped by stopMetrics) and the API's
+	// mux has no /metrics.
+	metricsAddr    string
+	metricsHandler http.Handler
+	metricsBound   net.Addr
+	stopMetrics    func(context.Context)
 	// riverUI is River's web UI, served at /riverui to signed-in admins;
 	// stopRiverUI ends its background services.
 	riverUI     *riverui.Handler
@@ -191,12 +197,19 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (_ *App, err er
 	}
 	registry := prometheus.NewRegistry()
 	m := metrics.New(registry)
-	m.RegisterDatabase(pool, map[string]*pgxpool.Pool{"api": pool, "work": d.Work})
+	m.RegisterDatabase(map[string]*pgxpool.Pool{"api": pool, "work": d.Work}, func(ctx context.Context) ([]metrics.JobCount, error) {
+		counts, err := db.RiverJobCounts(ctx, pool)
+		out := make([]metrics.JobCount, len(counts))
+		for i, c := range counts {
+			out[i] = metrics.JobCount(c)
+		}
+		return out, err
+	})
 	m.RegisterSubscriberLag(func(ctx context.Context) ([]metrics.SubscriberLag, error) {
-		lags, err := db.SubscriberLags(ctx, pool)
-		out := make([]metrics.SubscriberLag, len(lags))
-		for i, l := range lags {
-			out[i] = metrics.SubscriberLag{Subscriber: l.Subscriber, Pending: l.Pending, OldestPendingSeconds: l.OldestPendingSeconds}
+		pending, err := db.SubscribersPending(ctx, pool)
+		out := make([]metrics.SubscriberLag, len(pending))
+		for i, p := range pending {
+			out[i] = metrics.SubscriberLag(p)
 		}
 		return out, err
 	})
@@ -312,12 +325,20 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (_ *App, err er
 		apiOnly:         cfg.APIOnly,
 		shutdownTimeout: cmp.Or(cfg.ShutdownTimeout, defaultShutdownTimeout),
 		metrics:         m,
-		registry:        registry,
+		metricsAddr:     cfg.MetricsAddr,
 	}
 	if cfg.TracerProvider != nil {
 		a.tracer = cfg.TracerProvider.Tracer("erp/app/httpapi")
 	}
-	a.handler = httpapi.RequestLog(logger, a.routes(cfg, page))
+	// /metrics serves registry, which metrics records into.
+	scrape := httpapi.RequireToken(cfg.MetricsToken, promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry}))
+	if a.metricsAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", scrape)
+		a.metricsHandler = httpapi.RequestLog(logger, mux)
+		scrape = nil
+	}
+	a.handler = httpapi.RequestLog(logger, a.routes(cfg, page, scrape))
 	return a, nil
 }
 
@@ -375,10 +396,33 @@ func (a *App) ready(ctx context.Context) error {
 	return nil
 }
 
-// Start runs River (dispatch workers and, on the leader, the sweep; not
-// on an API-only instance), River UI's services, the live feed and the
-// watch that closes websockets of revoked or expired tokens.
-func (a *App) Start(ctx context.Context) error {
+// MetricsAddr is the address the metrics listener is bound to (METRICS_ADDR
+// with its port resolved), once Start ran; empty when /metrics is served
+// on the API's port.
+func (a *App) MetricsAddr() string {
+	if a.metricsBound == nil {
+		return ""
+	}
+	return a.metricsBound.String()
+}
+
+// Start serves /metrics on METRICS_ADDR when set (first, so that a port in
+// use fails the start before anything runs), and runs River (dispatch
+// workers and, on the leader, the sweep; not on an API-only instance),
+// River UI's services, the live feed and the watch that closes websockets
+// of revoked or expired tokens.
+func (a *App) Start(ctx context.Context) (err error) {
+	if a.metricsAddr != "" {
+		if a.metricsBound, a.stopMetrics, err = startListener("METRICS_ADDR", a.metricsAddr, a.metricsHandler, a.logger); err != nil {
+			return err
+		}
+		defer func() {
+			if err != nil {
+				a.stopMetrics(ctx)
+				a.stopMetrics = nil
+			}
+		}()
+	}
 	if err := a.dispatcher.Register(ctx); err != nil {
 		return err
 	}
@@ -430,6 +474,9 @@ func (a *App) Stop(ctx context.Context) {
 	}
 	if a.nats != nil {
 		a.nats.Close() // after River: no publish is in flight
+	}
+	if a.stopMetrics != nil {
+		a.stopMetrics(ctx)
 	}
 }
 

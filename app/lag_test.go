@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"erp/app/apptest"
+	"erp/metrics"
 )
 
 type lagView struct {
@@ -171,8 +172,9 @@ func TestSubscriberLagWhileWebhookDown(t *testing.T) {
 	require.Nil(t, mes.OldestPendingAt)
 	require.NotNil(t, mes.LastDeliveredAt)
 	require.Equal(t, lagOfRecords(records(t, s, "mes")), lagView{}, "the records agree: all delivered")
-	pending, oldest, ok = subscriberGauges(t, s, "mes")
-	require.True(t, ok)
-	require.Zero(t, pending)
-	require.Zero(t, oldest)
+	// The gauges follow within metrics.ScrapeCache.
+	apptest.WaitFor(t, 2*metrics.ScrapeCache, "/metrics says mes caught up", func() bool {
+		pending, oldest, ok = subscriberGauges(t, s, "mes")
+		return ok && pending == 0 && oldest == 0
+	})
 }

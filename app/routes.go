@@ -10,7 +10,6 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/cors"
 	"github.com/vektah/gqlparser/v2/ast"
 
@@ -35,8 +34,9 @@ import (
 //
 // Operations: /healthz (the process is up), /readyz (see ready; its body
 // names the database mode and the pools' sizes, db.Database.Mode and
-// PoolSizing), /metrics (Prometheus, this app's own registry).
-func (a *App) routes(opts config.Config, page web.Config) http.Handler {
+// PoolSizing), and scrape at /metrics (Prometheus, this app's own
+// registry) unless it is nil, served on METRICS_ADDR instead.
+func (a *App) routes(opts config.Config, page web.Config, scrape http.Handler) http.Handler {
 	ws, res := a.ws, a.res
 	cfg := graph.Config{
 		Resolvers:  res,
@@ -139,7 +139,9 @@ func (a *App) routes(opts config.Config, page web.Config) http.Handler {
 	mux.Handle("POST "+riverUIPath+"/logout", sessions.Logout())
 	mux.Handle(riverUIPath+"/", limit.Guard(sessions.Require(a.riverUI)))
 	mux.Handle("GET "+riverUIPath, http.RedirectHandler(riverUIPath+"/", http.StatusFound))
-	mux.Handle("GET /metrics", promhttp.HandlerFor(a.registry, promhttp.HandlerOpts{Registry: a.registry}))
+	if scrape != nil {
+		mux.Handle("GET /metrics", scrape)
+	}
 	mux.Handle("GET /{$}", http.RedirectHandler("/events", http.StatusFound))
 	// No page of this server may be framed by another (clickjacking).
 	return httpapi.DenyFraming(mux)

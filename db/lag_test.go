@@ -73,6 +73,19 @@ func TestSubscriberLagsMatchRecords(t *testing.T) {
 		require.WithinDuration(t, lastDelivered, *l.LastDeliveredAt, 0)
 	}
 
+	// The scrape's statement agrees.
+	pending, err := db.SubscribersPending(b.ctx, b.pool)
+	require.NoError(t, err)
+	byName := map[string]db.SubscriberPending{}
+	for _, p := range pending {
+		byName[p.Subscriber] = p
+	}
+	for _, l := range mine {
+		p := byName[l.Subscriber]
+		require.Equal(t, l.Pending, p.Pending, l.Subscriber)
+		require.InDelta(t, l.OldestPendingSeconds, p.OldestPendingSeconds, 60, l.Subscriber)
+	}
+
 	byID, err := db.SubscriberLagsByIDs(b.ctx, b.pool, []int64{mine[1].SubscriberID, mine[0].SubscriberID, -1})
 	require.NoError(t, err)
 	require.Equal(t, zeroAges(mine[0], mine[1]), zeroAges(byID...), "in id order, unknown ids skipped")
@@ -99,14 +112,14 @@ func zeroAges(lags ...db.SubscriberLag) []db.SubscriberLag {
 	return out
 }
 
-// lagListSQL is statement SubscriberLagList as db/queries/subscriber.sql
-// has it.
-func lagListSQL(tb testing.TB) string {
+// statementSQL is statement name as db/queries/file has it.
+func statementSQL(tb testing.TB, file, name string) string {
 	tb.Helper()
-	src, err := os.ReadFile("queries/subscriber.sql")
+	src, err := os.ReadFile("queries/" + file)
 	require.NoError(tb, err)
-	_, rest, ok := strings.Cut(string(src), "-- name: SubscriberLagList :many\n")
+	_, rest, ok := strings.Cut(string(src), "-- name: "+name+" :")
 	require.True(tb, ok)
+	_, rest, _ = strings.Cut(rest, "\n")
 	var stmt strings.Builder
 	for line := range strings.Lines(rest) {
 		if strings.HasPrefix(line, "--") {
@@ -118,7 +131,7 @@ func lagListSQL(tb testing.TB) string {
 		}
 		stmt.WriteString(line)
 	}
-	tb.Fatal("no end of statement SubscriberLagList")
+	tb.Fatalf("no end of statement %s", name)
 	return ""
 }
 
@@ -134,7 +147,7 @@ func BenchmarkSubscriberLags(b *testing.B) {
 	require.NoError(b, pool.QueryRow(ctx, `SELECT count(*) FROM deliveries`).Scan(&n))
 	require.Equal(b, 1_000_000, n)
 	if testing.Verbose() {
-		rows, err := pool.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) `+lagListSQL(b))
+		rows, err := pool.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) `+statementSQL(b, "subscriber.sql", "SubscriberLagList"))
 		require.NoError(b, err)
 		var plan []string
 		for rows.Next() {

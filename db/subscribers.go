@@ -536,8 +536,9 @@ type SubscriberLag struct {
 
 // SubscriberLags returns the lag of every subscriber, by name, in one
 // statement that reads only indexes of open, dead and the newest delivered
-// records (never the delivered history): cheap enough for every
-// Prometheus scrape.
+// records (never the delivered history). The Prometheus scrape reads
+// SubscribersPending, which skips the dead letters and the newest
+// delivery.
 func SubscriberLags(ctx context.Context, q Querier) ([]SubscriberLag, error) {
 	rows, err := queries.SubscriberLagList(ctx, q)
 	if err != nil {

@@ -8,14 +8,12 @@ package metrics
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/riverqueue/river/riverdriver"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivertype"
 )
 
 // Namespace prefixes every metric name of this server.
@@ -164,13 +162,48 @@ func (m *Metrics) RegisterGauge(name, help string, fn func() float64) {
 	}
 }
 
-// RegisterDatabase registers the collectors that read the database at
-// scrape time: pgxpool's statistics of each of pools, labelled pool with
-// its name, and River's job counts by state (one query on queries, with a
-// 2 s timeout, per scrape).
-func (m *Metrics) RegisterDatabase(queries *pgxpool.Pool, pools map[string]*pgxpool.Pool) {
+// ScrapeCache is how long the figures read from the database for a scrape
+// are kept: the scrapes within it, concurrent ones included, answer from
+// the last read. However often /metrics is asked, and by whom, each
+// database statement behind it runs at most once per ScrapeCache.
+const ScrapeCache = 5 * time.Second
+
+// scrapeTimeout bounds a database read of a scrape against a database that
+// hangs.
+const scrapeTimeout = 2 * time.Second
+
+// cached keeps the last result of read, error included, for ScrapeCache.
+type cached[T any] struct {
+	read func(context.Context) (T, error)
+
+	// mu is held through a read, so that concurrent scrapes wait for one
+	// read instead of each running its own.
+	mu  sync.Mutex
+	at  time.Time // of the last read; zero before the first
+	val T
+	err error
+}
+
+func (c *cached[T]) get() (T, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at.IsZero() || time.Since(c.at) >= ScrapeCache {
+		// Collect has no context of its own.
+		ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+		c.val, c.err = c.read(ctx)
+		cancel()
+		c.at = time.Now()
+	}
+	return c.val, c.err
+}
+
+// RegisterDatabase registers the collectors of the database: pgxpool's
+// statistics of each of pools, labelled pool with its name, read from
+// memory at every scrape, and River's jobs by state from jobs, read at
+// most once per ScrapeCache (given 2 s).
+func (m *Metrics) RegisterDatabase(pools map[string]*pgxpool.Pool, jobs func(context.Context) ([]JobCount, error)) {
 	if m != nil {
-		m.reg.MustRegister(poolCollector{pools: pools}, queueCollector{exec: riverpgxv5.New(queries).GetExecutor()})
+		m.reg.MustRegister(poolCollector{pools: pools}, queueCollector{counts: &cached[[]JobCount]{read: jobs}})
 	}
 }
 
@@ -207,27 +240,32 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-var queueDepth = prometheus.NewDesc(Namespace+"_river_jobs", "River jobs by state, counted at scrape time.", []string{"state"}, nil)
+var queueDepth = prometheus.NewDesc(Namespace+"_river_jobs",
+	"River jobs by state: exact below 1,000, else PostgreSQL's estimate as of the last ANALYZE of river_job (at least 1,000); read at most every 5 s.",
+	[]string{"state"}, nil)
 
-// queueCollector counts River's jobs by state at scrape time through
-// River's driver (JobCountByAllStates), which reports every state, zero
-// included.
-type queueCollector struct{ exec riverdriver.Executor }
+// JobCount is the number of River jobs in one state, as the scrape reports
+// it.
+type JobCount struct {
+	// State is River's job state, the metric's label.
+	State string
+	// Jobs is the count (see erp_river_jobs' help).
+	Jobs int64
+}
+
+// queueCollector reports River's jobs by state, from the cached read.
+type queueCollector struct{ counts *cached[[]JobCount] }
 
 func (queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- queueDepth }
 
 func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
-	// Collect has no context of its own; the timeout bounds a scrape
-	// against a database that hangs.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	counts, err := c.exec.JobCountByAllStates(ctx, &riverdriver.JobCountByAllStatesParams{})
+	counts, err := c.counts.get()
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(queueDepth, fmt.Errorf("count river jobs: %w", err))
 		return
 	}
-	for _, s := range rivertype.JobStates() {
-		ch <- prometheus.MustNewConstMetric(queueDepth, prometheus.GaugeValue, float64(counts[s]), string(s))
+	for _, n := range counts {
+		ch <- prometheus.MustNewConstMetric(queueDepth, prometheus.GaugeValue, float64(n.Jobs), n.State)
 	}
 }
 
@@ -244,23 +282,21 @@ type SubscriberLag struct {
 
 var (
 	subscriberPending = prometheus.NewDesc(Namespace+"_subscriber_pending",
-		"Delivery records of a subscriber not yet delivered nor dead (pending or failed), at scrape time.", []string{"subscriber"}, nil)
+		"Delivery records of a subscriber not yet delivered nor dead (pending or failed), counted up to 10,000 (10,000: at least as many); read at most every 5 s.", []string{"subscriber"}, nil)
 	subscriberOldest = prometheus.NewDesc(Namespace+"_subscriber_oldest_pending_seconds",
-		"Age of a subscriber's oldest delivery record not yet delivered nor dead, in seconds (0 with none), at scrape time.", []string{"subscriber"}, nil)
+		"Age of a subscriber's oldest delivery record not yet delivered nor dead, in seconds (0 with none), read at most every 5 s.", []string{"subscriber"}, nil)
 )
 
 // RegisterSubscriberLag registers the per-subscriber lag gauges
 // erp_subscriber_pending and erp_subscriber_oldest_pending_seconds, read
-// at scrape time from lags (one database query, given a 2 s timeout).
+// from lags at most once per ScrapeCache (given 2 s).
 func (m *Metrics) RegisterSubscriberLag(lags func(context.Context) ([]SubscriberLag, error)) {
 	if m != nil {
-		m.reg.MustRegister(lagCollector{lags: lags})
+		m.reg.MustRegister(lagCollector{lags: &cached[[]SubscriberLag]{read: lags}})
 	}
 }
 
-type lagCollector struct {
-	lags func(context.Context) ([]SubscriberLag, error)
-}
+type lagCollector struct{ lags *cached[[]SubscriberLag] }
 
 func (lagCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- subscriberPending
@@ -268,11 +304,7 @@ func (lagCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c lagCollector) Collect(ch chan<- prometheus.Metric) {
-	// As queueCollector: Collect has no context; the timeout bounds a
-	// scrape against a database that hangs.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	lags, err := c.lags(ctx)
+	lags, err := c.lags.get()
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(subscriberPending, fmt.Errorf("read subscriber lag: %w", err))
 		return

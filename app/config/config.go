@@ -94,6 +94,13 @@ type Config struct {
 	// PprofAddr is the loopback address of the profiling listener; empty:
 	// none.
 	PprofAddr string `env:"PPROF_ADDR" help:"loopback host:port serving net/http/pprof at /debug/pprof/, e.g. 127.0.0.1:6060; empty: off"`
+	// MetricsAddr moves /metrics to a listener of its own, off the API's
+	// port, e.g. an address only Prometheus reaches; empty: /metrics is on
+	// ADDR.
+	MetricsAddr string `env:"METRICS_ADDR" help:"host:port of a listener of its own serving only /metrics (then not on ADDR), e.g. 10.0.0.5:9090; empty: /metrics is served on ADDR"`
+	// MetricsToken, when set, is the bearer token /metrics requires
+	// (Authorization: Bearer <token>), wherever it is served.
+	MetricsToken string `env:"METRICS_TOKEN" secret:"true" help:"bearer token /metrics requires (Prometheus: authorization.credentials), at least 32 characters; empty: no token"`
 	// WebhookAllowPrivate lets webhooks reach loopback, private,
 	// link-local, multicast and cloud-metadata addresses; off, such a URL
 	// is refused when a webhook is written and again at every connection
@@ -279,6 +286,18 @@ func validate(cmd string, cfg Config, raw map[string]string, failed map[string]b
 	}
 	if _, port, err := net.SplitHostPort(cfg.Addr); err != nil || !validPort(port) {
 		bad("ADDR", "want host:port or :port like :8080, got %q", cfg.Addr)
+	}
+	if cfg.MetricsAddr != "" {
+		if _, port, err := net.SplitHostPort(cfg.MetricsAddr); err != nil || !validPort(port) {
+			bad("METRICS_ADDR", "want host:port or :port like :9090, got %q", cfg.MetricsAddr)
+		} else if cfg.MetricsAddr == cfg.Addr {
+			bad("METRICS_ADDR", "want an address other than ADDR's, got %q for both", cfg.MetricsAddr)
+		}
+	}
+	if strings.ContainsFunc(cfg.MetricsToken, unicode.IsSpace) {
+		bad("METRICS_TOKEN", "want a token without spaces")
+	} else if n := utf8.RuneCountInString(cfg.MetricsToken); n > 0 && n < MinAdminTokenLength {
+		bad("METRICS_TOKEN", "want at least %d characters, got %d", MinAdminTokenLength, n)
 	}
 	if !failed["DISPATCH_INTERVAL"] && cfg.DispatchInterval < time.Second {
 		bad("DISPATCH_INTERVAL", "want a duration of at least 1s like 1m or 30s, got %q", got("DISPATCH_INTERVAL", cfg.DispatchInterval))

@@ -56,6 +56,10 @@ func TestParseConfigNamesEachBadSetting(t *testing.T) {
 		{"PPROF_ADDR", "0.0.0.0:6060", false},
 		{"PPROF_ADDR", "10.0.0.5:6060", true},
 		{"PPROF_ADDR", "localhost", false},
+		{"METRICS_ADDR", "9090", false},
+		{"METRICS_ADDR", ":8080", true}, // ADDR's
+		{"METRICS_TOKEN", "two words of a token that is long enough", false},
+		{"METRICS_TOKEN", strings.Repeat("x", config.MinAdminTokenLength-1), true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.setting+"="+tt.value, func(t *testing.T) {
@@ -113,7 +117,7 @@ func TestServeHelpListsEverySetting(t *testing.T) {
 	var out bytes.Buffer
 	require.ErrorIs(t, help(func(string) string { return "" }, &out), flag.ErrHelp)
 	for _, setting := range []string{"DATABASE_URL", "DATABASE_DIRECT_URL", "DATA_DIR", "ADDR", "DISPATCH_INTERVAL", "ADMIN_TOKEN", "ALLOWED_ORIGINS",
-		"DEMO_URL", "DEMO_TOKEN", "TIME_ZONE", "SHUTDOWN_TIMEOUT", "RETENTION", "IDEMPOTENCY_TTL", "LOG_FORMAT", "LOG_LEVEL", "PPROF_ADDR", "TRUSTED_PROXIES", "COOKIE_SECURE"} {
+		"DEMO_URL", "DEMO_TOKEN", "TIME_ZONE", "SHUTDOWN_TIMEOUT", "RETENTION", "IDEMPOTENCY_TTL", "LOG_FORMAT", "LOG_LEVEL", "PPROF_ADDR", "TRUSTED_PROXIES", "COOKIE_SECURE", "METRICS_ADDR", "METRICS_TOKEN"} {
 		require.Contains(t, out.String(), "("+setting+")")
 	}
 	require.Contains(t, out.String(), `(default "15s")`)
@@ -121,10 +125,11 @@ func TestServeHelpListsEverySetting(t *testing.T) {
 
 func TestServeHelpPrintsNoSecrets(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"DATABASE_URL": "postgres://erp:s3cret@db/erp", "DATABASE_DIRECT_URL": "postgres://erp:s3cret2@db/erp", "ADMIN_TOKEN": "admin-secret-of-32-characters-or-more", "DEMO_TOKEN": "demo-secret"}
+	env := map[string]string{"DATABASE_URL": "postgres://erp:s3cret@db/erp", "DATABASE_DIRECT_URL": "postgres://erp:s3cret2@db/erp", "ADMIN_TOKEN": "admin-secret-of-32-characters-or-more", "DEMO_TOKEN": "demo-secret",
+		"METRICS_TOKEN": "metrics-secret-of-32-characters-or-more"}
 	var out bytes.Buffer
 	require.ErrorIs(t, help(func(k string) string { return env[k] }, &out), flag.ErrHelp)
-	for _, secret := range []string{"s3cret", "s3cret2", "admin-secret-of-32-characters-or-more", "demo-secret"} {
+	for _, secret := range []string{"s3cret", "s3cret2", "admin-secret-of-32-characters-or-more", "demo-secret", "metrics-secret-of-32-characters-or-more"} {
 		require.NotContains(t, out.String(), secret)
 	}
 	cfg, err := config.Parse("serve", nil, func(k string) string { return env[k] }, io.Discard)

@@ -10,6 +10,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -434,4 +435,23 @@ func allowedRoles(d *ast.Directive) roleSet {
 		out = append(out, c.Value.Raw)
 	}
 	return out
+}
+
+// RequireToken passes to next only the requests that carry
+// "Authorization: Bearer <token>"; others get 401 with WWW-Authenticate.
+// It guards endpoints that belong to one client rather than to users
+// (/metrics with METRICS_TOKEN). An empty token requires nothing.
+func RequireToken(token string, next http.Handler) http.Handler {
+	if token == "" {
+		return next
+	}
+	want := []byte(token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(bearer(r.Header.Get("Authorization"))), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="erp"`)
+			http.Error(w, "unauthorized: this endpoint needs its bearer token", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

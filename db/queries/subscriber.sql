@@ -186,6 +186,29 @@ LEFT JOIN LATERAL (
 ) d ON true
 ORDER BY s.name;
 
+-- name: SubscriberPendingList :many
+-- What the Prometheus scrape needs of SubscriberLagList, per subscriber by
+-- name: its open (pending or failed) delivery records, counted exactly up
+-- to 10000 (db.PendingCountExact; a count of 10000 means at least as
+-- many), and the age of the oldest, in seconds by the database clock (0
+-- with none). Both read the partial indexes of open records only, neither
+-- delivered history nor dead letters, and stop at the bound or the first
+-- entry: a backlog of a million costs what one of 10000 does.
+SELECT s.name AS subscriber, o.pending,
+    coalesce(extract(epoch FROM now() - a.oldest), 0)::float8 AS oldest_pending_seconds
+FROM subscribers s
+CROSS JOIN LATERAL (
+    SELECT count(*) AS pending FROM (
+        SELECT 1 FROM deliveries u WHERE u.subscriber_id = s.id AND u.status IN ('pending', 'failed') LIMIT 10000
+    ) capped
+) o
+LEFT JOIN LATERAL (
+    SELECT u.created_at AS oldest FROM deliveries u
+    WHERE u.subscriber_id = s.id AND u.status IN ('pending', 'failed')
+    ORDER BY u.created_at LIMIT 1
+) a ON true
+ORDER BY s.name;
+
 -- name: SubscriberLagListByIDs :many
 -- SubscriberLagList of the subscribers with the given ids, in id order.
 SELECT s.id, s.name, l.pending, l.failing, l.dead, o.created_at AS oldest_pending_at,
