@@ -47,6 +47,10 @@ const (
 	EventTokenRevoked       = "token.revoked"
 )
 
+// UserEventTypes are the event types of entity users: every other type is
+// about another entity.
+var UserEventTypes = []string{EventUserCreated, EventUserRoleChanged, EventUserSourcesChanged, EventTokenIssued, EventTokenRevoked}
+
 // User is a row of users: a person or an integration account.
 type User struct {
 	ID          int64

@@ -126,12 +126,26 @@ func eventProcessedAllowed(roles []model.Role, f db.EventFilter) func(role strin
 			return fmt.Errorf("Subscription.eventProcessed: %w", err)
 		}
 		for _, e := range g.HiddenEntities {
-			if !slices.Contains(f.HiddenEntities, e) && (f.Entity == nil || *f.Entity == e) {
+			if !slices.Contains(f.HiddenEntities, e) && (f.Entity == nil || *f.Entity == e) && mayCarry(f.Types, e) {
 				return fmt.Errorf("Subscription.eventProcessed: events of %s: %w", e, ErrForbidden)
 			}
 		}
 		return nil
 	}
+}
+
+// mayCarry reports whether a stream filtered to types (none: every type)
+// can carry events of entity: a stream of other types' events never can.
+func mayCarry(types []string, entity string) bool {
+	if len(types) == 0 || entity != db.EntityUsers {
+		return true
+	}
+	for _, t := range types {
+		if slices.Contains(db.UserEventTypes, t) {
+			return true
+		}
+	}
+	return false
 }
 
 // allowedRoles returns the roles of the @allow directive on the field
