@@ -65,6 +65,16 @@ func TestWebsocketCloseCodes(t *testing.T) {
 			c.Init(s.Token)
 			require.NoError(t, c.Conn.WriteMessage(websocket.TextMessage, []byte(`{"type":`)))
 		}, websocket.CloseNormalClosure},
+		{"message not valid UTF-8", []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS}, func(c *apptest.WS) {
+			c.Init(s.Token)
+			for _, kind := range []int{websocket.TextMessage, websocket.BinaryMessage} {
+				msg := `{"id":"u","type":"` + map[string]string{apptest.ProtoTransportWS: "subscribe", apptest.ProtoLegacyWS: "start"}[c.Proto()] +
+					`","payload":{"query":"mutation { createItem(input: {sku: \"WSU-` + "\xff" + `\", name: \"x\", unit: \"шт\"}) { id } }"}}`
+				if c.Conn.WriteMessage(kind, []byte(msg)) != nil {
+					return // closed after the first
+				}
+			}
+		}, websocket.CloseInvalidFramePayloadData},
 		{"message over 64 KiB", []string{apptest.ProtoTransportWS, apptest.ProtoLegacyWS}, func(c *apptest.WS) {
 			c.Init(s.Token)
 			c.Subscribe("big", "subscription { eventProcessed { id } } #"+strings.Repeat("x", app.WSReadLimit), nil)

@@ -77,6 +77,9 @@ func NewWS(t testing.TB, conn *websocket.Conn, proto string) *WS {
 	return &WS{t: t, Conn: conn, proto: proto}
 }
 
+// Proto is the socket's subprotocol.
+func (c *WS) Proto() string { return c.proto }
+
 // Send writes m as JSON.
 func (c *WS) Send(m any) {
 	c.t.Helper()

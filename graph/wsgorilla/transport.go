@@ -291,6 +291,9 @@ func (s *socket) read() (b []byte, m clientMessage, parsed bool, err error) {
 		if c.closing.Load() {
 			continue
 		}
+		if !utf8.Valid(b) {
+			return b, m, false, errNotUTF8 // JSON decoding would put U+FFFD in
+		}
 		if json.Unmarshal(b, &m) != nil {
 			return b, clientMessage{}, false, nil // malformed: the protocol answers it
 		}
@@ -429,11 +432,21 @@ func (s *socket) run() {
 	}
 }
 
-// handle takes one message; false means the socket is done. A message the
+// errNotUTF8 is a message that is not valid UTF-8: the socket is closed
+// with 1007 (RFC 6455) rather than the text stored with U+FFFD in place of
+// the bad bytes.
+var errNotUTF8 = errors.New("message is not valid UTF-8")
+
+// handle takes one message; false means the socket is done. A message
+// that is not valid UTF-8 closes it with 1007. A message the
 // client may not send closes the socket: with 4400 (4429 for a second
 // connection_init); on graphql-ws, as with gqlgen, with 1000 for malformed
 // JSON or an unknown type, else 1002 after a connection_error.
 func (s *socket) handle(kind int, m clientMessage, err error) bool {
+	if errors.Is(err, errNotUTF8) {
+		s.close(websocket.CloseInvalidFramePayloadData, errNotUTF8.Error())
+		return false
+	}
 	if err != nil {
 		if !s.legacy && errors.As(err, new(invalidMessage)) {
 			s.refuse(err)
