@@ -55,6 +55,10 @@ func TestAFilterNamingNothingIsAMistake(t *testing.T) {
 			"BAD_USER_INPUT", "filter.sku", `unknown item "NOPE"`},
 		{"redeliver", `mutation { redeliverAll(filter: {subscriber: "nobody"}) }`,
 			"NOT_FOUND", "", `no subscriber named "nobody"`},
+		{"deliveries", `{ deliveries(filter: {subscriber: "nobody"}) { edges { cursor } } }`,
+			"NOT_FOUND", "", `no subscriber named "nobody"`},
+		{"dead deliveries", `{ deadDeliveries(subscriber: "nobody") { edges { cursor } } }`,
+			"NOT_FOUND", "", `no subscriber named "nobody"`},
 		{"purge", `mutation { purgeDeadDeliveries(olderThan: "2030-01-01T00:00:00Z", subscriber: "nobody") }`,
 			"NOT_FOUND", "", `no subscriber named "nobody"`},
 	}

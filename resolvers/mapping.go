@@ -86,6 +86,12 @@ func (r *Resolver) deliveryPage(ctx context.Context, f db.DeliveryFilter, first 
 	if after != nil {
 		cursor = *after
 	}
+	if f.Subscriber != nil {
+		// A misspelt name is a mistake, not an empty page.
+		if _, err := db.SubscriberByName(ctx, r.Pool, *f.Subscriber); err != nil {
+			return nil, err
+		}
+	}
 	visible, err := eventFilterOf(ctx, db.EventFilter{})
 	if err != nil {
 		return nil, err
