@@ -556,7 +556,8 @@ func TestWebhookAttemptLog(t *testing.T) {
 		require.NotNil(t, a.Error, "attempt %d", a.Attempt)
 		require.Contains(t, *a.Error, "503")
 	}
-
+	// A built-in subscriber's delivery has an empty log, not null (null
+	// is a refusal).
 	// A viewer may list deliveries but not read their attempt logs: the
 	// log is refused at its path and nothing of it is in the answer.
 	viewer := apptest.RoleToken(t, s, "attempt-viewer", "VIEWER")
@@ -570,6 +571,31 @@ func TestWebhookAttemptLog(t *testing.T) {
 	require.NotContains(t, string(res.Data), "503")
 	_, res = s.Do(t, viewer, `{ deliveries(filter: {subscriber: "busy-receiver"}) { edges { node { attempts } } } }`, nil)
 	require.Empty(t, res.Errors, "the rest of the delivery is the viewer's to read")
+
+	// A delivery not attempted yet (its webhook paused) has an empty log,
+	// not null: null is a refusal.
+	held := apptest.CreateWebhook(t, s, "held-receiver", srv.URL, "", []string{"doc.created"})
+	apptest.GQL[map[string]any](t, s, `mutation($id: ID!) { pauseSubscriber(id: $id) { id } }`, map[string]any{"id": held})
+	apptest.GQL[map[string]any](t, s, apptest.CreateSalesOrder, map[string]any{"customer": "И"})
+	var none struct {
+		Deliveries struct {
+			Edges []struct {
+				Node struct{ AttemptLog *[]attempt }
+			}
+		} `json:"deliveries"`
+	}
+	apptest.WaitFor(t, 10*time.Second, "the held delivery", func() bool {
+		none = apptest.GQL[struct {
+			Deliveries struct {
+				Edges []struct {
+					Node struct{ AttemptLog *[]attempt }
+				}
+			} `json:"deliveries"`
+		}](t, s, `{ deliveries(filter: {subscriber: "held-receiver"}) { edges { node { attemptLog { attempt } } } } }`, nil)
+		return len(none.Deliveries.Edges) == 1
+	})
+	require.NotNil(t, none.Deliveries.Edges[0].Node.AttemptLog)
+	require.Empty(t, *none.Deliveries.Edges[0].Node.AttemptLog)
 }
 
 // deliveryStatus returns the status of subscriber's newest delivery record

@@ -44,7 +44,11 @@ func (r *deliveryResolver) NextAttemptAt(ctx context.Context, obj *db.Delivery) 
 }
 
 func (r *deliveryResolver) AttemptLog(ctx context.Context, obj *db.Delivery) ([]db.AttemptLog, error) {
-	return r.attemptLogOf(ctx, obj.Key())
+	logs, err := r.attemptLogOf(ctx, obj.Key())
+	if logs == nil && err == nil {
+		logs = []db.AttemptLog{} // none: [], as the schema says; null is a refusal
+	}
+	return logs, err
 }
 
 func (r *deliveryAttemptResolver) Status(ctx context.Context, obj *db.AttemptLog) (*model.DeliveryStatus, error) {
