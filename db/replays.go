@@ -32,6 +32,10 @@ const (
 	// EventSubscriberEnabled is journaled when a paused subscriber is
 	// resumed: {"subscriber", "was_disabled"} (the reason, or null).
 	EventSubscriberEnabled = "subscriber.enabled"
+	// EventSubscriberSecretRotated is journaled when a webhook's secret is
+	// rotated (RotateWebhookSecret): {"subscriber", "previous_valid_until"}
+	// (RFC 3339, or null when the old secret ended at once); never a secret.
+	EventSubscriberSecretRotated = "subscriber.secret_rotated"
 
 	// EntitySubscribers is the table the subscriber.* events are about.
 	EntitySubscribers = "subscribers"

@@ -500,17 +500,62 @@ func WebhookTargetOf(ctx context.Context, q Querier, id int64) (WebhookTarget, e
 	if err != nil {
 		return WebhookTarget{}, fmt.Errorf("webhook target %d: %w", id, translate(err))
 	}
-	return WebhookTarget{URL: row.Url, Secret: row.Secret, TimeoutMs: row.TimeoutMs, Format: row.Format}, nil
+	return WebhookTarget{URL: row.Url, Secret: row.Secret, PreviousSecret: row.PreviousSecret,
+		TimeoutMs: row.TimeoutMs, Format: row.Format}, nil
 }
 
-// WebhookTarget is what sending needs of a webhook subscriber, secret
-// included; it never leaves package jobs. Format is FormatStandardWebhooks
-// or FormatCloudEvents.
+// WebhookTarget is what sending needs of a webhook subscriber, secrets
+// included; it never leaves package jobs. PreviousSecret is the secret
+// before a rotation while its grace period runs, else empty. Format is
+// FormatStandardWebhooks or FormatCloudEvents.
 type WebhookTarget struct {
-	URL       string
-	Secret    string
-	TimeoutMs int32
-	Format    string
+	URL            string
+	Secret         string
+	PreviousSecret string
+	TimeoutMs      int32
+	Format         string
+}
+
+// MaxSecretGrace is the longest grace period RotateWebhookSecret keeps a
+// previous secret valid for: 30 days.
+const MaxSecretGrace = 30 * 24 * time.Hour
+
+// RotateWebhookSecret replaces webhook id's secret with secret (checked by
+// the caller) in tx, by actorID. The secret it had stays valid for grace
+// (0 to MaxSecretGrace, whole seconds): until then requests carry both
+// signatures. A second rotation within the grace period drops the oldest
+// secret: only the one just replaced stays valid. It journals
+// subscriber.secret_rotated and returns the subscriber, when the previous
+// secret stops being valid (nil: it already has, or there was none) and
+// the event. Errors: *InputError on "graceSeconds", ErrNotFound (no
+// webhook subscriber id).
+func RotateWebhookSecret(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, secret string, grace time.Duration) (Subscriber, *time.Time, Event, error) {
+	if grace < 0 || grace > MaxSecretGrace || grace%time.Second != 0 {
+		return Subscriber{}, nil, Event{}, inputErr("graceSeconds", "whole seconds from 0 (the old secret ends at once) to %d (30 days), not %g",
+			int(MaxSecretGrace/time.Second), grace.Seconds())
+	}
+	row, err := queries.SubscriberRotateSecret(ctx, tx, &secret, int32(grace/time.Second), id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Subscriber{}, nil, Event{}, fmt.Errorf("there is no webhook subscriber %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Subscriber{}, nil, Event{}, fmt.Errorf("rotate secret of subscriber %d: %w", id, translate(err))
+	}
+	s := subscriberFrom(dbsqlc.SubscriberRow{ID: row.ID, Name: row.Name, Kind: row.Kind, EventTypes: row.EventTypes,
+		Url: row.Url, HasSecret: row.HasSecret, MaxAttempts: row.MaxAttempts, TimeoutMs: row.TimeoutMs, Paused: row.Paused,
+		CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt, Entities: row.Entities, Condition: row.Condition,
+		Format: row.Format, MaxInFlight: row.MaxInFlight, RatePerSecond: row.RatePerSecond, Stream: row.Stream,
+		SubjectPrefix: row.SubjectPrefix})
+	var until any
+	if row.PreviousSecretUntil != nil {
+		until = row.PreviousSecretUntil.UTC().Format(time.RFC3339Nano)
+	}
+	ev, err := appendEvent(ctx, tx, actorID, EventSubscriberSecretRotated, EntitySubscribers, s.ID,
+		map[string]any{"subscriber": s.Name, "previous_valid_until": until})
+	if err != nil {
+		return Subscriber{}, nil, Event{}, err
+	}
+	return s, row.PreviousSecretUntil, ev, nil
 }
 
 // SubscriberLag is how far a subscriber is behind the journal, from its

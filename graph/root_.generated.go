@@ -64,6 +64,11 @@ type ComplexityRoot struct {
 		Unit     func(childComplexity int) int
 	}
 
+	ConditionTest struct {
+		Error   func(childComplexity int) int
+		Matches func(childComplexity int) int
+	}
+
 	Delivery struct {
 		AttemptLog     func(childComplexity int) int
 		Attempts       func(childComplexity int) int
@@ -178,6 +183,7 @@ type ComplexityRoot struct {
 		ResumeSubscriber        func(childComplexity int, id int64) int
 		ReverseWarehouseMove    func(childComplexity int, id int64, version int, reason string) int
 		RevokeToken             func(childComplexity int, id int64) int
+		RotateWebhookSecret     func(childComplexity int, id int64, graceSeconds *int) int
 		SetBillOfMaterials      func(childComplexity int, sku string, components []db.ComponentInput) int
 		SetNumberSeriesStart    func(childComplexity int, prefix string, year int, start int) int
 		SetProductionWarehouse  func(childComplexity int, code string) int
@@ -253,6 +259,7 @@ type ComplexityRoot struct {
 		StockBalances    func(childComplexity int, filter *db.StockFilter, first *int, after *string) int
 		StockLedger      func(childComplexity int, sku string, warehouse *string, first *int, after *string) int
 		Subscribers      func(childComplexity int) int
+		TestCondition    func(childComplexity int, condition string, eventID int64) int
 		Tokens           func(childComplexity int, login *string) int
 		Users            func(childComplexity int) int
 		WarehouseMove    func(childComplexity int, id *int64, number *string) int
@@ -296,6 +303,12 @@ type ComplexityRoot struct {
 	SalesOrderEdge struct {
 		Cursor func(childComplexity int) int
 		Node   func(childComplexity int) int
+	}
+
+	SecretRotation struct {
+		PreviousValidUntil func(childComplexity int) int
+		Secret             func(childComplexity int) int
+		Subscriber         func(childComplexity int) int
 	}
 
 	StockBalance struct {
@@ -500,6 +513,19 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Component.Unit(childComplexity), true
+
+	case "ConditionTest.error":
+		if e.ComplexityRoot.ConditionTest.Error == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ConditionTest.Error(childComplexity), true
+	case "ConditionTest.matches":
+		if e.ComplexityRoot.ConditionTest.Matches == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ConditionTest.Matches(childComplexity), true
 
 	case "Delivery.attemptLog":
 		if e.ComplexityRoot.Delivery.AttemptLog == nil {
@@ -1154,6 +1180,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RevokeToken(childComplexity, args["id"].(int64)), true
+	case "Mutation.rotateWebhookSecret":
+		if e.ComplexityRoot.Mutation.RotateWebhookSecret == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_rotateWebhookSecret_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RotateWebhookSecret(childComplexity, args["id"].(int64), args["graceSeconds"].(*int)), true
 	case "Mutation.setBillOfMaterials":
 		if e.ComplexityRoot.Mutation.SetBillOfMaterials == nil {
 			break
@@ -1569,6 +1606,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Subscribers(childComplexity), true
+	case "Query.testCondition":
+		if e.ComplexityRoot.Query.TestCondition == nil {
+			break
+		}
+
+		args, err := ec.field_Query_testCondition_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.TestCondition(childComplexity, args["condition"].(string), args["eventId"].(int64)), true
 	case "Query.tokens":
 		if e.ComplexityRoot.Query.Tokens == nil {
 			break
@@ -1757,6 +1805,25 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.SalesOrderEdge.Node(childComplexity), true
+
+	case "SecretRotation.previousSecretValidUntil":
+		if e.ComplexityRoot.SecretRotation.PreviousValidUntil == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecretRotation.PreviousValidUntil(childComplexity), true
+	case "SecretRotation.secret":
+		if e.ComplexityRoot.SecretRotation.Secret == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecretRotation.Secret(childComplexity), true
+	case "SecretRotation.subscriber":
+		if e.ComplexityRoot.SecretRotation.Subscriber == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SecretRotation.Subscriber(childComplexity), true
 
 	case "StockBalance.itemName":
 		if e.ComplexityRoot.StockBalance.ItemName == nil {
@@ -2331,7 +2398,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "deliveries.graphqls" "documents.graphqls" "events.graphqls" "ops.graphqls" "planning.graphqls" "schema.graphqls" "stock.graphqls" "users.graphqls"
+//go:embed "deliveries.graphqls" "documents.graphqls" "events.graphqls" "ops.graphqls" "planning.graphqls" "schema.graphqls" "stock.graphqls" "users.graphqls" "webhooktools.graphqls"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -2351,6 +2418,7 @@ var sources = []*ast.Source{
 	{Name: "schema.graphqls", Input: sourceData("schema.graphqls"), BuiltIn: false},
 	{Name: "stock.graphqls", Input: sourceData("stock.graphqls"), BuiltIn: false},
 	{Name: "users.graphqls", Input: sourceData("users.graphqls"), BuiltIn: false},
+	{Name: "webhooktools.graphqls", Input: sourceData("webhooktools.graphqls"), BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
 
@@ -2392,6 +2460,16 @@ func (ec *executionContext) childFields_Component(ctx context.Context, field gra
 		return ec.fieldContext_Component_quantity(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Component", field.Name)
+}
+
+func (ec *executionContext) childFields_ConditionTest(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "matches":
+		return ec.fieldContext_ConditionTest_matches(ctx, field)
+	case "error":
+		return ec.fieldContext_ConditionTest_error(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ConditionTest", field.Name)
 }
 
 func (ec *executionContext) childFields_Delivery(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2734,6 +2812,18 @@ func (ec *executionContext) childFields_SalesOrderEdge(ctx context.Context, fiel
 		return ec.fieldContext_SalesOrderEdge_node(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type SalesOrderEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_SecretRotation(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "subscriber":
+		return ec.fieldContext_SecretRotation_subscriber(ctx, field)
+	case "secret":
+		return ec.fieldContext_SecretRotation_secret(ctx, field)
+	case "previousSecretValidUntil":
+		return ec.fieldContext_SecretRotation_previousSecretValidUntil(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SecretRotation", field.Name)
 }
 
 func (ec *executionContext) childFields_StockBalance(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

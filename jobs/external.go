@@ -238,7 +238,7 @@ func (d *Dispatcher) send(ctx context.Context, t *taken) (a db.Attempt, answered
 		switch {
 		case t.sub.Kind != db.SubscriberNats:
 			res = d.webhooks.Send(ctx, WebhookConfig{
-				URL: t.target.URL, Secret: t.target.Secret, Timeout: time.Duration(t.sub.TimeoutMs) * time.Millisecond,
+				URL: t.target.URL, Secret: t.target.Secret, PreviousSecret: t.target.PreviousSecret, Timeout: time.Duration(t.sub.TimeoutMs) * time.Millisecond,
 				MessageID: t.msgID, Format: WebhookFormat(t.target.Format),
 				Event: WebhookEvent{Type: t.ev.Type, Entity: t.ev.Entity, EntityID: t.ev.EntityID, CreatedAt: t.ev.CreatedAt},
 			}, t.ev.ID, body)

@@ -49,6 +49,7 @@ func DefaultEventTypes() []string {
 	return []string{
 		db.EventDocCreated, db.EventOrderReceived, db.EventStatusChanged, db.EventRedelivered,
 		db.EventReplayStarted, db.EventReplayFinished, db.EventSubscriberDisabled, db.EventSubscriberEnabled,
+		db.EventSubscriberSecretRotated,
 		db.EventUserCreated, db.EventUserRoleChanged, db.EventUserSourcesChanged, db.EventTokenIssued, db.EventTokenRevoked,
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -252,4 +253,67 @@ func (d *Dispatcher) Redeliver(ctx context.Context, actorID *int64, f db.Deliver
 		return nil, fmt.Errorf("redeliver: %w", err)
 	}
 	return keys, nil
+}
+
+// SecretRotation is the outcome of RotateWebhookSecret: the subscriber,
+// its new secret (in clear this once; it is never read back) and when the
+// previous one stops being valid (nil: at once).
+type SecretRotation struct {
+	Subscriber         db.Subscriber
+	Secret             string
+	PreviousValidUntil *time.Time
+}
+
+// RotateWebhookSecret gives webhook subscriber id a new secret
+// (NewWebhookSecret), by actorID; the old one stays valid for grace (0 to
+// db.MaxSecretGrace, whole seconds), during which every request, replays
+// and redeliveries included, carries both signatures. It journals
+// subscriber.secret_rotated. Errors: *db.InputError on "graceSeconds",
+// db.ErrNotFound (no webhook subscriber id).
+func (d *Dispatcher) RotateWebhookSecret(ctx context.Context, actorID *int64, id int64, grace time.Duration) (SecretRotation, error) {
+	secret, err := NewWebhookSecret()
+	if err != nil {
+		return SecretRotation{}, err
+	}
+	out := SecretRotation{Secret: secret}
+	err = runTx(ctx, d.pool, func(tx pgx.Tx) error {
+		s, until, ev, err := db.RotateWebhookSecret(ctx, tx, actorID, id, secret, grace)
+		if err != nil {
+			return err
+		}
+		out.Subscriber, out.PreviousValidUntil = s, until
+		return d.enqueue(ctx, tx, &txWork{written: []db.Event{ev}})
+	})
+	if err != nil {
+		return SecretRotation{}, err
+	}
+	return out, nil
+}
+
+// ConditionTest is the outcome of TestCondition: whether the condition
+// holds for the event, and why evaluating it failed (EvalErr, nil when it
+// ran), in which case Matches is false, as delivery decides.
+type ConditionTest struct {
+	Matches bool
+	EvalErr error
+}
+
+// TestCondition compiles condition as a subscriber's (Filters.Compile) and
+// evaluates it on ev (Filter.Takes), writing nothing. Errors: a
+// *FilterError on "condition" for a blank condition or one that does not
+// compile (with its Line and Column).
+func (d *Dispatcher) TestCondition(condition string, ev db.Event) (ConditionTest, error) {
+	if d.filtersErr != nil {
+		return ConditionTest{}, d.filtersErr
+	}
+	if strings.TrimSpace(condition) == "" {
+		return ConditionTest{}, &FilterError{Field: "condition",
+			Msg: `the condition is blank: write a CEL expression over event, e.g. event.payload.entity == "sales_order"`}
+	}
+	f, err := d.filters.Compile(FilterSpec{Condition: condition})
+	if err != nil {
+		return ConditionTest{}, err
+	}
+	ok, err := f.Takes(ev)
+	return ConditionTest{Matches: ok, EvalErr: err}, nil
 }

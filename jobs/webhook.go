@@ -63,6 +63,11 @@ type WebhookConfig struct {
 	// of the whsec_<base64> form (ValidateWebhookSecret); any other secret
 	// signs with its raw bytes.
 	Secret string
+	// PreviousSecret, when set with Secret, signs the request too: during a
+	// rotation's grace period HeaderWebhookSignature carries both
+	// signatures, space-separated (new first), so a receiver still holding
+	// the old secret verifies it as well as one holding the new.
+	PreviousSecret string
 	// MessageID is HeaderWebhookID and the CloudEvents id: the delivery's
 	// stable id, the same at every attempt (WebhookMessageID). Empty means
 	// "evt_<event id>".
@@ -235,7 +240,7 @@ func (s *WebhookSender) CheckURL(ctx context.Context, rawURL string) error {
 
 // Send POSTs body (the event as JSON, in cfg.Format's envelope) to cfg.URL
 // with the Standard Webhooks headers (id, timestamp and, when cfg.Secret is
-// set, signature) and HeaderEventID, and reports the outcome; it never panics and never
+// set, signature: two during a rotation, see WebhookConfig.PreviousSecret) and HeaderEventID, and reports the outcome; it never panics and never
 // follows a redirect. Errors are in the result, see WebhookResult: an
 // invalid URL, an unknown format or an event the format cannot encode, and
 // an address the guard refuses are Permanent and send nothing; a timeout ("webhook example.com timed out after 10s"), an
@@ -274,10 +279,7 @@ func (s *WebhookSender) Send(ctx context.Context, cfg WebhookConfig, eventID int
 	timestamp := s.now().Unix()
 	var signature string
 	if cfg.Secret != "" {
-		signer, err := webhookSigner(cfg.Secret)
-		if err == nil {
-			signature, err = signer.Sign(msgID, time.Unix(timestamp, 0), payload)
-		}
+		signature, err = webhookSignature(cfg.Secret, cfg.PreviousSecret, msgID, time.Unix(timestamp, 0), payload)
 		if err != nil { // unreachable: a raw key always signs
 			return WebhookResult{Err: fmt.Errorf("webhook %s: sign: %w", host, err), Permanent: true}
 		}

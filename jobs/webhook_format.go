@@ -25,7 +25,9 @@ const (
 	// HeaderWebhookTimestamp is the time of signing in unix seconds.
 	HeaderWebhookTimestamp = standardwebhooks.HeaderWebhookTimestamp
 	// HeaderWebhookSignature is "v1," + base64(HMAC-SHA256(key, id + "." +
-	// timestamp + "." + body)); absent when the subscriber has no secret.
+	// timestamp + "." + body)); absent when the subscriber has no secret;
+	// two of them, space-separated (the new secret's first), during a
+	// rotation's grace period.
 	HeaderWebhookSignature = standardwebhooks.HeaderWebhookSignature
 )
 
@@ -134,6 +136,28 @@ func webhookSigner(secret string) (*standardwebhooks.Webhook, error) {
 		}
 	}
 	return standardwebhooks.NewWebhookRaw([]byte(secret))
+}
+
+// webhookSignature is the webhook-signature header's value: the signature
+// with secret and, when previous is set, a space and the one with previous,
+// the spec's form for several keys.
+func webhookSignature(secret, previous, msgID string, at time.Time, payload []byte) (string, error) {
+	var sigs []string
+	for _, s := range []string{secret, previous} {
+		if s == "" {
+			continue
+		}
+		signer, err := webhookSigner(s)
+		if err != nil {
+			return "", err
+		}
+		sig, err := signer.Sign(msgID, at, payload)
+		if err != nil {
+			return "", err
+		}
+		sigs = append(sigs, sig)
+	}
+	return strings.Join(sigs, " "), nil
 }
 
 // webhookPayload returns the request body and its Content-Type for format:

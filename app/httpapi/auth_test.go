@@ -98,6 +98,7 @@ func TestEveryMutationByEveryRole(t *testing.T) {
 		{"purgeDeadDeliveries", `mutation { purgeDeadDeliveries(olderThan: "2000-01-01T00:00:00Z") }`, nil, nil},
 		{"replaySubscriber", `mutation { replaySubscriber(subscriber: "probe") { id } }`, nil, nil},
 		{"cancelReplay", `mutation { cancelReplay(id: "1") { id } }`, nil, nil},
+		{"rotateWebhookSecret", `mutation($id: ID!) { rotateWebhookSecret(id: $id, graceSeconds: 0) { secret } }`, map[string]any{"id": hook}, nil},
 		// Moves and completion of an unknown document: NOT_FOUND when allowed, so they write nothing either way.
 		{"completeProductionOrder", `mutation { completeProductionOrder(id: "999999", version: 1, toWarehouse: "MAIN") { id } }`, nil, []string{"PLANNER", "WAREHOUSE"}},
 		{"postWarehouseMove", `mutation { postWarehouseMove(id: "999999", version: 1) { id } }`, nil, []string{"WAREHOUSE"}},

@@ -45,6 +45,9 @@ UPDATE subscribers SET
     condition = CASE WHEN sqlc.narg('condition')::text IS NULL THEN condition ELSE nullif(sqlc.narg('condition')::text, '') END,
     format = coalesce(sqlc.narg('format')::text, format),
     secret = coalesce(sqlc.narg('secret'), secret),
+    -- A secret given replaces the old one at once: no grace period.
+    previous_secret = CASE WHEN sqlc.narg('secret')::text IS NULL THEN previous_secret END,
+    previous_secret_until = CASE WHEN sqlc.narg('secret')::text IS NULL THEN previous_secret_until END,
     max_attempts = coalesce(sqlc.narg('max_attempts')::integer, max_attempts),
     timeout_ms = coalesce(sqlc.narg('timeout_ms')::integer, timeout_ms),
     max_in_flight = coalesce(sqlc.narg('max_in_flight')::integer, max_in_flight),
@@ -153,8 +156,25 @@ FROM subscribers s WHERE s.id = ANY(@ids::bigint[]) ORDER BY s.id;
 SELECT * FROM subscriber_rows ORDER BY name;
 
 -- name: SubscriberGetWebhookTarget :one
--- What sending needs, secret included; never leaves package jobs.
-SELECT url::text AS url, coalesce(secret, '')::text AS secret, timeout_ms, format FROM subscribers WHERE id = @id AND kind = 'webhook';
+-- What sending needs, secrets included; never leaves package jobs. The
+-- previous secret is '' once its grace period is over.
+SELECT url::text AS url, coalesce(secret, '')::text AS secret,
+    (CASE WHEN previous_secret_until > now() THEN previous_secret ELSE '' END)::text AS previous_secret,
+    timeout_ms, format
+FROM subscribers WHERE id = @id AND kind = 'webhook';
+
+-- name: SubscriberRotateSecret :one
+-- Replaces webhook @id's secret with @secret; the secret it had stays
+-- valid for @grace_s seconds (none when 0 or when it had none).
+UPDATE subscribers s SET secret = @secret,
+    previous_secret = CASE WHEN @grace_s::integer > 0 AND coalesce(s.secret, '') <> '' THEN s.secret END,
+    previous_secret_until = CASE WHEN @grace_s::integer > 0 AND coalesce(s.secret, '') <> ''
+        THEN now() + make_interval(secs => @grace_s::integer) END,
+    updated_at = now()
+WHERE s.id = @id AND s.kind = 'webhook'
+RETURNING s.id, s.name, s.kind, s.event_types, s.url, true AS has_secret,
+    s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix, s.previous_secret_until;
 
 -- name: SubscriberLagList :many
 -- The lag of every subscriber, by name: its open (pending or failed),

@@ -304,27 +304,29 @@ type StockLedger struct {
 }
 
 type Subscriber struct {
-	ID             int64
-	Name           string
-	Kind           string
-	EventTypes     []string
-	Url            *string
-	Secret         *string
-	MaxAttempts    int32
-	TimeoutMs      int32
-	Paused         bool
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-	Entities       []string
-	Condition      *string
-	Format         string
-	MaxInFlight    int32
-	RatePerSecond  *float64
-	FailingSince   *time.Time
-	LastFailedAt   *time.Time
-	DisabledReason *string
-	Stream         *string
-	SubjectPrefix  *string
+	ID                  int64
+	Name                string
+	Kind                string
+	EventTypes          []string
+	Url                 *string
+	Secret              *string
+	MaxAttempts         int32
+	TimeoutMs           int32
+	Paused              bool
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
+	Entities            []string
+	Condition           *string
+	Format              string
+	MaxInFlight         int32
+	RatePerSecond       *float64
+	FailingSince        *time.Time
+	LastFailedAt        *time.Time
+	DisabledReason      *string
+	Stream              *string
+	SubjectPrefix       *string
+	PreviousSecret      *string
+	PreviousSecretUntil *time.Time
 }
 
 type SubscriberBucket struct {

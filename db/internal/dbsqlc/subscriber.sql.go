@@ -116,23 +116,29 @@ func (q *Queries) SubscriberGetByName(ctx context.Context, db DBTX, name string)
 }
 
 const subscriberGetWebhookTarget = `-- name: SubscriberGetWebhookTarget :one
-SELECT url::text AS url, coalesce(secret, '')::text AS secret, timeout_ms, format FROM subscribers WHERE id = $1 AND kind = 'webhook'
+SELECT url::text AS url, coalesce(secret, '')::text AS secret,
+    (CASE WHEN previous_secret_until > now() THEN previous_secret ELSE '' END)::text AS previous_secret,
+    timeout_ms, format
+FROM subscribers WHERE id = $1 AND kind = 'webhook'
 `
 
 type SubscriberGetWebhookTargetRow struct {
-	Url       string
-	Secret    string
-	TimeoutMs int32
-	Format    string
+	Url            string
+	Secret         string
+	PreviousSecret string
+	TimeoutMs      int32
+	Format         string
 }
 
-// What sending needs, secret included; never leaves package jobs.
+// What sending needs, secrets included; never leaves package jobs. The
+// previous secret is ” once its grace period is over.
 func (q *Queries) SubscriberGetWebhookTarget(ctx context.Context, db DBTX, id int64) (SubscriberGetWebhookTargetRow, error) {
 	row := db.QueryRow(ctx, subscriberGetWebhookTarget, id)
 	var i SubscriberGetWebhookTargetRow
 	err := row.Scan(
 		&i.Url,
 		&i.Secret,
+		&i.PreviousSecret,
 		&i.TimeoutMs,
 		&i.Format,
 	)
@@ -147,7 +153,7 @@ WITH s AS (
         coalesce($7::text, 'standard_webhooks'),
         coalesce($8::integer, 10), coalesce($9::integer, 10000),
         coalesce($10::integer, 4), $11::float8)
-    RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, failing_since, last_failed_at, disabled_reason, stream, subject_prefix
+    RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, failing_since, last_failed_at, disabled_reason, stream, subject_prefix, previous_secret, previous_secret_until
 ), slots AS (
     INSERT INTO subscriber_leases (subscriber_id, slot)
     SELECT s.id, g FROM s CROSS JOIN LATERAL generate_series(0, s.max_in_flight - 1) g
@@ -241,7 +247,7 @@ WITH s AS (
         coalesce($6::text, 'standard_webhooks'), $7,
         coalesce($8::integer, 10), coalesce($9::integer, 10000),
         coalesce($10::integer, 4), $11::float8)
-    RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, failing_since, last_failed_at, disabled_reason, stream, subject_prefix
+    RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, failing_since, last_failed_at, disabled_reason, stream, subject_prefix, previous_secret, previous_secret_until
 ), slots AS (
     INSERT INTO subscriber_leases (subscriber_id, slot)
     SELECT s.id, g FROM s CROSS JOIN LATERAL generate_series(0, s.max_in_flight - 1) g
@@ -700,6 +706,69 @@ func (q *Queries) SubscriberPendingList(ctx context.Context, db DBTX) ([]Subscri
 	return items, nil
 }
 
+const subscriberRotateSecret = `-- name: SubscriberRotateSecret :one
+UPDATE subscribers s SET secret = $1,
+    previous_secret = CASE WHEN $2::integer > 0 AND coalesce(s.secret, '') <> '' THEN s.secret END,
+    previous_secret_until = CASE WHEN $2::integer > 0 AND coalesce(s.secret, '') <> ''
+        THEN now() + make_interval(secs => $2::integer) END,
+    updated_at = now()
+WHERE s.id = $3 AND s.kind = 'webhook'
+RETURNING s.id, s.name, s.kind, s.event_types, s.url, true AS has_secret,
+    s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix, s.previous_secret_until
+`
+
+type SubscriberRotateSecretRow struct {
+	ID                  int64
+	Name                string
+	Kind                string
+	EventTypes          []string
+	Url                 *string
+	HasSecret           bool
+	MaxAttempts         int32
+	TimeoutMs           int32
+	Paused              bool
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
+	Entities            []string
+	Condition           *string
+	Format              string
+	MaxInFlight         int32
+	RatePerSecond       *float64
+	Stream              *string
+	SubjectPrefix       *string
+	PreviousSecretUntil *time.Time
+}
+
+// Replaces webhook @id's secret with @secret; the secret it had stays
+// valid for @grace_s seconds (none when 0 or when it had none).
+func (q *Queries) SubscriberRotateSecret(ctx context.Context, db DBTX, secret *string, graceS int32, iD int64) (SubscriberRotateSecretRow, error) {
+	row := db.QueryRow(ctx, subscriberRotateSecret, secret, graceS, iD)
+	var i SubscriberRotateSecretRow
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.Kind,
+		&i.EventTypes,
+		&i.Url,
+		&i.HasSecret,
+		&i.MaxAttempts,
+		&i.TimeoutMs,
+		&i.Paused,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.Entities,
+		&i.Condition,
+		&i.Format,
+		&i.MaxInFlight,
+		&i.RatePerSecond,
+		&i.Stream,
+		&i.SubjectPrefix,
+		&i.PreviousSecretUntil,
+	)
+	return i, err
+}
+
 const subscriberSetPaused = `-- name: SubscriberSetPaused :one
 WITH old AS (SELECT o.id, o.paused, o.disabled_reason FROM subscribers o WHERE o.id = $2 FOR UPDATE)
 UPDATE subscribers s SET paused = $1, updated_at = now(),
@@ -781,7 +850,7 @@ UPDATE subscribers SET
         ELSE nullif($9::float8, 0) END,
     updated_at = now()
 WHERE id = $10 AND kind = 'nats'
-RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, failing_since, last_failed_at, disabled_reason, stream, subject_prefix
+RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, failing_since, last_failed_at, disabled_reason, stream, subject_prefix, previous_secret, previous_secret_until
 ), added AS (
     INSERT INTO subscriber_leases (subscriber_id, slot)
     SELECT s.id, g FROM s CROSS JOIN LATERAL generate_series(0, s.max_in_flight - 1) g
@@ -879,6 +948,9 @@ UPDATE subscribers SET
     condition = CASE WHEN $5::text IS NULL THEN condition ELSE nullif($5::text, '') END,
     format = coalesce($6::text, format),
     secret = coalesce($7, secret),
+    -- A secret given replaces the old one at once: no grace period.
+    previous_secret = CASE WHEN $7::text IS NULL THEN previous_secret END,
+    previous_secret_until = CASE WHEN $7::text IS NULL THEN previous_secret_until END,
     max_attempts = coalesce($8::integer, max_attempts),
     timeout_ms = coalesce($9::integer, timeout_ms),
     max_in_flight = coalesce($10::integer, max_in_flight),
@@ -886,7 +958,7 @@ UPDATE subscribers SET
         ELSE nullif($11::float8, 0) END,
     updated_at = now()
 WHERE id = $12 AND kind = 'webhook'
-RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, failing_since, last_failed_at, disabled_reason, stream, subject_prefix
+RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, failing_since, last_failed_at, disabled_reason, stream, subject_prefix, previous_secret, previous_secret_until
 ), added AS (
     INSERT INTO subscriber_leases (subscriber_id, slot)
     SELECT s.id, g FROM s CROSS JOIN LATERAL generate_series(0, s.max_in_flight - 1) g
