@@ -92,27 +92,32 @@ var declared = []Type{
 		Example:     json.RawMessage(`{"token_id": 7}`)},
 }
 
-var load = sync.OnceValues(func() ([]Type, error) {
-	types := slices.Clone(declared)
-	for i := range types {
-		b, err := schemaFiles.ReadFile("schemas/" + types[i].Name + ".json")
+// schemas reads schemas/<name>.json of every declared type, once.
+var schemas = sync.OnceValues(func() (map[string]json.RawMessage, error) {
+	out := map[string]json.RawMessage{}
+	for _, t := range declared {
+		b, err := schemaFiles.ReadFile("schemas/" + t.Name + ".json")
 		if err != nil {
-			return nil, fmt.Errorf("read schema of %s: %w", types[i].Name, err)
+			return nil, fmt.Errorf("read schema of %s: %w", t.Name, err)
 		}
-		types[i].Schema = b
+		out[t.Name] = b
 	}
-	return types, nil
+	return out, nil
 })
 
 // Types returns every type of the catalog, deprecated ones included, in
 // the order of the documentation. The slice is the caller's; the JSON in it
 // is shared and must not be changed.
 func Types() []Type {
-	types, err := load()
+	s, err := schemas()
 	if err != nil {
 		panic(err) // an embedded file is missing: a build mistake the package's tests catch
 	}
-	return slices.Clone(types)
+	types := slices.Clone(declared)
+	for i := range types {
+		types[i].Schema = s[types[i].Name]
+	}
+	return types
 }
 
 // Names returns the name of every type, sorted.
@@ -238,4 +243,23 @@ func EventSchema(name string) ([]byte, error) {
 		s["deprecated"] = true
 	}
 	return json.MarshalIndent(s, "", "  ")
+}
+
+// DeprecationWarnings returns a sentence for each name in names that is a
+// deprecated type of the catalog, saying since when and what replaces it;
+// names the catalog lacks or does not deprecate give none.
+func DeprecationWarnings(names []string) []string {
+	var out []string
+	for _, n := range names {
+		t, ok := Lookup(n)
+		if !ok || t.Deprecated == nil {
+			continue
+		}
+		w := fmt.Sprintf("event type %s is deprecated since %s", n, t.Deprecated.Since.Format(time.DateOnly))
+		if t.Deprecated.ReplacedBy != "" {
+			w += "; use " + t.Deprecated.ReplacedBy
+		}
+		out = append(out, w)
+	}
+	return out
 }

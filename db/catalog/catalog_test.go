@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/require"
@@ -78,3 +79,17 @@ func TestEventSchema(t *testing.T) {
 	require.ErrorContains(t, err, `"nope" is not in the catalog`)
 }
 
+// Not parallel: it deprecates a type of the package's catalog for a while.
+func TestDeprecationWarnings(t *testing.T) {
+	require.Empty(t, catalog.DeprecationWarnings([]string{"doc.created", "nope"}))
+	since := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	defer catalog.Deprecate("order.received", catalog.Deprecation{Since: since, ReplacedBy: "doc.created"})()
+	got := catalog.DeprecationWarnings([]string{"doc.created", "order.received"})
+	require.Equal(t, []string{"event type order.received is deprecated since 2026-11-01; use doc.created"}, got)
+	typ, ok := catalog.Lookup("order.received")
+	require.True(t, ok)
+	require.Equal(t, since, typ.Deprecated.Since)
+	b, err := catalog.EventSchema("order.received")
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"deprecated": true`)
+}
