@@ -294,8 +294,9 @@ func insertEvents(ctx context.Context, s *apptest.Server, n, batch int) error {
 	return insertPaddedEvents(ctx, s, n, batch, 0)
 }
 
-// insertPaddedEvents is insertEvents with a note of pad characters (two
-// bytes each) in every payload.
+// insertPaddedEvents is insertEvents, or with pad > 0 doc.status_changed
+// events whose reason holds pad characters (two bytes each): a payload
+// still valid against the catalog's schema.
 func insertPaddedEvents(ctx context.Context, s *apptest.Server, n, batch, pad int) error {
 	outbox := jobs.NewOutbox(s.Pool, s.App.River())
 	for from := 1; from <= n; from += batch {
@@ -303,9 +304,9 @@ func insertPaddedEvents(ctx context.Context, s *apptest.Server, n, batch, pad in
 		_, err := jobs.Write(ctx, outbox, func(tx pgx.Tx) (struct{}, []db.Event, error) {
 			rows, err := tx.Query(ctx, `
 				INSERT INTO events (type, entity, entity_id, payload)
-				SELECT 'doc.created', 'sales_orders', g,
+				SELECT CASE WHEN $3 > 0 THEN 'doc.status_changed' ELSE 'doc.created' END, 'sales_orders', g,
 				       jsonb_build_object('id', g, 'no', 'ЗК-2026-' || lpad(g::text, 6, '0'), 'entity', 'sales_order')
-				       || CASE WHEN $3 > 0 THEN jsonb_build_object('note', repeat('ж', $3)) ELSE '{}' END
+				       || CASE WHEN $3 > 0 THEN jsonb_build_object('from', 'new', 'to', 'cancelled', 'reason', repeat('ж', $3)) ELSE '{}' END
 				FROM generate_series($1::bigint, $2::bigint) g
 				RETURNING id`, from, to, pad)
 			if err != nil {

@@ -2,9 +2,11 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
@@ -16,6 +18,7 @@ import (
 	"erp/app/config"
 	"erp/app/httpapi"
 	"erp/db"
+	"erp/db/catalog"
 	"erp/graph"
 	"erp/graph/model"
 	"erp/graph/wsgorilla"
@@ -120,6 +123,9 @@ func (a *App) routes(opts config.Config, page web.Config, scrape http.Handler) h
 	}
 	mux.Handle("/graphql", api)
 	web.Register(mux, page) // /events, /playground, /assets/, /config.json
+	// The schemas are the API's contract, readable by any signed-in token
+	// like the GraphQL schema.
+	mux.Handle("GET /schemas/events/{file}", limit.Guard(a.auth.Authenticate(http.HandlerFunc(serveEventSchema))))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
@@ -145,4 +151,18 @@ func (a *App) routes(opts config.Config, page web.Config, scrape http.Handler) h
 	mux.Handle("GET /{$}", http.RedirectHandler("/events", http.StatusFound))
 	// No page of this server may be framed by another (clickjacking).
 	return httpapi.DenyFraming(mux)
+}
+
+// serveEventSchema answers GET /schemas/events/<type>.json with
+// catalog.EventSchema of the type (application/schema+json), or 404 when
+// the catalog has no such type.
+func serveEventSchema(w http.ResponseWriter, r *http.Request) {
+	name, ok := strings.CutSuffix(r.PathValue("file"), ".json")
+	b, err := catalog.EventSchema(name)
+	if !ok || err != nil {
+		http.Error(w, fmt.Sprintf("no event type %q: GET /schemas/events/<type>.json with a type of the eventTypes query", r.PathValue("file")), http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "application/schema+json")
+	_, _ = w.Write(b)
 }

@@ -139,6 +139,17 @@ type ComplexityRoot struct {
 		Node   func(childComplexity int) int
 	}
 
+	EventType struct {
+		Deprecated      func(childComplexity int) int
+		DeprecatedSince func(childComplexity int) int
+		Description     func(childComplexity int) int
+		Example         func(childComplexity int) int
+		Name            func(childComplexity int) int
+		ReplacedBy      func(childComplexity int) int
+		Schema          func(childComplexity int) int
+		Version         func(childComplexity int) int
+	}
+
 	IssuedToken struct {
 		Info  func(childComplexity int) int
 		Token func(childComplexity int) int
@@ -246,6 +257,7 @@ type ComplexityRoot struct {
 		DeadDeliveries   func(childComplexity int, subscriber *string, first *int, after *string) int
 		Deliveries       func(childComplexity int, filter *model.DeliveryFilter, first *int, after *string) int
 		Event            func(childComplexity int, id int64) int
+		EventTypes       func(childComplexity int) int
 		Events           func(childComplexity int, filter *db.EventFilter, first *int, after *string) int
 		Items            func(childComplexity int) int
 		Me               func(childComplexity int) int
@@ -810,6 +822,55 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.EventEdge.Node(childComplexity), true
+
+	case "EventType.deprecated":
+		if e.ComplexityRoot.EventType.Deprecated == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EventType.Deprecated(childComplexity), true
+	case "EventType.deprecatedSince":
+		if e.ComplexityRoot.EventType.DeprecatedSince == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EventType.DeprecatedSince(childComplexity), true
+	case "EventType.description":
+		if e.ComplexityRoot.EventType.Description == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EventType.Description(childComplexity), true
+	case "EventType.example":
+		if e.ComplexityRoot.EventType.Example == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EventType.Example(childComplexity), true
+	case "EventType.name":
+		if e.ComplexityRoot.EventType.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EventType.Name(childComplexity), true
+	case "EventType.replacedBy":
+		if e.ComplexityRoot.EventType.ReplacedBy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EventType.ReplacedBy(childComplexity), true
+	case "EventType.schema":
+		if e.ComplexityRoot.EventType.Schema == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EventType.Schema(childComplexity), true
+	case "EventType.version":
+		if e.ComplexityRoot.EventType.Version == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EventType.Version(childComplexity), true
 
 	case "IssuedToken.info":
 		if e.ComplexityRoot.IssuedToken.Info == nil {
@@ -1477,6 +1538,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Event(childComplexity, args["id"].(int64)), true
+	case "Query.eventTypes":
+		if e.ComplexityRoot.Query.EventTypes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.EventTypes(childComplexity), true
 	case "Query.events":
 		if e.ComplexityRoot.Query.Events == nil {
 			break
@@ -2398,7 +2465,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "deliveries.graphqls" "documents.graphqls" "events.graphqls" "ops.graphqls" "planning.graphqls" "schema.graphqls" "stock.graphqls" "users.graphqls" "webhooktools.graphqls"
+//go:embed "catalog.graphqls" "deliveries.graphqls" "documents.graphqls" "events.graphqls" "ops.graphqls" "planning.graphqls" "schema.graphqls" "stock.graphqls" "users.graphqls" "webhooktools.graphqls"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -2410,6 +2477,7 @@ func sourceData(filename string) string {
 }
 
 var sources = []*ast.Source{
+	{Name: "catalog.graphqls", Input: sourceData("catalog.graphqls"), BuiltIn: false},
 	{Name: "deliveries.graphqls", Input: sourceData("deliveries.graphqls"), BuiltIn: false},
 	{Name: "documents.graphqls", Input: sourceData("documents.graphqls"), BuiltIn: false},
 	{Name: "events.graphqls", Input: sourceData("events.graphqls"), BuiltIn: false},
@@ -2610,6 +2678,28 @@ func (ec *executionContext) childFields_EventEdge(ctx context.Context, field gra
 		return ec.fieldContext_EventEdge_node(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type EventEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_EventType(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_EventType_name(ctx, field)
+	case "description":
+		return ec.fieldContext_EventType_description(ctx, field)
+	case "version":
+		return ec.fieldContext_EventType_version(ctx, field)
+	case "schema":
+		return ec.fieldContext_EventType_schema(ctx, field)
+	case "example":
+		return ec.fieldContext_EventType_example(ctx, field)
+	case "deprecated":
+		return ec.fieldContext_EventType_deprecated(ctx, field)
+	case "deprecatedSince":
+		return ec.fieldContext_EventType_deprecatedSince(ctx, field)
+	case "replacedBy":
+		return ec.fieldContext_EventType_replacedBy(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type EventType", field.Name)
 }
 
 func (ec *executionContext) childFields_IssuedToken(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

@@ -67,6 +67,7 @@ type MutationResolver interface {
 type QueryResolver interface {
 	Items(ctx context.Context) ([]db.Item, error)
 	Warehouses(ctx context.Context) ([]db.Warehouse, error)
+	EventTypes(ctx context.Context) ([]model.EventType, error)
 	Subscribers(ctx context.Context) ([]db.Subscriber, error)
 	Deliveries(ctx context.Context, filter *model.DeliveryFilter, first *int, after *string) (*model.DeliveryConnection, error)
 	DeadDeliveries(ctx context.Context, subscriber *string, first *int, after *string) (*model.DeliveryConnection, error)
@@ -3876,6 +3877,56 @@ func (ec *executionContext) fieldContext_Query_warehouses(_ context.Context, fie
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_eventTypes(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_eventTypes(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().EventTypes(ctx)
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{"VIEWER", "SALES", "WAREHOUSE", "PLANNER", "INTEGRATION"})
+				if err != nil {
+					var zeroVal []model.EventType
+					return zeroVal, err
+				}
+				if ec.Directives.Allow == nil {
+					var zeroVal []model.EventType
+					return zeroVal, errors.New("directive allow is not implemented")
+				}
+				return ec.Directives.Allow(ctx, nil, directive0, roles)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v []model.EventType) graphql.Marshaler {
+			return ec.marshalNEventType2ᚕerpᚋgraphᚋmodelᚐEventTypeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_eventTypes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_EventType(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query_subscribers(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -5910,6 +5961,12 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_warehouses(ctx, field)
+				})
+		case "eventTypes":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_eventTypes(ctx, field)
 				})
 		case "subscribers":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,

@@ -17,6 +17,7 @@ import (
 	"cel.dev/cel-go/interpreter"
 
 	"erp/db"
+	"erp/db/catalog"
 )
 
 // Limits of a subscriber filter. The cost unit is CEL's: about one per
@@ -43,16 +44,10 @@ const (
 // evaluation was stopped by the cost limit.
 var ErrFilterCostLimit = errors.New("condition stopped: cost limit exceeded")
 
-// DefaultEventTypes lists the event types the journal writes, the ones a
-// filter's EventTypes may name unless Filters is given more.
-func DefaultEventTypes() []string {
-	return []string{
-		db.EventDocCreated, db.EventOrderReceived, db.EventStatusChanged, db.EventRedelivered,
-		db.EventReplayStarted, db.EventReplayFinished, db.EventSubscriberDisabled, db.EventSubscriberEnabled,
-		db.EventSubscriberSecretRotated,
-		db.EventUserCreated, db.EventUserRoleChanged, db.EventUserSourcesChanged, db.EventTokenIssued, db.EventTokenRevoked,
-	}
-}
+// DefaultEventTypes lists the event types the journal writes, those of
+// the catalog (db/catalog), the ones a filter's EventTypes may name unless
+// Filters is given more.
+func DefaultEventTypes() []string { return catalog.Names() }
 
 // defaultEntities maps every name a filter's Entities may use to the table
 // events.entity holds: the tables themselves and the "entity" names of

@@ -74,6 +74,7 @@ func (r *mutationResolver) CreateWebhookSubscriber(ctx context.Context, input mo
 	if err != nil {
 		return nil, inArg("input", err)
 	}
+	warnDeprecated(ctx, "input.eventTypes", in.EventTypes)
 	return &s, nil
 }
 
@@ -88,6 +89,7 @@ func (r *mutationResolver) UpdateWebhookSubscriber(ctx context.Context, id int64
 	if err != nil {
 		return nil, inArg("input", err)
 	}
+	warnDeprecated(ctx, "input.eventTypes", in.EventTypes)
 	return &s, nil
 }
 
@@ -102,6 +104,7 @@ func (r *mutationResolver) CreateNatsSubscriber(ctx context.Context, input model
 	if err != nil {
 		return nil, inArg("input", err)
 	}
+	warnDeprecated(ctx, "input.eventTypes", in.EventTypes)
 	return &s, nil
 }
 
@@ -115,6 +118,7 @@ func (r *mutationResolver) UpdateNatsSubscriber(ctx context.Context, id int64, i
 	if err != nil {
 		return nil, inArg("input", err)
 	}
+	warnDeprecated(ctx, "input.eventTypes", in.EventTypes)
 	return &s, nil
 }
 

@@ -37,6 +37,7 @@ import (
 	"erp/app"
 	"erp/app/config"
 	"erp/db"
+	"erp/db/catalog"
 	"erp/db/pgtest"
 )
 
@@ -124,6 +125,7 @@ func NewOn(t testing.TB, pool *pgxpool.Pool, opts ...func(*config.Config)) *Serv
 		stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		a.Stop(stopCtx)
+		validateJournal(t, ctx, pool)
 	})
 	select {
 	case <-a.Feed().Ready():
@@ -131,6 +133,39 @@ func NewOn(t testing.TB, pool *pgxpool.Pool, opts ...func(*config.Config)) *Serv
 		t.Fatal("feed did not start listening")
 	}
 	return s
+}
+
+// validator compiles the catalog's schemas once for every test of the
+// process.
+var validator = sync.OnceValues(catalog.NewValidator)
+
+// validateJournal fails t for every event in the database whose payload
+// does not validate against its type's schema in the catalog (or whose type
+// the catalog lacks), so that no payload drifts from what is published.
+func validateJournal(t testing.TB, ctx context.Context, pool *pgxpool.Pool) {
+	t.Helper()
+	v, err := validator()
+	if err != nil {
+		t.Errorf("event catalog: %v", err)
+		return
+	}
+	rows, err := pool.Query(ctx, "SELECT id, type, payload FROM events ORDER BY id")
+	if err != nil {
+		t.Errorf("read the journal to validate it: %v", err)
+		return
+	}
+	var id int64
+	var typ string
+	var payload []byte
+	_, err = pgx.ForEachRow(rows, []any{&id, &typ, &payload}, func() error {
+		if err := v.Validate(typ, payload); err != nil {
+			t.Errorf("event %d: %v", id, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("read the journal to validate it: %v", err)
+	}
 }
 
 // Logs returns the records of level info and above the application logged

@@ -4,6 +4,7 @@ package model
 
 import (
 	"bytes"
+	"encoding/json"
 	"erp/db"
 	"fmt"
 	"io"
@@ -48,6 +49,28 @@ type EventConnection struct {
 type EventEdge struct {
 	Cursor string    `json:"cursor"`
 	Node   *db.Event `json:"node"`
+}
+
+// One event type of the catalog.
+type EventType struct {
+	// The type, e.g. doc.created: Event.type and a subscriber's eventTypes.
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	// The payload's version, from 1; it grows with every change to schema. A
+	// change that is not additive comes as a new type, the old one deprecated.
+	Version int `json:"version"`
+	// The JSON Schema (draft 2020-12) of Event.payload for this type.
+	Schema json.RawMessage `json:"schema"`
+	// A payload that validates against schema.
+	Example json.RawMessage `json:"example"`
+	// A deprecated type may still be journaled and subscribed to: creating a
+	// subscriber that names it answers with a warning in the response's
+	// extensions.warnings.
+	Deprecated bool `json:"deprecated"`
+	// When the type was deprecated; null when it is not.
+	DeprecatedSince *time.Time `json:"deprecatedSince,omitempty"`
+	// The type to use instead; null when there is none or it is not deprecated.
+	ReplacedBy *string `json:"replacedBy,omitempty"`
 }
 
 type IssuedToken struct {
