@@ -39,33 +39,22 @@ const (
 	defaultMaxOperations    = 100
 )
 
-// InitFunc authenticates a socket from its connection_init payload. It
-// returns the context the socket's operations run in, derived from ctx,
-// and, optionally, the payload of connection_ack. On an error the socket
-// is closed with the code and reason put on the returned context with
-// WithCloseCode (1000, "terminated" without), after a connection_error
-// message on graphql-ws.
-//
-// The socket takes the returned context's values, not its end: a
-// deadline or cancel InitFunc adds is not watched. To close the socket
-// later (a revoked token), keep the context and call CloseSocket with it.
+// InitFunc authenticates a socket from its connection_init payload: the
+// context its operations run in (derived from ctx; its values count, not
+// its end) and, optionally, connection_ack's payload. On an error the
+// socket is closed with the code and reason WithCloseCode put on the
+// context (else 1000 "terminated"), after a connection_error on
+// graphql-ws. CloseSocket with that context closes the socket later.
 type InitFunc func(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error)
 
-// Transport is a gqlgen transport (graphql.Transport) for GraphQL over
-// websockets on gorilla/websocket, speaking graphql-transport-ws and the
-// legacy graphql-ws. Each socket has one goroutine, which reads its
-// frames, and each operation one, which runs it. It keeps gqlgen's
-// message semantics but not gqlgen's own websocket transport, which
-// cannot do what the live feed needs: it closes an init timeout with
-// 1002, has no 4400/4409/4429 and no cap of operations per socket, sends
-// complete after an operation's error, and a reused id's end cancels the
-// operation that reuses it. An operation's OperationContext has no
-// Headers; the socket's identity is its connection_init (InitFunc's
-// context).
-//
-// The rules of Implementation (origin, init timeout, duplicate ids,
-// keepalive, write timeout, shutdown) apply unchanged; Implementation is
-// required.
+// Transport is a gqlgen transport for GraphQL over websockets on
+// gorilla/websocket, speaking graphql-transport-ws and the legacy
+// graphql-ws: a goroutine per socket reads its frames, one per operation
+// runs it. Not gqlgen's own websocket transport, which closes an init
+// timeout with 1002, has no 4400/4409/4429 nor a cap of operations, sends
+// complete after an error, and lets a reused id's end cancel its reuser.
+// A socket's identity is its connection_init (InitFunc's context), not
+// headers. Implementation (required) applies its rules to every socket.
 type Transport struct {
 	// Implementation accepts and owns the sockets.
 	Implementation *Implementation
@@ -432,16 +421,13 @@ func (s *socket) run() {
 	}
 }
 
-// errNotUTF8 is a message that is not valid UTF-8: the socket is closed
-// with 1007 (RFC 6455) rather than the text stored with U+FFFD in place of
-// the bad bytes.
+// errNotUTF8 closes a socket with 1007 (RFC 6455), not to run U+FFFD.
 var errNotUTF8 = errors.New("message is not valid UTF-8")
 
-// handle takes one message; false means the socket is done. A message
-// that is not valid UTF-8 closes it with 1007. A message the
-// client may not send closes the socket: with 4400 (4429 for a second
-// connection_init); on graphql-ws, as with gqlgen, with 1000 for malformed
-// JSON or an unknown type, else 1002 after a connection_error.
+// handle takes one message; false means the socket is done. Invalid UTF-8
+// closes it with 1007; a message the client may not send with 4400 (4429:
+// a second connection_init), or on graphql-ws, as gqlgen does, 1000 for
+// malformed JSON or an unknown type, else 1002 after a connection_error.
 func (s *socket) handle(kind int, m clientMessage, err error) bool {
 	if errors.Is(err, errNotUTF8) {
 		s.close(websocket.CloseInvalidFramePayloadData, errNotUTF8.Error())
