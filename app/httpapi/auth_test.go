@@ -319,7 +319,9 @@ func TestInternalErrorsLeakNothing(t *testing.T) {
 	defer func() { _ = admin.Close(ctx) }()
 	_, err = admin.Exec(ctx, `ALTER DATABASE "`+dbName+`" ALLOW_CONNECTIONS false`)
 	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = admin.Exec(ctx, `ALTER DATABASE "`+dbName+`" ALLOW_CONNECTIONS true`) })
+	// Before admin closes (defers run last in, first out): the journal is
+	// read again at the server's cleanup.
+	defer func() { _, _ = admin.Exec(ctx, `ALTER DATABASE "`+dbName+`" ALLOW_CONNECTIONS true`) }()
 	_, err = admin.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, dbName)
 	require.NoError(t, err)
 	s.Pool.Reset()
