@@ -115,6 +115,12 @@ func (e *env) drainOurs(n, i int) (sample, string, int, error) {
 	if _, err := e.pool.Exec(e.ctx, seedSQL, n/2); err != nil {
 		return sample{}, "", 0, fmt.Errorf("seed: %w", err)
 	}
+	// The previous run left every event with its job id: without fresh
+	// statistics the planner expects one row to join and loops over
+	// river_job for each of the n (a seed of minutes, not seconds).
+	if _, err := e.pool.Exec(e.ctx, "ANALYZE events, river_job"); err != nil {
+		return sample{}, "", 0, err
+	}
 	if _, err := e.pool.Exec(e.ctx, seedJobIDsSQL); err != nil {
 		return sample{}, "", 0, fmt.Errorf("seed dispatch job ids: %w", err)
 	}

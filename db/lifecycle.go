@@ -486,6 +486,71 @@ func AcceptSalesOrder(ctx context.Context, tx pgx.Tx, id int64) ([]Event, error)
 	return []Event{*ev}, nil
 }
 
+// AcceptSalesOrders is AcceptSalesOrder for the orders ids (distinct) at
+// once, in two statements whatever their number: it locks them in id
+// order (the lock order), moves the new ones to accepted and journals
+// their doc.status_changed in the order of ids. events[i] holds what was
+// journaled for ids[i] (none when the order was no longer new). An id
+// listed twice is an error and an unknown one ErrNotFound; either way
+// nothing is written.
+func AcceptSalesOrders(ctx context.Context, tx pgx.Tx, ids []int64) ([][]Event, error) {
+	if _, err := lockSalesOrders(ctx, tx, ids); err != nil {
+		return nil, err
+	}
+	rows, err := queries.SalesOrderAcceptMany(ctx, tx, ids, traceParent(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("accept %d sales orders: %w", len(ids), translate(err))
+	}
+	at := make(map[int64]int, len(ids))
+	for i, id := range ids {
+		at[id] = i
+	}
+	events := make([][]Event, len(ids))
+	for _, r := range rows {
+		ev := eventFrom(dbsqlc.EventRow(r))
+		if r.DispatchJobID != nil {
+			ev.NewDispatchJobID = *r.DispatchJobID
+		}
+		events[at[ev.EntityID]] = []Event{ev}
+	}
+	return events, nil
+}
+
+// lockSalesOrders locks the sales orders ids (distinct) until tx ends, in
+// id order, as LockDocument locks one (an order tx wrote itself takes its
+// number now), and returns their states by id. An id listed twice is an
+// error, an unknown one ErrNotFound.
+func lockSalesOrders(ctx context.Context, tx pgx.Tx, ids []int64) (map[int64]docState, error) {
+	states := make(map[int64]docState, len(ids))
+	for _, id := range ids {
+		if _, ok := states[id]; ok {
+			return nil, fmt.Errorf("lock sales orders: %d is listed twice", id)
+		}
+		states[id] = docState{}
+	}
+	rows, err := queries.SalesOrderLockMany(ctx, tx, ids)
+	if err == nil && slices.ContainsFunc(rows, func(r dbsqlc.SalesOrderLockManyRow) bool { return isPending(r.Number) }) {
+		if err := NumberNow(ctx, tx); err != nil {
+			return nil, err
+		}
+		rows, err = queries.SalesOrderLockMany(ctx, tx, ids)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock %d sales orders: %w", len(ids), translate(err))
+	}
+	for _, r := range rows {
+		states[r.ID] = docState{Number: r.Number, Status: r.Status, Version: r.Version}
+	}
+	if len(rows) < len(ids) {
+		for _, id := range ids {
+			if states[id].Number == "" {
+				return nil, fmt.Errorf("there is no sales order %d: %w", id, ErrNotFound)
+			}
+		}
+	}
+	return states, nil
+}
+
 // ReleaseProductionOrder releases production order id, seen at version,
 // to the shop floor (planned → released). When it was planned for a sales
 // order, that order is locked too (before the production order: the lock

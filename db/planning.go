@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
+
+	"erp/db/internal/dbsqlc"
 )
 
 // constraintOneProductionWarehouse is the unique index that lets at most one
@@ -192,6 +194,45 @@ func PlanSalesOrder(ctx context.Context, tx pgx.Tx, salesOrderID int64) ([]Produ
 		events = append(events, evs...)
 	}
 	return orders, events, nil
+}
+
+// PlanSalesOrders is PlanSalesOrder for the orders ids (distinct) at
+// once: their locks (in id order) and the lines to plan of them all take
+// one statement each, whatever the number of orders; each production
+// order is then written as PlanSalesOrder writes it, in the order of ids
+// and line order, so that the numbers they take at commit follow that
+// order. events[i] holds the doc.created events written for ids[i]. An id
+// listed twice is an error and an unknown one ErrNotFound.
+func PlanSalesOrders(ctx context.Context, tx pgx.Tx, ids []int64) ([][]Event, error) {
+	states, err := lockSalesOrders(ctx, tx, ids)
+	if err != nil {
+		return nil, err
+	}
+	plan := make([]int64, 0, len(ids))
+	for _, id := range ids {
+		if st := states[id].Status; st != SalesOrderCancelled && st != SalesOrderShipped {
+			plan = append(plan, id)
+		}
+	}
+	lines, err := queries.SalesOrderLineListToPlanMany(ctx, tx, plan)
+	if err != nil {
+		return nil, fmt.Errorf("lines to plan of %d sales orders: %w", len(plan), translate(err))
+	}
+	byOrder := make(map[int64][]dbsqlc.SalesOrderLineListToPlanManyRow, len(plan))
+	for _, l := range lines {
+		byOrder[l.SalesOrderID] = append(byOrder[l.SalesOrderID], l)
+	}
+	events := make([][]Event, len(ids))
+	for i, id := range ids {
+		for _, l := range byOrder[id] {
+			_, evs, err := insertProductionOrder(ctx, tx, nil, l.ItemID, l.Quantity, &id, &l.LineNo)
+			if err != nil {
+				return nil, fmt.Errorf("plan line %d of sales order %d: %w", l.LineNo, id, err)
+			}
+			events[i] = append(events[i], evs...)
+		}
+	}
+	return events, nil
 }
 
 // IssueMaterials issues the materials of production order prodOrderID to

@@ -403,3 +403,96 @@ func TestTransitionInTheCreatingTransactionJournalsTheNumber(t *testing.T) {
 	require.Regexp(t, `^ЗК-\d{4}-000001$`, number)
 	require.Equal(t, number, journaled)
 }
+
+// TestSalesOrdersBySets: AcceptSalesOrders and PlanSalesOrders write for
+// several orders at once what AcceptSalesOrder and PlanSalesOrder write
+// for each, their results in the order of the ids given; a cancelled order
+// is neither accepted nor planned, production orders are numbered in the
+// order of the ids, and an unknown or repeated id writes nothing.
+func TestSalesOrdersBySets(t *testing.T) {
+	t.Parallel()
+	b := setupPlanning(t, false)
+	two := b.salesOrder(t, db.LineInput{SKU: "P1", Quantity: qty("2")}, db.LineInput{SKU: "P1", Quantity: qty("3")})
+	gone := b.salesOrder(t, db.LineInput{SKU: "P1", Quantity: qty("1")})
+	one := b.salesOrder(t, db.LineInput{SKU: "A2", Quantity: qty("1")}, db.LineInput{SKU: "P1", Quantity: qty("4")})
+	b.inTx(t, func(tx pgx.Tx) error {
+		_, _, err := db.CancelSalesOrder(b.ctx, tx, nil, gone.ID, gone.Version, "клиент передумал")
+		return err
+	})
+	// Out of id order: results follow the ids given, locks the id order.
+	ids := []int64{one.ID, gone.ID, two.ID}
+
+	var accepted, planned [][]db.Event
+	b.inTx(t, func(tx pgx.Tx) (err error) {
+		if accepted, err = db.AcceptSalesOrders(b.ctx, tx, ids); err != nil {
+			return err
+		}
+		planned, err = db.PlanSalesOrders(b.ctx, tx, ids)
+		return err
+	})
+	require.Len(t, accepted, 3)
+	require.Empty(t, accepted[1], "a cancelled order is not accepted")
+	for _, i := range []int{0, 2} {
+		require.Len(t, accepted[i], 1)
+		ev := b.committedEvents(t, accepted[i])[0]
+		so, err := db.SalesOrderByID(b.ctx, b.pool, ids[i])
+		require.NoError(t, err)
+		require.Equal(t, db.SalesOrderAccepted, so.Status)
+		require.EqualValues(t, 2, so.Version)
+		require.Equal(t, db.EventStatusChanged, ev.Type)
+		require.Equal(t, ids[i], ev.EntityID)
+		require.Nil(t, ev.ActorID)
+		require.JSONEq(t, fmt.Sprintf(`{"id": %d, "no": %q, "entity": "sales_order", "from": "new", "to": "accepted"}`, so.ID, so.Number), string(ev.Payload))
+		require.NotZero(t, accepted[i][0].NewDispatchJobID)
+	}
+	require.Less(t, accepted[0][0].ID, accepted[2][0].ID, "journaled in the order of the ids")
+
+	require.Len(t, planned, 3)
+	require.Len(t, planned[0], 1, "one line of one order has a bill of materials")
+	require.Empty(t, planned[1], "a cancelled order is not planned")
+	require.Len(t, planned[2], 2)
+	var numbers []string
+	for _, evs := range [][]db.Event{planned[0], planned[2]} {
+		for _, ev := range b.committedEvents(t, evs) {
+			po, err := db.ProductionOrderByID(b.ctx, b.pool, ev.EntityID)
+			require.NoError(t, err)
+			require.JSONEq(t, fmt.Sprintf(`{"id": %d, "no": %q, "entity": "prod_order"}`, po.ID, po.Number), string(ev.Payload))
+			numbers = append(numbers, po.Number)
+		}
+	}
+	require.IsIncreasing(t, numbers, "numbered in the order of the ids, then of the lines")
+
+	// Again: nothing left to accept or plan.
+	b.inTx(t, func(tx pgx.Tx) (err error) {
+		if accepted, err = db.AcceptSalesOrders(b.ctx, tx, ids); err != nil {
+			return err
+		}
+		planned, err = db.PlanSalesOrders(b.ctx, tx, ids)
+		return err
+	})
+	require.Equal(t, [][]db.Event{nil, nil, nil}, accepted)
+	require.Equal(t, [][]db.Event{nil, nil, nil}, planned)
+
+	fresh := b.salesOrder(t, db.LineInput{SKU: "P1", Quantity: qty("1")})
+	events := b.count(t, "events")
+	for _, bad := range [][]int64{{fresh.ID, 999}, {fresh.ID, fresh.ID}} {
+		for name, batch := range map[string]func(pgx.Tx) ([][]db.Event, error){
+			"accept": func(tx pgx.Tx) ([][]db.Event, error) { return db.AcceptSalesOrders(b.ctx, tx, bad) },
+			"plan":   func(tx pgx.Tx) ([][]db.Event, error) { return db.PlanSalesOrders(b.ctx, tx, bad) },
+		} {
+			err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+				_, err := batch(tx)
+				return err
+			})
+			require.Error(t, err, "%s %v", name, bad)
+			if bad[1] == 999 {
+				require.ErrorIs(t, err, db.ErrNotFound, "%s %v", name, bad)
+			}
+		}
+	}
+	so, err := db.SalesOrderByID(b.ctx, b.pool, fresh.ID)
+	require.NoError(t, err)
+	require.Equal(t, db.SalesOrderNew, so.Status)
+	require.Equal(t, events, b.count(t, "events"))
+	require.Equal(t, 3, b.count(t, "plan_prod_orders"))
+}

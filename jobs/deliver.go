@@ -234,21 +234,27 @@ func handle(ctx context.Context, tx pgx.Tx, s Subscriber, ev db.Event, savepoint
 	if !savepoint {
 		return s.Handle(ctx, tx, ev)
 	}
+	return inSavepoint(ctx, tx, func(sp pgx.Tx) ([]db.Event, error) { return s.Handle(ctx, sp, ev) })
+}
+
+// inSavepoint runs fn in a savepoint of tx, rolled back when fn fails.
+func inSavepoint[T any](ctx context.Context, tx pgx.Tx, fn func(sp pgx.Tx) (T, error)) (T, error) {
+	var zero T
 	sp, err := tx.Begin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("savepoint: %w", err)
+		return zero, fmt.Errorf("savepoint: %w", err)
 	}
-	events, err := s.Handle(ctx, sp, ev)
+	v, err := fn(sp)
 	if err != nil {
 		if rbErr := sp.Rollback(context.WithoutCancel(ctx)); rbErr != nil {
-			return nil, errors.Join(err, rbErr)
+			return zero, errors.Join(err, rbErr)
 		}
-		return nil, err
+		return zero, err
 	}
 	if err := sp.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("release savepoint: %w", err)
+		return zero, fmt.Errorf("release savepoint: %w", err)
 	}
-	return events, nil
+	return v, nil
 }
 
 // txWork collects what one dispatch or delivery transaction did: the jobs

@@ -542,6 +542,11 @@ func (d *Dispatcher) deliverEvents(ctx context.Context, tx pgx.Tx, w *txWork, l 
 		}
 	}
 
+	batched, err := d.attemptBatches(ctx, tx, l, events, plans, blockedOutside, bound)
+	if err != nil {
+		return nil, err
+	}
+
 	// Walk the events in order. A document's earlier event in the batch
 	// decides in Go whether it holds a later one's delivery back: the
 	// rule of db.BlockedDeliveries, on the records made here.
@@ -587,7 +592,7 @@ func (d *Dispatcher) deliverEvents(ctx context.Context, tx pgx.Tx, w *txWork, l 
 				if err := bound.before(ctx, tx); err != nil {
 					return nil, err
 				}
-				a, err := d.firstAttempt(ctx, tx, w, l, sub, ev)
+				a, err := d.firstAttempt(ctx, tx, w, l, batched, sub, ev)
 				if db.IsLockWait(err) && bound.on {
 					return nil, &rerun{lockWait: ev.ID, head: i == 0, err: err}
 				}
@@ -637,12 +642,18 @@ func (d *Dispatcher) deliverEvents(ctx context.Context, tx pgx.Tx, w *txWork, l 
 }
 
 // firstAttempt makes the first attempt of ev to the built-in subscriber
-// sub in tx, or takes the one an earlier run made (l.failed), and notes its
-// outcome and the events the subscriber journaled in w. Outside savepoints
-// a failure is a *rerun (the transaction must roll back).
-func (d *Dispatcher) firstAttempt(ctx context.Context, tx pgx.Tx, w *txWork, l *lessons, sub db.Subscriber, ev db.Event) (db.Attempt, error) {
+// sub in tx, or takes the one an earlier run made (l.failed) or its batch
+// made (batched), and notes its outcome and the events the subscriber
+// journaled in w. Outside savepoints a failure is a *rerun (the
+// transaction must roll back).
+func (d *Dispatcher) firstAttempt(ctx context.Context, tx pgx.Tx, w *txWork, l *lessons, batched map[db.DeliveryKey]batchedAttempt,
+	sub db.Subscriber, ev db.Event) (db.Attempt, error) {
 	k := db.DeliveryKey{EventID: ev.ID, SubscriberID: sub.ID}
 	a, ok := l.failed[k]
+	if b, inBatch := batched[k]; !ok && inBatch {
+		a, ok = b.attempt, true
+		w.written = append(w.written, b.written...)
+	}
 	if !ok {
 		var written []db.Event
 		var err error

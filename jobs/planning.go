@@ -38,6 +38,15 @@ func (ProductionPlanning) Handle(ctx context.Context, tx pgx.Tx, ev db.Event) ([
 	return events, err
 }
 
+// HandleBatch implements BatchSubscriber (db.PlanSalesOrders).
+func (ProductionPlanning) HandleBatch(ctx context.Context, tx pgx.Tx, evs []db.Event) ([][]db.Event, error) {
+	ids, err := salesOrderIDs(evs)
+	if err != nil {
+		return nil, err
+	}
+	return db.PlanSalesOrders(ctx, tx, ids)
+}
+
 // MaterialIssue issues materials to the shop floor for every new
 // production order: on doc.created of a plan_prod_orders row it writes one
 // warehouse move ВЦ (wh_moves) from the warehouse that supplies production,

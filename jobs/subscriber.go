@@ -28,6 +28,19 @@ type Subscriber interface {
 	Handle(ctx context.Context, tx pgx.Tx, ev db.Event) ([]db.Event, error)
 }
 
+// BatchSubscriber is a Subscriber that can also take several events of
+// one dispatch together, with set-based statements instead of a round
+// trip per event. HandleBatch gets events of distinct documents, in
+// journal order, and must do in tx what Handle would do for each in turn,
+// returning written[i], the events journaled for evs[i]. The dispatcher
+// runs it in one savepoint; on any error it undoes the batch and calls
+// Handle event by event instead, so one bad event never fails the others
+// and its own error is the one recorded.
+type BatchSubscriber interface {
+	Subscriber
+	HandleBatch(ctx context.Context, tx pgx.Tx, evs []db.Event) (written [][]db.Event, err error)
+}
+
 type permanentError struct{ err error }
 
 func (e permanentError) Error() string { return e.err.Error() }
@@ -64,4 +77,26 @@ func (OrderAcceptance) Handle(ctx context.Context, tx pgx.Tx, ev db.Event) ([]db
 		return nil, Permanent(fmt.Errorf("order.received %d is about %s, want sales_orders", ev.ID, ev.Entity))
 	}
 	return db.AcceptSalesOrder(ctx, tx, ev.EntityID)
+}
+
+// HandleBatch implements BatchSubscriber (db.AcceptSalesOrders).
+func (OrderAcceptance) HandleBatch(ctx context.Context, tx pgx.Tx, evs []db.Event) ([][]db.Event, error) {
+	ids, err := salesOrderIDs(evs)
+	if err != nil {
+		return nil, err
+	}
+	return db.AcceptSalesOrders(ctx, tx, ids)
+}
+
+// salesOrderIDs is the sales order each event is about; an event about
+// anything else is an error (its Handle says how).
+func salesOrderIDs(evs []db.Event) ([]int64, error) {
+	ids := make([]int64, len(evs))
+	for i, ev := range evs {
+		if ev.Entity != db.EntitySalesOrders {
+			return nil, fmt.Errorf("event %d is about %s, want sales_orders", ev.ID, ev.Entity)
+		}
+		ids[i] = ev.EntityID
+	}
+	return ids, nil
 }

@@ -188,3 +188,41 @@ SELECT id FROM sales_orders WHERE number = @number;
 SELECT item_id, sum(quantity)::numeric AS quantity
 FROM sales_order_lines WHERE sales_order_id = @sales_order_id
 GROUP BY item_id;
+
+-- name: SalesOrderLockMany :many
+-- SalesOrderLockMany is SalesOrderLockStatus for the orders ids at once,
+-- locked in id order (the lock order); an unknown id returns no row.
+SELECT id, number, status, version FROM sales_orders
+WHERE id = ANY(@ids::bigint[]) ORDER BY id FOR NO KEY UPDATE;
+
+-- name: SalesOrderAcceptMany :many
+-- SalesOrderAcceptMany moves the orders of ids, locked by
+-- SalesOrderLockMany, that are new to accepted, bumping their version,
+-- and journals doc.status_changed by the system for each, in the order of
+-- ids (db.AcceptSalesOrders); it returns the events as EventInsert does.
+WITH moved AS (
+    UPDATE sales_orders s SET status = 'accepted', version = s.version + 1
+    FROM unnest(@ids::bigint[]) WITH ORDINALITY AS t(id, ord)
+    WHERE s.id = t.id AND s.status = 'new'
+    RETURNING s.id, s.number, t.ord
+), e AS (
+    INSERT INTO events (type, entity, entity_id, payload, trace_parent, dispatch_job_id)
+    SELECT 'doc.status_changed', 'sales_orders', m.id,
+        jsonb_build_object('id', m.id, 'no', m.number, 'entity', 'sales_order', 'from', 'new', 'to', 'accepted'),
+        sqlc.narg(trace_parent)::text, nextval('river_job_id_seq')
+    FROM moved m ORDER BY m.ord
+    RETURNING *
+)
+SELECT e.*, u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role
+FROM e LEFT JOIN users u ON u.id = e.actor_id
+ORDER BY e.id;
+
+-- name: SalesOrderLineListToPlanMany :many
+-- SalesOrderLineListToPlanMany is SalesOrderLineListToPlan for the orders
+-- sales_order_ids at once, in order and line order.
+SELECT l.sales_order_id, l.line_no, l.item_id, l.quantity FROM sales_order_lines l
+WHERE l.sales_order_id = ANY(@sales_order_ids::bigint[])
+  AND EXISTS (SELECT 1 FROM item_components c WHERE c.item_id = l.item_id)
+  AND NOT EXISTS (SELECT 1 FROM plan_prod_orders p
+                  WHERE p.sales_order_id = l.sales_order_id AND p.sales_order_line_no = l.line_no)
+ORDER BY l.sales_order_id, l.line_no;

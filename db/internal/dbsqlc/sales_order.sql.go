@@ -12,6 +12,83 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+const salesOrderAcceptMany = `-- name: SalesOrderAcceptMany :many
+WITH moved AS (
+    UPDATE sales_orders s SET status = 'accepted', version = s.version + 1
+    FROM unnest($1::bigint[]) WITH ORDINALITY AS t(id, ord)
+    WHERE s.id = t.id AND s.status = 'new'
+    RETURNING s.id, s.number, t.ord
+), e AS (
+    INSERT INTO events (type, entity, entity_id, payload, trace_parent, dispatch_job_id)
+    SELECT 'doc.status_changed', 'sales_orders', m.id,
+        jsonb_build_object('id', m.id, 'no', m.number, 'entity', 'sales_order', 'from', 'new', 'to', 'accepted'),
+        $2::text, nextval('river_job_id_seq')
+    FROM moved m ORDER BY m.ord
+    RETURNING id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, trace_parent
+)
+SELECT e.id, e.type, e.entity, e.entity_id, e.payload, e.actor_id, e.created_at, e.processed_at, e.feed_seq, e.dispatched_at, e.dispatch_job_id, e.trace_parent, u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role
+FROM e LEFT JOIN users u ON u.id = e.actor_id
+ORDER BY e.id
+`
+
+type SalesOrderAcceptManyRow struct {
+	ID            int64
+	Type          string
+	Entity        string
+	EntityID      int64
+	Payload       []byte
+	ActorID       *int64
+	CreatedAt     time.Time
+	ProcessedAt   *time.Time
+	FeedSeq       *int64
+	DispatchedAt  *time.Time
+	DispatchJobID *int64
+	TraceParent   *string
+	ActorLogin    *string
+	ActorName     *string
+	ActorRole     *string
+}
+
+// SalesOrderAcceptMany moves the orders of ids, locked by
+// SalesOrderLockMany, that are new to accepted, bumping their version,
+// and journals doc.status_changed by the system for each, in the order of
+// ids (db.AcceptSalesOrders); it returns the events as EventInsert does.
+func (q *Queries) SalesOrderAcceptMany(ctx context.Context, db DBTX, ids []int64, traceParent *string) ([]SalesOrderAcceptManyRow, error) {
+	rows, err := db.Query(ctx, salesOrderAcceptMany, ids, traceParent)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SalesOrderAcceptManyRow{}
+	for rows.Next() {
+		var i SalesOrderAcceptManyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Type,
+			&i.Entity,
+			&i.EntityID,
+			&i.Payload,
+			&i.ActorID,
+			&i.CreatedAt,
+			&i.ProcessedAt,
+			&i.FeedSeq,
+			&i.DispatchedAt,
+			&i.DispatchJobID,
+			&i.TraceParent,
+			&i.ActorLogin,
+			&i.ActorName,
+			&i.ActorRole,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const salesOrderGetByID = `-- name: SalesOrderGetByID :one
 SELECT id, number, customer, status, source, external_id, created_at, version
 FROM sales_orders WHERE id = $1
@@ -378,6 +455,49 @@ func (q *Queries) SalesOrderLineListToPlan(ctx context.Context, db DBTX, salesOr
 	return items, nil
 }
 
+const salesOrderLineListToPlanMany = `-- name: SalesOrderLineListToPlanMany :many
+SELECT l.sales_order_id, l.line_no, l.item_id, l.quantity FROM sales_order_lines l
+WHERE l.sales_order_id = ANY($1::bigint[])
+  AND EXISTS (SELECT 1 FROM item_components c WHERE c.item_id = l.item_id)
+  AND NOT EXISTS (SELECT 1 FROM plan_prod_orders p
+                  WHERE p.sales_order_id = l.sales_order_id AND p.sales_order_line_no = l.line_no)
+ORDER BY l.sales_order_id, l.line_no
+`
+
+type SalesOrderLineListToPlanManyRow struct {
+	SalesOrderID int64
+	LineNo       int32
+	ItemID       int64
+	Quantity     decimal.Decimal
+}
+
+// SalesOrderLineListToPlanMany is SalesOrderLineListToPlan for the orders
+// sales_order_ids at once, in order and line order.
+func (q *Queries) SalesOrderLineListToPlanMany(ctx context.Context, db DBTX, salesOrderIds []int64) ([]SalesOrderLineListToPlanManyRow, error) {
+	rows, err := db.Query(ctx, salesOrderLineListToPlanMany, salesOrderIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SalesOrderLineListToPlanManyRow{}
+	for rows.Next() {
+		var i SalesOrderLineListToPlanManyRow
+		if err := rows.Scan(
+			&i.SalesOrderID,
+			&i.LineNo,
+			&i.ItemID,
+			&i.Quantity,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const salesOrderLineSumByItem = `-- name: SalesOrderLineSumByItem :many
 SELECT item_id, sum(quantity)::numeric AS quantity
 FROM sales_order_lines WHERE sales_order_id = $1
@@ -709,6 +829,45 @@ func (q *Queries) SalesOrderListPageByStatus(ctx context.Context, db DBTX, arg S
 			&i.ExternalID,
 			&i.CreatedBy,
 			&i.CreatedAt,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const salesOrderLockMany = `-- name: SalesOrderLockMany :many
+SELECT id, number, status, version FROM sales_orders
+WHERE id = ANY($1::bigint[]) ORDER BY id FOR NO KEY UPDATE
+`
+
+type SalesOrderLockManyRow struct {
+	ID      int64
+	Number  string
+	Status  string
+	Version int32
+}
+
+// SalesOrderLockMany is SalesOrderLockStatus for the orders ids at once,
+// locked in id order (the lock order); an unknown id returns no row.
+func (q *Queries) SalesOrderLockMany(ctx context.Context, db DBTX, ids []int64) ([]SalesOrderLockManyRow, error) {
+	rows, err := db.Query(ctx, salesOrderLockMany, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SalesOrderLockManyRow{}
+	for rows.Next() {
+		var i SalesOrderLockManyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Number,
+			&i.Status,
 			&i.Version,
 		); err != nil {
 			return nil, err
