@@ -149,6 +149,10 @@ func validateJournal(t testing.TB, ctx context.Context, pool *pgxpool.Pool) {
 		t.Errorf("event catalog: %v", err)
 		return
 	}
+	// Fresh connections: a test may have terminated the pool's backends
+	// (a database that stopped answering), and a dead idle connection
+	// would fail this read.
+	pool.Reset()
 	rows, err := pool.Query(ctx, "SELECT id, type, payload FROM events ORDER BY id")
 	if err != nil {
 		t.Errorf("read the journal to validate it: %v", err)
