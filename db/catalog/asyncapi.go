@@ -91,7 +91,7 @@ func AsyncAPI() ([]byte, error) {
 		"feed": map[string]any{
 			"address":     "/graphql",
 			"title":       "Live feed",
-			"description": "The GraphQL subscription eventProcessed(after: <cursor>) over a websocket at /graphql, subprotocol graphql-transport-ws (next messages) or the legacy graphql-ws (data messages): each result's data.eventProcessed is an event as the payload's bare form (the fields selected). Resume after a disconnection with the last event's cursor. See docs/live-feed.md.",
+			"description": "The GraphQL subscription eventProcessed(after: <cursor>) over a websocket at /graphql, subprotocol graphql-transport-ws (next messages) or the legacy graphql-ws (data messages): each result's data.eventProcessed is the event, with the fields the subscription selected (never a CloudEvent). Resume after a disconnection with the last event's cursor. See docs/live-feed.md.",
 			"messages":    refs,
 		},
 		"nats": map[string]any{
