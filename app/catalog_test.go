@@ -78,3 +78,68 @@ func TestEventTypesAndTheirSchemas(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, code)
 	require.Contains(t, string(body), `no event type "doc.create.json"`)
 }
+
+// GET /asyncapi.json is an AsyncAPI 3.0.0 document with one message per
+// type of the catalog and the webhook, feed and nats channels, each
+// carrying every message; like the schemas it needs a signed-in token.
+func TestAsyncAPIDocument(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	viewer := apptest.RoleToken(t, s, "viewer", "VIEWER")
+	get := func(token string) (int, []byte) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, s.URL+"/asyncapi.json", nil)
+		require.NoError(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return res.StatusCode, b
+	}
+	code, _ := get("")
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, body := get(viewer)
+	require.Equal(t, http.StatusOK, code, string(body))
+
+	var doc struct {
+		AsyncAPI string
+		Channels map[string]struct {
+			Address  *string
+			Messages map[string]struct {
+				Ref string `json:"$ref"`
+			}
+		}
+		Operations map[string]struct {
+			Action  string
+			Channel struct {
+				Ref string `json:"$ref"`
+			}
+		}
+		Components struct {
+			Messages map[string]json.RawMessage
+			Schemas  map[string]json.RawMessage
+		}
+	}
+	require.NoError(t, json.Unmarshal(body, &doc))
+	require.Equal(t, "3.0.0", doc.AsyncAPI)
+	names := catalog.Names()
+	require.Len(t, doc.Components.Messages, len(names))
+	for _, n := range names {
+		require.Contains(t, doc.Components.Messages, n)
+		require.Contains(t, doc.Components.Schemas, n)
+	}
+	require.Len(t, doc.Channels, 3)
+	for _, ch := range []string{"webhook", "feed", "nats"} {
+		require.Contains(t, doc.Channels, ch)
+		require.Len(t, doc.Channels[ch].Messages, len(names), ch)
+		require.Equal(t, "#/components/messages/doc.created", doc.Channels[ch].Messages["doc.created"].Ref, ch)
+		op := doc.Operations["receive-"+ch]
+		require.Equal(t, "receive", op.Action, ch)
+		require.Equal(t, "#/channels/"+ch, op.Channel.Ref, ch)
+	}
+	require.Nil(t, doc.Channels["webhook"].Address, "a webhook's URL is the subscriber's")
+	require.Equal(t, "{subjectPrefix}.{entity}.{entityId}.{type}", *doc.Channels["nats"].Address)
+}

@@ -123,9 +123,10 @@ func (a *App) routes(opts config.Config, page web.Config, scrape http.Handler) h
 	}
 	mux.Handle("/graphql", api)
 	web.Register(mux, page) // /events, /playground, /assets/, /config.json
-	// The schemas are the API's contract, readable by any signed-in token
-	// like the GraphQL schema.
+	// The schemas and the AsyncAPI document are the API's contract,
+	// readable by any signed-in token like the GraphQL schema.
 	mux.Handle("GET /schemas/events/{file}", limit.Guard(a.auth.Authenticate(http.HandlerFunc(serveEventSchema))))
+	mux.Handle("GET /asyncapi.json", limit.Guard(a.auth.Authenticate(http.HandlerFunc(serveAsyncAPI))))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
@@ -164,5 +165,17 @@ func serveEventSchema(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/schema+json")
+	_, _ = w.Write(b)
+}
+
+// serveAsyncAPI answers GET /asyncapi.json with catalog.AsyncAPI, the
+// AsyncAPI 3.0.0 document of the webhook, live feed and NATS channels.
+func serveAsyncAPI(w http.ResponseWriter, _ *http.Request) {
+	b, err := catalog.AsyncAPI()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(b)
 }

@@ -127,3 +127,31 @@ func TestNodeGraphQLHTTPAudit(t *testing.T) {
 	require.Greater(t, out.Total, 50, "the audit ran its checks")
 	require.Empty(t, out.Results, "audits that did not pass")
 }
+
+// TestNodeAsyncAPIParser validates GET /asyncapi.json with the AsyncAPI
+// project's own parser (@asyncapi/parser, e2e/asyncapi.mjs): no diagnostic
+// of severity error.
+func TestNodeAsyncAPIParser(t *testing.T) {
+	t.Parallel()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		requireTool(t, "Node.js 20+ (node on PATH)", "Debian: apt-get install nodejs npm")
+	}
+	if _, err := os.Stat("node_modules/@asyncapi/parser"); err != nil {
+		requireTool(t, "e2e/node_modules/@asyncapi/parser", "npm ci --prefix e2e (make test does it)")
+	}
+	s := apptest.New(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, node, "asyncapi.mjs", s.URL+"/asyncapi.json", s.Token)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "stdout: %s\nstderr: %s", stdout.String(), stderr.String())
+	var out struct {
+		Parsed bool
+		Errors int
+	}
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &out), "stdout: %s", stdout.String())
+	require.True(t, out.Parsed)
+	require.Zero(t, out.Errors)
+}

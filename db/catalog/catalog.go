@@ -211,14 +211,23 @@ func EventSchema(name string) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("event type %q is not in the catalog", name)
 	}
+	s, err := eventSchema(t)
+	if err != nil {
+		return nil, err
+	}
+	s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+	return json.MarshalIndent(s, "", "  ")
+}
+
+// eventSchema is EventSchema of t without "$schema", for embedding.
+func eventSchema(t Type) (map[string]any, error) {
 	var payload map[string]any
 	if err := json.Unmarshal(t.Schema, &payload); err != nil {
-		return nil, fmt.Errorf("parse schema of %s: %w", name, err)
+		return nil, fmt.Errorf("parse schema of %s: %w", t.Name, err)
 	}
 	delete(payload, "$schema")
 	id := map[string]any{"type": "string", "pattern": "^[0-9]+$"}
 	s := map[string]any{
-		"$schema":     "https://json-schema.org/draft/2020-12/schema",
 		"title":       fmt.Sprintf("%s v%d", t.Name, t.Version),
 		"description": t.Description,
 		"type":        "object",
@@ -245,7 +254,7 @@ func EventSchema(name string) ([]byte, error) {
 	if t.Deprecated != nil {
 		s["deprecated"] = true
 	}
-	return json.MarshalIndent(s, "", "  ")
+	return s, nil
 }
 
 // DeprecationWarnings returns a sentence for each name in names that is a
