@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -11,14 +12,19 @@ import (
 // the run ends: its CPU must still count, through the postmaster's
 // cutime+cstime. This process stands in for the postmaster.
 func TestClusterCPUCountsReapedChildren(t *testing.T) {
-	before := clusterCPU(os.Getpid())
-	child := exec.Command("sh", "-c", "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done")
-	if err := child.Run(); err != nil {
-		t.Fatal(err)
-	}
-	spent := (child.ProcessState.UserTime() + child.ProcessState.SystemTime()).Seconds()
-	if spent < 0.05 {
-		t.Skipf("the child spent %.3f s of CPU, too little to tell at 10 ms a tick", spent)
+	// A child busy long enough to measure at 10 ms a tick, whatever the
+	// machine's speed: the loop grows until one run spends 0.05 s.
+	var before, spent float64
+	for n := 400_000; spent < 0.05; n *= 4 {
+		if n > 1<<28 {
+			t.Fatal("no child spent 0.05 s of CPU")
+		}
+		before = clusterCPU(os.Getpid())
+		child := exec.Command("sh", "-c", fmt.Sprintf("i=0; while [ $i -lt %d ]; do i=$((i+1)); done", n))
+		if err := child.Run(); err != nil {
+			t.Fatal(err)
+		}
+		spent = (child.ProcessState.UserTime() + child.ProcessState.SystemTime()).Seconds()
 	}
 	if got := clusterCPU(os.Getpid()) - before; got < spent-0.02 {
 		t.Errorf("clusterCPU grew by %.3f s after a child that spent %.3f s exited, want at least the child's", got, spent)
