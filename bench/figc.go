@@ -89,31 +89,26 @@ func (e *env) broadcastOurs(outbox *jobs.Outbox, n, rate, events, i int) (sample
 	e.waitDrained(time.Minute)
 	got := make([][]recv, n)
 	var gotMu sync.Mutex
-	var subs []*wsSub
-	defer func() {
-		for _, sub := range subs {
-			sub.close()
+	var followers []*follower
+	resumes := 0
+	stopAll := func() {
+		for _, f := range followers {
+			resumes += f.stop()
 		}
-	}()
+		followers = nil
+	}
+	defer stopAll()
 	for i := range n {
-		sub, err := s.subscribe(e.ctx, []string{db.EventDocCreated}, "id")
+		f, err := s.follow(e.ctx, []string{db.EventDocCreated}, func(id int64) {
+			now := time.Now()
+			gotMu.Lock()
+			got[i] = append(got[i], recv{id, now})
+			gotMu.Unlock()
+		})
 		if err != nil {
 			return sample{}, 0, "", fmt.Errorf("subscriber %d: %w", i, err)
 		}
-		subs = append(subs, sub)
-		go func() {
-			_ = sub.read(func(raw json.RawMessage) {
-				now := time.Now()
-				var ev struct {
-					ID string `json:"id"`
-				}
-				_ = json.Unmarshal(raw, &ev)
-				id, _ := strconv.ParseInt(ev.ID, 10, 64)
-				gotMu.Lock()
-				got[i] = append(got[i], recv{id, now})
-				gotMu.Unlock()
-			})
-		}()
+		followers = append(followers, f)
 	}
 	time.Sleep(time.Second)
 	var mu sync.Mutex
@@ -138,18 +133,25 @@ func (e *env) broadcastOurs(outbox *jobs.Outbox, n, rate, events, i int) (sample
 	time.Sleep(3 * time.Second)
 	elapsed := time.Since(t0)
 	o := obs.finish()
+	stopAll()
 	note := o.note
 	files := <-profiled
 	if files != "" {
 		note += "; CPU profiles " + files
 	}
 	var lat []time.Duration
-	total := 0
+	total, doubled := 0, 0
 	mu.Lock()
 	gotMu.Lock()
 	for i := range got {
+		seen := make(map[int64]bool, len(got[i]))
 		for _, r := range got[i] {
 			if c, ok := committed[r.id]; ok {
+				if seen[r.id] {
+					doubled++
+					continue
+				}
+				seen[r.id] = true
 				lat = append(lat, max(0, r.at.Sub(c)))
 				total++
 			}
@@ -158,8 +160,8 @@ func (e *env) broadcastOurs(outbox *jobs.Outbox, n, rate, events, i int) (sample
 	want := n * len(committed)
 	gotMu.Unlock()
 	mu.Unlock()
-	note = fmt.Sprintf("ours: %d of %d deliveries (lost %d), commit→socket p50 %.1f ms p99 %.1f ms; %s",
-		total, want, want-total, ms(pct(lat, 50)), ms(pct(lat, 99)), note)
+	note = fmt.Sprintf("ours: %d of %d deliveries (lost %d, twice %d; sockets dropped and resumed by cursor %d), commit→socket p50 %.1f ms p99 %.1f ms; %s",
+		total, want, want-total, doubled, resumes, ms(pct(lat, 50)), ms(pct(lat, 99)), note)
 	serverProfile, _, _ := strings.Cut(files, ", ")
 	return sample{value: float64(total) / (elapsed - 3*time.Second).Seconds(), units: float64(total), cpu: o.cpu,
 		statements: o.statements, profile: serverProfile}, want - total, note, nil

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -104,3 +107,78 @@ func (w *wsSub) read(fn func(ev json.RawMessage)) error {
 }
 
 func (w *wsSub) close() { _ = w.conn.Close() }
+
+// follower reads one subscriber's processed events of types as a client
+// of the feed does: when the server drops its socket (a reader that fell
+// behind, FEED_WRITE_TIMEOUT) it subscribes again after the last cursor it
+// got, so that a drop costs time and not events.
+type follower struct {
+	s       *server
+	types   []string
+	stopped atomic.Bool
+	mu      sync.Mutex
+	sub     *wsSub // the current socket
+	resumes int
+}
+
+// followQuery selects what a follower needs: the event and where to resume.
+const followQuery = `subscription($types: [String!], $after: String) { eventProcessed(filter: {types: $types}, after: $after) { id cursor } }`
+
+// follow subscribes and then calls fn with each event's id until stop,
+// resuming after each drop; the first subscription's error is returned.
+func (s *server) follow(ctx context.Context, types []string, fn func(id int64)) (*follower, error) {
+	f := &follower{s: s, types: types}
+	sub, err := s.subscribeQuery(ctx, followQuery, map[string]any{"types": types})
+	if err != nil {
+		return nil, err
+	}
+	f.sub = sub
+	go f.run(ctx, fn)
+	return f, nil
+}
+
+func (f *follower) run(ctx context.Context, fn func(id int64)) {
+	var after string
+	for {
+		f.mu.Lock()
+		sub := f.sub
+		f.mu.Unlock()
+		_ = sub.read(func(raw json.RawMessage) {
+			var ev struct{ ID, Cursor string }
+			_ = json.Unmarshal(raw, &ev)
+			id, _ := strconv.ParseInt(ev.ID, 10, 64)
+			after = ev.Cursor
+			fn(id)
+		})
+		sub.close()
+		if f.stopped.Load() || ctx.Err() != nil {
+			return
+		}
+		vars := map[string]any{"types": f.types}
+		if after != "" {
+			vars["after"] = after
+		}
+		next, err := f.s.subscribeQuery(ctx, followQuery, vars)
+		if err != nil {
+			return // the server is going away: what was not read counts as lost
+		}
+		f.mu.Lock()
+		f.sub = next
+		f.resumes++
+		stopped := f.stopped.Load()
+		f.mu.Unlock()
+		if stopped {
+			next.close()
+			return
+		}
+	}
+}
+
+// stop ends the follower and returns how often it resumed.
+func (f *follower) stop() int {
+	f.stopped.Store(true)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sub.close()
+	return f.resumes
+}
