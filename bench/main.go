@@ -78,6 +78,7 @@ type options struct {
 	keep         bool
 	dSubscribers int
 	fEvents      int
+	hEvents      int
 	runs         int
 }
 
@@ -91,6 +92,7 @@ type env struct {
 	binary  string
 	pool    *pgxpool.Pool // the bench's own connections to the erp database
 	rows    []Row
+	natsPID int          // figure H's NATS server while it runs, metered as cpu.Nats
 	console bytes.Buffer // what the run printed, for latest.txt, complete once untee returns
 	untee   func()
 }
@@ -99,8 +101,11 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "refws" {
 		os.Exit(runRefWS(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "natsd" {
+		os.Exit(runNatsd(os.Args[2:]))
+	}
 	var o options
-	flag.StringVar(&o.figures, "figures", "A,B,C,D,E,F,G", "comma-separated figures to run (A,B,C,D,E,F,G)")
+	flag.StringVar(&o.figures, "figures", "A,B,C,D,E,F,G,H", "comma-separated figures to run (A,B,C,D,E,F,G,H)")
 	flag.BoolVar(&o.quick, "quick", false, "tiny sizes and short runs (a smoke test)")
 	flag.StringVar(&o.out, "out", "bench/results", "directory for the JSON results")
 	flag.IntVar(&o.poolMax, "pool", 0, "server pool_max_conns, the total of its API and work pools (0: unset, the product's sizes: docs/operations.md, Connections)")
@@ -108,8 +113,9 @@ func main() {
 	flag.IntVar(&o.eEvents, "e-events", 100000, "figure E: pending order.received events")
 	flag.IntVar(&o.dSubscribers, "d-subscribers", 10000, "figure D: idle subscriptions")
 	flag.IntVar(&o.fEvents, "f-events", 10_000_000, "figure F: events in the large journal (the reference has 10,000)")
+	flag.IntVar(&o.hEvents, "h-events", 10000, "figure H: events published to NATS JetStream per run")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length of each timed run (A, B)")
-	flag.IntVar(&o.runs, "runs", 3, "runs of each figure, ours and the reference interleaved (A, B, C, E); the table shows medians and spreads")
+	flag.IntVar(&o.runs, "runs", 3, "runs of each figure, ours and the reference interleaved (A, B, C, E, H); the table shows medians and spreads")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp directory (cluster, logs, profiles)")
 	flag.Parse()
 	if o.runs < 1 {
@@ -121,6 +127,7 @@ func main() {
 		o.eEvents = min(o.eEvents, 300)
 		o.dSubscribers = min(o.dSubscribers, 200)
 		o.fEvents = min(o.fEvents, 100_000)
+		o.hEvents = min(o.hEvents, 300)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -214,6 +221,8 @@ func run(ctx context.Context, o options) (err error) {
 			ferr = e.figureF()
 		case "G":
 			ferr = e.figureG()
+		case "H":
+			ferr = e.figureH()
 		case "":
 		default:
 			ferr = fmt.Errorf("unknown figure %q", f)
