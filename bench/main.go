@@ -1,10 +1,11 @@
 // Command bench is the load tool: it starts a private PostgreSQL
 // (db/localpg, fsync on), builds and runs the real server binary (`serve`),
 // drives it over HTTP and websockets, measures a reference (pgbench, a bare
-// River client, a bare gorilla server) in the same run on the same
-// PostgreSQL, and prints each figure as a table row with its settings and,
-// for A, B, C, E and G, the CPU per unit of work of both sides (A, B, C
-// and E over interleaved runs) (cost.go; BENCHMARKS.md, How it works); the rows are
+// River client, a bare gorilla server, a bare JetStream publish loop) in the
+// same run on the same PostgreSQL (and NATS server), and prints each figure
+// as a table row with its settings and, for A, B, C, E, G and H, the CPU per
+// unit of work of both sides (A, B, C, E and H over interleaved runs)
+// (cost.go; BENCHMARKS.md, How it works); the rows are
 // also written to bench/results/ as JSON, the console output as text.
 //
 // The application is importable (package app), yet the tool drives the
@@ -13,7 +14,7 @@
 // scheduler apart from the load generator's, at the price of not reading
 // its runtime/metrics.
 //
-//	go run ./bench -figures A,B,E,G        # full sizes
+//	go run ./bench -figures A,B,E,G,H      # full sizes
 //	go run ./bench -figures A,B,E -quick   # a few seconds each
 package main
 
