@@ -127,7 +127,7 @@ pgbouncer:
 # bench/results/latest.json and latest.txt (the console). Takes over 25
 # minutes (figure F writes a journal of ten million events, 5 GB);
 # bench-quick is a smoke run with tiny sizes (bench/results/quick.*).
-BENCH_FLAGS ?= -figures A,B,C,D,E,F,G
+BENCH_FLAGS ?= -figures A,B,C,D,E,F,G,H
 bench: pg-binaries
 	$(GO) run ./bench $(BENCH_FLAGS)
 

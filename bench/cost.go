@@ -16,12 +16,13 @@ type cpu struct {
 	Server   float64 // the server process (ours) or the reference's own server (refws); 0 when there is none
 	Postgres float64 // the private cluster: the postmaster and every process it forked
 	Tool     float64 // this process and the children it reaped meanwhile (pgbench)
+	Nats     float64 // the NATS server of figure H (`bench natsd`); 0 in the other figures
 }
 
-func (c cpu) total() float64 { return c.Server + c.Postgres + c.Tool }
+func (c cpu) total() float64 { return c.Server + c.Postgres + c.Tool + c.Nats }
 
 func (c cpu) minus(d cpu) cpu {
-	return cpu{c.Server - d.Server, c.Postgres - d.Postgres, c.Tool - d.Tool}
+	return cpu{c.Server - d.Server, c.Postgres - d.Postgres, c.Tool - d.Tool, c.Nats - d.Nats}
 }
 
 // meter counts the CPU a run takes, from /proc and getrusage, so that a
@@ -52,6 +53,9 @@ func (m *meter) read() cpu {
 		c.Server = procCPU(strconv.Itoa(m.serverPID)).total
 	}
 	c.Postgres = clusterCPU(m.e.postmasterPID())
+	if m.e.natsPID > 0 {
+		c.Nats = procCPU(strconv.Itoa(m.e.natsPID)).total
+	}
 	var self, children syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
 	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)
@@ -144,6 +148,7 @@ type perUnit struct {
 	Server   float64 `json:"server_ms"`
 	Postgres float64 `json:"postgres_ms"`
 	Tool     float64 `json:"tool_ms"`
+	Nats     float64 `json:"nats_ms,omitempty"`
 	Total    float64 `json:"total_ms"`
 	Spread   float64 `json:"spread"` // of the counted part ((max-min)/median over the runs)
 }
@@ -214,6 +219,7 @@ func costOf(rs []sample, counted func(cpu) float64) perUnit {
 		Server:   median(per(func(c cpu) float64 { return c.Server })),
 		Postgres: median(per(func(c cpu) float64 { return c.Postgres })),
 		Tool:     median(per(func(c cpu) float64 { return c.Tool })),
+		Nats:     median(per(func(c cpu) float64 { return c.Nats })),
 		Total:    median(per(cpu.total)),
 		Spread:   spread(per(counted)),
 	}
@@ -274,9 +280,15 @@ func (r Row) noisyNote() string {
 // (`go tool pprof -top` over the runs' profiles merged).
 func (e *env) whereItGoes(r Row, ours, ref []sample) {
 	c := r.Cost
-	fmt.Printf("    %s %s, CPU per %s over %d runs (ms, median): ours server %.3f + postgres %.3f + tool %.3f = %.3f | reference server %.3f + postgres %.3f + tool %.3f = %.3f\n",
-		r.Figure, r.Case, c.Unit, r.Runs, c.Ours.Server, c.Ours.Postgres, c.Ours.Tool, c.Ours.Total,
-		c.Reference.Server, c.Reference.Postgres, c.Reference.Tool, c.Reference.Total)
+	side := func(p perUnit) string {
+		s := fmt.Sprintf("server %.3f + postgres %.3f + tool %.3f", p.Server, p.Postgres, p.Tool)
+		if p.Nats > 0 {
+			s += fmt.Sprintf(" + nats %.3f", p.Nats)
+		}
+		return s + fmt.Sprintf(" = %.3f", p.Total)
+	}
+	fmt.Printf("    %s %s, CPU per %s over %d runs (ms, median): ours %s | reference %s\n",
+		r.Figure, r.Case, c.Unit, r.Runs, side(c.Ours), side(c.Reference))
 	for _, side := range []struct {
 		name string
 		runs []sample

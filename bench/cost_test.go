@@ -33,19 +33,20 @@ func TestClusterCPUCountsReapedChildren(t *testing.T) {
 
 func TestSummarize(t *testing.T) {
 	// Three pairs: ours costs 2, 3 and 4 ms of CPU per unit, the reference
-	// 1 ms each time; the server takes half of ours.
+	// 1 ms each time, half of it in the NATS server (figure H); the server
+	// takes half of ours.
 	var ours, ref []sample
 	for i, ms := range []float64{2, 3, 4} {
 		ours = append(ours, sample{value: float64(100 + i), units: 1000, cpu: cpu{Server: ms / 2, Postgres: ms / 2}})
-		ref = append(ref, sample{value: 200, units: 1000, cpu: cpu{Postgres: 0.5, Tool: 0.5}})
+		ref = append(ref, sample{value: 200, units: 1000, cpu: cpu{Nats: 0.5, Tool: 0.5}})
 	}
 	r := summarize(Row{}, "mutation", "total", ours, ref)
 	if r.Runs != 3 || r.Ours != 101 || r.Reference != 200 || !near(r.Ratio, 101.0/200) {
 		t.Errorf("runs, ours, reference, ratio = %d, %v, %v, %v, want 3, 101, 200, 0.505", r.Runs, r.Ours, r.Reference, r.Ratio)
 	}
 	c := r.Cost
-	if !near(c.Ours.Total, 3) || !near(c.Ours.Server, 1.5) || !near(c.Reference.Total, 1) || !near(c.Ratio, 3) {
-		t.Errorf("cost = %+v, want ours 3 ms (server 1.5), reference 1 ms, ratio 3", *c)
+	if !near(c.Ours.Total, 3) || !near(c.Ours.Server, 1.5) || !near(c.Reference.Total, 1) || !near(c.Reference.Nats, 0.5) || !near(c.Ratio, 3) {
+		t.Errorf("cost = %+v, want ours 3 ms (server 1.5), reference 1 ms (nats 0.5), ratio 3", *c)
 	}
 	if want := (4.0 - 2) / 3; !near(c.Ours.Spread, want) || !near(c.RatioSpread, want) {
 		t.Errorf("spreads = %v, %v, want %v", c.Ours.Spread, c.RatioSpread, want)

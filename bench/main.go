@@ -1,10 +1,11 @@
 // Command bench is the load tool: it starts a private PostgreSQL
 // (db/localpg, fsync on), builds and runs the real server binary (`serve`),
 // drives it over HTTP and websockets, measures a reference (pgbench, a bare
-// River client, a bare gorilla server) in the same run on the same
-// PostgreSQL, and prints each figure as a table row with its settings and,
-// for A, B, C, E and G, the CPU per unit of work of both sides (A, B, C
-// and E over interleaved runs) (cost.go; BENCHMARKS.md, How it works); the rows are
+// River client, a bare gorilla server, a bare JetStream publish loop) in the
+// same run on the same PostgreSQL (and NATS server), and prints each figure
+// as a table row with its settings and, for A, B, C, E, G and H, the CPU per
+// unit of work of both sides (A, B, C, E and H over interleaved runs)
+// (cost.go; BENCHMARKS.md, How it works); the rows are
 // also written to bench/results/ as JSON, the console output as text.
 //
 // The application is importable (package app), yet the tool drives the
@@ -13,7 +14,7 @@
 // scheduler apart from the load generator's, at the price of not reading
 // its runtime/metrics.
 //
-//	go run ./bench -figures A,B,E,G        # full sizes
+//	go run ./bench -figures A,B,E,G,H      # full sizes
 //	go run ./bench -figures A,B,E -quick   # a few seconds each
 package main
 
@@ -78,6 +79,7 @@ type options struct {
 	keep         bool
 	dSubscribers int
 	fEvents      int
+	hEvents      int
 	runs         int
 }
 
@@ -91,6 +93,7 @@ type env struct {
 	binary  string
 	pool    *pgxpool.Pool // the bench's own connections to the erp database
 	rows    []Row
+	natsPID int          // figure H's NATS server while it runs, metered as cpu.Nats
 	console bytes.Buffer // what the run printed, for latest.txt, complete once untee returns
 	untee   func()
 }
@@ -99,8 +102,11 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "refws" {
 		os.Exit(runRefWS(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "natsd" {
+		os.Exit(runNatsd(os.Args[2:]))
+	}
 	var o options
-	flag.StringVar(&o.figures, "figures", "A,B,C,D,E,F,G", "comma-separated figures to run (A,B,C,D,E,F,G)")
+	flag.StringVar(&o.figures, "figures", "A,B,C,D,E,F,G,H", "comma-separated figures to run (A,B,C,D,E,F,G,H)")
 	flag.BoolVar(&o.quick, "quick", false, "tiny sizes and short runs (a smoke test)")
 	flag.StringVar(&o.out, "out", "bench/results", "directory for the JSON results")
 	flag.IntVar(&o.poolMax, "pool", 0, "server pool_max_conns, the total of its API and work pools (0: unset, the product's sizes: docs/operations.md, Connections)")
@@ -108,8 +114,9 @@ func main() {
 	flag.IntVar(&o.eEvents, "e-events", 100000, "figure E: pending order.received events")
 	flag.IntVar(&o.dSubscribers, "d-subscribers", 10000, "figure D: idle subscriptions")
 	flag.IntVar(&o.fEvents, "f-events", 10_000_000, "figure F: events in the large journal (the reference has 10,000)")
+	flag.IntVar(&o.hEvents, "h-events", 10000, "figure H: events published to NATS JetStream per run")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length of each timed run (A, B)")
-	flag.IntVar(&o.runs, "runs", 3, "runs of each figure, ours and the reference interleaved (A, B, C, E); the table shows medians and spreads")
+	flag.IntVar(&o.runs, "runs", 3, "runs of each figure, ours and the reference interleaved (A, B, C, E, H); the table shows medians and spreads")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp directory (cluster, logs, profiles)")
 	flag.Parse()
 	if o.runs < 1 {
@@ -121,6 +128,7 @@ func main() {
 		o.eEvents = min(o.eEvents, 300)
 		o.dSubscribers = min(o.dSubscribers, 200)
 		o.fEvents = min(o.fEvents, 100_000)
+		o.hEvents = min(o.hEvents, 300)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -214,6 +222,8 @@ func run(ctx context.Context, o options) (err error) {
 			ferr = e.figureF()
 		case "G":
 			ferr = e.figureG()
+		case "H":
+			ferr = e.figureH()
 		case "":
 		default:
 			ferr = fmt.Errorf("unknown figure %q", f)

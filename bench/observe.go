@@ -114,8 +114,12 @@ func (o *observer) finish() observed {
 		parts = append(parts, fmt.Sprintf("%s %.1f", w.k, float64(w.v)/float64(max(o.samples, 1))))
 	}
 	stmts, err := o.e.topStatements()
-	note := fmt.Sprintf("active backends by wait: %s; CPU (cores): server %.2f, postgres %.2f, bench %.2f, machine %.2f of %d; top statements: %s",
-		strings.Join(parts, ", "), used.Server/wall, used.Postgres/wall, used.Tool/wall, machine/wall, nproc(), statementsNote(stmts, err))
+	nats := ""
+	if used.Nats > 0 {
+		nats = fmt.Sprintf(", nats %.2f", used.Nats/wall)
+	}
+	note := fmt.Sprintf("active backends by wait: %s; CPU (cores): server %.2f, postgres %.2f, bench %.2f%s, machine %.2f of %d; top statements: %s",
+		strings.Join(parts, ", "), used.Server/wall, used.Postgres/wall, used.Tool/wall, nats, machine/wall, nproc(), statementsNote(stmts, err))
 	return observed{note: note, cpu: used, statements: stmts}
 }
 
