@@ -41,11 +41,18 @@ type Type struct {
 	// to Schema; a change that is not additive (a field removed, renamed
 	// or retyped) comes as a new type instead, and the old one deprecated.
 	Version int
-	// Schema is the payload's JSON Schema, draft 2020-12.
+	// Schema is the payload's published JSON Schema (draft 2020-12, in the
+	// part draft-07 shares, which AsyncAPI 3.0 uses): open, so that a
+	// field added in a later version still validates at a receiver. The
+	// file it comes from is closed (additionalProperties: false), and the
+	// Validator uses that form, so that the server's tests catch a field
+	// it sends but does not list.
 	Schema json.RawMessage
 	// Example is a payload that validates against Schema.
 	Example    json.RawMessage
 	Deprecated *Deprecation
+
+	closed json.RawMessage // schemas/<Name>.json
 }
 
 // declared lists the types in the order documentation shows them; Schema
@@ -95,18 +102,50 @@ var declared = []Type{
 		Example:     json.RawMessage(`{"token_id": 7}`)},
 }
 
-// schemas reads schemas/<name>.json of every declared type, once.
-var schemas = sync.OnceValues(func() (map[string]json.RawMessage, error) {
-	out := map[string]json.RawMessage{}
+// schemas reads schemas/<name>.json of every declared type, once: the
+// closed form as the file has it, and the open one published.
+var schemas = sync.OnceValues(func() (map[string][2]json.RawMessage, error) {
+	out := map[string][2]json.RawMessage{}
 	for _, t := range declared {
 		b, err := schemaFiles.ReadFile("schemas/" + t.Name + ".json")
 		if err != nil {
 			return nil, fmt.Errorf("read schema of %s: %w", t.Name, err)
 		}
-		out[t.Name] = b
+		var s any
+		if err := json.Unmarshal(b, &s); err != nil {
+			return nil, fmt.Errorf("parse schema of %s: %w", t.Name, err)
+		}
+		open, err := json.Marshal(opened(s))
+		if err != nil {
+			return nil, err
+		}
+		out[t.Name] = [2]json.RawMessage{b, open}
 	}
 	return out, nil
 })
+
+// opened returns schema s without its "additionalProperties": false, at
+// every level.
+func opened(s any) any {
+	switch v := s.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			if k == "additionalProperties" && x == false {
+				continue
+			}
+			out[k] = opened(x)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = opened(x)
+		}
+		return out
+	}
+	return s
+}
 
 // Types returns every type of the catalog, deprecated ones included, in
 // the order of the documentation. The slice is the caller's; the JSON in it
@@ -118,7 +157,7 @@ func Types() []Type {
 	}
 	types := slices.Clone(declared)
 	for i := range types {
-		types[i].Schema = s[types[i].Name]
+		types[i].closed, types[i].Schema = s[types[i].Name][0], s[types[i].Name][1]
 	}
 	return types
 }
@@ -159,16 +198,17 @@ type Validator struct {
 	schemas map[string]*jsonschema.Schema
 }
 
-// NewValidator compiles the schema of every type, with the "format"
-// keyword asserted (date-time must be RFC 3339). It fails only when a
-// schema of the catalog is not valid JSON Schema 2020-12.
+// NewValidator compiles the closed schema of every type (a field the
+// schema does not list fails), with the "format" keyword asserted
+// (date-time must be RFC 3339). It fails only when a schema of the
+// catalog is not valid JSON Schema 2020-12.
 func NewValidator() (*Validator, error) {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.AssertFormat()
 	v := &Validator{schemas: map[string]*jsonschema.Schema{}}
 	for _, t := range Types() {
-		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(t.Schema))
+		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(t.closed))
 		if err != nil {
 			return nil, fmt.Errorf("parse schema of %s: %w", t.Name, err)
 		}
@@ -249,8 +289,8 @@ func eventSchema(t Type) (map[string]any, error) {
 				}},
 			},
 		},
-		"examples": []any{t.Example},
 	}
+	payload["examples"] = []any{t.Example}
 	if t.Deprecated != nil {
 		s["deprecated"] = true
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -92,4 +93,68 @@ func TestDeprecationWarnings(t *testing.T) {
 	b, err := catalog.EventSchema("order.received")
 	require.NoError(t, err)
 	require.Contains(t, string(b), `"deprecated": true`)
+}
+
+// TestPublishedSchemasAreOpenAndPortable checks what receivers get: a
+// payload with a field added in a later version still validates against
+// the published schema (while the tests' Validator refuses it), and every
+// keyword is one JSON Schema draft-07 (AsyncAPI 3.0's schema format) and
+// 2020-12 read alike, so the AsyncAPI document's schemas mean the same to
+// either kind of validator.
+func TestPublishedSchemasAreOpenAndPortable(t *testing.T) {
+	t.Parallel()
+	portable := map[string]bool{"$schema": true, "type": true, "description": true, "required": true, "properties": true,
+		"minimum": true, "enum": true, "format": true, "items": true, "not": true, "const": true, "oneOf": true,
+		"pattern": true, "additionalProperties": true, "examples": true}
+	var walk func(path string, s any)
+	walk = func(path string, s any) {
+		m, ok := s.(map[string]any)
+		if !ok {
+			return
+		}
+		for k, v := range m {
+			switch k {
+			case "properties":
+				for name, p := range v.(map[string]any) {
+					walk(path+"/properties/"+name, p)
+				}
+				continue
+			case "enum", "const", "examples":
+				continue
+			}
+			require.True(t, portable[k], "%s: keyword %q is not in the part of JSON Schema draft-07 and 2020-12 share", path, k)
+			switch x := v.(type) {
+			case []any:
+				for i, e := range x {
+					walk(path+"/"+k+"/"+strconv.Itoa(i), e)
+				}
+			default:
+				walk(path+"/"+k, x)
+			}
+		}
+	}
+	v, err := catalog.NewValidator()
+	require.NoError(t, err)
+	for _, typ := range catalog.Types() {
+		var s any
+		require.NoError(t, json.Unmarshal(typ.Schema, &s))
+		walk(typ.Name, s)
+		require.NotContains(t, string(typ.Schema), `"additionalProperties":false`, typ.Name)
+
+		var example map[string]any
+		require.NoError(t, json.Unmarshal(typ.Example, &example))
+		example["added_in_a_later_version"] = 1
+		later, err := json.Marshal(example)
+		require.NoError(t, err)
+		c := jsonschema.NewCompiler()
+		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(typ.Schema))
+		require.NoError(t, err)
+		require.NoError(t, c.AddResource("published.json", doc))
+		published, err := c.Compile("published.json")
+		require.NoError(t, err)
+		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(later))
+		require.NoError(t, err)
+		require.NoError(t, published.Validate(inst), "%s: the published schema refuses an added field", typ.Name)
+		require.Error(t, v.Validate(typ.Name, later), "%s: the tests' validator lets an unlisted field through", typ.Name)
+	}
 }
