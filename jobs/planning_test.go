@@ -1,7 +1,12 @@
 package jobs_test
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,9 +24,9 @@ func qtyOf(s string) decimal.Decimal { return decimal.RequireFromString(s) }
 // master data: product A1 made of 2 m of M1 and 0.5 kg of M2 per unit,
 // product A2 made of 1.25 m of M1, and warehouse MAIN, which supplies
 // production unless noWarehouse.
-func setupPlanning(t *testing.T, noWarehouse bool) *testBundle {
+func setupPlanning(t testing.TB, cfg jobs.DispatcherConfig, noWarehouse bool) *testBundle {
 	t.Helper()
-	b := setup(t, time.Hour, jobs.ProductionPlanning{}, jobs.MaterialIssue{})
+	b := setupWith(t, cfg, time.Hour, jobs.ProductionPlanning{}, jobs.MaterialIssue{})
 	for _, in := range []db.ItemInput{{SKU: "A2", Name: "Стул", Unit: "шт"}, {SKU: "M1", Name: "Брус", Unit: "м"}, {SKU: "M2", Name: "Лак", Unit: "кг"}} {
 		_, err := db.CreateItem(b.ctx, b.pool, in)
 		require.NoError(t, err)
@@ -96,7 +101,7 @@ func (b *testBundle) chainDocs(t *testing.T, soID int64) ([]db.ProductionOrder, 
 
 func TestPlanningChainCreatesEachDocumentOnce(t *testing.T) {
 	t.Parallel()
-	b := setupPlanning(t, false)
+	b := setupPlanning(t, jobs.DispatcherConfig{}, false)
 	b.startRiver(t)
 	received := b.receiveTwoLines(t, "shop-0a166468d263")
 	b.waitAllProcessed(t)
@@ -174,7 +179,7 @@ func TestPlanningChainCreatesEachDocumentOnce(t *testing.T) {
 
 func TestMaterialIssueWithoutProductionWarehouseIsDeadLetter(t *testing.T) {
 	t.Parallel()
-	b := setupPlanning(t, true)
+	b := setupPlanning(t, jobs.DispatcherConfig{}, true)
 	b.startRiver(t)
 	received := b.receiveTwoLines(t, "shop-d1024afc281d")
 	b.waitAllProcessed(t)
@@ -216,4 +221,90 @@ func TestMaterialIssueWithoutProductionWarehouseIsDeadLetter(t *testing.T) {
 	_, moves := b.chainDocs(t, received.EntityID)
 	require.Len(t, moves, 2)
 	require.Zero(t, b.count(t, `SELECT count(*) FROM deliveries WHERE status <> 'delivered'`))
+}
+
+// prodOrders creates n production orders of sku for qty each, in one
+// transaction, and returns their doc.created events.
+func (b *testBundle) prodOrders(t testing.TB, sku string, n int, qty string) []db.Event {
+	t.Helper()
+	var events []db.Event
+	require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+		for range n {
+			_, evs, err := db.CreateProductionOrder(b.ctx, tx, nil, db.ProductionOrderInput{SKU: sku, Quantity: qtyOf(qty)})
+			if err != nil {
+				return err
+			}
+			events = append(events, evs...)
+		}
+		return nil
+	}))
+	return events
+}
+
+// BenchmarkMaterialIssueDispatch: one dispatch of 100 production orders'
+// doc.created, each issued its materials (two components) by
+// material_issue. It reports per production order the CPU of the test
+// process and of its PostgreSQL (cpu-ns/event) besides the wall time
+// (ns/event), the database's work included; as information only, on a
+// shared machine.
+func BenchmarkMaterialIssueDispatch(b *testing.B) {
+	const orders = 100
+	s := setupPlanning(b, jobs.DispatcherConfig{BacklogAfter: -1}, false)
+	var cpu time.Duration
+	for range b.N {
+		b.StopTimer()
+		events := s.prodOrders(b, "A1", orders, "3")
+		before := s.cpu(b)
+		b.StartTimer()
+		dispatched, err := s.dispatcher.Dispatch(s.ctx, events[0].ID)
+		b.StopTimer()
+		require.NoError(b, err)
+		require.Equal(b, orders, dispatched)
+		cpu += s.cpu(b) - before
+	}
+	require.Equal(b, b.N*orders, s.count(b, `SELECT count(*) FROM wh_moves`))
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*orders), "ns/event")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*orders), "cpu-ns/event")
+}
+
+// cpu is the CPU time used so far by this process and by the processes
+// of its PostgreSQL server (the children of the postmaster serving
+// b.pool), read from getrusage and /proc at clock-tick resolution.
+func (b *testBundle) cpu(t testing.TB) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	require.NoError(t, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	total := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	var backend int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT pg_backend_pid()`).Scan(&backend))
+	postmaster, _ := procStat(backend)
+	procs, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, ticks := procStat(pid); ppid == postmaster || pid == postmaster {
+			total += ticks
+		}
+	}
+	return total
+}
+
+// procStat is the parent and the CPU time (user + system) of process pid
+// from /proc/pid/stat, assuming 100 clock ticks a second; zero when it is
+// gone.
+func procStat(pid int) (ppid int, cpu time.Duration) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0
+	}
+	// The fields after the command, which may hold spaces: state, ppid,
+	// … utime (14th of the line), stime.
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	ppid, _ = strconv.Atoi(f[1])
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return ppid, time.Duration(utime+stime) * 10 * time.Millisecond
 }
