@@ -85,3 +85,25 @@ func (MaterialIssue) Handle(ctx context.Context, tx pgx.Tx, ev db.Event) ([]db.E
 	}
 	return events, err
 }
+
+// HandleBatch implements BatchSubscriber (db.IssueMaterialsMany); an event
+// about anything but a production order gets nothing, as in Handle.
+func (MaterialIssue) HandleBatch(ctx context.Context, tx pgx.Tx, evs []db.Event) ([][]db.Event, error) {
+	var reqs []db.MaterialsRequest
+	var at []int // reqs[k] answers evs[at[k]]
+	for i, ev := range evs {
+		if ev.Entity == db.EntityProdOrders {
+			reqs = append(reqs, db.MaterialsRequest{ProdOrderID: ev.EntityID, SourceEventID: ev.ID})
+			at = append(at, i)
+		}
+	}
+	issued, err := db.IssueMaterialsMany(ctx, tx, reqs)
+	if err != nil {
+		return nil, err
+	}
+	written := make([][]db.Event, len(evs))
+	for k, events := range issued {
+		written[at[k]] = events
+	}
+	return written, nil
+}

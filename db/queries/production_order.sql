@@ -74,3 +74,9 @@ WHERE p.sales_order_id = @sales_order_id AND p.id < @before_id
   AND (sqlc.narg(created_to)::timestamptz IS NULL OR p.created_at < sqlc.narg(created_to)::timestamptz)
 ORDER BY p.id DESC
 LIMIT @max_rows;
+
+-- name: ProductionOrderLockMany :many
+-- ProductionOrderLockMany is ProductionOrderLockByID for the orders ids at
+-- once, locked in id order (the lock order); an unknown id returns no row.
+SELECT id, item_id, quantity, number, status FROM plan_prod_orders
+WHERE id = ANY(@ids::bigint[]) ORDER BY id FOR NO KEY UPDATE;

@@ -338,6 +338,47 @@ func (q *Queries) ProductionOrderLockByID(ctx context.Context, db DBTX, id int64
 	return i, err
 }
 
+const productionOrderLockMany = `-- name: ProductionOrderLockMany :many
+SELECT id, item_id, quantity, number, status FROM plan_prod_orders
+WHERE id = ANY($1::bigint[]) ORDER BY id FOR NO KEY UPDATE
+`
+
+type ProductionOrderLockManyRow struct {
+	ID       int64
+	ItemID   int64
+	Quantity decimal.Decimal
+	Number   string
+	Status   string
+}
+
+// ProductionOrderLockMany is ProductionOrderLockByID for the orders ids at
+// once, locked in id order (the lock order); an unknown id returns no row.
+func (q *Queries) ProductionOrderLockMany(ctx context.Context, db DBTX, ids []int64) ([]ProductionOrderLockManyRow, error) {
+	rows, err := db.Query(ctx, productionOrderLockMany, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ProductionOrderLockManyRow{}
+	for rows.Next() {
+		var i ProductionOrderLockManyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.ItemID,
+			&i.Quantity,
+			&i.Number,
+			&i.Status,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const productionOrderLockStatus = `-- name: ProductionOrderLockStatus :one
 SELECT number, status, version FROM plan_prod_orders WHERE id = $1 FOR NO KEY UPDATE
 `
