@@ -198,11 +198,10 @@ func PlanSalesOrder(ctx context.Context, tx pgx.Tx, salesOrderID int64) ([]Produ
 }
 
 // PlanSalesOrders is PlanSalesOrder for the orders ids (distinct) at
-// once: their locks (in id order) and the lines to plan of them all take
-// one statement each, whatever the number of orders; each production
-// order is then written as PlanSalesOrder writes it, in the order of ids
-// and line order, so that the numbers they take at commit follow that
-// order. events[i] holds the doc.created events written for ids[i]. An id
+// once, in three statements whatever the number of orders: their locks
+// (in id order), the lines to plan of them all, and the production orders
+// with their doc.created events, written in the order of ids and line
+// order, so that the numbers they take at commit follow that order. events[i] holds the doc.created events written for ids[i]. An id
 // listed twice is an error and an unknown one ErrNotFound.
 func PlanSalesOrders(ctx context.Context, tx pgx.Tx, ids []int64) ([][]Event, error) {
 	states, err := lockSalesOrders(ctx, tx, ids)
@@ -224,14 +223,35 @@ func PlanSalesOrders(ctx context.Context, tx pgx.Tx, ids []int64) ([][]Event, er
 		byOrder[l.SalesOrderID] = append(byOrder[l.SalesOrderID], l)
 	}
 	events := make([][]Event, len(ids))
+	if len(lines) == 0 {
+		return events, nil
+	}
+	p := dbsqlc.ProductionOrderPlanManyParams{TraceParent: traceParent(ctx)}
+	var at []int // the k-th production order is for ids[at[k]]
 	for i, id := range ids {
 		for _, l := range byOrder[id] {
-			_, evs, err := insertProductionOrder(ctx, tx, nil, l.ItemID, l.Quantity, &id, &l.LineNo)
-			if err != nil {
-				return nil, fmt.Errorf("plan line %d of sales order %d: %w", l.LineNo, id, err)
-			}
-			events[i] = append(events[i], evs...)
+			p.Numbers = append(p.Numbers, pendingNumber(PrefixProductionOrder))
+			p.ItemIds = append(p.ItemIds, l.ItemID)
+			p.Quantities = append(p.Quantities, l.Quantity)
+			p.SalesOrderIds = append(p.SalesOrderIds, id)
+			p.LineNos = append(p.LineNos, l.LineNo)
+			at = append(at, i)
 		}
+	}
+	rows, err := queries.ProductionOrderPlanMany(ctx, tx, p)
+	if err != nil {
+		return nil, fmt.Errorf("plan %d lines of %d sales orders: %w", len(at), len(plan), translate(err))
+	}
+	if len(rows) != len(at) {
+		return nil, fmt.Errorf("plan %d lines of %d sales orders: %d production orders written", len(at), len(plan), len(rows))
+	}
+	// The orders' events come in the order of p (see the query).
+	for k, r := range rows {
+		ev := eventFrom(dbsqlc.EventRow(r))
+		if r.DispatchJobID != nil {
+			ev.NewDispatchJobID = *r.DispatchJobID
+		}
+		events[at[k]] = append(events[at[k]], ev)
 	}
 	return events, nil
 }

@@ -55,7 +55,7 @@ func (ProductionPlanning) HandleBatch(ctx context.Context, tx pgx.Tx, evs []db.E
 // The move is a draft, posted later by the warehouse, so a shortage of
 // stock never makes the delivery fail.
 // The move remembers the event it answers, so a redelivery issues nothing
-// twice. Production orders of items without a bill of materials need
+// twice. A dispatch's production orders are issued together (HandleBatch). Production orders of items without a bill of materials need
 // nothing.
 //
 // With no warehouse marked as supplying production the delivery goes dead
