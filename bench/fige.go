@@ -51,9 +51,10 @@ WHERE id = (SELECT id FROM bench_ref.events WHERE processed_at IS NULL ORDER BY 
 
 // figureE: the drain of a backlog of pending events, each with its
 // dispatch job committed (as after an outage of the workers: the mutations
-// committed, nothing ran), through the three built-in subscribers:
-// order_acceptance and production_planning take order.received,
-// material_issue takes doc.created (of a sales order: a no-op).
+// committed, nothing ran), through the built-in subscribers:
+// order_acceptance and production_planning take order.received (BENCH-1
+// has no bill of materials: nothing to plan, so material_issue, which
+// takes production orders' doc.created only, gets nothing).
 // The reference marks rows of a copy of events processed one by one with
 // FOR UPDATE SKIP LOCKED from pgbench, at 20 clients (the server's
 // MaxWorkers). Runs interleave, each on a fresh backlog; the target is on

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
@@ -197,11 +198,10 @@ func PlanSalesOrder(ctx context.Context, tx pgx.Tx, salesOrderID int64) ([]Produ
 }
 
 // PlanSalesOrders is PlanSalesOrder for the orders ids (distinct) at
-// once: their locks (in id order) and the lines to plan of them all take
-// one statement each, whatever the number of orders; each production
-// order is then written as PlanSalesOrder writes it, in the order of ids
-// and line order, so that the numbers they take at commit follow that
-// order. events[i] holds the doc.created events written for ids[i]. An id
+// once, in three statements whatever the number of orders: their locks
+// (in id order), the lines to plan of them all, and the production orders
+// with their doc.created events, written in the order of ids and line
+// order, so that the numbers they take at commit follow that order. events[i] holds the doc.created events written for ids[i]. An id
 // listed twice is an error and an unknown one ErrNotFound.
 func PlanSalesOrders(ctx context.Context, tx pgx.Tx, ids []int64) ([][]Event, error) {
 	states, err := lockSalesOrders(ctx, tx, ids)
@@ -223,14 +223,35 @@ func PlanSalesOrders(ctx context.Context, tx pgx.Tx, ids []int64) ([][]Event, er
 		byOrder[l.SalesOrderID] = append(byOrder[l.SalesOrderID], l)
 	}
 	events := make([][]Event, len(ids))
+	if len(lines) == 0 {
+		return events, nil
+	}
+	p := dbsqlc.ProductionOrderPlanManyParams{TraceParent: traceParent(ctx)}
+	var at []int // the k-th production order is for ids[at[k]]
 	for i, id := range ids {
 		for _, l := range byOrder[id] {
-			_, evs, err := insertProductionOrder(ctx, tx, nil, l.ItemID, l.Quantity, &id, &l.LineNo)
-			if err != nil {
-				return nil, fmt.Errorf("plan line %d of sales order %d: %w", l.LineNo, id, err)
-			}
-			events[i] = append(events[i], evs...)
+			p.Numbers = append(p.Numbers, pendingNumber(PrefixProductionOrder))
+			p.ItemIds = append(p.ItemIds, l.ItemID)
+			p.Quantities = append(p.Quantities, l.Quantity)
+			p.SalesOrderIds = append(p.SalesOrderIds, id)
+			p.LineNos = append(p.LineNos, l.LineNo)
+			at = append(at, i)
 		}
+	}
+	rows, err := queries.ProductionOrderPlanMany(ctx, tx, p)
+	if err != nil {
+		return nil, fmt.Errorf("plan %d lines of %d sales orders: %w", len(at), len(plan), translate(err))
+	}
+	if len(rows) != len(at) {
+		return nil, fmt.Errorf("plan %d lines of %d sales orders: %d production orders written", len(at), len(plan), len(rows))
+	}
+	// The orders' events come in the order of p (see the query).
+	for k, r := range rows {
+		ev := eventFrom(dbsqlc.EventRow(r))
+		if r.DispatchJobID != nil {
+			ev.NewDispatchJobID = *r.DispatchJobID
+		}
+		events[at[k]] = append(events[at[k]], ev)
 	}
 	return events, nil
 }
@@ -306,4 +327,128 @@ func IssueMaterials(ctx context.Context, tx pgx.Tx, prodOrderID, sourceEventID i
 		return WarehouseMove{}, nil, false, err
 	}
 	return mv, events, true, nil
+}
+
+// MaterialsRequest asks IssueMaterialsMany to issue the materials of
+// production order ProdOrderID in answer to journal event SourceEventID.
+type MaterialsRequest struct {
+	ProdOrderID, SourceEventID int64
+}
+
+// IssueMaterialsMany is IssueMaterials for the requests reqs (distinct
+// production orders) at once, in five statements whatever their number:
+// it locks the orders in id order, then finds the moves answering the
+// events, the bills of materials and the production warehouse, and writes
+// every move with its lines and doc.created event in one statement, in
+// the order of reqs, so that the numbers they take at commit follow that
+// order. events[i] holds the doc.created written for reqs[i]: none when
+// IssueMaterials would create no move (a move answers the event, the
+// order is cancelled or completed) and none for an item without a bill of
+// materials (IssueMaterials' ErrNoBillOfMaterials). A production order
+// listed twice is an error; an unknown one ErrNotFound, then
+// ErrNoProductionWarehouse and ErrQuantityTooLarge as IssueMaterials
+// returns them; on any error the caller's rollback leaves nothing written.
+func IssueMaterialsMany(ctx context.Context, tx pgx.Tx, reqs []MaterialsRequest) ([][]Event, error) {
+	ids := make([]int64, len(reqs))
+	for i, r := range reqs {
+		if slices.Contains(ids[:i], r.ProdOrderID) {
+			return nil, fmt.Errorf("issue materials: production order %d is listed twice", r.ProdOrderID)
+		}
+		ids[i] = r.ProdOrderID
+	}
+	locked, err := queries.ProductionOrderLockMany(ctx, tx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("lock %d production orders: %w", len(ids), translate(err))
+	}
+	orders := make(map[int64]dbsqlc.ProductionOrderLockManyRow, len(locked))
+	for _, po := range locked {
+		orders[po.ID] = po
+	}
+	// The requests IssueMaterials would go on with: the order open, its
+	// event not answered yet (read after the locks, as there).
+	var open []MaterialsRequest
+	for _, r := range reqs {
+		po, ok := orders[r.ProdOrderID]
+		if !ok {
+			return nil, fmt.Errorf("issue materials for production order %d: %w", r.ProdOrderID, ErrNotFound)
+		}
+		if po.Status != ProductionCancelled && po.Status != ProductionCompleted {
+			open = append(open, r)
+		}
+	}
+	sources := make([]int64, len(open))
+	for i, r := range open {
+		sources[i] = r.SourceEventID
+	}
+	answered, err := queries.WarehouseMoveListSourceEvents(ctx, tx, sources)
+	if err != nil {
+		return nil, fmt.Errorf("find moves answering %d events: %w", len(sources), translate(err))
+	}
+	open = slices.DeleteFunc(open, func(r MaterialsRequest) bool {
+		return slices.ContainsFunc(answered, func(id *int64) bool { return *id == r.SourceEventID })
+	})
+	items := make([]int64, 0, len(open))
+	for _, r := range open {
+		items = append(items, orders[r.ProdOrderID].ItemID)
+	}
+	comps, err := queries.ItemComponentListByItems(ctx, tx, items)
+	if err != nil {
+		return nil, fmt.Errorf("components of %d items: %w", len(items), translate(err))
+	}
+	bom := make(map[int64][]dbsqlc.ItemComponentListByItemsRow)
+	for _, c := range comps {
+		bom[c.ItemID] = append(bom[c.ItemID], c)
+	}
+	open = slices.DeleteFunc(open, func(r MaterialsRequest) bool { return len(bom[orders[r.ProdOrderID].ItemID]) == 0 })
+	events := make([][]Event, len(reqs))
+	if len(open) == 0 {
+		return events, nil
+	}
+
+	warehouseID, err := queries.WarehouseGetProductionID(ctx, tx)
+	switch err = translate(err); {
+	case errors.Is(err, ErrNotFound):
+		return nil, fmt.Errorf("issue materials for production order %s: %w", orders[open[0].ProdOrderID].Number, ErrNoProductionWarehouse)
+	case err != nil:
+		return nil, fmt.Errorf("find production warehouse: %w", err)
+	}
+	p := dbsqlc.WarehouseMoveIssueManyParams{
+		Kind: MoveIssueToProduction, Status: MoveDraft, FromWarehouseID: &warehouseID, TraceParent: traceParent(ctx),
+	}
+	for _, r := range open {
+		po := orders[r.ProdOrderID]
+		p.Numbers = append(p.Numbers, pendingNumber(PrefixIssueToProduction))
+		p.ProdOrderIds = append(p.ProdOrderIds, r.ProdOrderID)
+		p.SourceEventIds = append(p.SourceEventIds, r.SourceEventID)
+		for i, c := range bom[po.ItemID] {
+			q := c.Quantity.Mul(po.Quantity).RoundCeil(quantityDecimals)
+			if q.GreaterThanOrEqual(decimal.New(1, 15)) {
+				return nil, fmt.Errorf("issue materials for production order %s: quantity %s of component %d: %w", po.Number, q, i+1, ErrQuantityTooLarge)
+			}
+			p.LineSourceEventIds = append(p.LineSourceEventIds, r.SourceEventID)
+			p.LineNos = append(p.LineNos, int32(i+1))
+			p.LineItemIds = append(p.LineItemIds, c.ComponentItemID)
+			p.LineQuantities = append(p.LineQuantities, q)
+		}
+	}
+	rows, err := queries.WarehouseMoveIssueMany(ctx, tx, p)
+	if err != nil {
+		return nil, fmt.Errorf("issue materials for %d production orders: %w", len(open), translate(err))
+	}
+	if len(rows) != len(open) {
+		return nil, fmt.Errorf("issue materials for %d production orders: %d moves written", len(open), len(rows))
+	}
+	at := make(map[int64]int, len(reqs))
+	for i, r := range reqs {
+		at[r.ProdOrderID] = i
+	}
+	// The moves' events come in the order of open (see the query).
+	for k, r := range rows {
+		ev := eventFrom(dbsqlc.EventRow(r))
+		if r.DispatchJobID != nil {
+			ev.NewDispatchJobID = *r.DispatchJobID
+		}
+		events[at[open[k].ProdOrderID]] = []Event{ev}
+	}
+	return events, nil
 }

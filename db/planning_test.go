@@ -496,3 +496,69 @@ func TestSalesOrdersBySets(t *testing.T) {
 	require.Equal(t, events, b.count(t, "events"))
 	require.Equal(t, 3, b.count(t, "plan_prod_orders"))
 }
+
+// TestIssueMaterialsManyErrors: IssueMaterialsMany refuses as
+// IssueMaterials does, writing nothing; an order without a bill of
+// materials gets nothing, before the warehouse is looked for; the moves'
+// events carry their numbers once committed.
+func TestIssueMaterialsManyErrors(t *testing.T) {
+	t.Parallel()
+	b := setupPlanning(t, true)
+	so := b.salesOrder(t, db.LineInput{SKU: "P1", Quantity: qty("1")}, db.LineInput{SKU: "P1", Quantity: qty("2")})
+	pos, events := b.plan(t, so.ID)
+	huge := b.salesOrder(t, db.LineInput{SKU: "P1", Quantity: qty("999999999999999.999")})
+	hugePos, hugeEvents := b.plan(t, huge.ID)
+	var manual db.ProductionOrder
+	var manualEvents []db.Event
+	b.inTx(t, func(tx pgx.Tx) (err error) {
+		manual, manualEvents, err = db.CreateProductionOrder(b.ctx, tx, nil, db.ProductionOrderInput{SKU: "A1", Quantity: qty("1")})
+		return err
+	})
+	req := func(po db.ProductionOrder, ev db.Event) db.MaterialsRequest {
+		return db.MaterialsRequest{ProdOrderID: po.ID, SourceEventID: ev.ID}
+	}
+	issue := func(reqs ...db.MaterialsRequest) ([][]db.Event, error) {
+		var written [][]db.Event
+		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) (err error) {
+			written, err = db.IssueMaterialsMany(b.ctx, tx, reqs)
+			return err
+		})
+		return written, err
+	}
+
+	written, err := issue(req(manual, manualEvents[0]))
+	require.NoError(t, err, "no bill of materials: nothing to issue, no warehouse needed")
+	require.Equal(t, [][]db.Event{nil}, written)
+	_, err = issue(req(manual, manualEvents[0]), req(pos[1], events[1]))
+	require.ErrorIs(t, err, db.ErrNoProductionWarehouse)
+	require.ErrorContains(t, err, pos[1].Number)
+
+	b.inTx(t, func(tx pgx.Tx) error {
+		_, err := db.SetProductionWarehouse(b.ctx, tx, "MAIN")
+		return err
+	})
+	_, err = issue(req(pos[0], events[0]), db.MaterialsRequest{ProdOrderID: 999, SourceEventID: events[1].ID})
+	require.ErrorIs(t, err, db.ErrNotFound)
+	_, err = issue(req(pos[0], events[0]), req(pos[0], events[1]))
+	require.ErrorContains(t, err, "listed twice")
+	_, err = issue(req(pos[0], events[0]), req(hugePos[0], hugeEvents[0]))
+	require.ErrorIs(t, err, db.ErrQuantityTooLarge)
+	require.Zero(t, b.count(t, "wh_moves"))
+	require.Zero(t, b.count(t, "events WHERE entity = 'wh_moves'"))
+
+	written, err = issue(req(pos[1], events[1]), req(manual, manualEvents[0]), req(pos[0], events[0]))
+	require.NoError(t, err)
+	require.Nil(t, written[1])
+	var numbers []string
+	for _, i := range []int{0, 2} {
+		ev := b.committedEvents(t, written[i])[0]
+		mv, err := db.WarehouseMoveByID(b.ctx, b.pool, ev.EntityID)
+		require.NoError(t, err)
+		require.JSONEq(t, fmt.Sprintf(`{"id": %d, "no": %q, "entity": "wh_move"}`, mv.ID, mv.Number), string(ev.Payload))
+		require.Equal(t, db.MoveDraft, mv.Status)
+		require.Len(t, mv.Lines, 2)
+		numbers = append(numbers, mv.Number)
+	}
+	require.IsIncreasing(t, numbers, "numbered in the order of the requests")
+	require.Zero(t, b.count(t, "stock_ledger"), "a draft moves no stock")
+}

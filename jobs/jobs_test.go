@@ -35,14 +35,14 @@ type testBundle struct {
 
 // setup builds the dispatch side on a fresh database with item A1. River is
 // created but not started; call startRiver for that.
-func setup(t *testing.T, interval time.Duration, extra ...jobs.Subscriber) *testBundle {
+func setup(t testing.TB, interval time.Duration, extra ...jobs.Subscriber) *testBundle {
 	t.Helper()
 	return setupWith(t, jobs.DispatcherConfig{}, interval, extra...)
 }
 
 // setupWith is setup with a dispatcher configuration (Logger is set
 // here, and Retry when cfg has none).
-func setupWith(t *testing.T, cfg jobs.DispatcherConfig, interval time.Duration, extra ...jobs.Subscriber) *testBundle {
+func setupWith(t testing.TB, cfg jobs.DispatcherConfig, interval time.Duration, extra ...jobs.Subscriber) *testBundle {
 	t.Helper()
 	b := &testBundle{ctx: t.Context(), pool: pgtest.NewPool(t)}
 	logger := slog.New(slog.DiscardHandler)
@@ -71,7 +71,7 @@ func (b *testBundle) startRiver(t *testing.T) {
 	})
 }
 
-func (b *testBundle) count(t *testing.T, sql string, args ...any) int {
+func (b *testBundle) count(t testing.TB, sql string, args ...any) int {
 	t.Helper()
 	var n int
 	require.NoError(t, b.pool.QueryRow(b.ctx, sql, args...).Scan(&n))

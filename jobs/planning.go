@@ -55,7 +55,7 @@ func (ProductionPlanning) HandleBatch(ctx context.Context, tx pgx.Tx, evs []db.E
 // The move is a draft, posted later by the warehouse, so a shortage of
 // stock never makes the delivery fail.
 // The move remembers the event it answers, so a redelivery issues nothing
-// twice. Production orders of items without a bill of materials need
+// twice. A dispatch's production orders are issued together (HandleBatch). Production orders of items without a bill of materials need
 // nothing.
 //
 // With no warehouse marked as supplying production the delivery goes dead
@@ -84,4 +84,26 @@ func (MaterialIssue) Handle(ctx context.Context, tx pgx.Tx, ev db.Event) ([]db.E
 		return nil, Permanent(err)
 	}
 	return events, err
+}
+
+// HandleBatch implements BatchSubscriber (db.IssueMaterialsMany); an event
+// about anything but a production order gets nothing, as in Handle.
+func (MaterialIssue) HandleBatch(ctx context.Context, tx pgx.Tx, evs []db.Event) ([][]db.Event, error) {
+	var reqs []db.MaterialsRequest
+	var at []int // reqs[k] answers evs[at[k]]
+	for i, ev := range evs {
+		if ev.Entity == db.EntityProdOrders {
+			reqs = append(reqs, db.MaterialsRequest{ProdOrderID: ev.EntityID, SourceEventID: ev.ID})
+			at = append(at, i)
+		}
+	}
+	issued, err := db.IssueMaterialsMany(ctx, tx, reqs)
+	if err != nil {
+		return nil, err
+	}
+	written := make([][]db.Event, len(evs))
+	for k, events := range issued {
+		written[at[k]] = events
+	}
+	return written, nil
 }

@@ -35,3 +35,10 @@ SELECT c.line_no, c.component_item_id, i.sku, i.name, i.unit, c.quantity
 FROM item_components c JOIN items i ON i.id = c.component_item_id
 WHERE c.item_id = @item_id
 ORDER BY c.line_no;
+
+-- name: ItemComponentListByItems :many
+-- ItemComponentListByItems is the bills of materials of the items
+-- item_ids at once, by item and in line order.
+SELECT item_id, component_item_id, quantity FROM item_components
+WHERE item_id = ANY(@item_ids::bigint[])
+ORDER BY item_id, line_no;

@@ -74,3 +74,36 @@ WHERE p.sales_order_id = @sales_order_id AND p.id < @before_id
   AND (sqlc.narg(created_to)::timestamptz IS NULL OR p.created_at < sqlc.narg(created_to)::timestamptz)
 ORDER BY p.id DESC
 LIMIT @max_rows;
+
+-- name: ProductionOrderLockMany :many
+-- ProductionOrderLockMany is ProductionOrderLockByID for the orders ids at
+-- once, locked in id order (the lock order); an unknown id returns no row.
+SELECT id, item_id, quantity, number, status FROM plan_prod_orders
+WHERE id = ANY(@ids::bigint[]) ORDER BY id FOR NO KEY UPDATE;
+
+-- name: ProductionOrderPlanMany :many
+-- ProductionOrderPlanMany writes one production order by the system per
+-- element of the arrays (same length; numbers pending), for line line_nos
+-- of sales order sales_order_ids, and journals doc.created by the system
+-- for each (db.PlanSalesOrders). The orders are inserted, and so take
+-- their ids and numbers, in the order of the arrays, and their events in
+-- the order of the orders; it returns the events as EventInsert does, in
+-- id order.
+WITH po AS (
+    INSERT INTO plan_prod_orders (number, item_id, quantity, sales_order_id, sales_order_line_no)
+    SELECT t.number, t.item_id, t.quantity, t.sales_order_id, t.line_no
+    FROM ROWS FROM (unnest(@numbers::text[]), unnest(@item_ids::bigint[]), unnest(@quantities::numeric[]),
+        unnest(@sales_order_ids::bigint[]), unnest(@line_nos::int[]))
+        WITH ORDINALITY AS t(number, item_id, quantity, sales_order_id, line_no, ord)
+    ORDER BY t.ord
+    RETURNING id
+), e AS (
+    INSERT INTO events (type, entity, entity_id, payload, trace_parent, dispatch_job_id)
+    SELECT 'doc.created', 'plan_prod_orders', po.id, jsonb_build_object('id', po.id, 'entity', 'prod_order'),
+        sqlc.narg(trace_parent)::text, nextval('river_job_id_seq')
+    FROM po ORDER BY po.id
+    RETURNING *
+)
+SELECT e.*, u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role
+FROM e LEFT JOIN users u ON u.id = e.actor_id
+ORDER BY e.id;

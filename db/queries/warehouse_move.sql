@@ -32,6 +32,44 @@ WHERE m.id = ANY (@ids::bigint[]);
 -- event source_event_id (no row when none does).
 SELECT id FROM wh_moves WHERE source_event_id = @source_event_id;
 
+-- name: WarehouseMoveListSourceEvents :many
+-- WarehouseMoveListSourceEvents returns which of the journal events
+-- source_event_ids a move answers.
+SELECT source_event_id FROM wh_moves WHERE source_event_id = ANY(@source_event_ids::bigint[]);
+
+-- name: WarehouseMoveIssueMany :many
+-- WarehouseMoveIssueMany writes one draft issue to production from
+-- warehouse from_warehouse_id per element of numbers (pending),
+-- prod_order_ids and source_event_ids (same length), with the lines given
+-- by the line_* arrays (each line names its move by source event), and
+-- journals doc.created by the system for each move (db.IssueMaterialsMany).
+-- The moves are inserted, and so take their ids and numbers, in the order
+-- of the arrays, and their events in the order of the moves; it returns
+-- the events as EventInsert does, in id order.
+WITH mv AS (
+    INSERT INTO wh_moves (number, kind, status, from_warehouse_id, prod_order_id, source_event_id)
+    SELECT t.number, @kind, @status, @from_warehouse_id, t.prod_order_id, t.source_event_id
+    FROM ROWS FROM (unnest(@numbers::text[]), unnest(@prod_order_ids::bigint[]), unnest(@source_event_ids::bigint[]))
+        WITH ORDINALITY AS t(number, prod_order_id, source_event_id, ord)
+    ORDER BY t.ord
+    RETURNING id, source_event_id
+), ln AS (
+    INSERT INTO wh_move_lines (move_id, line_no, item_id, quantity)
+    SELECT mv.id, l.line_no, l.item_id, l.quantity
+    FROM ROWS FROM (unnest(@line_source_event_ids::bigint[]), unnest(@line_nos::int[]),
+        unnest(@line_item_ids::bigint[]), unnest(@line_quantities::numeric[])) AS l(source_event_id, line_no, item_id, quantity)
+    JOIN mv ON mv.source_event_id = l.source_event_id
+), e AS (
+    INSERT INTO events (type, entity, entity_id, payload, trace_parent, dispatch_job_id)
+    SELECT 'doc.created', 'wh_moves', mv.id, jsonb_build_object('id', mv.id, 'entity', 'wh_move'),
+        sqlc.narg(trace_parent)::text, nextval('river_job_id_seq')
+    FROM mv ORDER BY mv.id
+    RETURNING *
+)
+SELECT e.*, u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role
+FROM e LEFT JOIN users u ON u.id = e.actor_id
+ORDER BY e.id;
+
 -- name: WarehouseMoveLineInsertMany :exec
 -- WarehouseMoveLineInsertMany writes the lines of move move_id, one per
 -- element of the arrays (same length), numbered from 1 in their order; a

@@ -101,6 +101,40 @@ func (q *Queries) ItemComponentListByItem(ctx context.Context, db DBTX, itemID i
 	return items, nil
 }
 
+const itemComponentListByItems = `-- name: ItemComponentListByItems :many
+SELECT item_id, component_item_id, quantity FROM item_components
+WHERE item_id = ANY($1::bigint[])
+ORDER BY item_id, line_no
+`
+
+type ItemComponentListByItemsRow struct {
+	ItemID          int64
+	ComponentItemID int64
+	Quantity        decimal.Decimal
+}
+
+// ItemComponentListByItems is the bills of materials of the items
+// item_ids at once, by item and in line order.
+func (q *Queries) ItemComponentListByItems(ctx context.Context, db DBTX, itemIds []int64) ([]ItemComponentListByItemsRow, error) {
+	rows, err := db.Query(ctx, itemComponentListByItems, itemIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ItemComponentListByItemsRow{}
+	for rows.Next() {
+		var i ItemComponentListByItemsRow
+		if err := rows.Scan(&i.ItemID, &i.ComponentItemID, &i.Quantity); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const itemComponentLock = `-- name: ItemComponentLock :exec
 LOCK TABLE item_components IN SHARE ROW EXCLUSIVE MODE
 `

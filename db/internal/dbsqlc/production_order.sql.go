@@ -338,6 +338,47 @@ func (q *Queries) ProductionOrderLockByID(ctx context.Context, db DBTX, id int64
 	return i, err
 }
 
+const productionOrderLockMany = `-- name: ProductionOrderLockMany :many
+SELECT id, item_id, quantity, number, status FROM plan_prod_orders
+WHERE id = ANY($1::bigint[]) ORDER BY id FOR NO KEY UPDATE
+`
+
+type ProductionOrderLockManyRow struct {
+	ID       int64
+	ItemID   int64
+	Quantity decimal.Decimal
+	Number   string
+	Status   string
+}
+
+// ProductionOrderLockMany is ProductionOrderLockByID for the orders ids at
+// once, locked in id order (the lock order); an unknown id returns no row.
+func (q *Queries) ProductionOrderLockMany(ctx context.Context, db DBTX, ids []int64) ([]ProductionOrderLockManyRow, error) {
+	rows, err := db.Query(ctx, productionOrderLockMany, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ProductionOrderLockManyRow{}
+	for rows.Next() {
+		var i ProductionOrderLockManyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.ItemID,
+			&i.Quantity,
+			&i.Number,
+			&i.Status,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const productionOrderLockStatus = `-- name: ProductionOrderLockStatus :one
 SELECT number, status, version FROM plan_prod_orders WHERE id = $1 FOR NO KEY UPDATE
 `
@@ -355,6 +396,104 @@ func (q *Queries) ProductionOrderLockStatus(ctx context.Context, db DBTX, id int
 	var i ProductionOrderLockStatusRow
 	err := row.Scan(&i.Number, &i.Status, &i.Version)
 	return i, err
+}
+
+const productionOrderPlanMany = `-- name: ProductionOrderPlanMany :many
+WITH po AS (
+    INSERT INTO plan_prod_orders (number, item_id, quantity, sales_order_id, sales_order_line_no)
+    SELECT t.number, t.item_id, t.quantity, t.sales_order_id, t.line_no
+    FROM ROWS FROM (unnest($1::text[]), unnest($2::bigint[]), unnest($3::numeric[]),
+        unnest($4::bigint[]), unnest($5::int[]))
+        WITH ORDINALITY AS t(number, item_id, quantity, sales_order_id, line_no, ord)
+    ORDER BY t.ord
+    RETURNING id
+), e AS (
+    INSERT INTO events (type, entity, entity_id, payload, trace_parent, dispatch_job_id)
+    SELECT 'doc.created', 'plan_prod_orders', po.id, jsonb_build_object('id', po.id, 'entity', 'prod_order'),
+        $6::text, nextval('river_job_id_seq')
+    FROM po ORDER BY po.id
+    RETURNING id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, trace_parent
+)
+SELECT e.id, e.type, e.entity, e.entity_id, e.payload, e.actor_id, e.created_at, e.processed_at, e.feed_seq, e.dispatched_at, e.dispatch_job_id, e.trace_parent, u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role
+FROM e LEFT JOIN users u ON u.id = e.actor_id
+ORDER BY e.id
+`
+
+type ProductionOrderPlanManyParams struct {
+	Numbers       []string
+	ItemIds       []int64
+	Quantities    []decimal.Decimal
+	SalesOrderIds []int64
+	LineNos       []int32
+	TraceParent   *string
+}
+
+type ProductionOrderPlanManyRow struct {
+	ID            int64
+	Type          string
+	Entity        string
+	EntityID      int64
+	Payload       []byte
+	ActorID       *int64
+	CreatedAt     time.Time
+	ProcessedAt   *time.Time
+	FeedSeq       *int64
+	DispatchedAt  *time.Time
+	DispatchJobID *int64
+	TraceParent   *string
+	ActorLogin    *string
+	ActorName     *string
+	ActorRole     *string
+}
+
+// ProductionOrderPlanMany writes one production order by the system per
+// element of the arrays (same length; numbers pending), for line line_nos
+// of sales order sales_order_ids, and journals doc.created by the system
+// for each (db.PlanSalesOrders). The orders are inserted, and so take
+// their ids and numbers, in the order of the arrays, and their events in
+// the order of the orders; it returns the events as EventInsert does, in
+// id order.
+func (q *Queries) ProductionOrderPlanMany(ctx context.Context, db DBTX, arg ProductionOrderPlanManyParams) ([]ProductionOrderPlanManyRow, error) {
+	rows, err := db.Query(ctx, productionOrderPlanMany,
+		arg.Numbers,
+		arg.ItemIds,
+		arg.Quantities,
+		arg.SalesOrderIds,
+		arg.LineNos,
+		arg.TraceParent,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ProductionOrderPlanManyRow{}
+	for rows.Next() {
+		var i ProductionOrderPlanManyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Type,
+			&i.Entity,
+			&i.EntityID,
+			&i.Payload,
+			&i.ActorID,
+			&i.CreatedAt,
+			&i.ProcessedAt,
+			&i.FeedSeq,
+			&i.DispatchedAt,
+			&i.DispatchJobID,
+			&i.TraceParent,
+			&i.ActorLogin,
+			&i.ActorName,
+			&i.ActorRole,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const productionOrderSetStatus = `-- name: ProductionOrderSetStatus :one

@@ -126,6 +126,120 @@ func (q *Queries) WarehouseMoveInsert(ctx context.Context, db DBTX, arg Warehous
 	return id, err
 }
 
+const warehouseMoveIssueMany = `-- name: WarehouseMoveIssueMany :many
+WITH mv AS (
+    INSERT INTO wh_moves (number, kind, status, from_warehouse_id, prod_order_id, source_event_id)
+    SELECT t.number, $1, $2, $3, t.prod_order_id, t.source_event_id
+    FROM ROWS FROM (unnest($4::text[]), unnest($5::bigint[]), unnest($6::bigint[]))
+        WITH ORDINALITY AS t(number, prod_order_id, source_event_id, ord)
+    ORDER BY t.ord
+    RETURNING id, source_event_id
+), ln AS (
+    INSERT INTO wh_move_lines (move_id, line_no, item_id, quantity)
+    SELECT mv.id, l.line_no, l.item_id, l.quantity
+    FROM ROWS FROM (unnest($7::bigint[]), unnest($8::int[]),
+        unnest($9::bigint[]), unnest($10::numeric[])) AS l(source_event_id, line_no, item_id, quantity)
+    JOIN mv ON mv.source_event_id = l.source_event_id
+), e AS (
+    INSERT INTO events (type, entity, entity_id, payload, trace_parent, dispatch_job_id)
+    SELECT 'doc.created', 'wh_moves', mv.id, jsonb_build_object('id', mv.id, 'entity', 'wh_move'),
+        $11::text, nextval('river_job_id_seq')
+    FROM mv ORDER BY mv.id
+    RETURNING id, type, entity, entity_id, payload, actor_id, created_at, processed_at, feed_seq, dispatched_at, dispatch_job_id, trace_parent
+)
+SELECT e.id, e.type, e.entity, e.entity_id, e.payload, e.actor_id, e.created_at, e.processed_at, e.feed_seq, e.dispatched_at, e.dispatch_job_id, e.trace_parent, u.login AS actor_login, u.display_name AS actor_name, u.role AS actor_role
+FROM e LEFT JOIN users u ON u.id = e.actor_id
+ORDER BY e.id
+`
+
+type WarehouseMoveIssueManyParams struct {
+	Kind               string
+	Status             string
+	FromWarehouseID    *int64
+	Numbers            []string
+	ProdOrderIds       []int64
+	SourceEventIds     []int64
+	LineSourceEventIds []int64
+	LineNos            []int32
+	LineItemIds        []int64
+	LineQuantities     []decimal.Decimal
+	TraceParent        *string
+}
+
+type WarehouseMoveIssueManyRow struct {
+	ID            int64
+	Type          string
+	Entity        string
+	EntityID      int64
+	Payload       []byte
+	ActorID       *int64
+	CreatedAt     time.Time
+	ProcessedAt   *time.Time
+	FeedSeq       *int64
+	DispatchedAt  *time.Time
+	DispatchJobID *int64
+	TraceParent   *string
+	ActorLogin    *string
+	ActorName     *string
+	ActorRole     *string
+}
+
+// WarehouseMoveIssueMany writes one draft issue to production from
+// warehouse from_warehouse_id per element of numbers (pending),
+// prod_order_ids and source_event_ids (same length), with the lines given
+// by the line_* arrays (each line names its move by source event), and
+// journals doc.created by the system for each move (db.IssueMaterialsMany).
+// The moves are inserted, and so take their ids and numbers, in the order
+// of the arrays, and their events in the order of the moves; it returns
+// the events as EventInsert does, in id order.
+func (q *Queries) WarehouseMoveIssueMany(ctx context.Context, db DBTX, arg WarehouseMoveIssueManyParams) ([]WarehouseMoveIssueManyRow, error) {
+	rows, err := db.Query(ctx, warehouseMoveIssueMany,
+		arg.Kind,
+		arg.Status,
+		arg.FromWarehouseID,
+		arg.Numbers,
+		arg.ProdOrderIds,
+		arg.SourceEventIds,
+		arg.LineSourceEventIds,
+		arg.LineNos,
+		arg.LineItemIds,
+		arg.LineQuantities,
+		arg.TraceParent,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []WarehouseMoveIssueManyRow{}
+	for rows.Next() {
+		var i WarehouseMoveIssueManyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Type,
+			&i.Entity,
+			&i.EntityID,
+			&i.Payload,
+			&i.ActorID,
+			&i.CreatedAt,
+			&i.ProcessedAt,
+			&i.FeedSeq,
+			&i.DispatchedAt,
+			&i.DispatchJobID,
+			&i.TraceParent,
+			&i.ActorLogin,
+			&i.ActorName,
+			&i.ActorRole,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const warehouseMoveLineInsertMany = `-- name: WarehouseMoveLineInsertMany :exec
 INSERT INTO wh_move_lines (move_id, line_no, item_id, quantity, price)
 SELECT $1, t.ord, t.item, t.qty, NULLIF(t.price, '')::numeric
@@ -445,6 +559,32 @@ func (q *Queries) WarehouseMoveListPage(ctx context.Context, db DBTX, arg Wareho
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const warehouseMoveListSourceEvents = `-- name: WarehouseMoveListSourceEvents :many
+SELECT source_event_id FROM wh_moves WHERE source_event_id = ANY($1::bigint[])
+`
+
+// WarehouseMoveListSourceEvents returns which of the journal events
+// source_event_ids a move answers.
+func (q *Queries) WarehouseMoveListSourceEvents(ctx context.Context, db DBTX, sourceEventIds []int64) ([]*int64, error) {
+	rows, err := db.Query(ctx, warehouseMoveListSourceEvents, sourceEventIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []*int64{}
+	for rows.Next() {
+		var source_event_id *int64
+		if err := rows.Scan(&source_event_id); err != nil {
+			return nil, err
+		}
+		items = append(items, source_event_id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
