@@ -16,7 +16,9 @@ import (
 	"erp/graph/sse"
 )
 
-func post(t *testing.T, url string) *http.Response {
+// post opens a stream and returns its status and body, closed at the
+// test's cleanup.
+func post(t *testing.T, url string) (int, io.Reader) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(`{"query":"subscription { x }"}`))
 	require.NoError(t, err)
@@ -25,7 +27,7 @@ func post(t *testing.T, url string) *http.Response {
 	res, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = res.Body.Close() })
-	return res
+	return res.StatusCode, res.Body
 }
 
 // A client that stops reading is cut once a write cannot complete within
@@ -47,8 +49,8 @@ func TestStreamOfAReaderThatStoppedIsCut(t *testing.T) {
 	})))
 	t.Cleanup(srv.Close)
 
-	res := post(t, srv.URL) // and never read
-	require.Equal(t, http.StatusOK, res.StatusCode)
+	status, _ := post(t, srv.URL) // and never read
+	require.Equal(t, http.StatusOK, status)
 	select {
 	case err := <-returned:
 		require.ErrorIs(t, err, context.Canceled, "the stream's context ended")
@@ -73,24 +75,25 @@ func TestEndAndShutdown(t *testing.T) {
 		_, _ = io.WriteString(w, "event: complete\n\n")
 	})))
 	t.Cleanup(srv.Close)
-	rest := func(res *http.Response) string {
-		b, err := io.ReadAll(bufio.NewReader(res.Body))
+	rest := func(body io.Reader) string {
+		b, err := io.ReadAll(bufio.NewReader(body))
 		require.NoError(t, err)
 		return string(b)
 	}
 
-	res := post(t, srv.URL)
+	_, res := post(t, srv.URL)
 	ctx := <-started
 	require.True(t, sse.In(ctx))
 	require.True(t, sse.End(ctx, &gqlerror.Error{Message: "token revoked or expired", Extensions: map[string]any{"code": "UNAUTHENTICATED"}}))
 	require.Equal(t, ":\n\nevent: next\ndata: {\"errors\":[{\"message\":\"token revoked or expired\",\"extensions\":{\"code\":\"UNAUTHENTICATED\"}}],\"data\":null}\n\n", rest(res))
 	require.False(t, sse.End(t.Context(), &gqlerror.Error{Message: "x"}), "not a stream's")
 
-	res = post(t, srv.URL)
+	_, res = post(t, srv.URL)
 	<-started
 	require.Equal(t, 1, streams.Shutdown(&gqlerror.Error{Message: "server shutting down"}))
 	body := rest(res)
 	require.Contains(t, body, "server shutting down")
 	require.NotContains(t, body, "complete")
-	require.Equal(t, http.StatusServiceUnavailable, post(t, srv.URL).StatusCode, "no new stream once shutting down")
+	status, _ := post(t, srv.URL)
+	require.Equal(t, http.StatusServiceUnavailable, status, "no new stream once shutting down")
 }
