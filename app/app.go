@@ -525,14 +525,13 @@ func (a *App) Serve(ctx context.Context, ln net.Listener, after func(context.Con
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.shutdownTimeout)
 	defer cancel()
-	// Websockets first: http.Server.Shutdown does not see hijacked
-	// connections.
+	// SSE streams and websockets first: http.Server.Shutdown would wait
+	// for streams until its deadline (they never go idle) and does not
+	// see hijacked connections.
+	a.streams.Shutdown(resolvers.CodedError("server shutting down: resume with eventProcessed(after: <last cursor>)", resolvers.CodeInternal))
 	if wsErr := a.ws.Shutdown(shutdownCtx); wsErr != nil {
 		a.logger.Warn("websocket shutdown", slog.String("error", wsErr.Error()))
 	}
-	// And SSE streams, which http.Server.Shutdown would wait for until
-	// the deadline: they never go idle.
-	a.streams.Shutdown(resolvers.CodedError("server shutting down: resume with eventProcessed(after: <last cursor>)", resolvers.CodeInternal))
 	// Then drain in-flight HTTP requests with their contexts alive, so a
 	// mutation that already started commits and is answered; only what is
 	// still running at the deadline is cancelled.

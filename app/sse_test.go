@@ -11,6 +11,7 @@ import (
 
 	"erp/app"
 	"erp/app/apptest"
+	"erp/app/config"
 )
 
 // feedEvent is what apptest.FeedSubscription selects of an event.
@@ -118,6 +119,21 @@ func TestSSERefused(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, st.Status, "%s", st.Body)
 	require.Contains(t, string(st.Body), "TOO_MANY_OPERATIONS")
 	require.Equal(t, http.StatusOK, apptest.OpenSSE(t, s, s.Token, apptest.FeedSubscription, nil).Status, "another token's cap is its own")
+}
+
+// TestSSEKeepalive: an idle stream gets a ": ping" comment every
+// keepalive period, so that proxies do not close it, and the server's
+// HTTP timeouts do not cut it.
+func TestSSEKeepalive(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t, func(c *config.Config) { c.KeepAlive = 100 * time.Millisecond })
+	st := apptest.OpenSSE(t, s, s.Token, apptest.FeedSubscription, map[string]any{"filter": map[string]any{"types": []string{"doc.created"}}})
+	apptest.WaitFor(t, 10*time.Second, "3 pings", func() bool { return st.Pings.Load() >= 3 })
+	select {
+	case ev, ok := <-st.Events:
+		require.Failf(t, "an idle stream got an event or ended", "%v %v", ev, ok)
+	default:
+	}
 }
 
 // TestSSEStreamsEndWithTheirRight: a stream whose token is revoked is cut

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,6 +26,8 @@ type SSE struct {
 	// 429).
 	Body   []byte
 	Events <-chan SSEEvent
+	// Pings counts the keepalive comments (": ping") read so far.
+	Pings  atomic.Int64
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -76,6 +79,8 @@ func OpenSSE(t testing.TB, s *Server, token, query string, vars map[string]any) 
 		for sc.Scan() {
 			line := sc.Text()
 			switch {
+			case line == ": ping":
+				st.Pings.Add(1)
 			case strings.HasPrefix(line, "event: "):
 				ev.Name = strings.TrimPrefix(line, "event: ")
 			case strings.HasPrefix(line, "data: "):

@@ -79,8 +79,10 @@ func (s *Streams) Open() int {
 }
 
 // Shutdown cuts every open stream with err (End) and refuses new ones; it
-// returns how many it cut. The handlers return as their operations end,
-// for http.Server.Shutdown to see their connections idle.
+// returns how many it cut, within one WriteTimeout (the streams are cut
+// at once, a client that does not read delays only its own). The
+// handlers return as their operations end, for http.Server.Shutdown to
+// see their connections idle.
 func (s *Streams) Shutdown(err *gqlerror.Error) int {
 	s.mu.Lock()
 	s.closing = true
@@ -89,9 +91,11 @@ func (s *Streams) Shutdown(err *gqlerror.Error) int {
 		open = append(open, st)
 	}
 	s.mu.Unlock()
+	var wg sync.WaitGroup
 	for _, st := range open {
-		st.end(err)
+		wg.Go(func() { st.end(err) })
 	}
+	wg.Wait()
 	return len(open)
 }
 
