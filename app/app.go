@@ -32,6 +32,7 @@ import (
 	"erp/app/config"
 	"erp/app/httpapi"
 	"erp/db"
+	"erp/graph/sse"
 	"erp/graph/wsgorilla"
 	"erp/jobs"
 	"erp/metrics"
@@ -65,7 +66,9 @@ const (
 	// config.KeepAlive says otherwise: "ka" messages for graphql-ws, ping
 	// messages for graphql-transport-ws, and websocket ping frames for
 	// both (all sent by wsgorilla); a peer from which nothing arrived for
-	// two periods is dropped.
+	// two periods is dropped. An SSE stream gets a ": ping" comment after
+	// each period without an event (transport.SSE), so that proxies do
+	// not take it for idle.
 	wsKeepAlive = 10 * time.Second
 	// wsInitTimeout is how long a socket may wait to send connection_init
 	// (then close 4408) unless config.InitTimeout says otherwise.
@@ -77,6 +80,10 @@ const (
 	// (then an error for the operation, TOO_MANY_OPERATIONS); the web page
 	// runs one or two.
 	wsMaxOperations = 100
+	// sseMaxStreams caps the SSE streams one token holds open at once
+	// (then 429, TOO_MANY_OPERATIONS): as many as one websocket's
+	// operations, each stream being one operation.
+	sseMaxStreams = wsMaxOperations
 	// wsWriteBuffer is the write buffer, in bytes, taken from a pool shared
 	// by all sockets for the time of one write (a feed event fits).
 	wsWriteBuffer = 4 << 10
@@ -123,6 +130,8 @@ type App struct {
 	nats *jobs.NatsPublisher
 	feed *db.Feed
 	ws   *wsgorilla.Implementation
+	// streams are the GraphQL over SSE streams, cut at shutdown.
+	streams *sse.Streams
 	// sharedFeed executes each live event once per distinct subscription
 	// operation and role.
 	sharedFeed      *resolvers.SharedFeedPayloads
@@ -130,7 +139,10 @@ type App struct {
 	logger          *slog.Logger
 	apiOnly         bool
 	shutdownTimeout time.Duration
-	metrics         *metrics.Metrics
+	// keepAlive is the websocket keepalive period, and the SSE streams'
+	// ping comments' (wsKeepAlive).
+	keepAlive time.Duration
+	metrics   *metrics.Metrics
 	// metricsAddr is METRICS_ADDR: when set, Start serves metricsHandler
 	// there (bound to metricsBound, stopped by stopMetrics) and the API's
 	// mux has no /metrics.
@@ -275,7 +287,7 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (_ *App, err er
 	if err != nil {
 		return nil, fmt.Errorf("trusted proxies: %w", err)
 	}
-	auth := &httpapi.Auth{Pool: pool, Logger: logger, Limit: &httpapi.AuthLimit{Proxies: proxies, Logger: logger}}
+	auth := &httpapi.Auth{Pool: pool, Logger: logger, Limit: &httpapi.AuthLimit{Proxies: proxies, Logger: logger}, MaxStreams: sseMaxStreams}
 	res := &resolvers.Resolver{
 		Tokens:     auth,
 		Pool:       pool,
@@ -320,6 +332,8 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (_ *App, err er
 		river:           riverClient,
 		feed:            feed,
 		ws:              ws,
+		streams:         &sse.Streams{WriteTimeout: cfg.FeedWriteTimeout},
+		keepAlive:       cmp.Or(cfg.KeepAlive, wsKeepAlive),
 		sharedFeed:      resolvers.NewSharedFeedPayloads(),
 		logger:          logger,
 		apiOnly:         cfg.APIOnly,
@@ -482,7 +496,8 @@ func (a *App) Stop(ctx context.Context) {
 
 // Serve serves the handler on ln until ctx ends, then shuts down within
 // the app's shutdown timeout: every websocket is closed with 1001 (going
-// away) and its operations cancelled, in-flight HTTP requests are drained,
+// away) and its operations cancelled, every SSE stream is cut after a
+// "server shutting down" error, in-flight HTTP requests are drained,
 // and then, when after is not nil, after runs with what is left of the
 // timeout (Serve, the subcommand, passes Stop; tests keep River and the
 // feed running until their cleanup).
@@ -491,6 +506,9 @@ func (a *App) Serve(ctx context.Context, ln net.Listener, after func(context.Con
 	// shutdown so that nothing outlives it.
 	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()
+	// No ReadTimeout or WriteTimeout: either would cut every websocket
+	// and SSE stream at that age. Each write of theirs has its own
+	// deadline (FeedWriteTimeout) instead.
 	srv := &http.Server{
 		Handler:           a.handler,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -503,12 +521,14 @@ func (a *App) Serve(ctx context.Context, ln net.Listener, after func(context.Con
 	select {
 	case err = <-errc:
 	case <-ctx.Done():
-		a.logger.Info("shutting down", slog.Int("websockets", a.ws.Open()))
+		a.logger.Info("shutting down", slog.Int("websockets", a.ws.Open()), slog.Int("sse_streams", a.streams.Open()))
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.shutdownTimeout)
 	defer cancel()
-	// Websockets first: http.Server.Shutdown does not see hijacked
-	// connections.
+	// SSE streams and websockets first: http.Server.Shutdown would wait
+	// for streams until its deadline (they never go idle) and does not
+	// see hijacked connections.
+	a.streams.Shutdown(resolvers.CodedError("server shutting down: resume with eventProcessed(after: <last cursor>)", resolvers.CodeInternal))
 	if wsErr := a.ws.Shutdown(shutdownCtx); wsErr != nil {
 		a.logger.Warn("websocket shutdown", slog.String("error", wsErr.Error()))
 	}

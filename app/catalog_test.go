@@ -80,7 +80,7 @@ func TestEventTypesAndTheirSchemas(t *testing.T) {
 }
 
 // GET /asyncapi.json is an AsyncAPI 3.0.0 document with one message per
-// type of the catalog and the webhook, feed and nats channels, each
+// type of the catalog and the webhook, feed, feedSSE and nats channels, each
 // carrying every message; like the schemas it needs a signed-in token.
 func TestAsyncAPIDocument(t *testing.T) {
 	t.Parallel()
@@ -131,8 +131,8 @@ func TestAsyncAPIDocument(t *testing.T) {
 		require.Contains(t, doc.Components.Messages, n)
 		require.Contains(t, doc.Components.Schemas, n)
 	}
-	require.Len(t, doc.Channels, 3)
-	for _, ch := range []string{"webhook", "feed", "nats"} {
+	require.Len(t, doc.Channels, 4)
+	for _, ch := range []string{"webhook", "feed", "feedSSE", "nats"} {
 		require.Contains(t, doc.Channels, ch)
 		require.Len(t, doc.Channels[ch].Messages, len(names), ch)
 		require.Equal(t, "#/components/messages/doc.created", doc.Channels[ch].Messages["doc.created"].Ref, ch)

@@ -13,3 +13,6 @@ func (a *App) SharedFeedStats() (executed, shared int64) { return a.sharedFeed.S
 // WatchedSockets is the app's httpapi.Auth.WatchedSockets, for the tests
 // of package app_test.
 func (a *App) WatchedSockets() int { return a.auth.WatchedSockets() }
+
+// SSEMaxStreams is sseMaxStreams for the tests of package app_test.
+const SSEMaxStreams = sseMaxStreams

@@ -31,6 +31,9 @@ import (
 // duplicate id 4409, dead peers, keepalive of each subprotocol, 1001 at
 // shutdown); wsgorilla.Transport speaks both subprotocols over it, one
 // goroutine a socket, and pushes the live feed (eventProcessed) to it.
+// GraphQL over SSE (POST with Accept: text/event-stream) is gqlgen's
+// transport.SSE inside a.streams (write deadlines, cut, shutdown), one
+// operation a stream, authenticated and watched like a socket.
 //
 // Every answer refuses to be framed (httpapi.DenyFraming); /graphql and
 // River UI refuse a client that sent too many bad tokens (AuthLimit.Guard).
@@ -74,6 +77,8 @@ func (a *App) routes(opts config.Config, page web.Config, scrape http.Handler) h
 		MaxOperations:    wsMaxOperations,
 	})
 	gql.AddTransport(transport.Options{})
+	// Before GraphQLHTTP, which would take the POST too.
+	gql.AddTransport(transport.SSE{KeepAlivePingInterval: a.keepAlive})
 	gql.AddTransport(httpapi.GraphQLHTTP{})
 	gql.SetValidationRulesFn(httpapi.ValidationRules)
 	gql.SetQueryCache(lru.New[*ast.QueryDocument](1000))
@@ -107,7 +112,7 @@ func (a *App) routes(opts config.Config, page web.Config, scrape http.Handler) h
 	// A client that sent too many bad tokens is refused before anything
 	// else (inside CORS, so that a browser can read the 429).
 	limit := a.auth.Limit
-	api := limit.Guard(ws.Handler(httpapi.GraphQLMethods(httpapi.LimitBody(maxRequestBody, a.auth.Authenticate(keys.Handler(gql))))))
+	api := limit.Guard(ws.Handler(httpapi.GraphQLMethods(httpapi.LimitBody(maxRequestBody, a.streams.Handler(a.auth.Authenticate(keys.Handler(gql)))))))
 	if len(opts.AllowedOrigins) > 0 {
 		// Browsers on the allowed origins may call the API cross-origin
 		// (with a bearer token, never cookies). With no list, no CORS

@@ -44,9 +44,11 @@ func entityIDs(events []e2eEvent) []string {
 }
 
 // TestNodeRealClients drives the server with the npm clients graphql-ws
-// (graphql-transport-ws) and subscriptions-transport-ws (legacy graphql-ws)
-// through e2e/*.mjs: subscribing from a cursor, receiving what mutations
-// produce, resuming after the connection is gone, a bad token refused.
+// (graphql-transport-ws), subscriptions-transport-ws (legacy graphql-ws)
+// and graphql-sse (Server-Sent Events, distinct connections) through
+// e2e/*.mjs: subscribing from a cursor, receiving what mutations produce,
+// resuming after the connection is gone, a bad token refused (close code
+// 4403 on a websocket, HTTP 401 for a stream).
 // It needs Node.js and e2e/node_modules (npm ci --prefix e2e; make test
 // runs it): without them it fails when CI=true, else skips.
 func TestNodeRealClients(t *testing.T) {
@@ -59,14 +61,19 @@ func TestNodeRealClients(t *testing.T) {
 		requireTool(t, "e2e/node_modules", "npm ci --prefix e2e (make test does it)")
 	}
 
-	for _, client := range []string{"graphql-ws", "subscriptions-transport-ws"} {
+	refused := map[string]int{"graphql-ws": 4403, "subscriptions-transport-ws": 4403, "graphql-sse": 401}
+	for _, client := range []string{"graphql-ws", "subscriptions-transport-ws", "graphql-sse"} {
 		t.Run(client, func(t *testing.T) {
 			t.Parallel()
 			s := apptest.New(t)
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()
 			var stdout, stderr bytes.Buffer
-			cmd := exec.CommandContext(ctx, node, client+".mjs", s.URL+"/graphql", s.Token)
+			script := client + ".mjs"
+			if client == "graphql-sse" {
+				script = "sse.mjs"
+			}
+			cmd := exec.CommandContext(ctx, node, script, s.URL+"/graphql", s.Token)
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			runErr := cmd.Run()
 			var out e2eResult
@@ -81,7 +88,7 @@ func TestNodeRealClients(t *testing.T) {
 			require.Equal(t, sorted(out.OfflineOrders), sorted(entityIDs(out.Resumed)), "resumed with the last cursor")
 			require.Equal(t, out.AfterResumeOrders, entityIDs(out.AfterResume), "live after the resume")
 			require.Zero(t, out.Extra, "nothing more")
-			require.EqualValues(t, 4403, out.BadTokenClose, "a bad token is closed with 4403")
+			require.EqualValues(t, refused[client], out.BadTokenClose, "a bad token is refused")
 
 			// Together: every event after the start cursor, once, in feed
 			// order.

@@ -38,14 +38,14 @@ type (
 	requestIDKey struct{}
 )
 
-// principal is who a context acts for: the user, and for a websocket the
-// token it authenticated with. One value for both: a websocket's context
-// lives as long as the socket.
+// principal is who a context acts for: the user, and for a websocket or
+// an SSE stream the token it authenticated with. One value for both: a
+// websocket's context lives as long as the socket.
 type principal struct {
 	user        db.User
-	socketToken string // "" outside a websocket
+	socketToken string // "" outside a websocket or stream
 	// subs: the socket's open subscriptions (guardSubscription), shared
-	// by every principal of the socket; nil outside a websocket.
+	// by every principal of the socket; nil outside a websocket or stream.
 	subs *socketSubscriptions
 }
 
@@ -55,8 +55,8 @@ func WithUser(ctx context.Context, u db.User) context.Context {
 }
 
 // WithSocketUser returns ctx carrying the user a websocket authenticated
-// as at connection_init and the token it used, which Allow checks again
-// for every operation.
+// as at connection_init, or an SSE stream with its request, and the token
+// it used, which Allow checks again for every operation.
 func WithSocketUser(ctx context.Context, u db.User, token string) context.Context {
 	return context.WithValue(ctx, principalKey{}, &principal{user: u, socketToken: token, subs: &socketSubscriptions{}})
 }
@@ -70,8 +70,8 @@ func UserFrom(ctx context.Context) (db.User, bool) {
 	return p.user, true
 }
 
-// SocketToken returns the token of ctx's websocket (WithSocketUser); ok
-// is false outside one.
+// SocketToken returns the token of ctx's websocket or SSE stream
+// (WithSocketUser); ok is false outside one.
 func SocketToken(ctx context.Context) (token string, ok bool) {
 	p, ok := ctx.Value(principalKey{}).(*principal)
 	if !ok || p.socketToken == "" {

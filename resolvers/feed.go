@@ -16,6 +16,7 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"erp/db"
+	"erp/graph/sse"
 	"erp/graph/wsgorilla"
 )
 
@@ -28,8 +29,14 @@ import (
 // slowly to take one message within the websocket write timeout is
 // dropped by the transport instead, and resumes the same way. Not 4429,
 // which graphql-transport-ws uses for repeated connection_init and which
-// the graphql-ws client treats as fatal; 4503 makes it reconnect.
+// the graphql-ws client treats as fatal; 4503 makes it reconnect. An SSE
+// stream is cut instead (sse.End) after an error with the reason,
+// extensions.code CodeSlowConsumer.
 const CloseSlowConsumer = 4503
+
+// CodeSlowConsumer is the extensions.code of the error that ends an SSE
+// stream of eventProcessed that fell too far behind (CloseSlowConsumer).
+const CodeSlowConsumer = "SLOW_CONSUMER"
 
 // closeReasonSlowConsumer tells the client what to do (at most 123 bytes).
 const closeReasonSlowConsumer = "slow consumer: resume with eventProcessed(after: <last cursor>)"
@@ -157,10 +164,21 @@ func (s *feedStream) tooFarBehind() bool {
 	return s.r.Feed.LastSeq()-s.last.Load() > s.r.feedMaxLag()
 }
 
-// closeSlow closes the socket with CloseSlowConsumer and logs it once.
+// closeSlow closes the socket with CloseSlowConsumer, or cuts the SSE
+// stream with CodeSlowConsumer, and logs it once.
 func (s *feedStream) closeSlow() {
-	if wsgorilla.CloseSocket(s.ctx, CloseSlowConsumer, closeReasonSlowConsumer) {
+	if wsgorilla.CloseSocket(s.ctx, CloseSlowConsumer, closeReasonSlowConsumer) ||
+		sse.End(s.ctx, CodedError(closeReasonSlowConsumer, CodeSlowConsumer)) {
 		s.warnSlow()
+	}
+}
+
+// subscriptionError ends the operation of ctx with err: a websocket's
+// operation gets it as its error message (wsgorilla.AddSubscriptionError,
+// the socket stays), an SSE stream is cut after it (sse.End).
+func subscriptionError(ctx context.Context, err *gqlerror.Error) {
+	if !sse.End(ctx, err) {
+		wsgorilla.AddSubscriptionError(ctx, err)
 	}
 }
 
@@ -182,10 +200,10 @@ func (s *feedStream) close() {
 }
 
 // refuse implements reauthorizable: the operation ends with err as its
-// error message (wsgorilla.AddSubscriptionError); closing the feed
-// subscription wakes the stream, which then ends.
+// error message (subscriptionError); closing the feed subscription wakes
+// the stream, which then ends.
 func (s *feedStream) refuse(err *gqlerror.Error) {
-	wsgorilla.AddSubscriptionError(s.ctx, err)
+	subscriptionError(s.ctx, err)
 	s.mu.Lock()
 	s.refused = true
 	s.mu.Unlock()
@@ -314,7 +332,7 @@ func (s *feedStream) backfillNext(ctx context.Context) (ev *db.Event, ok, done b
 		if err != nil {
 			if ctx.Err() == nil {
 				s.r.Logger.ErrorContext(ctx, "event feed back-fill", slog.String("error", err.Error()))
-				wsgorilla.AddSubscriptionError(ctx, CodedError("internal error", CodeInternal))
+				subscriptionError(ctx, CodedError("internal error", CodeInternal))
 			}
 			return nil, false, false
 		}
@@ -324,13 +342,13 @@ func (s *feedStream) backfillNext(ctx context.Context) (ev *db.Event, ok, done b
 
 // dropped ends a subscription the feed ended other than for falling behind:
 // the feed itself stopped (the server is going down), so the socket is
-// closed with 1001 and the client reconnects and resumes instead of taking
-// the end of the stream for a normal completion. A socket that is closing
-// already keeps its first close code.
+// closed with 1001, or the SSE stream cut, and the client reconnects and
+// resumes instead of taking the end of the stream for a normal
+// completion. A socket that is closing already keeps its first close code.
 func (s *feedStream) dropped() {
 	const reason = "server shutting down"
 	if !wsgorilla.CloseSocket(s.ctx, wsgorilla.CloseGoingAway, reason) {
-		wsgorilla.AddSubscriptionError(s.ctx, CodedError(reason, CodeInternal))
+		subscriptionError(s.ctx, CodedError(reason, CodeInternal))
 	}
 }
 

@@ -16,14 +16,15 @@ import (
 
 // A role checked once, when a subscription starts, would let it run on
 // after its user lost the right to it: every open subscription of a
-// websocket keeps a hook that says whether a role may still run it, and
+// websocket or an SSE stream keeps a hook that says whether a role may still run it, and
 // Reauthorize, called when the user's role changed (httpapi.Auth's token
 // watch), ends those the new role may not run.
 
 // reauthorizable is an open subscription that a role change may end.
 type reauthorizable interface {
 	// refuse ends the subscription with err, as its operation's error
-	// message; the socket and its other operations stay open.
+	// message; a socket and its other operations stay open, a stream is
+	// cut (its one operation is this).
 	refuse(err *gqlerror.Error)
 }
 
@@ -41,8 +42,9 @@ type guarded struct {
 }
 
 // guardSubscription registers sub, whose hook allowed says whether a role
-// may run it, with the websocket of ctx, until forgetSubscription. Outside
-// a websocket it does nothing: only a socket outlives a role change.
+// may run it, with the websocket or SSE stream of ctx (WithSocketUser's),
+// until forgetSubscription. Elsewhere it does nothing: only a socket or a
+// stream outlives a role change.
 func guardSubscription(ctx context.Context, sub reauthorizable, allowed func(role string) error) {
 	if p, ok := ctx.Value(principalKey{}).(*principal); ok && p.subs != nil {
 		p.subs.mu.Lock()
@@ -60,11 +62,12 @@ func forgetSubscription(ctx context.Context, sub reauthorizable) {
 	}
 }
 
-// Reauthorize checks every open subscription of the websocket whose
-// context is socket (WithSocketUser's) against role, its user's role now
-// (db.Role*), and ends each one role may no longer run with an error
-// message for that operation (extensions.code FORBIDDEN); the socket and
-// its other operations stay open. It returns how many it ended.
+// Reauthorize checks every open subscription of the websocket or SSE
+// stream whose context is socket (WithSocketUser's) against role, its
+// user's role now (db.Role*), and ends each one role may no longer run
+// with an error message for that operation (extensions.code FORBIDDEN); a
+// socket and its other operations stay open, a stream is cut after that
+// error (sse.End). It returns how many it ended.
 func Reauthorize(socket context.Context, role string) int {
 	p, ok := socket.Value(principalKey{}).(*principal)
 	if !ok || p.subs == nil {
@@ -91,7 +94,7 @@ func Reauthorize(socket context.Context, role string) int {
 }
 
 // authorizeNow asks allowed about the role of ctx's user now: a
-// websocket's is read again by its token, not taken from the start of the
+// websocket's or stream's is read again by its token, not taken from the start of the
 // operation, which may predate the last role change seen.
 func (r *Resolver) authorizeNow(ctx context.Context, allowed func(role string) error) error {
 	u, ok := UserFrom(ctx)

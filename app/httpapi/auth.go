@@ -28,19 +28,25 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"erp/db"
+	"erp/graph/sse"
 	"erp/graph/wsgorilla"
 	"erp/resolvers"
 )
 
-// Auth authenticates every transport by bearer token: HTTP requests
-// (Authenticate), websockets at connection_init (WebsocketInit, then
-// WatchTokens) and, through AdminSessions, browser sessions. It caches
-// token owners for a second and implements resolvers.Tokens.
+// Auth authenticates every transport by bearer token: HTTP requests and
+// SSE streams (Authenticate), websockets at connection_init
+// (WebsocketInit); WatchTokens then watches sockets and streams. Browser
+// sessions go through AdminSessions. It caches token owners for a second
+// and implements resolvers.Tokens.
 type Auth struct {
 	Pool   *pgxpool.Pool
 	Logger *slog.Logger
 	// Limit counts the bad tokens of each client (Failed); nil: none.
 	Limit *AuthLimit
+	// MaxStreams caps the SSE streams one token holds open at once: one
+	// more is refused with 429 (extensions.code TOO_MANY_OPERATIONS).
+	// 0: no cap.
+	MaxStreams int
 
 	sockets sockets
 	tokens  tokenCache
@@ -99,13 +105,16 @@ func (a *Auth) authenticate(ctx context.Context, header string) (db.User, error)
 // Authenticate is the HTTP middleware in front of /graphql: it resolves
 // "Authorization: Bearer <token>" to a user, or answers 401 with a GraphQL
 // error body (extensions.code UNAUTHENTICATED). Websocket upgrades pass
-// through: their token comes in connection_init (WebsocketInit).
+// through: their token comes in connection_init (WebsocketInit). An SSE
+// stream (inside sse.Streams.Handler) lives on its token as a socket
+// does (serveStream).
 func (a *Auth) Authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if strings.EqualFold(req.Header.Get("Upgrade"), "websocket") {
 			next.ServeHTTP(w, req)
 			return
 		}
+		gen := a.tokens.generation()
 		u, err := a.authenticate(req.Context(), req.Header.Get("Authorization"))
 		if errors.Is(err, resolvers.ErrUnauthenticated) {
 			a.Logger.WarnContext(req.Context(), "authentication failed", slog.String("remote", req.RemoteAddr), slog.Bool("token_sent", req.Header.Get("Authorization") != ""))
@@ -125,9 +134,48 @@ func (a *Auth) Authenticate(next http.Handler) http.Handler {
 			return
 		}
 		noteUser(req.Context(), u.Login)
+		if sse.In(req.Context()) {
+			a.serveStream(w, req, u, gen, next)
+			return
+		}
 		next.ServeHTTP(w, req.WithContext(resolvers.WithUser(req.Context(), u)))
 	})
 }
+
+// serveStream serves the SSE stream of req, whose token is u's, looked up
+// at token cache generation gen, the way WebsocketInit keeps a socket:
+// every operation re-checks the token, WatchTokens cuts the stream when
+// the token is revoked or expires and re-authorises its subscription when
+// its user's role changes. A token already holding MaxStreams streams is
+// refused with 429.
+func (a *Auth) serveStream(w http.ResponseWriter, req *http.Request, u db.User, gen uint64, next http.Handler) {
+	token := bearer(req.Header.Get("Authorization"))
+	key := db.TokenKey(token)
+	stream := resolvers.WithSocketUser(req.Context(), u, token)
+	if !a.sockets.add(key, stream, true, a.MaxStreams) {
+		w.Header().Set("Content-Type", "application/json")
+		writeErrors(w, http.StatusTooManyRequests, gqlerror.List{resolvers.CodedError(
+			fmt.Sprintf("this token holds %d SSE streams open already, the most it may: close one, or run many operations on one websocket", a.MaxStreams),
+			CodeTooManyOperations)})
+		return
+	}
+	defer a.sockets.remove(key, stream)
+	// As in WebsocketInit: a watch that ran between the lookup and add
+	// cleared the cache and may have missed this stream.
+	if a.tokens.generation() != gen {
+		if _, err := a.authenticate(req.Context(), req.Header.Get("Authorization")); err != nil {
+			w.Header().Set("Content-Type", "application/json")
+			writeErrors(w, http.StatusUnauthorized, gqlerror.List{resolvers.CodedError(resolvers.ErrUnauthenticated.Error(), resolvers.CodeUnauthenticated)})
+			return
+		}
+	}
+	next.ServeHTTP(w, req.WithContext(stream))
+}
+
+// CodeTooManyOperations is the extensions.code of an operation refused
+// because its websocket runs, or its token streams, the most it may at
+// once.
+const CodeTooManyOperations = "TOO_MANY_OPERATIONS"
 
 // WebsocketInit authenticates a websocket from its connection_init payload
 // {"Authorization": "Bearer <token>"}; a bad token closes the socket with
@@ -142,7 +190,7 @@ func (a *Auth) WebsocketInit(ctx context.Context, payload transport.InitPayload)
 		// and revoking or expiring it closes the socket (WatchTokens).
 		token := bearer(payload.Authorization())
 		socket := resolvers.WithSocketUser(ctx, u, token)
-		a.sockets.add(db.TokenKey(token), socket)
+		a.sockets.add(db.TokenKey(token), socket, false, 0)
 		// WatchTokens clears the cache before it closes a token's
 		// sockets: one that ran between the lookup and add may have
 		// missed this socket, and a look past the cleared cache sees
@@ -173,8 +221,9 @@ func (a *Auth) WebsocketClose(ctx context.Context) {
 	}
 }
 
-// WatchedSockets is the number of websockets WatchTokens watches: every
-// open socket that passed WebsocketInit, until it closed.
+// WatchedSockets is the number of websockets and SSE streams WatchTokens
+// watches: every open socket that passed WebsocketInit and every stream
+// that passed Authenticate, until it closed.
 func (a *Auth) WatchedSockets() int {
 	a.sockets.mu.Lock()
 	defer a.sockets.mu.Unlock()
@@ -185,25 +234,40 @@ func (a *Auth) WatchedSockets() int {
 	return n
 }
 
-// sockets maps token keys to the websockets opened with them, each by
-// its context (WebsocketInit's), through which wsgorilla.CloseSocket
-// reaches it. A context, not a cancel function: an idle socket then
-// needs no context of its own for this.
+// sockets maps token keys to the websockets and SSE streams opened with
+// them, each by its context (WebsocketInit's, serveStream's), through
+// which wsgorilla.CloseSocket or sse.End reaches it, and whether it is a
+// stream. A context, not a cancel function: an idle socket then needs no
+// context of its own for this.
 type sockets struct {
 	mu sync.Mutex
-	m  map[string]map[context.Context]struct{}
+	m  map[string]map[context.Context]bool
 }
 
-func (s *sockets) add(key string, socket context.Context) {
+// add adds socket, a stream when stream is set, unless limit > 0 and the
+// token holds limit streams already.
+func (s *sockets) add(key string, socket context.Context, stream bool, limit int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
-		s.m = map[string]map[context.Context]struct{}{}
+		s.m = map[string]map[context.Context]bool{}
 	}
 	if s.m[key] == nil {
-		s.m[key] = map[context.Context]struct{}{}
+		s.m[key] = map[context.Context]bool{}
 	}
-	s.m[key][socket] = struct{}{}
+	if stream && limit > 0 {
+		n := 0
+		for _, isStream := range s.m[key] {
+			if isStream {
+				n++
+			}
+		}
+		if n >= limit {
+			return false
+		}
+	}
+	s.m[key][socket] = stream
+	return true
 }
 
 func (s *sockets) remove(key string, socket context.Context) {
@@ -217,14 +281,20 @@ func (s *sockets) remove(key string, socket context.Context) {
 
 // closeAll closes every socket opened with the token key, with 1000 and
 // a reason of its own: "terminated", what a client's connection_terminate
-// gets, would not tell the client to get a new token.
+// gets, would not tell the client to get a new token. A stream is cut
+// with that reason as an UNAUTHENTICATED error.
 func (s *sockets) closeAll(key string) int {
+	const reason = "token revoked or expired"
 	s.mu.Lock()
 	set := s.m[key]
 	delete(s.m, key)
 	s.mu.Unlock()
-	for socket := range set {
-		wsgorilla.CloseSocket(socket, websocket.CloseNormalClosure, "token revoked or expired")
+	for socket, stream := range set {
+		if stream {
+			sse.End(socket, resolvers.CodedError(reason, resolvers.CodeUnauthenticated))
+		} else {
+			wsgorilla.CloseSocket(socket, websocket.CloseNormalClosure, reason)
+		}
 	}
 	return len(set)
 }
@@ -255,7 +325,8 @@ const TokenPoll = 2 * time.Second
 
 // WatchTokens acts on every revocation, role change and expiry, until ctx
 // ends: it closes each websocket whose token was revoked or expired (1000,
-// "token revoked or expired"), ends each open subscription that its user's
+// "token revoked or expired") and cuts each such SSE stream (sse.End, an
+// UNAUTHENTICATED error), ends each open subscription that its user's
 // new role may not run (resolvers.Reauthorize) and clears the token cache.
 // One query per TokenPoll for the whole process, not one per socket, read
 // by commit-ordered position (db.AuthChangesAfter). It starts from the
@@ -285,7 +356,7 @@ func (a *Auth) WatchTokens(ctx context.Context) {
 		a.tokens.clear()
 		for _, k := range changes.EndedTokens {
 			if n := a.sockets.closeAll(k); n > 0 {
-				a.Logger.InfoContext(ctx, "websockets closed: token revoked or expired", slog.Int("sockets", n))
+				a.Logger.InfoContext(ctx, "websockets and streams closed: token revoked or expired", slog.Int("sockets", n))
 			}
 		}
 		for socket, role := range a.sockets.socketsOf(changes.Roles) {

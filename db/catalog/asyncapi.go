@@ -12,7 +12,8 @@ const AsyncAPIVersion = "3.0.0"
 // AsyncAPI returns an AsyncAPI 3.0.0 document (JSON) of the ways the server
 // sends its events: the channels webhook (HTTP POST to a subscriber's URL,
 // Standard Webhooks headers), feed (the GraphQL subscription
-// eventProcessed over a websocket) and nats (JetStream subjects
+// eventProcessed over a websocket), feedSSE (the same over Server-Sent
+// Events, with an HTTP binding: POST) and nats (JetStream subjects
 // <subjectPrefix>.<entity>.<entityId>.<type>), each with a receive
 // operation. components.messages has one message per type of Types, named
 // by the type, whose payload is the type's whole event (EventSchema, in
@@ -94,6 +95,12 @@ func AsyncAPI() ([]byte, error) {
 			"description": "The GraphQL subscription eventProcessed(after: <cursor>) over a websocket at /graphql, subprotocol graphql-transport-ws (next messages) or the legacy graphql-ws (data messages): each result's data.eventProcessed is the event, with the fields the subscription selected (never a CloudEvent). Resume after a disconnection with the last event's cursor. See docs/live-feed.md.",
 			"messages":    refs,
 		},
+		"feedSSE": map[string]any{
+			"address":     "/graphql",
+			"title":       "Live feed over SSE",
+			"description": "The same subscription over Server-Sent Events (graphql-sse, distinct connections mode), for clients behind proxies that break websockets: POST /graphql with Accept: text/event-stream, Authorization: Bearer <token> and the subscription as the JSON body; each event: next carries a result whose data.eventProcessed is the event, as on the websocket. A stream that ends with event: complete is finished; one that ends without it was cut (slow consumer, token revoked, role changed, server shutting down: its last next event carries the reason as an error) and resumes with after: <the last cursor received>. See docs/live-feed.md.",
+			"messages":    refs,
+		},
 		"nats": map[string]any{
 			"address":     "{subjectPrefix}.{entity}.{entityId}.{type}",
 			"title":       "NATS JetStream",
@@ -111,6 +118,7 @@ func AsyncAPI() ([]byte, error) {
 	for name, summary := range map[string]string{
 		"webhook": "A webhook subscriber receives the events its filter takes.",
 		"feed":    "A client subscribed to eventProcessed receives each processed event it may read.",
+		"feedSSE": "A client subscribed to eventProcessed over SSE receives each processed event it may read.",
 		"nats":    "A JetStream consumer receives the events a NATS subscriber published.",
 	} {
 		operations["receive-"+name] = map[string]any{
@@ -119,12 +127,15 @@ func AsyncAPI() ([]byte, error) {
 			"channel": map[string]any{"$ref": "#/channels/" + name},
 		}
 	}
+	operations["receive-feedSSE"].(map[string]any)["bindings"] = map[string]any{
+		"http": map[string]any{"method": "POST", "bindingVersion": "0.3.0"},
+	}
 	doc := map[string]any{
 		"asyncapi": AsyncAPIVersion,
 		"info": map[string]any{
 			"title":       "ERP events",
 			"version":     "1.0.0",
-			"description": "The events the ERP journals and how it delivers them: webhooks, the GraphQL live feed and NATS JetStream. Generated from the event catalog; GET /schemas/events/<type>.json serves each type's schema alone.",
+			"description": "The events the ERP journals and how it delivers them: webhooks, the GraphQL live feed (websocket or SSE) and NATS JetStream. Generated from the event catalog; GET /schemas/events/<type>.json serves each type's schema alone.",
 		},
 		"channels":   channels,
 		"operations": operations,
