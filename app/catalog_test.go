@@ -79,9 +79,11 @@ func TestEventTypesAndTheirSchemas(t *testing.T) {
 	require.Contains(t, string(body), `no event type "doc.create.json"`)
 }
 
-// GET /asyncapi.json is an AsyncAPI 3.0.0 document with one message per
-// type of the catalog and the webhook, feed, feedSSE and nats channels, each
-// carrying every message; like the schemas it needs a signed-in token.
+// GET /asyncapi.json is an AsyncAPI 3.0.0 document with the webhook,
+// feed, feedSSE and nats channels, each with a message per type of the
+// catalog (webhook and nats one more per type for the CloudEvents format,
+// with its content type; the feed's without headers); like the schemas it
+// needs a signed-in token.
 func TestAsyncAPIDocument(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t)
@@ -126,20 +128,45 @@ func TestAsyncAPIDocument(t *testing.T) {
 	require.NoError(t, json.Unmarshal(body, &doc))
 	require.Equal(t, "3.0.0", doc.AsyncAPI)
 	names := catalog.Names()
-	require.Len(t, doc.Components.Messages, len(names))
+	require.Len(t, doc.Components.Messages, 5*len(names), "per type: webhook and nats, each plain and CloudEvent, and the feed's")
 	for _, n := range names {
-		require.Contains(t, doc.Components.Messages, n)
 		require.Contains(t, doc.Components.Schemas, n)
 	}
 	require.Len(t, doc.Channels, 4)
-	for _, ch := range []string{"webhook", "feed", "feedSSE", "nats"} {
+	for ch, want := range map[string][]string{
+		"webhook": {"webhook.doc.created", "webhook.doc.created.cloudevent"},
+		"nats":    {"nats.doc.created", "nats.doc.created.cloudevent"},
+		"feed":    {"feed.doc.created"},
+		"feedSSE": {"feed.doc.created"},
+	} {
 		require.Contains(t, doc.Channels, ch)
-		require.Len(t, doc.Channels[ch].Messages, len(names), ch)
-		require.Equal(t, "#/components/messages/doc.created", doc.Channels[ch].Messages["doc.created"].Ref, ch)
+		require.Len(t, doc.Channels[ch].Messages, len(want)*len(names), ch)
+		for _, m := range want {
+			require.Equal(t, "#/components/messages/"+m, doc.Channels[ch].Messages[m].Ref, ch)
+		}
 		op := doc.Operations["receive-"+ch]
 		require.Equal(t, "receive", op.Action, ch)
 		require.Equal(t, "#/channels/"+ch, op.Channel.Ref, ch)
 	}
+	var message struct {
+		ContentType string
+		Headers     *struct {
+			Ref string `json:"$ref"`
+		}
+	}
+	for name, want := range map[string]struct{ contentType, headers string }{
+		"webhook.doc.created":            {"application/json", "#/components/schemas/WebhookHeaders"},
+		"nats.doc.created.cloudevent":    {"application/cloudevents+json", "#/components/schemas/NatsHeaders"},
+		"webhook.doc.created.cloudevent": {"application/cloudevents+json", "#/components/schemas/WebhookHeaders"},
+	} {
+		require.NoError(t, json.Unmarshal(doc.Components.Messages[name], &message))
+		require.Equal(t, want.contentType, message.ContentType, name)
+		require.NotNil(t, message.Headers, name)
+		require.Equal(t, want.headers, message.Headers.Ref, name)
+	}
+	message.Headers = nil
+	require.NoError(t, json.Unmarshal(doc.Components.Messages["feed.doc.created"], &message))
+	require.Nil(t, message.Headers, "the live feed has no headers")
 	require.Nil(t, doc.Channels["webhook"].Address, "a webhook's URL is the subscriber's")
 	require.Equal(t, "{subjectPrefix}.{entity}.{entityId}.{type}", *doc.Channels["nats"].Address)
 }

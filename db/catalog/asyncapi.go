@@ -15,14 +15,15 @@ const AsyncAPIVersion = "3.0.0"
 // eventProcessed over a websocket), feedSSE (the same over Server-Sent
 // Events, with an HTTP binding: POST) and nats (JetStream subjects
 // <subjectPrefix>.<entity>.<entityId>.<type>), each with a receive
-// operation. components.messages has one message per type of Types, named
-// by the type, whose payload is the type's whole event (EventSchema, in
-// components.schemas) or, for webhook and nats with format CLOUDEVENTS,
-// the CloudEvent carrying it. The error is that of a schema of the catalog
-// that does not parse, a build mistake the package's tests catch.
+// operation. Per type of Types, components.messages has webhook.<type>
+// and nats.<type> (the whole event, EventSchema, in components.schemas;
+// application/json) and their <...>.cloudevent (the CloudEvent carrying
+// it; application/cloudevents+json), with the channel's headers
+// (WebhookHeaders, NatsHeaders), and feed.<type>, without headers, for
+// both feed channels. The error is that of a schema of the catalog that
+// does not parse, a build mistake the package's tests catch.
 func AsyncAPI() ([]byte, error) {
 	messages := map[string]any{}
-	refs := map[string]any{}
 	schemas := map[string]any{
 		"CloudEvent": map[string]any{
 			"description": "a CloudEvents 1.0 event in structured mode (application/cloudevents+json), sent instead of the bare event with format CLOUDEVENTS",
@@ -40,66 +41,87 @@ func AsyncAPI() ([]byte, error) {
 			},
 		},
 	}
+	str := func(d string) map[string]any { return map[string]any{"type": "string", "description": d} }
+	headers := func(description string, h map[string]any) map[string]any {
+		return map[string]any{"description": description, "type": "object", "properties": h}
+	}
+	schemas["WebhookHeaders"] = headers("the headers of a webhook request", map[string]any{
+		"webhook-id":        str("the delivery's stable id, the same at every retry and redelivery: dlv_<event id>_<subscriber id> (a replay's rpl_<replay id>_<event id>_<subscriber id>); de-duplicate by it"),
+		"webhook-timestamp": str("the attempt's time, unix seconds"),
+		"webhook-signature": str("v1,<base64 HMAC-SHA256 of id.timestamp.body>; two, space-separated, during a secret rotation"),
+		"X-Erp-Event-Id":    str("the journal event's id, decimal"),
+		"Content-Type":      str("application/json, or application/cloudevents+json with format CLOUDEVENTS"),
+		"User-Agent":        str("erp-webhook/1"),
+		"traceparent":       str("W3C trace context of the delivery's span, when tracing is on"),
+	})
+	schemas["NatsHeaders"] = headers("the headers of a JetStream message", map[string]any{
+		"Nats-Msg-Id":          str("the delivery's stable id, as a webhook's webhook-id; JetStream de-duplicates by it"),
+		"Nats-Expected-Stream": str("the subscriber's stream: a publish that another stream would store fails"),
+		"Erp-Event-Id":         str("the journal event's id, decimal"),
+		"Erp-Event-Type":       str("the event type"),
+		"Erp-Event-Time":       str("the event's creation, RFC 3339, UTC"),
+		"Content-Type":         str("application/json, or application/cloudevents+json with format CLOUDEVENTS"),
+		"traceparent":          str("W3C trace context of the delivery's span, when tracing is on"),
+	})
+	// Each channel has messages of its own: a webhook's and a JetStream
+	// message's headers differ, the feed has none, and the format
+	// CLOUDEVENTS is a message of its own with its content type.
+	refs := map[string]map[string]any{"webhook": {}, "nats": {}, "feed": {}}
 	for _, t := range Types() {
 		s, err := eventSchema(t)
 		if err != nil {
 			return nil, err
 		}
 		schemas[t.Name] = s
-		ref := map[string]any{"$ref": "#/components/schemas/" + t.Name}
-		m := map[string]any{
-			"name":    t.Name,
-			"title":   fmt.Sprintf("%s v%d", t.Name, t.Version),
-			"summary": t.Description,
-			"headers": map[string]any{"$ref": "#/components/schemas/Headers"},
-			"payload": map[string]any{"oneOf": []any{ref, map[string]any{
-				"allOf": []any{
-					map[string]any{"$ref": "#/components/schemas/CloudEvent"},
-					map[string]any{"properties": map[string]any{"type": map[string]any{"const": t.Name}, "data": ref}},
-				},
-			}}},
+		event := map[string]any{"$ref": "#/components/schemas/" + t.Name}
+		cloudEvent := map[string]any{"allOf": []any{
+			map[string]any{"$ref": "#/components/schemas/CloudEvent"},
+			map[string]any{"properties": map[string]any{"type": map[string]any{"const": t.Name}, "data": event}},
+		}}
+		message := func(name, contentType string, payload any, headers string) {
+			m := map[string]any{
+				"name":        name,
+				"title":       fmt.Sprintf("%s v%d", t.Name, t.Version),
+				"summary":     t.Description,
+				"contentType": contentType,
+				"payload":     payload,
+			}
+			if headers != "" {
+				m["headers"] = map[string]any{"$ref": "#/components/schemas/" + headers}
+			}
+			if t.Deprecated != nil {
+				m["description"] = "Deprecated: " + DeprecationWarnings([]string{t.Name})[0] + "."
+			}
+			messages[name] = m
 		}
-		if t.Deprecated != nil {
-			m["description"] = "Deprecated: " + DeprecationWarnings([]string{t.Name})[0] + "."
+		for _, ch := range []struct{ channel, headers string }{{"webhook", "WebhookHeaders"}, {"nats", "NatsHeaders"}} {
+			plain, ce := ch.channel+"."+t.Name, ch.channel+"."+t.Name+".cloudevent"
+			message(plain, "application/json", event, ch.headers)
+			message(ce, "application/cloudevents+json", cloudEvent, ch.headers)
+			refs[ch.channel][plain] = map[string]any{"$ref": "#/components/messages/" + plain}
+			refs[ch.channel][ce] = map[string]any{"$ref": "#/components/messages/" + ce}
 		}
-		messages[t.Name] = m
-		refs[t.Name] = map[string]any{"$ref": "#/components/messages/" + t.Name}
-	}
-	str := func(d string) map[string]any { return map[string]any{"type": "string", "description": d} }
-	schemas["Headers"] = map[string]any{
-		"description": "the headers of a delivery; which come depends on the channel",
-		"type":        "object",
-		"properties": map[string]any{
-			"webhook-id":        str("webhook: the delivery's stable id, the same at every retry and redelivery: dlv_<event id>_<subscriber id> (a replay's rpl_<replay id>_<event id>_<subscriber id>); de-duplicate by it"),
-			"webhook-timestamp": str("webhook: the attempt's time, unix seconds"),
-			"webhook-signature": str("webhook: v1,<base64 HMAC-SHA256 of id.timestamp.body>; two, space-separated, during a secret rotation"),
-			"X-Erp-Event-Id":    str("webhook: the journal event's id, decimal"),
-			"Nats-Msg-Id":       str("nats: the delivery's stable id, as webhook-id; JetStream de-duplicates by it"),
-			"Erp-Event-Id":      str("nats: the journal event's id, decimal"),
-			"Erp-Event-Type":    str("nats: the event type"),
-			"Erp-Event-Time":    str("nats: the event's creation, RFC 3339, UTC"),
-			"Content-Type":      str("webhook and nats: application/json, or application/cloudevents+json with format CLOUDEVENTS"),
-			"traceparent":       str("webhook and nats: W3C trace context of the delivery's span, when tracing is on"),
-		},
+		message("feed."+t.Name, "application/json", event, "")
+		refs["feed"]["feed."+t.Name] = map[string]any{"$ref": "#/components/messages/feed." + t.Name}
 	}
 	channels := map[string]any{
 		"webhook": map[string]any{
 			"address":     nil,
 			"title":       "Webhook",
 			"description": "An HTTP POST to the URL of a webhook subscriber (createWebhookSubscriber), one event a request, with the Standard Webhooks headers webhook-id, webhook-timestamp and webhook-signature. The body is the event as JSON (application/json), or with format CLOUDEVENTS a CloudEvent in structured mode (application/cloudevents+json) whose data is the event. A 2xx answer is the delivery; others are retried. See docs/webhooks.md.",
-			"messages":    refs,
+			"messages":    refs["webhook"],
 		},
 		"feed": map[string]any{
 			"address":     "/graphql",
 			"title":       "Live feed",
-			"description": "The GraphQL subscription eventProcessed(after: <cursor>) over a websocket at /graphql, subprotocol graphql-transport-ws (next messages) or the legacy graphql-ws (data messages): each result's data.eventProcessed is the event, with the fields the subscription selected (never a CloudEvent). Resume after a disconnection with the last event's cursor. See docs/live-feed.md.",
-			"messages":    refs,
+			"description": "The GraphQL subscription eventProcessed(after: <cursor>) over a websocket at /graphql, subprotocol graphql-transport-ws (next messages) or the legacy graphql-ws (data messages): each result's data.eventProcessed is the event, with the fields the subscription selected (never a CloudEvent), and no headers. Resume after a disconnection with the last event's cursor. See docs/live-feed.md.",
+			"messages":    refs["feed"],
 		},
 		"feedSSE": map[string]any{
 			"address":     "/graphql",
 			"title":       "Live feed over SSE",
 			"description": "The same subscription over Server-Sent Events (graphql-sse, distinct connections mode), for clients behind proxies that break websockets: POST /graphql with Accept: text/event-stream, Authorization: Bearer <token> and the subscription as the JSON body; each event: next carries a result whose data.eventProcessed is the event, as on the websocket. A stream that ends with event: complete is finished; one that ends without it was cut (slow consumer, token revoked, role changed, server shutting down: its last next event carries the reason as an error) and resumes with after: <the last cursor received>. See docs/live-feed.md.",
-			"messages":    refs,
+			"messages":    refs["feed"],
 		},
 		"nats": map[string]any{
 			"address":     "{subjectPrefix}.{entity}.{entityId}.{type}",
@@ -111,7 +133,7 @@ func AsyncAPI() ([]byte, error) {
 				"entityId":      map[string]any{"description": "the id of the entity, decimal"},
 				"type":          map[string]any{"description": "the event type, e.g. order.received"},
 			},
-			"messages": refs,
+			"messages": refs["nats"],
 		},
 	}
 	operations := map[string]any{}
@@ -127,9 +149,9 @@ func AsyncAPI() ([]byte, error) {
 			"channel": map[string]any{"$ref": "#/channels/" + name},
 		}
 	}
-	operations["receive-feedSSE"].(map[string]any)["bindings"] = map[string]any{
-		"http": map[string]any{"method": "POST", "bindingVersion": "0.3.0"},
-	}
+	post := map[string]any{"http": map[string]any{"method": "POST", "bindingVersion": "0.3.0"}}
+	operations["receive-feedSSE"].(map[string]any)["bindings"] = post
+	operations["receive-webhook"].(map[string]any)["bindings"] = post
 	doc := map[string]any{
 		"asyncapi": AsyncAPIVersion,
 		"info": map[string]any{
