@@ -25,6 +25,14 @@ func (r *mutationResolver) RotateWebhookSecret(ctx context.Context, id int64, gr
 	return &rot, nil
 }
 
+func (r *mutationResolver) SendExampleEvent(ctx context.Context, subscriber int64, typeArg string) (*db.ExampleAttempt, error) {
+	a, err := r.Dispatcher.SendExample(ctx, subscriber, typeArg)
+	if err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
 func (r *queryResolver) TestCondition(ctx context.Context, condition string, eventID int64) (*model.ConditionTest, error) {
 	ev, err := db.EventByID(ctx, r.Pool, eventID)
 	if err != nil {
@@ -44,4 +52,16 @@ func (r *queryResolver) TestCondition(ctx context.Context, condition string, eve
 		out.Error = &msg
 	}
 	return out, nil
+}
+
+func (r *subscriberResolver) ExampleLog(ctx context.Context, obj *db.Subscriber) ([]db.ExampleAttempt, error) {
+	if obj.Kind != db.SubscriberWebhook {
+		return []db.ExampleAttempt{}, nil
+	}
+	// One query per webhook: admins list a handful.
+	logs, err := db.ExampleAttempts(ctx, r.Pool, obj.ID, exampleLogLength)
+	if logs == nil && err == nil {
+		logs = []db.ExampleAttempt{} // none: [], as the schema says; null is a refusal
+	}
+	return logs, err
 }
