@@ -386,3 +386,48 @@ func TestSendExampleEventDuringRotation(t *testing.T) {
 	defer rcv.mu.Unlock()
 	require.Equal(t, []verdict{{old: true, new: true}}, rcv.verdicts)
 }
+
+const testConditionOnExample = `query($c: String!, $type: String) { testCondition(condition: $c, type: $type) { matches error } }`
+
+// testCondition on a type's catalog example: {"lines": 1, "source":
+// "shop", "sync_id": "shop-7826d8468b3d", "order_id": 22} for order.received.
+func TestTestConditionOnExample(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	events, _ := journalCounts(t, s)
+	for _, tt := range []struct {
+		cond    string
+		matches bool
+		err     string
+	}{
+		{`event.type == "order.received" && event.payload.source == "shop" && event.payload.lines == 1`, true, ""},
+		{`event.payload.source == "crm"`, false, ""},
+		{`event.payload.customer == "x"`, false, "customer"},
+	} {
+		got := apptest.GQL[conditionTest](t, s, testConditionOnExample, map[string]any{"c": tt.cond, "type": "order.received"}).TestCondition
+		require.Equal(t, tt.matches, got.Matches, tt.cond)
+		if tt.err == "" {
+			require.Nil(t, got.Error, tt.cond)
+		} else {
+			require.NotNil(t, got.Error, tt.cond)
+			require.Contains(t, *got.Error, tt.err, tt.cond)
+		}
+	}
+
+	e := apptest.GQLErr(t, s, testConditionOnExample, map[string]any{"c": "event.nosuch == 1", "type": "order.received"})
+	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"])
+	require.Equal(t, "condition", e.Extensions["field"])
+	e = apptest.GQLErr(t, s, testConditionOnExample, map[string]any{"c": "true", "type": "order.nosuch"})
+	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"])
+	require.Equal(t, "type", e.Extensions["field"])
+	require.Contains(t, e.Message, "order.received")
+	e = apptest.GQLErr(t, s, testConditionOnExample, map[string]any{"c": "true"})
+	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], "neither eventId nor type")
+	require.Contains(t, e.Message, "exactly one")
+	e = apptest.GQLErr(t, s, `{ testCondition(condition: "true", eventId: "1", type: "order.received") { matches } }`, nil)
+	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], "both eventId and type")
+	require.Contains(t, e.Message, "exactly one")
+
+	after, _ := journalCounts(t, s)
+	require.Equal(t, events, after, "testCondition journals nothing")
+}

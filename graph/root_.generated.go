@@ -278,7 +278,7 @@ type ComplexityRoot struct {
 		StockBalances    func(childComplexity int, filter *db.StockFilter, first *int, after *string) int
 		StockLedger      func(childComplexity int, sku string, warehouse *string, first *int, after *string) int
 		Subscribers      func(childComplexity int) int
-		TestCondition    func(childComplexity int, condition string, eventID int64) int
+		TestCondition    func(childComplexity int, condition string, eventID *int64, typeArg *string) int
 		Tokens           func(childComplexity int, login *string) int
 		Users            func(childComplexity int) int
 		WarehouseMove    func(childComplexity int, id *int64, number *string) int
@@ -1721,7 +1721,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.TestCondition(childComplexity, args["condition"].(string), args["eventId"].(int64)), true
+		return e.ComplexityRoot.Query.TestCondition(childComplexity, args["condition"].(string), args["eventId"].(*int64), args["type"].(*string)), true
 	case "Query.tokens":
 		if e.ComplexityRoot.Query.Tokens == nil {
 			break

@@ -88,7 +88,7 @@ type QueryResolver interface {
 	Me(ctx context.Context) (*db.User, error)
 	Users(ctx context.Context) ([]db.User, error)
 	Tokens(ctx context.Context, login *string) ([]db.APIToken, error)
-	TestCondition(ctx context.Context, condition string, eventID int64) (*model.ConditionTest, error)
+	TestCondition(ctx context.Context, condition string, eventID *int64, typeArg *string) (*model.ConditionTest, error)
 }
 type UserResolver interface {
 	Role(ctx context.Context, obj *db.User) (model.Role, error)
@@ -1255,13 +1255,21 @@ func (ec *executionContext) field_Query_testCondition_args(ctx context.Context, 
 	}
 	args["condition"] = arg0
 	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "eventId",
-		func(ctx context.Context, v any) (int64, error) {
-			return ec.unmarshalNID2int64(ctx, v)
+		func(ctx context.Context, v any) (*int64, error) {
+			return ec.unmarshalOID2ᚖint64(ctx, v)
 		})
 	if err != nil {
 		return nil, err
 	}
 	args["eventId"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "type",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["type"] = arg2
 	return args, nil
 }
 
@@ -5188,7 +5196,7 @@ func (ec *executionContext) _Query_testCondition(ctx context.Context, field grap
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Query().TestCondition(ctx, fc.Args["condition"].(string), fc.Args["eventId"].(int64))
+			return ec.Resolvers.Query().TestCondition(ctx, fc.Args["condition"].(string), fc.Args["eventId"].(*int64), fc.Args["type"].(*string))
 		},
 		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
 			directive0 := next

@@ -23,6 +23,20 @@ const ExampleIDPrefix = "example_"
 // are 0, which no journal event has.
 const exampleEntity = "example"
 
+// ExampleEvent is the example event of eventType created at now, as
+// SendExample sends it and TestCondition's example alternative evaluates
+// it: id, entity id and actor none (0, 0, nil), entity "example", payload
+// catalog.Example(eventType), processed at now. Errors: *db.InputError on
+// "type" when the catalog lacks eventType (the message lists its types).
+func ExampleEvent(eventType string, now time.Time) (db.Event, error) {
+	typ, ok := catalog.Lookup(eventType)
+	if !ok {
+		return db.Event{}, &db.InputError{Field: "type",
+			Msg: fmt.Sprintf("event type %q is not in the catalog: use one of %s", eventType, strings.Join(catalog.Names(), ", "))}
+	}
+	return db.Event{Type: eventType, Entity: exampleEntity, Payload: typ.Example, CreatedAt: now, ProcessedAt: &now}, nil
+}
+
 // SendExample sends the catalog example of eventType to webhook
 // subscriberID, once, built and signed as a delivery of a journal event
 // would be (the subscriber's format, secrets, rotation grace, timeout and
@@ -39,10 +53,9 @@ const exampleEntity = "example"
 // "subscriber" (not a webhook; paused or disabled, as a conflict: resume
 // it first), db.ErrNotFound (no subscriber subscriberID).
 func (d *Dispatcher) SendExample(ctx context.Context, subscriberID int64, eventType string) (db.ExampleAttempt, error) {
-	typ, ok := catalog.Lookup(eventType)
-	if !ok {
-		return db.ExampleAttempt{}, &db.InputError{Field: "type",
-			Msg: fmt.Sprintf("event type %q is not in the catalog: use one of %s", eventType, strings.Join(catalog.Names(), ", "))}
+	ev, err := ExampleEvent(eventType, d.now())
+	if err != nil {
+		return db.ExampleAttempt{}, err
 	}
 	sub, err := db.SubscriberByID(ctx, d.pool, subscriberID)
 	if err != nil {
@@ -65,8 +78,6 @@ func (d *Dispatcher) SendExample(ctx context.Context, subscriberID int64, eventT
 	if err != nil {
 		return db.ExampleAttempt{}, err
 	}
-	now := d.now()
-	ev := db.Event{Type: eventType, Entity: exampleEntity, Payload: typ.Example, CreatedAt: now, ProcessedAt: &now}
 	body, err := json.Marshal(feedView(ev))
 	if err != nil {
 		return db.ExampleAttempt{}, fmt.Errorf("marshal example of %s: %w", eventType, err)

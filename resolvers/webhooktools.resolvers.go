@@ -33,14 +33,24 @@ func (r *mutationResolver) SendExampleEvent(ctx context.Context, subscriber int6
 	return &a, nil
 }
 
-func (r *queryResolver) TestCondition(ctx context.Context, condition string, eventID int64) (*model.ConditionTest, error) {
-	ev, err := db.EventByID(ctx, r.Pool, eventID)
-	if err != nil {
-		return nil, err
-	}
-	// Admins only today; kept so that a wider @allow cannot leak users' events.
-	if err := readableEvent(ctx, ev); err != nil {
-		return nil, err
+func (r *queryResolver) TestCondition(ctx context.Context, condition string, eventID *int64, typeArg *string) (*model.ConditionTest, error) {
+	var ev db.Event
+	var err error
+	switch {
+	case (eventID == nil) == (typeArg == nil):
+		return nil, &db.InputError{Field: "eventId", Msg: "give exactly one of eventId (a journal event) and type (the catalog example of an event type)"}
+	case typeArg != nil:
+		if ev, err = jobs.ExampleEvent(*typeArg, time.Now()); err != nil {
+			return nil, err
+		}
+	default:
+		if ev, err = db.EventByID(ctx, r.Pool, *eventID); err != nil {
+			return nil, err
+		}
+		// Admins only today; kept so that a wider @allow cannot leak users' events.
+		if err := readableEvent(ctx, ev); err != nil {
+			return nil, err
+		}
 	}
 	res, err := r.Dispatcher.TestCondition(condition, ev)
 	if err != nil {
