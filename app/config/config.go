@@ -108,7 +108,7 @@ type Config struct {
 	WebhookAllowPrivate bool `env:"WEBHOOK_ALLOW_PRIVATE" envDefault:"false" help:"let webhook URLs reach loopback, private, link-local, multicast and cloud-metadata addresses, for on-premise receivers and tests (true|false)" want:"true or false"`
 	// PublicURL is the server's base URL as its users reach it: the
 	// CloudEvents dataschema of a delivery points under it.
-	PublicURL string `env:"PUBLIC_URL" help:"the server's base URL as clients and receivers reach it, e.g. https://erp.example.com (no path after the host but a prefix a proxy strips); CloudEvents deliveries carry dataschema <PUBLIC_URL>/schemas/events/<type>.json; empty: no dataschema"`
+	PublicURL string `env:"PUBLIC_URL" help:"the server's base URL as clients and receivers reach it, e.g. https://erp.example.com, with the path prefix if a reverse proxy serves it under one; CloudEvents deliveries carry dataschema <PUBLIC_URL>/schemas/events/<type>.json; empty: no dataschema"`
 	// NatsURL and its companions are the server's one connection to NATS
 	// (jobs.NatsConfig), for NATS subscribers; empty: no NATS.
 	NatsURL   string `env:"NATS_URL" help:"NATS server URL(s) for NATS JetStream subscribers, e.g. nats://localhost:4222 (tls:// for TLS; a comma-separated list for a cluster); empty: no NATS, and createNatsSubscriber is refused"`
