@@ -357,6 +357,12 @@ func TestSendExampleEventFailuresAndRefusals(t *testing.T) {
 	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"])
 	require.Equal(t, "type", e.Extensions["field"])
 	require.Contains(t, e.Message, "doc.created, doc.status_changed")
+	var builtin string
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT id::text FROM subscribers WHERE kind = 'builtin' LIMIT 1`).Scan(&builtin))
+	e = apptest.GQLErr(t, s, sendExample, map[string]any{"sub": builtin, "type": "doc.created"})
+	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"])
+	require.Equal(t, "subscriber", e.Extensions["field"])
+	require.Contains(t, e.Message, "webhooks only")
 	e = apptest.GQLErr(t, s, sendExample, map[string]any{"sub": "999999", "type": "doc.created"})
 	require.Equal(t, "NOT_FOUND", e.Extensions["code"])
 	_, res := s.Do(t, viewer, sendExample, map[string]any{"sub": hook.ID, "type": "doc.created"})
