@@ -190,7 +190,7 @@ func PoolSizes(cfg config.Config) db.PoolSizes {
 
 // New wires the application on d (already migrated; its pools sized by
 // PoolSizes) from cfg: of it, New reads DispatchInterval, AllowedOrigins,
-// Introspection, Playground, TimeZone, WebhookAllowPrivate, NatsURL (and
+// Introspection, Playground, TimeZone, WebhookAllowPrivate, PublicURL, NatsURL (and
 // NATS_CREDS, NATS_NKEY, NATS_CA),
 // ShutdownTimeout, Retention and the tuning fields (KeepAlive, InitTimeout,
 // APIOnly, FeedBuffer, RetryBase; zero takes the default), and TracerProvider (nil: no
@@ -247,7 +247,7 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (_ *App, err er
 	newDispatcher := func(pool *pgxpool.Pool) *jobs.Dispatcher {
 		return jobs.NewDispatcher(pool, jobs.DispatcherConfig{Logger: logger, Metrics: m, Webhooks: webhooks, Nats: natsPub,
 			ReplayBatch: cfg.ReplayBatch, TracerProvider: cfg.TracerProvider, Instance: instance, DisableAfter: disableAfter,
-			Retry: jobs.RetryPolicy{Base: cfg.RetryBase, Max: jobs.DefaultRetryPolicy.Max}},
+			Retry: jobs.RetryPolicy{Base: cfg.RetryBase, Max: jobs.DefaultRetryPolicy.Max}, PublicURL: cfg.PublicURL},
 			jobs.OrderAcceptance{}, jobs.ProductionPlanning{}, jobs.MaterialIssue{})
 	}
 	riverCfg := jobs.RiverConfig{

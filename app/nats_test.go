@@ -93,6 +93,7 @@ func TestNatsSubscribersFilterPauseAndReplay(t *testing.T) {
 	require.Regexp(t, `^c\.users\.\d+\.user\.role_changed$`, byCond[0].Subject())
 	require.Equal(t, "application/cloudevents+json", byCond[0].Headers().Get("Content-Type"))
 	require.Contains(t, string(byCond[0].Data()), `"specversion":"1.0"`)
+	require.Contains(t, string(byCond[0].Data()), `"dataschema":"`+s.URL+`/schemas/events/user.role_changed.json"`)
 
 	time.Sleep(200 * time.Millisecond) // a paused subscriber holds: nothing may arrive meanwhile
 	require.Empty(t, natsMessages(t, js, "PAUSED"), "a paused NATS subscriber publishes nothing")

@@ -41,7 +41,9 @@ func TestRetentionPrunesDeliveredAndPurgesDead(t *testing.T) {
 	t.Parallel()
 	s := apptest.New(t)
 	apptest.SeedItem(t, s)
-	apptest.GQL[map[string]any](t, s, `mutation { createWebhookSubscriber(input: {name: "gone", url: "http://127.0.0.1:1/", eventTypes: ["doc.created"], maxAttempts: 1, timeoutMs: 1000}) { id } }`, nil)
+	hook := apptest.GQL[struct {
+		CreateWebhookSubscriber struct{ ID string } `json:"createWebhookSubscriber"`
+	}](t, s, `mutation { createWebhookSubscriber(input: {name: "gone", url: "http://127.0.0.1:1/", eventTypes: ["doc.created"], maxAttempts: 1, timeoutMs: 1000}) { id } }`, nil).CreateWebhookSubscriber.ID
 	// Its doc.created goes dead; its order.received is delivered to the
 	// built-in subscribers.
 	apptest.GQL[map[string]any](t, s, `mutation { receiveOrder(input: {source: CRM, externalId: "70001", customer: "r", lines: [{sku: "A1", quantity: "1"}]}) { duplicate } }`, nil)
@@ -63,11 +65,14 @@ func TestRetentionPrunesDeliveredAndPurgesDead(t *testing.T) {
 		map[string]any{"t": time.Now().Add(time.Hour).Format(time.RFC3339)})
 	require.Zero(t, purged.PurgeDeadDeliveries, "another subscriber's")
 
+	// An example's attempt is logged too (its request is refused).
+	apptest.GQL[map[string]any](t, s, `mutation($id: ID!) { sendExampleEvent(subscriber: $id, type: "doc.created") { webhookId } }`, map[string]any{"id": hook})
+
 	// Later: delivered records go, and the attempt log (the dead one's
-	// attempt); dead records stay until purged.
+	// attempt and the example's); dead records stay until purged.
 	var logged int
 	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM delivery_attempts`).Scan(&logged))
-	require.Equal(t, 1, logged, "the webhook's one attempt")
+	require.Equal(t, 2, logged, "the webhook's one attempt and its example")
 	n, err = jobs.PruneDeliveries(t.Context(), s.Pool, time.Now().Add(time.Hour))
 	require.NoError(t, err)
 	require.Equal(t, int64(delivered+logged), n)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
@@ -470,9 +471,17 @@ func TestWebhookCloudEvents(t *testing.T) {
 		Source      string            `json:"source"`
 		Type        string            `json:"type"`
 		Subject     string            `json:"subject"`
+		DataSchema  string            `json:"dataschema"`
 		Data        apptest.FeedEvent `json:"data"`
 	}
 	require.NoError(t, json.Unmarshal(r.body, &ce))
+	// dataschema resolves, for a signed-in token, to the schema the data
+	// (the whole event) validates against.
+	require.Equal(t, s.URL+"/schemas/events/doc.created.json", ce.DataSchema)
+	var raw struct{ Data json.RawMessage }
+	require.NoError(t, json.Unmarshal(r.body, &raw))
+	require.NoError(t, validateAgainst(t, s, ce.DataSchema, raw.Data))
+	require.Error(t, validateAgainst(t, s, ce.DataSchema, []byte(`{"id": "1"}`)), "the schema asserts something")
 	require.Equal(t, "1.0", ce.SpecVersion)
 	require.Equal(t, r.header.Get("webhook-id"), ce.ID, "id = webhook-id")
 	evID := apptest.JournalIDs(t, s.Pool, "doc.created")[0]
@@ -610,4 +619,27 @@ func deliveryStatus(t *testing.T, s *apptest.Server, subscriber string) string {
 		return ""
 	}
 	return page.Deliveries.Edges[0].Node.Status
+}
+
+// validateAgainst fetches the JSON Schema at url with s's token and
+// validates doc against it.
+func validateAgainst(t *testing.T, s *apptest.Server, url string, doc []byte) error {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+s.Token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	schemaDoc, err := jsonschema.UnmarshalJSON(resp.Body)
+	require.NoError(t, err)
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	require.NoError(t, c.AddResource(url, schemaDoc))
+	sch, err := c.Compile(url)
+	require.NoError(t, err)
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
+	require.NoError(t, err)
+	return sch.Validate(v)
 }

@@ -1,9 +1,11 @@
 package app_test
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"erp/app/apptest"
+	"erp/db/catalog"
+	"erp/jobs"
 )
 
 // verdict is whether one request verified with the old and with the new
@@ -228,4 +232,208 @@ func TestTestCondition(t *testing.T) {
 	subs, evs := count()
 	require.Equal(t, subscribers, subs, "testCondition creates no subscriber")
 	require.Equal(t, events, evs, "testCondition journals nothing")
+}
+
+const sendExample = `mutation($sub: ID!, $type: String!) { sendExampleEvent(subscriber: $sub, type: $type) {
+	type webhookId outcome { attempt status responseStatus durationMs error } } }`
+
+type exampleView struct {
+	Type      string
+	WebhookID string `json:"webhookId"`
+	Outcome   struct {
+		Attempt        int
+		Status         string
+		ResponseStatus *int
+		DurationMs     *int
+		Error          *string
+	}
+}
+
+// journalCounts is how many events and delivery records the database holds.
+func journalCounts(t *testing.T, s *apptest.Server) (events, deliveries int) {
+	t.Helper()
+	require.NoError(t, s.Pool.QueryRow(t.Context(),
+		`SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM deliveries)`).Scan(&events, &deliveries))
+	return events, deliveries
+}
+
+func exampleLogOf(t *testing.T, s *apptest.Server, name string) []exampleView {
+	t.Helper()
+	subs := apptest.GQL[struct {
+		Subscribers []struct {
+			Name       string
+			ExampleLog []exampleView
+		}
+	}](t, s, `{ subscribers { name exampleLog { type webhookId outcome { attempt status responseStatus durationMs error } } } }`, nil).Subscribers
+	for _, sub := range subs {
+		if sub.Name == name {
+			return sub.ExampleLog
+		}
+	}
+	t.Fatalf("no subscriber %s", name)
+	return nil
+}
+
+// sendExampleEvent reaches the receiver signed as a delivery, marked as a
+// test, in both formats, is in the subscriber's example log and journals
+// nothing.
+func TestSendExampleEvent(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	example, err := catalog.Example("order.received")
+	require.NoError(t, err)
+	for _, format := range []string{"STANDARD_WEBHOOKS", "CLOUDEVENTS"} {
+		secret := newSecret(t)
+		rcv, url := newReceiver(t, secret)
+		name := "example-" + strings.ToLower(format)
+		// Its filters do not take order.received: an example is sent anyway.
+		hook := createHook(t, s, map[string]any{"name": name, "url": url, "secret": secret, "format": format, "eventTypes": []string{"doc.created"}})
+		apptest.WaitAllProcessed(t, s)
+		events, deliveries := journalCounts(t, s)
+
+		got := apptest.GQL[struct {
+			SendExampleEvent exampleView `json:"sendExampleEvent"`
+		}](t, s, sendExample, map[string]any{"sub": hook.ID, "type": "order.received"}).SendExampleEvent
+		require.Equal(t, "order.received", got.Type, format)
+		require.Regexp(t, `^example_[a-z2-7]{26}$`, got.WebhookID, format)
+		require.Equal(t, 1, got.Outcome.Attempt, format)
+		require.Equal(t, "DELIVERED", got.Outcome.Status, format)
+		require.Equal(t, 200, *got.Outcome.ResponseStatus, format)
+		require.NotNil(t, got.Outcome.DurationMs, format)
+		require.Nil(t, got.Outcome.Error, format)
+
+		reqs := rcv.received()
+		require.Len(t, reqs, 1, format)
+		r := reqs[0]
+		require.NoError(t, rcv.verifier.Verify(r.body, r.header), format)
+		require.Equal(t, got.WebhookID, r.header.Get("webhook-id"), format)
+		require.Equal(t, "true", r.header.Get(jobs.HeaderTest), format)
+		require.Equal(t, "0", r.header.Get(jobs.HeaderEventID), format)
+		data := r.body
+		if format == "CLOUDEVENTS" {
+			var ce map[string]json.RawMessage
+			require.NoError(t, json.Unmarshal(r.body, &ce))
+			require.JSONEq(t, `true`, string(ce[jobs.CloudEventsTestExtension]))
+			require.JSONEq(t, `"`+got.WebhookID+`"`, string(ce["id"]))
+			require.JSONEq(t, `"order.received"`, string(ce["type"]))
+			data = ce["data"]
+		}
+		var ev apptest.FeedEvent
+		require.NoError(t, json.Unmarshal(data, &ev))
+		require.Equal(t, "0", ev.ID, format)
+		require.JSONEq(t, string(example), string(ev.Payload), format)
+		// It is what a receiver validating against the published schema accepts.
+		require.NoError(t, validateAgainst(t, s, s.URL+"/schemas/events/order.received.json", data), format)
+
+		log := exampleLogOf(t, s, name)
+		require.Len(t, log, 1, format)
+		require.Equal(t, got, log[0], format)
+		e, d := journalCounts(t, s)
+		require.Equal(t, events, e, "%s: nothing journaled", format)
+		require.Equal(t, deliveries, d, "%s: no delivery made", format)
+	}
+}
+
+func TestSendExampleEventFailuresAndRefusals(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	secret := newSecret(t)
+	rcv, url := newReceiver(t, secret)
+	rcv.status.Store(http.StatusInternalServerError)
+	hook := createHook(t, s, map[string]any{"name": "failing", "url": url, "secret": secret, "eventTypes": []string{"doc.created"}})
+	viewer := apptest.RoleToken(t, s, "viewer", "VIEWER")
+
+	// The receiver's failure is the outcome, logged; not the mutation's error.
+	got := apptest.GQL[struct {
+		SendExampleEvent exampleView `json:"sendExampleEvent"`
+	}](t, s, sendExample, map[string]any{"sub": hook.ID, "type": "doc.created"}).SendExampleEvent
+	require.Equal(t, "FAILED", got.Outcome.Status)
+	require.Equal(t, 500, *got.Outcome.ResponseStatus)
+	require.NotNil(t, got.Outcome.Error)
+	require.Contains(t, *got.Outcome.Error, "answered 500")
+	require.Equal(t, []exampleView{got}, exampleLogOf(t, s, "failing"))
+
+	e := apptest.GQLErr(t, s, sendExample, map[string]any{"sub": hook.ID, "type": "doc.nosuch"})
+	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"])
+	require.Equal(t, "type", e.Extensions["field"])
+	require.Contains(t, e.Message, "doc.created, doc.status_changed")
+	var builtin string
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT id::text FROM subscribers WHERE kind = 'builtin' LIMIT 1`).Scan(&builtin))
+	e = apptest.GQLErr(t, s, sendExample, map[string]any{"sub": builtin, "type": "doc.created"})
+	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"])
+	require.Equal(t, "subscriber", e.Extensions["field"])
+	require.Contains(t, e.Message, "webhooks only")
+	e = apptest.GQLErr(t, s, sendExample, map[string]any{"sub": "999999", "type": "doc.created"})
+	require.Equal(t, "NOT_FOUND", e.Extensions["code"])
+	_, res := s.Do(t, viewer, sendExample, map[string]any{"sub": hook.ID, "type": "doc.created"})
+	require.NotEmpty(t, res.Errors)
+	require.Equal(t, "FORBIDDEN", res.Errors[0].Extensions["code"])
+
+	apptest.GQL[map[string]any](t, s, `mutation($id: ID!) { pauseSubscriber(id: $id) { id } }`, map[string]any{"id": hook.ID})
+	e = apptest.GQLErr(t, s, sendExample, map[string]any{"sub": hook.ID, "type": "doc.created"})
+	require.Equal(t, "CONFLICT", e.Extensions["code"])
+	require.Contains(t, e.Message, "resume")
+	requests, _, _ := rcv.counts()
+	require.Equal(t, 1, requests, "a refusal sends nothing")
+}
+
+// During a rotation's grace an example carries both signatures, as a
+// delivery does.
+func TestSendExampleEventDuringRotation(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	oldSecret := newSecret(t)
+	rcv, url := newRotationReceiver(t, oldSecret)
+	hook := apptest.CreateWebhook(t, s, "rotating", url, oldSecret, []string{"doc.created"})
+	rot := apptest.GQL[rotation](t, s, rotate, map[string]any{"id": hook, "grace": 3600}).RotateWebhookSecret
+	rcv.setNew(t, rot.Secret)
+	apptest.GQL[map[string]any](t, s, sendExample, map[string]any{"sub": hook, "type": "doc.created"})
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	require.Equal(t, []verdict{{old: true, new: true}}, rcv.verdicts)
+}
+
+const testConditionOnExample = `query($c: String!, $type: String) { testCondition(condition: $c, type: $type) { matches error } }`
+
+// testCondition on a type's catalog example: {"lines": 1, "source":
+// "shop", "sync_id": "shop-7826d8468b3d", "order_id": 22} for order.received.
+func TestTestConditionOnExample(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	events, _ := journalCounts(t, s)
+	for _, tt := range []struct {
+		cond    string
+		matches bool
+		err     string
+	}{
+		{`event.type == "order.received" && event.payload.source == "shop" && event.payload.lines == 1`, true, ""},
+		{`event.payload.source == "crm"`, false, ""},
+		{`event.payload.customer == "x"`, false, "customer"},
+	} {
+		got := apptest.GQL[conditionTest](t, s, testConditionOnExample, map[string]any{"c": tt.cond, "type": "order.received"}).TestCondition
+		require.Equal(t, tt.matches, got.Matches, tt.cond)
+		if tt.err == "" {
+			require.Nil(t, got.Error, tt.cond)
+		} else {
+			require.NotNil(t, got.Error, tt.cond)
+			require.Contains(t, *got.Error, tt.err, tt.cond)
+		}
+	}
+
+	e := apptest.GQLErr(t, s, testConditionOnExample, map[string]any{"c": "event.nosuch == 1", "type": "order.received"})
+	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"])
+	require.Equal(t, "condition", e.Extensions["field"])
+	e = apptest.GQLErr(t, s, testConditionOnExample, map[string]any{"c": "true", "type": "order.nosuch"})
+	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"])
+	require.Equal(t, "type", e.Extensions["field"])
+	require.Contains(t, e.Message, "order.received")
+	e = apptest.GQLErr(t, s, testConditionOnExample, map[string]any{"c": "true"})
+	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], "neither eventId nor type")
+	require.Contains(t, e.Message, "exactly one")
+	e = apptest.GQLErr(t, s, `{ testCondition(condition: "true", eventId: "1", type: "order.received") { matches } }`, nil)
+	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], "both eventId and type")
+	require.Contains(t, e.Message, "exactly one")
+
+	after, _ := journalCounts(t, s)
+	require.Equal(t, events, after, "testCondition journals nothing")
 }

@@ -29,7 +29,7 @@ type Lease struct {
 // leaves it to the next), and the attempt's start is logged. Commit tx
 // before making the request.
 func LeaseDelivery(ctx context.Context, tx pgx.Tx, k DeliveryKey, holder, instance string, ttl time.Duration) (Lease, error) {
-	row, err := queries.DeliveryLease(ctx, tx, dbsqlc.DeliveryLeaseParams{EventID: k.EventID, SubscriberID: k.SubscriberID,
+	row, err := queries.DeliveryLease(ctx, tx, dbsqlc.DeliveryLeaseParams{EventID: &k.EventID, SubscriberID: k.SubscriberID,
 		Holder: holder, Instance: instance, TtlS: ttl.Seconds()})
 	if err != nil {
 		return Lease{}, fmt.Errorf("lease delivery %d/%d: %w", k.EventID, k.SubscriberID, translate(err))
@@ -121,7 +121,7 @@ func AttemptLogs(ctx context.Context, q Querier, keys []DeliveryKey) (map[Delive
 	}
 	out := make(map[DeliveryKey][]AttemptLog, len(keys))
 	for _, r := range rows {
-		k := DeliveryKey{EventID: r.EventID, SubscriberID: r.SubscriberID}
+		k := DeliveryKey{EventID: *r.EventID, SubscriberID: r.SubscriberID} // not null: joined on it
 		out[k] = append(out[k], AttemptLog{Attempt: r.Attempt, Instance: r.Instance, StartedAt: r.StartedAt,
 			Status: deref(r.Status), DurationMs: r.DurationMs, ResponseStatus: r.ResponseStatus,
 			ResponseBody: r.ResponseBody, Error: r.Error})
@@ -142,7 +142,7 @@ func PruneAttemptLog(ctx context.Context, q Querier, before time.Time, limit int
 // LeaseReplayDelivery leases replayed delivery k, locked in tx by
 // LockOpenReplayDelivery, as LeaseDelivery a live one.
 func LeaseReplayDelivery(ctx context.Context, tx pgx.Tx, k ReplayKey, holder, instance string, ttl time.Duration) (Lease, error) {
-	row, err := queries.ReplayDeliveryLease(ctx, tx, dbsqlc.ReplayDeliveryLeaseParams{ReplayID: k.ReplayID, EventID: k.EventID,
+	row, err := queries.ReplayDeliveryLease(ctx, tx, dbsqlc.ReplayDeliveryLeaseParams{ReplayID: k.ReplayID, EventID: &k.EventID,
 		Holder: holder, Instance: instance, TtlS: ttl.Seconds()})
 	if err != nil {
 		return Lease{}, fmt.Errorf("lease event %d of replay %d: %w", k.EventID, k.ReplayID, translate(err))
@@ -174,4 +174,41 @@ func DropReplayLease(ctx context.Context, q Querier, k ReplayKey, l Lease) error
 		return fmt.Errorf("drop lease of event %d of replay %d: %w", k.EventID, k.ReplayID, translate(err))
 	}
 	return nil
+}
+
+// StartExampleAttempt logs the start of example request msgID (a
+// catalog example of type exampleType, see jobs.Dispatcher.SendExample)
+// to webhook subscriberID by instance: an attempt log row with no event
+// and no delivery. The returned lease only names that row, for
+// FinishAttempt.
+func StartExampleAttempt(ctx context.Context, q Querier, subscriberID int64, exampleType, msgID, instance string) (Lease, time.Time, error) {
+	row, err := queries.DeliveryAttemptStartExample(ctx, q, subscriberID, &exampleType, msgID, instance)
+	if err != nil {
+		return Lease{}, time.Time{}, fmt.Errorf("log example %s to subscriber %d: %w", msgID, subscriberID, translate(err))
+	}
+	return Lease{Holder: msgID, AttemptID: row.ID, Attempt: 1}, row.StartedAt, nil
+}
+
+// ExampleAttempt is one example request (sendExampleEvent) as the
+// attempt log keeps it: the catalog type sent, the request's webhook-id,
+// and its outcome as AttemptLog's (Status "delivered" or "failed").
+type ExampleAttempt struct {
+	Type      string
+	MessageID string
+	AttemptLog
+}
+
+// ExampleAttempts returns the newest limit example attempts to subscriber
+// subscriberID kept (started within RETENTION), newest first.
+func ExampleAttempts(ctx context.Context, q Querier, subscriberID int64, limit int) ([]ExampleAttempt, error) {
+	rows, err := queries.DeliveryAttemptListExamples(ctx, q, subscriberID, int32(limit))
+	if err != nil {
+		return nil, fmt.Errorf("example attempts of subscriber %d: %w", subscriberID, translate(err))
+	}
+	out := make([]ExampleAttempt, len(rows))
+	for i, r := range rows {
+		out[i] = ExampleAttempt{Type: r.ExampleType, MessageID: r.MessageID, AttemptLog: AttemptLog{Attempt: 1, StartedAt: r.StartedAt,
+			Status: deref(r.Status), DurationMs: r.DurationMs, ResponseStatus: r.ResponseStatus, ResponseBody: r.ResponseBody, Error: r.Error}}
+	}
+	return out, nil
 }

@@ -43,6 +43,7 @@ type SubscriberResolver interface {
 	Secret(ctx context.Context, obj *db.Subscriber) (*string, error)
 
 	Lag(ctx context.Context, obj *db.Subscriber) (*db.SubscriberLag, error)
+	ExampleLog(ctx context.Context, obj *db.Subscriber) ([]db.ExampleAttempt, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -1429,6 +1430,68 @@ func (ec *executionContext) fieldContext_Subscriber_lag(_ context.Context, field
 	return fc, nil
 }
 
+func (ec *executionContext) _Subscriber_exampleLog(ctx context.Context, field graphql.CollectedField, obj *db.Subscriber) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscriber_exampleLog(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Subscriber().ExampleLog(ctx, obj)
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{})
+				if err != nil {
+					var zeroVal []db.ExampleAttempt
+					return zeroVal, err
+				}
+				if ec.Directives.Allow == nil {
+					var zeroVal []db.ExampleAttempt
+					return zeroVal, errors.New("directive allow is not implemented")
+				}
+				return ec.Directives.Allow(ctx, obj, directive0, roles)
+			}
+			directive2 := func(ctx context.Context) (any, error) {
+				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{})
+				if err != nil {
+					var zeroVal []db.ExampleAttempt
+					return zeroVal, err
+				}
+				if ec.Directives.Allow == nil {
+					var zeroVal []db.ExampleAttempt
+					return zeroVal, errors.New("directive allow is not implemented")
+				}
+				return ec.Directives.Allow(ctx, obj, directive1, roles)
+			}
+
+			next = directive2
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v []db.ExampleAttempt) graphql.Marshaler {
+			return ec.marshalOExampleAttempt2ᚕerpᚋdbᚐExampleAttemptᚄ(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Subscriber_exampleLog(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Subscriber",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ExampleAttempt(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _SubscriberLag_pending(ctx context.Context, field graphql.CollectedField, obj *db.SubscriberLag) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -2477,6 +2540,12 @@ func (ec *executionContext) _Subscriber(ctx context.Context, sel ast.SelectionSe
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Subscriber_lag(ctx, field, obj)
+				})
+		case "exampleLog":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Subscriber_exampleLog(ctx, field, obj)
 				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))

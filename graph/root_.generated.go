@@ -150,6 +150,12 @@ type ComplexityRoot struct {
 		Version         func(childComplexity int) int
 	}
 
+	ExampleAttempt struct {
+		AttemptLog func(childComplexity int) int
+		MessageID  func(childComplexity int) int
+		Type       func(childComplexity int) int
+	}
+
 	IssuedToken struct {
 		Info  func(childComplexity int) int
 		Token func(childComplexity int) int
@@ -195,6 +201,7 @@ type ComplexityRoot struct {
 		ReverseWarehouseMove    func(childComplexity int, id int64, version int, reason string) int
 		RevokeToken             func(childComplexity int, id int64) int
 		RotateWebhookSecret     func(childComplexity int, id int64, graceSeconds *int) int
+		SendExampleEvent        func(childComplexity int, subscriber int64, typeArg string) int
 		SetBillOfMaterials      func(childComplexity int, sku string, components []db.ComponentInput) int
 		SetNumberSeriesStart    func(childComplexity int, prefix string, year int, start int) int
 		SetProductionWarehouse  func(childComplexity int, code string) int
@@ -271,7 +278,7 @@ type ComplexityRoot struct {
 		StockBalances    func(childComplexity int, filter *db.StockFilter, first *int, after *string) int
 		StockLedger      func(childComplexity int, sku string, warehouse *string, first *int, after *string) int
 		Subscribers      func(childComplexity int) int
-		TestCondition    func(childComplexity int, condition string, eventID int64) int
+		TestCondition    func(childComplexity int, condition string, eventID *int64, typeArg *string) int
 		Tokens           func(childComplexity int, login *string) int
 		Users            func(childComplexity int) int
 		WarehouseMove    func(childComplexity int, id *int64, number *string) int
@@ -365,6 +372,7 @@ type ComplexityRoot struct {
 		CreatedAt     func(childComplexity int) int
 		Entities      func(childComplexity int) int
 		EventTypes    func(childComplexity int) int
+		ExampleLog    func(childComplexity int) int
 		Format        func(childComplexity int) int
 		HasSecret     func(childComplexity int) int
 		ID            func(childComplexity int) int
@@ -872,6 +880,25 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.EventType.Version(childComplexity), true
 
+	case "ExampleAttempt.outcome":
+		if e.ComplexityRoot.ExampleAttempt.AttemptLog == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExampleAttempt.AttemptLog(childComplexity), true
+	case "ExampleAttempt.webhookId":
+		if e.ComplexityRoot.ExampleAttempt.MessageID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExampleAttempt.MessageID(childComplexity), true
+	case "ExampleAttempt.type":
+		if e.ComplexityRoot.ExampleAttempt.Type == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ExampleAttempt.Type(childComplexity), true
+
 	case "IssuedToken.info":
 		if e.ComplexityRoot.IssuedToken.Info == nil {
 			break
@@ -1252,6 +1279,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RotateWebhookSecret(childComplexity, args["id"].(int64), args["graceSeconds"].(*int)), true
+	case "Mutation.sendExampleEvent":
+		if e.ComplexityRoot.Mutation.SendExampleEvent == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_sendExampleEvent_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SendExampleEvent(childComplexity, args["subscriber"].(int64), args["type"].(string)), true
 	case "Mutation.setBillOfMaterials":
 		if e.ComplexityRoot.Mutation.SetBillOfMaterials == nil {
 			break
@@ -1683,7 +1721,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.TestCondition(childComplexity, args["condition"].(string), args["eventId"].(int64)), true
+		return e.ComplexityRoot.Query.TestCondition(childComplexity, args["condition"].(string), args["eventId"].(*int64), args["type"].(*string)), true
 	case "Query.tokens":
 		if e.ComplexityRoot.Query.Tokens == nil {
 			break
@@ -2036,6 +2074,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscriber.EventTypes(childComplexity), true
+	case "Subscriber.exampleLog":
+		if e.ComplexityRoot.Subscriber.ExampleLog == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.ExampleLog(childComplexity), true
 	case "Subscriber.format":
 		if e.ComplexityRoot.Subscriber.Format == nil {
 			break
@@ -2702,6 +2746,18 @@ func (ec *executionContext) childFields_EventType(ctx context.Context, field gra
 	return nil, fmt.Errorf("no field named %q was found under type EventType", field.Name)
 }
 
+func (ec *executionContext) childFields_ExampleAttempt(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "type":
+		return ec.fieldContext_ExampleAttempt_type(ctx, field)
+	case "webhookId":
+		return ec.fieldContext_ExampleAttempt_webhookId(ctx, field)
+	case "outcome":
+		return ec.fieldContext_ExampleAttempt_outcome(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ExampleAttempt", field.Name)
+}
+
 func (ec *executionContext) childFields_IssuedToken(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "token":
@@ -3030,6 +3086,8 @@ func (ec *executionContext) childFields_Subscriber(ctx context.Context, field gr
 		return ec.fieldContext_Subscriber_createdAt(ctx, field)
 	case "lag":
 		return ec.fieldContext_Subscriber_lag(ctx, field)
+	case "exampleLog":
+		return ec.fieldContext_Subscriber_exampleLog(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Subscriber", field.Name)
 }

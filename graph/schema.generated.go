@@ -63,6 +63,7 @@ type MutationResolver interface {
 	IssueToken(ctx context.Context, login string, name *string, expiresAt *time.Time) (*model.IssuedToken, error)
 	RevokeToken(ctx context.Context, id int64) (*db.APIToken, error)
 	RotateWebhookSecret(ctx context.Context, id int64, graceSeconds *int) (*jobs.SecretRotation, error)
+	SendExampleEvent(ctx context.Context, subscriber int64, typeArg string) (*db.ExampleAttempt, error)
 }
 type QueryResolver interface {
 	Items(ctx context.Context) ([]db.Item, error)
@@ -87,7 +88,7 @@ type QueryResolver interface {
 	Me(ctx context.Context) (*db.User, error)
 	Users(ctx context.Context) ([]db.User, error)
 	Tokens(ctx context.Context, login *string) ([]db.APIToken, error)
-	TestCondition(ctx context.Context, condition string, eventID int64) (*model.ConditionTest, error)
+	TestCondition(ctx context.Context, condition string, eventID *int64, typeArg *string) (*model.ConditionTest, error)
 }
 type UserResolver interface {
 	Role(ctx context.Context, obj *db.User) (model.Role, error)
@@ -710,6 +711,28 @@ func (ec *executionContext) field_Mutation_rotateWebhookSecret_args(ctx context.
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_sendExampleEvent_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "subscriber",
+		func(ctx context.Context, v any) (int64, error) {
+			return ec.unmarshalNID2int64(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["subscriber"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "type",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["type"] = arg1
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_setBillOfMaterials_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -1232,13 +1255,21 @@ func (ec *executionContext) field_Query_testCondition_args(ctx context.Context, 
 	}
 	args["condition"] = arg0
 	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "eventId",
-		func(ctx context.Context, v any) (int64, error) {
-			return ec.unmarshalNID2int64(ctx, v)
+		func(ctx context.Context, v any) (*int64, error) {
+			return ec.unmarshalOID2ᚖint64(ctx, v)
 		})
 	if err != nil {
 		return nil, err
 	}
 	args["eventId"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "type",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["type"] = arg2
 	return args, nil
 }
 
@@ -3777,6 +3808,80 @@ func (ec *executionContext) fieldContext_Mutation_rotateWebhookSecret(ctx contex
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_sendExampleEvent(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_sendExampleEvent(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().SendExampleEvent(ctx, fc.Args["subscriber"].(int64), fc.Args["type"].(string))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{})
+				if err != nil {
+					var zeroVal *db.ExampleAttempt
+					return zeroVal, err
+				}
+				if ec.Directives.Allow == nil {
+					var zeroVal *db.ExampleAttempt
+					return zeroVal, errors.New("directive allow is not implemented")
+				}
+				return ec.Directives.Allow(ctx, nil, directive0, roles)
+			}
+			directive2 := func(ctx context.Context) (any, error) {
+				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{})
+				if err != nil {
+					var zeroVal *db.ExampleAttempt
+					return zeroVal, err
+				}
+				if ec.Directives.Allow == nil {
+					var zeroVal *db.ExampleAttempt
+					return zeroVal, errors.New("directive allow is not implemented")
+				}
+				return ec.Directives.Allow(ctx, nil, directive1, roles)
+			}
+
+			next = directive2
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *db.ExampleAttempt) graphql.Marshaler {
+			return ec.marshalNExampleAttempt2ᚖerpᚋdbᚐExampleAttempt(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_sendExampleEvent(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ExampleAttempt(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_sendExampleEvent_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query_items(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -5091,7 +5196,7 @@ func (ec *executionContext) _Query_testCondition(ctx context.Context, field grap
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Query().TestCondition(ctx, fc.Args["condition"].(string), fc.Args["eventId"].(int64))
+			return ec.Resolvers.Query().TestCondition(ctx, fc.Args["condition"].(string), fc.Args["eventId"].(*int64), fc.Args["type"].(*string))
 		},
 		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
 			directive0 := next
@@ -5910,6 +6015,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "rotateWebhookSecret":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_rotateWebhookSecret(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "sendExampleEvent":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_sendExampleEvent(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -51,6 +52,8 @@ type Dispatcher struct {
 	// disableAfter: see DispatcherConfig.DisableAfter; now is its clock.
 	disableAfter time.Duration
 	now          func() time.Time
+	// publicURL: see DispatcherConfig.PublicURL.
+	publicURL string
 }
 
 // DispatcherConfig configures NewDispatcher; zero fields take defaults.
@@ -92,6 +95,11 @@ type DispatcherConfig struct {
 	DisableAfter time.Duration
 	// Now is the clock of the disable-after rule (default time.Now).
 	Now func() time.Time
+	// PublicURL is the server's public base URL (PUBLIC_URL, e.g.
+	// "https://erp.example.com", no final slash): CloudEvents deliveries,
+	// webhook and NATS, carry dataschema <PublicURL>/schemas/events/<type>.json.
+	// Empty: they carry no dataschema.
+	PublicURL string
 }
 
 // DefaultBacklogAfter: an event dispatched within 20 ms of its commit means
@@ -174,7 +182,8 @@ func NewDispatcher(pool *pgxpool.Pool, cfg DispatcherConfig, builtins ...Subscri
 	}
 	d := &Dispatcher{pool: pool, logger: cfg.Logger, retry: cfg.Retry, webhooks: cfg.Webhooks, nats: cfg.Nats,
 		builtins: map[string]Subscriber{}, metrics: cfg.Metrics, batch: cfg.DispatchBatch, replayBatch: cfg.ReplayBatch,
-		backlogAfter: cfg.BacklogAfter, instance: cfg.Instance, disableAfter: cfg.DisableAfter, now: cfg.Now}
+		backlogAfter: cfg.BacklogAfter, instance: cfg.Instance, disableAfter: cfg.DisableAfter, now: cfg.Now,
+		publicURL: strings.TrimRight(cfg.PublicURL, "/")}
 	if cfg.TracerProvider != nil {
 		d.tracer = cfg.TracerProvider.Tracer(tracerName)
 	}

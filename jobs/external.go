@@ -237,16 +237,12 @@ func (d *Dispatcher) send(ctx context.Context, t *taken) (a db.Attempt, answered
 		var res WebhookResult
 		switch {
 		case t.sub.Kind != db.SubscriberNats:
-			res = d.webhooks.Send(ctx, WebhookConfig{
-				URL: t.target.URL, Secret: t.target.Secret, PreviousSecret: t.target.PreviousSecret, Timeout: time.Duration(t.sub.TimeoutMs) * time.Millisecond,
-				MessageID: t.msgID, Format: WebhookFormat(t.target.Format),
-				Event: WebhookEvent{Type: t.ev.Type, Entity: t.ev.Entity, EntityID: t.ev.EntityID, CreatedAt: t.ev.CreatedAt},
-			}, t.ev.ID, body)
+			res = d.webhooks.Send(ctx, webhookConfig(t.target, t.sub, t.msgID, d.webhookEvent(t.ev)), t.ev.ID, body)
 		case d.nats == nil:
 			// Another instance on the database may have NATS_URL: retry.
 			res = WebhookResult{Err: errors.New("nats is not configured on this server instance (NATS_URL)")}
 		default:
-			res = d.nats.publish(ctx, t, body)
+			res = d.nats.publish(ctx, t, d.webhookEvent(t.ev), body)
 		}
 		if res.Err != nil && ctx.Err() != nil {
 			answered = false
@@ -268,6 +264,19 @@ func (d *Dispatcher) send(ctx context.Context, t *taken) (a db.Attempt, answered
 		return a, nil
 	})
 	return a, answered
+}
+
+// webhookEvent is what a request's envelope says of ev.
+func (d *Dispatcher) webhookEvent(ev db.Event) WebhookEvent {
+	return WebhookEvent{Type: ev.Type, Entity: ev.Entity, EntityID: ev.EntityID, CreatedAt: ev.CreatedAt,
+		DataSchema: dataSchemaURL(d.publicURL, ev.Type)}
+}
+
+// webhookConfig is the request of message msgID about ev to webhook sub
+// at target: a delivery's and an example's (SendExample) alike.
+func webhookConfig(target db.WebhookTarget, sub db.Subscriber, msgID string, ev WebhookEvent) WebhookConfig {
+	return WebhookConfig{URL: target.URL, Secret: target.Secret, PreviousSecret: target.PreviousSecret,
+		Timeout: time.Duration(sub.TimeoutMs) * time.Millisecond, MessageID: msgID, Format: WebhookFormat(target.Format), Event: ev}
 }
 
 // recordExternal is step 3: in one short transaction it stores the outcome

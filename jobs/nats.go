@@ -116,17 +116,17 @@ func NatsSubject(prefix string, ev db.Event) string {
 	return prefix + "." + ev.Entity + "." + strconv.FormatInt(ev.EntityID, 10) + "." + ev.Type
 }
 
-// publish publishes event ev (body: its JSON, as a webhook's) for t and
-// waits for the stream's acknowledgement, at most t's timeout. The
+// publish publishes t's event (body: its JSON, as a webhook's; we: what
+// a CloudEvents envelope says of it) and waits for the stream's
+// acknowledgement, at most t's timeout. The
 // result is a webhook's: Body names the stream and sequence stored (a
 // duplicate within the stream's window is acknowledged as stored
 // before: a success), Err why no acknowledgement came; only a message
 // too large for the server is Permanent.
-func (p *NatsPublisher) publish(ctx context.Context, t *taken, body []byte) WebhookResult {
+func (p *NatsPublisher) publish(ctx context.Context, t *taken, we WebhookEvent, body []byte) WebhookResult {
 	start := time.Now()
 	ev, stream := t.ev, deref(t.sub.Stream)
-	payload, contentType, err := webhookPayload(WebhookFormat(t.sub.Format), p.source, t.msgID,
-		WebhookEvent{Type: ev.Type, Entity: ev.Entity, EntityID: ev.EntityID, CreatedAt: ev.CreatedAt}, body)
+	payload, contentType, err := webhookPayload(WebhookFormat(t.sub.Format), p.source, t.msgID, we, body)
 	if err != nil {
 		return WebhookResult{Err: err, Permanent: true}
 	}

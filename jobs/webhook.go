@@ -30,6 +30,9 @@ const (
 	// HeaderEventID is the journal event id, in decimal; a retry carries the
 	// same one.
 	HeaderEventID = "X-Erp-Event-Id"
+	// HeaderTest is "true" on a catalog example sent by sendExampleEvent
+	// (its HeaderEventID is 0): no journal event stands behind it.
+	HeaderTest = "X-Erp-Test"
 )
 
 const (
@@ -75,7 +78,8 @@ type WebhookConfig struct {
 	// Format is the body's shape; empty means WebhookFormatStandard.
 	Format WebhookFormat
 	// Event names the event for envelopes that carry it (CloudEvents:
-	// type, subject, time); the standard format does not use it.
+	// type, subject, time, dataschema); the standard format does not use
+	// it, but for Event.Example (HeaderTest).
 	Event WebhookEvent
 	// Timeout bounds the whole request: connecting, sending, waiting for the
 	// answer and reading the capped body. Zero or negative means 10 s; more
@@ -300,6 +304,9 @@ func (s *WebhookSender) Send(ctx context.Context, cfg WebhookConfig, eventID int
 	req.Header.Set(HeaderEventID, strconv.FormatInt(eventID, 10))
 	if cfg.Secret != "" {
 		req.Header.Set(HeaderWebhookSignature, signature)
+	}
+	if cfg.Event.Example {
+		req.Header.Set(HeaderTest, "true")
 	}
 
 	resp, err := s.client.Do(req)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -43,7 +44,9 @@ const (
 	// mode, Content-Type application/cloudevents+json: id is the delivery's
 	// id, source the sender's (WithCloudEventsSource, "/erp" by default),
 	// type the event type, subject "<entity>/<entity id>", time the event's
-	// creation, data the event as JSON (the standard format's body).
+	// creation, dataschema the URL of the event's JSON Schema (when the
+	// server has PUBLIC_URL), data the event as JSON (the standard format's
+	// body, which that schema describes).
 	WebhookFormatCloudEvents WebhookFormat = "cloudevents"
 )
 
@@ -60,13 +63,34 @@ func ParseWebhookFormat(s string) (WebhookFormat, error) {
 }
 
 // WebhookEvent describes the journal event a request carries, for the
-// formats whose envelope names it (CloudEvents). Its fields come from the
-// events row: type, entity, entity_id, created_at.
+// formats whose envelope names it (CloudEvents). Type, Entity, EntityID and
+// CreatedAt come from the events row.
 type WebhookEvent struct {
 	Type      string
 	Entity    string
 	EntityID  int64
 	CreatedAt time.Time
+	// DataSchema is the CloudEvents dataschema, the absolute URL of the
+	// JSON Schema the data (the whole event) adheres to; empty: none.
+	DataSchema string
+	// Example marks a catalog example sent by sendExampleEvent, not a
+	// journal event: a request carries HeaderTest, a CloudEvent the
+	// extension attribute CloudEventsTestExtension, both true.
+	Example bool
+}
+
+// CloudEventsTestExtension is the CloudEvents extension attribute, a
+// boolean, that marks an example sent by sendExampleEvent (extension
+// names are lowercase alphanumeric).
+const CloudEventsTestExtension = "erptest"
+
+// dataSchemaURL is the URL GET /schemas/events/<type>.json answers on the
+// server at publicURL; "" when publicURL is.
+func dataSchemaURL(publicURL, eventType string) string {
+	if publicURL == "" {
+		return ""
+	}
+	return publicURL + "/schemas/events/" + url.PathEscape(eventType) + ".json"
 }
 
 // defaultCloudEventsSource is the CloudEvents source when the sender is
@@ -176,6 +200,12 @@ func webhookPayload(format WebhookFormat, source, messageID string, ev WebhookEv
 		}
 		if !ev.CreatedAt.IsZero() {
 			e.SetTime(ev.CreatedAt)
+		}
+		if ev.DataSchema != "" {
+			e.SetDataSchema(ev.DataSchema)
+		}
+		if ev.Example {
+			e.SetExtension(CloudEventsTestExtension, true)
 		}
 		// json.RawMessage, not []byte: the SDK would base64 a []byte
 		// (data_base64) instead of embedding the JSON as data.

@@ -202,6 +202,9 @@ func TestWebhookCloudEventsStructured(t *testing.T) {
 		require.True(t, created.Equal(tm), "time is the event's creation: %s", tm)
 		require.JSONEq(t, string(body), string(envelope["data"]), "data is the standard body, as JSON")
 		require.NotContains(t, envelope, "data_base64")
+		require.NotContains(t, envelope, "dataschema", "no PUBLIC_URL: no dataschema")
+		require.NotContains(t, envelope, CloudEventsTestExtension, "not an example")
+		require.Empty(t, r.header.Get(HeaderTest), "not an example")
 
 		// The SDK a receiver would use reads it back as a valid event.
 		var e cloudevent.Event
@@ -216,6 +219,27 @@ func TestWebhookCloudEventsStructured(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, wh.VerifyIgnoringTimestamp(r.body, r.header))
 	}
+}
+
+// An example carries dataschema when given one, the erptest extension and
+// HeaderTest, and the SDK reads it back as a valid event.
+func TestWebhookCloudEventsExampleAndDataSchema(t *testing.T) {
+	t.Parallel()
+	rec := newWebhookReceiver(t, acceptWebhook)
+	body := []byte(`{"id":"0","type":"doc.created","entity":"example","entityId":"0","payload":{}}`)
+	ev := WebhookEvent{Type: "doc.created", Entity: "example", CreatedAt: time.Now(), Example: true,
+		DataSchema: dataSchemaURL("https://erp.example.com", "doc.created")}
+	res := newTestSender().Send(t.Context(), WebhookConfig{URL: rec.srv.URL, MessageID: "example_x", Format: WebhookFormatCloudEvents, Event: ev}, 0, body)
+	require.NoError(t, res.Err)
+	got := rec.received()
+	require.Len(t, got, 1)
+	require.Equal(t, "true", got[0].header.Get(HeaderTest))
+	var e cloudevent.Event
+	require.NoError(t, json.Unmarshal(got[0].body, &e))
+	require.NoError(t, e.Validate())
+	require.Equal(t, "https://erp.example.com/schemas/events/doc.created.json", e.DataSchema())
+	require.Equal(t, true, e.Extensions()[CloudEventsTestExtension])
+	require.Empty(t, dataSchemaURL("", "doc.created"), "no PUBLIC_URL: none")
 }
 
 func TestWebhookFormatErrorsArePermanentWithoutRequest(t *testing.T) {

@@ -59,3 +59,6 @@ func (r *Resolver) feedBuffer() int {
 	}
 	return DefaultFeedBuffer
 }
+
+// exampleLogLength is how many examples Subscriber.exampleLog lists.
+const exampleLogLength = 20

@@ -25,14 +25,32 @@ func (r *mutationResolver) RotateWebhookSecret(ctx context.Context, id int64, gr
 	return &rot, nil
 }
 
-func (r *queryResolver) TestCondition(ctx context.Context, condition string, eventID int64) (*model.ConditionTest, error) {
-	ev, err := db.EventByID(ctx, r.Pool, eventID)
+func (r *mutationResolver) SendExampleEvent(ctx context.Context, subscriber int64, typeArg string) (*db.ExampleAttempt, error) {
+	a, err := r.Dispatcher.SendExample(ctx, subscriber, typeArg)
 	if err != nil {
 		return nil, err
 	}
-	// Admins only today; kept so that a wider @allow cannot leak users' events.
-	if err := readableEvent(ctx, ev); err != nil {
-		return nil, err
+	return &a, nil
+}
+
+func (r *queryResolver) TestCondition(ctx context.Context, condition string, eventID *int64, typeArg *string) (*model.ConditionTest, error) {
+	var ev db.Event
+	var err error
+	switch {
+	case (eventID == nil) == (typeArg == nil):
+		return nil, &db.InputError{Field: "eventId", Msg: "give exactly one of eventId (a journal event) and type (the catalog example of an event type)"}
+	case typeArg != nil:
+		if ev, err = jobs.ExampleEvent(*typeArg, time.Now()); err != nil {
+			return nil, err
+		}
+	default:
+		if ev, err = db.EventByID(ctx, r.Pool, *eventID); err != nil {
+			return nil, err
+		}
+		// Admins only today; kept so that a wider @allow cannot leak users' events.
+		if err := readableEvent(ctx, ev); err != nil {
+			return nil, err
+		}
 	}
 	res, err := r.Dispatcher.TestCondition(condition, ev)
 	if err != nil {
@@ -44,4 +62,16 @@ func (r *queryResolver) TestCondition(ctx context.Context, condition string, eve
 		out.Error = &msg
 	}
 	return out, nil
+}
+
+func (r *subscriberResolver) ExampleLog(ctx context.Context, obj *db.Subscriber) ([]db.ExampleAttempt, error) {
+	if obj.Kind != db.SubscriberWebhook {
+		return []db.ExampleAttempt{}, nil
+	}
+	// One query per webhook: admins list a handful.
+	logs, err := db.ExampleAttempts(ctx, r.Pool, obj.ID, exampleLogLength)
+	if logs == nil && err == nil {
+		logs = []db.ExampleAttempt{} // none: [], as the schema says; null is a refusal
+	}
+	return logs, err
 }

@@ -93,6 +93,11 @@ func NewOn(t testing.TB, pool *pgxpool.Pool, opts ...func(*config.Config)) *Serv
 	// Tests' webhook receivers are httptest servers on 127.0.0.1, which the
 	// address guard refuses; the guard's own tests turn it back on.
 	cfg.WebhookAllowPrivate = true
+	// Listening first gives the server its own URL as PUBLIC_URL, so that
+	// what it publishes under it (CloudEvents dataschema) resolves.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	cfg.PublicURL = "http://" + ln.Addr().String()
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -110,8 +115,6 @@ func NewOn(t testing.TB, pool *pgxpool.Pool, opts ...func(*config.Config)) *Serv
 		slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))))
 	require.NoError(t, err)
 	require.NoError(t, a.Start(ctx))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
 	serveCtx, stopServing := context.WithCancel(ctx)
 	s := &Server{
 		URL: "http://" + ln.Addr().String(), Token: token, Pool: pool, DB: d, App: a, logs: logs,

@@ -106,6 +106,9 @@ type Config struct {
 	// is refused when a webhook is written and again at every connection
 	// (jobs.WithAllowPrivate). For on-premise receivers and tests.
 	WebhookAllowPrivate bool `env:"WEBHOOK_ALLOW_PRIVATE" envDefault:"false" help:"let webhook URLs reach loopback, private, link-local, multicast and cloud-metadata addresses, for on-premise receivers and tests (true|false)" want:"true or false"`
+	// PublicURL is the server's base URL as its users reach it: the
+	// CloudEvents dataschema of a delivery points under it.
+	PublicURL string `env:"PUBLIC_URL" help:"the server's base URL as clients and receivers reach it, e.g. https://erp.example.com, with the path prefix if a reverse proxy serves it under one; CloudEvents deliveries carry dataschema <PUBLIC_URL>/schemas/events/<type>.json; empty: no dataschema"`
 	// NatsURL and its companions are the server's one connection to NATS
 	// (jobs.NatsConfig), for NATS subscribers; empty: no NATS.
 	NatsURL   string `env:"NATS_URL" help:"NATS server URL(s) for NATS JetStream subscribers, e.g. nats://localhost:4222 (tls:// for TLS; a comma-separated list for a cluster); empty: no NATS, and createNatsSubscriber is refused"`
@@ -325,6 +328,12 @@ func validate(cmd string, cfg Config, raw map[string]string, failed map[string]b
 	}
 	if u, err := url.Parse(cfg.DemoURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		bad("DEMO_URL", "want an http(s) URL like http://localhost:8080/graphql, got %q", cfg.DemoURL)
+	}
+	if cfg.PublicURL != "" {
+		if u, err := url.Parse(cfg.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+			u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+			bad("PUBLIC_URL", "want an absolute http(s) URL without query like https://erp.example.com, got %q", cfg.PublicURL)
+		}
 	}
 	if strings.ContainsFunc(cfg.DemoToken, unicode.IsSpace) {
 		bad("DEMO_TOKEN", "want a token without spaces")

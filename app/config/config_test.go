@@ -36,6 +36,8 @@ func TestParseConfigNamesEachBadSetting(t *testing.T) {
 		{"ALLOWED_ORIGINS", "not an origin", false},
 		{"DEMO_URL", "localhost:8080", false},
 		{"DEMO_TOKEN", "a\tb", false},
+		{"PUBLIC_URL", "erp.example.com", false},
+		{"PUBLIC_URL", "https://erp.example.com/?x=1", false},
 		{"TIME_ZONE", "Mars/Olympus", false},
 		{"SHUTDOWN_TIMEOUT", "0s", false},
 		{"SHUTDOWN_TIMEOUT", "-5s", true},
@@ -117,7 +119,7 @@ func TestServeHelpListsEverySetting(t *testing.T) {
 	var out bytes.Buffer
 	require.ErrorIs(t, help(func(string) string { return "" }, &out), flag.ErrHelp)
 	for _, setting := range []string{"DATABASE_URL", "DATABASE_DIRECT_URL", "DATA_DIR", "ADDR", "DISPATCH_INTERVAL", "ADMIN_TOKEN", "ALLOWED_ORIGINS",
-		"DEMO_URL", "DEMO_TOKEN", "TIME_ZONE", "SHUTDOWN_TIMEOUT", "RETENTION", "IDEMPOTENCY_TTL", "LOG_FORMAT", "LOG_LEVEL", "PPROF_ADDR", "TRUSTED_PROXIES", "COOKIE_SECURE", "METRICS_ADDR", "METRICS_TOKEN"} {
+		"DEMO_URL", "DEMO_TOKEN", "TIME_ZONE", "SHUTDOWN_TIMEOUT", "RETENTION", "IDEMPOTENCY_TTL", "LOG_FORMAT", "LOG_LEVEL", "PPROF_ADDR", "TRUSTED_PROXIES", "COOKIE_SECURE", "METRICS_ADDR", "METRICS_TOKEN", "PUBLIC_URL"} {
 		require.Contains(t, out.String(), "("+setting+")")
 	}
 	require.Contains(t, out.String(), `(default "15s")`)

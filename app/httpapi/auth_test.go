@@ -29,7 +29,7 @@ func footprint(t *testing.T, s *apptest.Server) string {
 		(SELECT count(*) FROM warehouses), (SELECT count(*) FROM users), (SELECT count(*) FROM api_tokens WHERE revoked_at IS NULL),
 		(SELECT count(*) FROM subscribers WHERE NOT paused), (SELECT coalesce(sum(last_value), 0) FROM number_series),
 		(SELECT count(*) FROM deliveries), (SELECT string_agg(role, '' ORDER BY id) FROM users),
-		(SELECT count(*) FROM replays WHERE status = 'running'))`).Scan(&out))
+		(SELECT count(*) FROM replays WHERE status = 'running'), (SELECT count(*) FROM delivery_attempts))`).Scan(&out))
 	return out
 }
 
@@ -99,6 +99,7 @@ func TestEveryMutationByEveryRole(t *testing.T) {
 		{"replaySubscriber", `mutation { replaySubscriber(subscriber: "probe") { id } }`, nil, nil},
 		{"cancelReplay", `mutation { cancelReplay(id: "1") { id } }`, nil, nil},
 		{"rotateWebhookSecret", `mutation($id: ID!) { rotateWebhookSecret(id: $id, graceSeconds: 0) { secret } }`, map[string]any{"id": hook}, nil},
+		{"sendExampleEvent", `mutation($id: ID!) { sendExampleEvent(subscriber: $id, type: "doc.created") { webhookId } }`, map[string]any{"id": hook}, nil},
 		// Moves and completion of an unknown document: NOT_FOUND when allowed, so they write nothing either way.
 		{"completeProductionOrder", `mutation { completeProductionOrder(id: "999999", version: 1, toWarehouse: "MAIN") { id } }`, nil, []string{"PLANNER", "WAREHOUSE"}},
 		{"postWarehouseMove", `mutation { postWarehouseMove(id: "999999", version: 1) { id } }`, nil, []string{"WAREHOUSE"}},

@@ -37,6 +37,8 @@ func AsyncAPI() ([]byte, error) {
 				"subject":         map[string]any{"type": "string", "description": "<entity>/<entityId>"},
 				"time":            map[string]any{"type": "string", "format": "date-time", "description": "the event's createdAt"},
 				"datacontenttype": map[string]any{"const": "application/json"},
+				"dataschema":      map[string]any{"type": "string", "format": "uri", "description": "<PUBLIC_URL>/schemas/events/<type>.json, the schema data adheres to (the type's whole event); absent when the server has no PUBLIC_URL"},
+				"erptest":         map[string]any{"type": "boolean", "description": "true on an example sent by sendExampleEvent (no journal event); absent otherwise"},
 				"data":            map[string]any{"description": "the event"},
 			},
 		},

@@ -185,3 +185,19 @@ WHERE d.subscriber_id = @subscriber_id AND d.status IN ('pending', 'failed') AND
     SELECT 1 FROM events p JOIN deliveries pd ON pd.event_id = p.id AND pd.subscriber_id = d.subscriber_id
     WHERE p.entity = e.entity AND p.entity_id = e.entity_id AND p.id < e.id AND pd.status IN ('pending', 'failed'))
 ORDER BY d.next_attempt_at LIMIT @max_rows;
+
+-- name: DeliveryAttemptStartExample :one
+-- Logs the start of an example request @message_id of @example_type to
+-- webhook @subscriber_id (sendExampleEvent): no event, no lease.
+INSERT INTO delivery_attempts (subscriber_id, example_type, attempt, lease_holder, instance)
+VALUES (@subscriber_id, @example_type, 1, @message_id, @instance)
+RETURNING id, started_at;
+
+-- name: DeliveryAttemptListExamples :many
+-- The newest @max_rows example attempts (sendExampleEvent) to subscriber
+-- @subscriber_id, newest first (index delivery_attempts_examples).
+SELECT id, example_type::text AS example_type, lease_holder AS message_id, started_at, status, duration_ms,
+    response_status, response_body, error
+FROM delivery_attempts
+WHERE subscriber_id = @subscriber_id AND example_type IS NOT NULL
+ORDER BY id DESC LIMIT @max_rows;

@@ -53,8 +53,60 @@ func (q *Queries) DeliveryAttemptFinish(ctx context.Context, db DBTX, arg Delive
 	return err
 }
 
+const deliveryAttemptListExamples = `-- name: DeliveryAttemptListExamples :many
+SELECT id, example_type::text AS example_type, lease_holder AS message_id, started_at, status, duration_ms,
+    response_status, response_body, error
+FROM delivery_attempts
+WHERE subscriber_id = $1 AND example_type IS NOT NULL
+ORDER BY id DESC LIMIT $2
+`
+
+type DeliveryAttemptListExamplesRow struct {
+	ID             int64
+	ExampleType    string
+	MessageID      string
+	StartedAt      time.Time
+	Status         *string
+	DurationMs     *int32
+	ResponseStatus *int32
+	ResponseBody   *string
+	Error          *string
+}
+
+// The newest @max_rows example attempts (sendExampleEvent) to subscriber
+// @subscriber_id, newest first (index delivery_attempts_examples).
+func (q *Queries) DeliveryAttemptListExamples(ctx context.Context, db DBTX, subscriberID int64, maxRows int32) ([]DeliveryAttemptListExamplesRow, error) {
+	rows, err := db.Query(ctx, deliveryAttemptListExamples, subscriberID, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []DeliveryAttemptListExamplesRow{}
+	for rows.Next() {
+		var i DeliveryAttemptListExamplesRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.ExampleType,
+			&i.MessageID,
+			&i.StartedAt,
+			&i.Status,
+			&i.DurationMs,
+			&i.ResponseStatus,
+			&i.ResponseBody,
+			&i.Error,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const deliveryAttemptListOf = `-- name: DeliveryAttemptListOf :many
-SELECT a.id, a.event_id, a.subscriber_id, a.replay_id, a.attempt, a.lease_holder, a.instance, a.started_at, a.status, a.duration_ms, a.response_status, a.response_body, a.error FROM delivery_attempts a
+SELECT a.id, a.event_id, a.subscriber_id, a.replay_id, a.attempt, a.lease_holder, a.instance, a.started_at, a.status, a.duration_ms, a.response_status, a.response_body, a.error, a.example_type FROM delivery_attempts a
 JOIN (SELECT unnest($1::bigint[]) AS event_id, unnest($2::bigint[]) AS subscriber_id) k
   ON a.event_id = k.event_id AND a.subscriber_id = k.subscriber_id
 WHERE a.replay_id IS NULL
@@ -86,6 +138,7 @@ func (q *Queries) DeliveryAttemptListOf(ctx context.Context, db DBTX, eventIds [
 			&i.ResponseStatus,
 			&i.ResponseBody,
 			&i.Error,
+			&i.ExampleType,
 		); err != nil {
 			return nil, err
 		}
@@ -95,6 +148,31 @@ func (q *Queries) DeliveryAttemptListOf(ctx context.Context, db DBTX, eventIds [
 		return nil, err
 	}
 	return items, nil
+}
+
+const deliveryAttemptStartExample = `-- name: DeliveryAttemptStartExample :one
+INSERT INTO delivery_attempts (subscriber_id, example_type, attempt, lease_holder, instance)
+VALUES ($1, $2, 1, $3, $4)
+RETURNING id, started_at
+`
+
+type DeliveryAttemptStartExampleRow struct {
+	ID        int64
+	StartedAt time.Time
+}
+
+// Logs the start of an example request @message_id of @example_type to
+// webhook @subscriber_id (sendExampleEvent): no event, no lease.
+func (q *Queries) DeliveryAttemptStartExample(ctx context.Context, db DBTX, subscriberID int64, exampleType *string, messageID string, instance string) (DeliveryAttemptStartExampleRow, error) {
+	row := db.QueryRow(ctx, deliveryAttemptStartExample,
+		subscriberID,
+		exampleType,
+		messageID,
+		instance,
+	)
+	var i DeliveryAttemptStartExampleRow
+	err := row.Scan(&i.ID, &i.StartedAt)
+	return i, err
 }
 
 const deliveryDeleteDead = `-- name: DeliveryDeleteDead :execrows
@@ -143,7 +221,7 @@ RETURNING id, attempt
 `
 
 type DeliveryLeaseParams struct {
-	EventID      int64
+	EventID      *int64
 	SubscriberID int64
 	Holder       string
 	Instance     string

@@ -102,7 +102,7 @@ type Delivery struct {
 
 type DeliveryAttempt struct {
 	ID             int64
-	EventID        int64
+	EventID        *int64
 	SubscriberID   int64
 	ReplayID       *int64
 	Attempt        int32
@@ -114,6 +114,7 @@ type DeliveryAttempt struct {
 	ResponseStatus *int32
 	ResponseBody   *string
 	Error          *string
+	ExampleType    *string
 }
 
 type DeliveryRow struct {

@@ -202,7 +202,7 @@ RETURNING id, attempt
 `
 
 type ReplayDeliveryLeaseParams struct {
-	EventID  int64
+	EventID  *int64
 	ReplayID int64
 	Holder   string
 	Instance string
