@@ -156,7 +156,7 @@ func TestRotateWebhookSecretRefusals(t *testing.T) {
 	require.Equal(t, "NOT_FOUND", e.Extensions["code"])
 	// A built-in subscriber has no secret to rotate.
 	var builtin string
-	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT id::text FROM subscribers WHERE kind = 'builtin' LIMIT 1`).Scan(&builtin))
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT name FROM subscribers WHERE kind = 'builtin' LIMIT 1`).Scan(&builtin))
 	e = apptest.GQLErr(t, s, rotate, map[string]any{"id": builtin, "grace": 60})
 	require.Equal(t, "NOT_FOUND", e.Extensions["code"])
 
@@ -234,19 +234,17 @@ func TestTestCondition(t *testing.T) {
 	require.Equal(t, events, evs, "testCondition journals nothing")
 }
 
-const sendExample = `mutation($sub: ID!, $type: String!) { sendExampleEvent(subscriber: $sub, type: $type) {
-	type webhookId outcome { attempt status responseStatus durationMs error } } }`
+const sendExample = `mutation($sub: String!, $type: String!) { sendExampleEvent(subscriber: $sub, type: $type) {
+	exampleOf webhookId attempt status responseStatus durationMs error } }`
 
 type exampleView struct {
-	Type      string
-	WebhookID string `json:"webhookId"`
-	Outcome   struct {
-		Attempt        int
-		Status         string
-		ResponseStatus *int
-		DurationMs     *int
-		Error          *string
-	}
+	ExampleOf      string
+	WebhookID      string `json:"webhookId"`
+	Attempt        int
+	Status         string
+	ResponseStatus *int
+	DurationMs     *int
+	Error          *string
 }
 
 // journalCounts is how many events and delivery records the database holds.
@@ -264,7 +262,7 @@ func exampleLogOf(t *testing.T, s *apptest.Server, name string) []exampleView {
 			Name       string
 			ExampleLog []exampleView
 		}
-	}](t, s, `{ subscribers { name exampleLog { type webhookId outcome { attempt status responseStatus durationMs error } } } }`, nil).Subscribers
+	}](t, s, `{ subscribers { name exampleLog { exampleOf webhookId attempt status responseStatus durationMs error } } }`, nil).Subscribers
 	for _, sub := range subs {
 		if sub.Name == name {
 			return sub.ExampleLog
@@ -293,14 +291,14 @@ func TestSendExampleEvent(t *testing.T) {
 
 		got := apptest.GQL[struct {
 			SendExampleEvent exampleView `json:"sendExampleEvent"`
-		}](t, s, sendExample, map[string]any{"sub": hook.ID, "type": "order.received"}).SendExampleEvent
-		require.Equal(t, "order.received", got.Type, format)
+		}](t, s, sendExample, map[string]any{"sub": hook.Name, "type": "order.received"}).SendExampleEvent
+		require.Equal(t, "order.received", got.ExampleOf, format)
 		require.Regexp(t, `^example_[a-z2-7]{26}$`, got.WebhookID, format)
-		require.Equal(t, 1, got.Outcome.Attempt, format)
-		require.Equal(t, "DELIVERED", got.Outcome.Status, format)
-		require.Equal(t, 200, *got.Outcome.ResponseStatus, format)
-		require.NotNil(t, got.Outcome.DurationMs, format)
-		require.Nil(t, got.Outcome.Error, format)
+		require.Equal(t, 1, got.Attempt, format)
+		require.Equal(t, "DELIVERED", got.Status, format)
+		require.Equal(t, 200, *got.ResponseStatus, format)
+		require.NotNil(t, got.DurationMs, format)
+		require.Nil(t, got.Error, format)
 
 		reqs := rcv.received()
 		require.Len(t, reqs, 1, format)
@@ -346,31 +344,31 @@ func TestSendExampleEventFailuresAndRefusals(t *testing.T) {
 	// The receiver's failure is the outcome, logged; not the mutation's error.
 	got := apptest.GQL[struct {
 		SendExampleEvent exampleView `json:"sendExampleEvent"`
-	}](t, s, sendExample, map[string]any{"sub": hook.ID, "type": "doc.created"}).SendExampleEvent
-	require.Equal(t, "FAILED", got.Outcome.Status)
-	require.Equal(t, 500, *got.Outcome.ResponseStatus)
-	require.NotNil(t, got.Outcome.Error)
-	require.Contains(t, *got.Outcome.Error, "answered 500")
+	}](t, s, sendExample, map[string]any{"sub": hook.Name, "type": "doc.created"}).SendExampleEvent
+	require.Equal(t, "FAILED", got.Status)
+	require.Equal(t, 500, *got.ResponseStatus)
+	require.NotNil(t, got.Error)
+	require.Contains(t, *got.Error, "answered 500")
 	require.Equal(t, []exampleView{got}, exampleLogOf(t, s, "failing"))
 
-	e := apptest.GQLErr(t, s, sendExample, map[string]any{"sub": hook.ID, "type": "doc.nosuch"})
+	e := apptest.GQLErr(t, s, sendExample, map[string]any{"sub": hook.Name, "type": "doc.nosuch"})
 	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"])
 	require.Equal(t, "type", e.Extensions["field"])
 	require.Contains(t, e.Message, "doc.created, doc.status_changed")
 	var builtin string
-	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT id::text FROM subscribers WHERE kind = 'builtin' LIMIT 1`).Scan(&builtin))
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT name FROM subscribers WHERE kind = 'builtin' LIMIT 1`).Scan(&builtin))
 	e = apptest.GQLErr(t, s, sendExample, map[string]any{"sub": builtin, "type": "doc.created"})
 	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"])
 	require.Equal(t, "subscriber", e.Extensions["field"])
 	require.Contains(t, e.Message, "webhooks only")
-	e = apptest.GQLErr(t, s, sendExample, map[string]any{"sub": "999999", "type": "doc.created"})
+	e = apptest.GQLErr(t, s, sendExample, map[string]any{"sub": "nosuch", "type": "doc.created"})
 	require.Equal(t, "NOT_FOUND", e.Extensions["code"])
-	_, res := s.Do(t, viewer, sendExample, map[string]any{"sub": hook.ID, "type": "doc.created"})
+	_, res := s.Do(t, viewer, sendExample, map[string]any{"sub": hook.Name, "type": "doc.created"})
 	require.NotEmpty(t, res.Errors)
 	require.Equal(t, "FORBIDDEN", res.Errors[0].Extensions["code"])
 
 	apptest.GQL[map[string]any](t, s, `mutation($id: ID!) { pauseSubscriber(id: $id) { id } }`, map[string]any{"id": hook.ID})
-	e = apptest.GQLErr(t, s, sendExample, map[string]any{"sub": hook.ID, "type": "doc.created"})
+	e = apptest.GQLErr(t, s, sendExample, map[string]any{"sub": hook.Name, "type": "doc.created"})
 	require.Equal(t, "CONFLICT", e.Extensions["code"])
 	require.Contains(t, e.Message, "resume")
 	requests, _, _ := rcv.counts()
@@ -387,13 +385,13 @@ func TestSendExampleEventDuringRotation(t *testing.T) {
 	hook := apptest.CreateWebhook(t, s, "rotating", url, oldSecret, []string{"doc.created"})
 	rot := apptest.GQL[rotation](t, s, rotate, map[string]any{"id": hook, "grace": 3600}).RotateWebhookSecret
 	rcv.setNew(t, rot.Secret)
-	apptest.GQL[map[string]any](t, s, sendExample, map[string]any{"sub": hook, "type": "doc.created"})
+	apptest.GQL[map[string]any](t, s, sendExample, map[string]any{"sub": "rotating", "type": "doc.created"})
 	rcv.mu.Lock()
 	defer rcv.mu.Unlock()
 	require.Equal(t, []verdict{{old: true, new: true}}, rcv.verdicts)
 }
 
-const testConditionOnExample = `query($c: String!, $type: String) { testCondition(condition: $c, type: $type) { matches error } }`
+const testConditionOnExample = `query($c: String!, $type: String) { testCondition(condition: $c, exampleOf: $type) { matches error } }`
 
 // testCondition on a type's catalog example: {"lines": 1, "source":
 // "shop", "sync_id": "shop-7826d8468b3d", "order_id": 22} for order.received.
@@ -425,13 +423,13 @@ func TestTestConditionOnExample(t *testing.T) {
 	require.Equal(t, "condition", e.Extensions["field"])
 	e = apptest.GQLErr(t, s, testConditionOnExample, map[string]any{"c": "true", "type": "order.nosuch"})
 	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"])
-	require.Equal(t, "type", e.Extensions["field"])
+	require.Equal(t, "exampleOf", e.Extensions["field"])
 	require.Contains(t, e.Message, "order.received")
 	e = apptest.GQLErr(t, s, testConditionOnExample, map[string]any{"c": "true"})
-	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], "neither eventId nor type")
+	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], "neither eventId nor exampleOf")
 	require.Contains(t, e.Message, "exactly one")
-	e = apptest.GQLErr(t, s, `{ testCondition(condition: "true", eventId: "1", type: "order.received") { matches } }`, nil)
-	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], "both eventId and type")
+	e = apptest.GQLErr(t, s, `{ testCondition(condition: "true", eventId: "1", exampleOf: "order.received") { matches } }`, nil)
+	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], "both eventId and exampleOf")
 	require.Contains(t, e.Message, "exactly one")
 
 	after, _ := journalCounts(t, s)

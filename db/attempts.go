@@ -98,6 +98,12 @@ func FinishAttempt(ctx context.Context, q Querier, l Lease, a Attempt) error {
 // Status is empty, and Duration nil, while the attempt is in flight or
 // when its worker never recorded it (Error then says so).
 type AttemptLog struct {
+	// ExampleOf is the event type whose catalog example the attempt sent
+	// (sendExampleEvent); "" for an attempt of a delivery.
+	ExampleOf string
+	// MessageID is an example's webhook-id (example_…); "" for an attempt
+	// of a delivery, whose webhook-id is its delivery's.
+	MessageID      string
 	Attempt        int32
 	Instance       string
 	StartedAt      time.Time
@@ -189,26 +195,17 @@ func StartExampleAttempt(ctx context.Context, q Querier, subscriberID int64, exa
 	return Lease{Holder: msgID, AttemptID: row.ID, Attempt: 1}, row.StartedAt, nil
 }
 
-// ExampleAttempt is one example request (sendExampleEvent) as the
-// attempt log keeps it: the catalog type sent, the request's webhook-id,
-// and its outcome as AttemptLog's (Status "delivered" or "failed").
-type ExampleAttempt struct {
-	Type      string
-	MessageID string
-	AttemptLog
-}
-
 // ExampleAttempts returns the newest limit example attempts to subscriber
 // subscriberID kept (started within RETENTION), newest first.
-func ExampleAttempts(ctx context.Context, q Querier, subscriberID int64, limit int) ([]ExampleAttempt, error) {
+func ExampleAttempts(ctx context.Context, q Querier, subscriberID int64, limit int) ([]AttemptLog, error) {
 	rows, err := queries.DeliveryAttemptListExamples(ctx, q, subscriberID, int32(limit))
 	if err != nil {
 		return nil, fmt.Errorf("example attempts of subscriber %d: %w", subscriberID, translate(err))
 	}
-	out := make([]ExampleAttempt, len(rows))
+	out := make([]AttemptLog, len(rows))
 	for i, r := range rows {
-		out[i] = ExampleAttempt{Type: r.ExampleType, MessageID: r.MessageID, AttemptLog: AttemptLog{Attempt: 1, StartedAt: r.StartedAt,
-			Status: deref(r.Status), DurationMs: r.DurationMs, ResponseStatus: r.ResponseStatus, ResponseBody: r.ResponseBody, Error: r.Error}}
+		out[i] = AttemptLog{ExampleOf: r.ExampleType, MessageID: r.MessageID, Attempt: 1, StartedAt: r.StartedAt,
+			Status: deref(r.Status), DurationMs: r.DurationMs, ResponseStatus: r.ResponseStatus, ResponseBody: r.ResponseBody, Error: r.Error}
 	}
 	return out, nil
 }

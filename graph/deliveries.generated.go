@@ -29,6 +29,9 @@ type DeliveryResolver interface {
 }
 type DeliveryAttemptResolver interface {
 	Status(ctx context.Context, obj *db.AttemptLog) (*model.DeliveryStatus, error)
+
+	ExampleOf(ctx context.Context, obj *db.AttemptLog) (*string, error)
+	WebhookID(ctx context.Context, obj *db.AttemptLog) (*string, error)
 }
 type ReplayResolver interface {
 	Subscriber(ctx context.Context, obj *db.Replay) (*db.Subscriber, error)
@@ -43,7 +46,7 @@ type SubscriberResolver interface {
 	Secret(ctx context.Context, obj *db.Subscriber) (*string, error)
 
 	Lag(ctx context.Context, obj *db.Subscriber) (*db.SubscriberLag, error)
-	ExampleLog(ctx context.Context, obj *db.Subscriber) ([]db.ExampleAttempt, error)
+	ExampleLog(ctx context.Context, obj *db.Subscriber) ([]db.AttemptLog, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -616,6 +619,52 @@ func (ec *executionContext) _DeliveryAttempt_error(ctx context.Context, field gr
 }
 func (ec *executionContext) fieldContext_DeliveryAttempt_error(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("DeliveryAttempt", field, false, false, "String")
+}
+
+func (ec *executionContext) _DeliveryAttempt_exampleOf(ctx context.Context, field graphql.CollectedField, obj *db.AttemptLog) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeliveryAttempt_exampleOf(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.DeliveryAttempt().ExampleOf(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_DeliveryAttempt_exampleOf(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DeliveryAttempt", field, true, true, "String")
+}
+
+func (ec *executionContext) _DeliveryAttempt_webhookId(ctx context.Context, field graphql.CollectedField, obj *db.AttemptLog) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeliveryAttempt_webhookId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.DeliveryAttempt().WebhookID(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_DeliveryAttempt_webhookId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DeliveryAttempt", field, true, true, "String")
 }
 
 func (ec *executionContext) _DeliveryConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.DeliveryConnection) (ret graphql.Marshaler) {
@@ -1447,11 +1496,11 @@ func (ec *executionContext) _Subscriber_exampleLog(ctx context.Context, field gr
 			directive1 := func(ctx context.Context) (any, error) {
 				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{})
 				if err != nil {
-					var zeroVal []db.ExampleAttempt
+					var zeroVal []db.AttemptLog
 					return zeroVal, err
 				}
 				if ec.Directives.Allow == nil {
-					var zeroVal []db.ExampleAttempt
+					var zeroVal []db.AttemptLog
 					return zeroVal, errors.New("directive allow is not implemented")
 				}
 				return ec.Directives.Allow(ctx, obj, directive0, roles)
@@ -1459,11 +1508,11 @@ func (ec *executionContext) _Subscriber_exampleLog(ctx context.Context, field gr
 			directive2 := func(ctx context.Context) (any, error) {
 				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{})
 				if err != nil {
-					var zeroVal []db.ExampleAttempt
+					var zeroVal []db.AttemptLog
 					return zeroVal, err
 				}
 				if ec.Directives.Allow == nil {
-					var zeroVal []db.ExampleAttempt
+					var zeroVal []db.AttemptLog
 					return zeroVal, errors.New("directive allow is not implemented")
 				}
 				return ec.Directives.Allow(ctx, obj, directive1, roles)
@@ -1472,8 +1521,8 @@ func (ec *executionContext) _Subscriber_exampleLog(ctx context.Context, field gr
 			next = directive2
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v []db.ExampleAttempt) graphql.Marshaler {
-			return ec.marshalOExampleAttempt2ᚕerpᚋdbᚐExampleAttemptᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []db.AttemptLog) graphql.Marshaler {
+			return ec.marshalODeliveryAttempt2ᚕerpᚋdbᚐAttemptLogᚄ(ctx, selections, v)
 		},
 		true,
 		false,
@@ -1486,7 +1535,7 @@ func (ec *executionContext) fieldContext_Subscriber_exampleLog(_ context.Context
 		IsMethod:   true,
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.childFields_ExampleAttempt(ctx, field)
+			return ec.childFields_DeliveryAttempt(ctx, field)
 		},
 	}
 	return fc, nil
@@ -2267,6 +2316,18 @@ func (ec *executionContext) _DeliveryAttempt(ctx context.Context, sel ast.Select
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "exampleOf":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._DeliveryAttempt_exampleOf(ctx, field, obj)
+				})
+		case "webhookId":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._DeliveryAttempt_webhookId(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -2651,6 +2712,14 @@ func (ec *executionContext) marshalNDelivery2ᚖerpᚋdbᚐDelivery(ctx context.
 
 func (ec *executionContext) marshalNDeliveryAttempt2erpᚋdbᚐAttemptLog(ctx context.Context, sel ast.SelectionSet, v db.AttemptLog) graphql.Marshaler {
 	return ec._DeliveryAttempt(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNDeliveryAttempt2ᚖerpᚋdbᚐAttemptLog(ctx context.Context, sel ast.SelectionSet, v *db.AttemptLog) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "DeliveryAttempt!")
+		return graphql.Null
+	}
+	return ec._DeliveryAttempt(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNDeliveryConnection2ᚖerpᚋgraphᚋmodelᚐDeliveryConnection(ctx context.Context, sel ast.SelectionSet, v *model.DeliveryConnection) graphql.Marshaler {

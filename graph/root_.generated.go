@@ -90,10 +90,12 @@ type ComplexityRoot struct {
 		Attempt        func(childComplexity int) int
 		DurationMs     func(childComplexity int) int
 		Error          func(childComplexity int) int
+		ExampleOf      func(childComplexity int) int
 		ResponseBody   func(childComplexity int) int
 		ResponseStatus func(childComplexity int) int
 		StartedAt      func(childComplexity int) int
 		Status         func(childComplexity int) int
+		WebhookID      func(childComplexity int) int
 	}
 
 	DeliveryConnection struct {
@@ -150,12 +152,6 @@ type ComplexityRoot struct {
 		Version         func(childComplexity int) int
 	}
 
-	ExampleAttempt struct {
-		AttemptLog func(childComplexity int) int
-		MessageID  func(childComplexity int) int
-		Type       func(childComplexity int) int
-	}
-
 	IssuedToken struct {
 		Info  func(childComplexity int) int
 		Token func(childComplexity int) int
@@ -201,7 +197,7 @@ type ComplexityRoot struct {
 		ReverseWarehouseMove    func(childComplexity int, id int64, version int, reason string) int
 		RevokeToken             func(childComplexity int, id int64) int
 		RotateWebhookSecret     func(childComplexity int, id int64, graceSeconds *int) int
-		SendExampleEvent        func(childComplexity int, subscriber int64, typeArg string) int
+		SendExampleEvent        func(childComplexity int, subscriber string, typeArg string) int
 		SetBillOfMaterials      func(childComplexity int, sku string, components []db.ComponentInput) int
 		SetNumberSeriesStart    func(childComplexity int, prefix string, year int, start int) int
 		SetProductionWarehouse  func(childComplexity int, code string) int
@@ -278,7 +274,7 @@ type ComplexityRoot struct {
 		StockBalances    func(childComplexity int, filter *db.StockFilter, first *int, after *string) int
 		StockLedger      func(childComplexity int, sku string, warehouse *string, first *int, after *string) int
 		Subscribers      func(childComplexity int) int
-		TestCondition    func(childComplexity int, condition string, eventID *int64, typeArg *string) int
+		TestCondition    func(childComplexity int, condition string, eventID *int64, exampleOf *string) int
 		Tokens           func(childComplexity int, login *string) int
 		Users            func(childComplexity int) int
 		WarehouseMove    func(childComplexity int, id *int64, number *string) int
@@ -650,6 +646,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.DeliveryAttempt.Error(childComplexity), true
+	case "DeliveryAttempt.exampleOf":
+		if e.ComplexityRoot.DeliveryAttempt.ExampleOf == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeliveryAttempt.ExampleOf(childComplexity), true
 	case "DeliveryAttempt.responseBody":
 		if e.ComplexityRoot.DeliveryAttempt.ResponseBody == nil {
 			break
@@ -674,6 +676,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.DeliveryAttempt.Status(childComplexity), true
+	case "DeliveryAttempt.webhookId":
+		if e.ComplexityRoot.DeliveryAttempt.WebhookID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeliveryAttempt.WebhookID(childComplexity), true
 
 	case "DeliveryConnection.edges":
 		if e.ComplexityRoot.DeliveryConnection.Edges == nil {
@@ -879,25 +887,6 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.EventType.Version(childComplexity), true
-
-	case "ExampleAttempt.outcome":
-		if e.ComplexityRoot.ExampleAttempt.AttemptLog == nil {
-			break
-		}
-
-		return e.ComplexityRoot.ExampleAttempt.AttemptLog(childComplexity), true
-	case "ExampleAttempt.webhookId":
-		if e.ComplexityRoot.ExampleAttempt.MessageID == nil {
-			break
-		}
-
-		return e.ComplexityRoot.ExampleAttempt.MessageID(childComplexity), true
-	case "ExampleAttempt.type":
-		if e.ComplexityRoot.ExampleAttempt.Type == nil {
-			break
-		}
-
-		return e.ComplexityRoot.ExampleAttempt.Type(childComplexity), true
 
 	case "IssuedToken.info":
 		if e.ComplexityRoot.IssuedToken.Info == nil {
@@ -1289,7 +1278,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Mutation.SendExampleEvent(childComplexity, args["subscriber"].(int64), args["type"].(string)), true
+		return e.ComplexityRoot.Mutation.SendExampleEvent(childComplexity, args["subscriber"].(string), args["type"].(string)), true
 	case "Mutation.setBillOfMaterials":
 		if e.ComplexityRoot.Mutation.SetBillOfMaterials == nil {
 			break
@@ -1721,7 +1710,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.TestCondition(childComplexity, args["condition"].(string), args["eventId"].(*int64), args["type"].(*string)), true
+		return e.ComplexityRoot.Query.TestCondition(childComplexity, args["condition"].(string), args["eventId"].(*int64), args["exampleOf"].(*string)), true
 	case "Query.tokens":
 		if e.ComplexityRoot.Query.Tokens == nil {
 			break
@@ -2634,6 +2623,10 @@ func (ec *executionContext) childFields_DeliveryAttempt(ctx context.Context, fie
 		return ec.fieldContext_DeliveryAttempt_responseBody(ctx, field)
 	case "error":
 		return ec.fieldContext_DeliveryAttempt_error(ctx, field)
+	case "exampleOf":
+		return ec.fieldContext_DeliveryAttempt_exampleOf(ctx, field)
+	case "webhookId":
+		return ec.fieldContext_DeliveryAttempt_webhookId(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type DeliveryAttempt", field.Name)
 }
@@ -2744,18 +2737,6 @@ func (ec *executionContext) childFields_EventType(ctx context.Context, field gra
 		return ec.fieldContext_EventType_replacedBy(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type EventType", field.Name)
-}
-
-func (ec *executionContext) childFields_ExampleAttempt(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-	switch field.Name {
-	case "type":
-		return ec.fieldContext_ExampleAttempt_type(ctx, field)
-	case "webhookId":
-		return ec.fieldContext_ExampleAttempt_webhookId(ctx, field)
-	case "outcome":
-		return ec.fieldContext_ExampleAttempt_outcome(ctx, field)
-	}
-	return nil, fmt.Errorf("no field named %q was found under type ExampleAttempt", field.Name)
 }
 
 func (ec *executionContext) childFields_IssuedToken(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {

@@ -63,7 +63,7 @@ type MutationResolver interface {
 	IssueToken(ctx context.Context, login string, name *string, expiresAt *time.Time) (*model.IssuedToken, error)
 	RevokeToken(ctx context.Context, id int64) (*db.APIToken, error)
 	RotateWebhookSecret(ctx context.Context, id int64, graceSeconds *int) (*jobs.SecretRotation, error)
-	SendExampleEvent(ctx context.Context, subscriber int64, typeArg string) (*db.ExampleAttempt, error)
+	SendExampleEvent(ctx context.Context, subscriber string, typeArg string) (*db.AttemptLog, error)
 }
 type QueryResolver interface {
 	Items(ctx context.Context) ([]db.Item, error)
@@ -88,7 +88,7 @@ type QueryResolver interface {
 	Me(ctx context.Context) (*db.User, error)
 	Users(ctx context.Context) ([]db.User, error)
 	Tokens(ctx context.Context, login *string) ([]db.APIToken, error)
-	TestCondition(ctx context.Context, condition string, eventID *int64, typeArg *string) (*model.ConditionTest, error)
+	TestCondition(ctx context.Context, condition string, eventID *int64, exampleOf *string) (*model.ConditionTest, error)
 }
 type UserResolver interface {
 	Role(ctx context.Context, obj *db.User) (model.Role, error)
@@ -715,8 +715,8 @@ func (ec *executionContext) field_Mutation_sendExampleEvent_args(ctx context.Con
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "subscriber",
-		func(ctx context.Context, v any) (int64, error) {
-			return ec.unmarshalNID2int64(ctx, v)
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -1262,14 +1262,14 @@ func (ec *executionContext) field_Query_testCondition_args(ctx context.Context, 
 		return nil, err
 	}
 	args["eventId"] = arg1
-	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "type",
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "exampleOf",
 		func(ctx context.Context, v any) (*string, error) {
 			return ec.unmarshalOString2ᚖstring(ctx, v)
 		})
 	if err != nil {
 		return nil, err
 	}
-	args["type"] = arg2
+	args["exampleOf"] = arg2
 	return args, nil
 }
 
@@ -3818,7 +3818,7 @@ func (ec *executionContext) _Mutation_sendExampleEvent(ctx context.Context, fiel
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Mutation().SendExampleEvent(ctx, fc.Args["subscriber"].(int64), fc.Args["type"].(string))
+			return ec.Resolvers.Mutation().SendExampleEvent(ctx, fc.Args["subscriber"].(string), fc.Args["type"].(string))
 		},
 		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
 			directive0 := next
@@ -3826,11 +3826,11 @@ func (ec *executionContext) _Mutation_sendExampleEvent(ctx context.Context, fiel
 			directive1 := func(ctx context.Context) (any, error) {
 				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{})
 				if err != nil {
-					var zeroVal *db.ExampleAttempt
+					var zeroVal *db.AttemptLog
 					return zeroVal, err
 				}
 				if ec.Directives.Allow == nil {
-					var zeroVal *db.ExampleAttempt
+					var zeroVal *db.AttemptLog
 					return zeroVal, errors.New("directive allow is not implemented")
 				}
 				return ec.Directives.Allow(ctx, nil, directive0, roles)
@@ -3838,11 +3838,11 @@ func (ec *executionContext) _Mutation_sendExampleEvent(ctx context.Context, fiel
 			directive2 := func(ctx context.Context) (any, error) {
 				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{})
 				if err != nil {
-					var zeroVal *db.ExampleAttempt
+					var zeroVal *db.AttemptLog
 					return zeroVal, err
 				}
 				if ec.Directives.Allow == nil {
-					var zeroVal *db.ExampleAttempt
+					var zeroVal *db.AttemptLog
 					return zeroVal, errors.New("directive allow is not implemented")
 				}
 				return ec.Directives.Allow(ctx, nil, directive1, roles)
@@ -3851,8 +3851,8 @@ func (ec *executionContext) _Mutation_sendExampleEvent(ctx context.Context, fiel
 			next = directive2
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *db.ExampleAttempt) graphql.Marshaler {
-			return ec.marshalNExampleAttempt2ᚖerpᚋdbᚐExampleAttempt(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *db.AttemptLog) graphql.Marshaler {
+			return ec.marshalNDeliveryAttempt2ᚖerpᚋdbᚐAttemptLog(ctx, selections, v)
 		},
 		true,
 		true,
@@ -3865,7 +3865,7 @@ func (ec *executionContext) fieldContext_Mutation_sendExampleEvent(ctx context.C
 		IsMethod:   true,
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.childFields_ExampleAttempt(ctx, field)
+			return ec.childFields_DeliveryAttempt(ctx, field)
 		},
 	}
 	defer func() {
@@ -5196,7 +5196,7 @@ func (ec *executionContext) _Query_testCondition(ctx context.Context, field grap
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Query().TestCondition(ctx, fc.Args["condition"].(string), fc.Args["eventId"].(*int64), fc.Args["type"].(*string))
+			return ec.Resolvers.Query().TestCondition(ctx, fc.Args["condition"].(string), fc.Args["eventId"].(*int64), fc.Args["exampleOf"].(*string))
 		},
 		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
 			directive0 := next

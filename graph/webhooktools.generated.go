@@ -7,7 +7,6 @@ import (
 	"erp/db"
 	"erp/graph/model"
 	"erp/jobs"
-	"errors"
 	"math"
 	"strconv"
 	"sync/atomic"
@@ -71,102 +70,6 @@ func (ec *executionContext) _ConditionTest_error(ctx context.Context, field grap
 }
 func (ec *executionContext) fieldContext_ConditionTest_error(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("ConditionTest", field, false, false, "String")
-}
-
-func (ec *executionContext) _ExampleAttempt_type(ctx context.Context, field graphql.CollectedField, obj *db.ExampleAttempt) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_ExampleAttempt_type(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.Type, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_ExampleAttempt_type(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ExampleAttempt", field, false, false, "String")
-}
-
-func (ec *executionContext) _ExampleAttempt_webhookId(ctx context.Context, field graphql.CollectedField, obj *db.ExampleAttempt) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_ExampleAttempt_webhookId(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.MessageID, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_ExampleAttempt_webhookId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ExampleAttempt", field, false, false, "String")
-}
-
-func (ec *executionContext) _ExampleAttempt_outcome(ctx context.Context, field graphql.CollectedField, obj *db.ExampleAttempt) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_ExampleAttempt_outcome(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.AttemptLog, nil
-		},
-		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
-			directive0 := next
-
-			directive1 := func(ctx context.Context) (any, error) {
-				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{})
-				if err != nil {
-					var zeroVal db.AttemptLog
-					return zeroVal, err
-				}
-				if ec.Directives.Allow == nil {
-					var zeroVal db.AttemptLog
-					return zeroVal, errors.New("directive allow is not implemented")
-				}
-				return ec.Directives.Allow(ctx, obj, directive0, roles)
-			}
-
-			next = directive1
-			return next
-		},
-		func(ctx context.Context, selections ast.SelectionSet, v db.AttemptLog) graphql.Marshaler {
-			return ec.marshalNDeliveryAttempt2erpᚋdbᚐAttemptLog(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_ExampleAttempt_outcome(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	fc = &graphql.FieldContext{
-		Object:     "ExampleAttempt",
-		Field:      field,
-		IsMethod:   false,
-		IsResolver: false,
-		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.childFields_DeliveryAttempt(ctx, field)
-		},
-	}
-	return fc, nil
 }
 
 func (ec *executionContext) _SecretRotation_subscriber(ctx context.Context, field graphql.CollectedField, obj *jobs.SecretRotation) (ret graphql.Marshaler) {
@@ -297,49 +200,6 @@ func (ec *executionContext) _ConditionTest(ctx context.Context, sel ast.Selectio
 	return out
 }
 
-var exampleAttemptImplementors = []string{"ExampleAttempt"}
-
-func (ec *executionContext) _ExampleAttempt(ctx context.Context, sel ast.SelectionSet, obj *db.ExampleAttempt) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, exampleAttemptImplementors)
-
-	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
-	for i, field := range fields {
-		switch field.Name {
-		case "__typename":
-			out.Values[i] = graphql.MarshalString("ExampleAttempt")
-		case "type":
-			out.Values[i] = ec._ExampleAttempt_type(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		case "webhookId":
-			out.Values[i] = ec._ExampleAttempt_webhookId(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		case "outcome":
-			out.Values[i] = ec._ExampleAttempt_outcome(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		default:
-			panic("unknown field " + strconv.Quote(field.Name))
-		}
-	}
-	out.Dispatch(ctx)
-	if out.Invalids > 0 {
-		return graphql.Null
-	}
-
-	if n := len(deferred.Defers); n > 0 {
-		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
-		ec.ProcessDeferredGroup(deferred)
-	}
-
-	return out
-}
-
 var secretRotationImplementors = []string{"SecretRotation"}
 
 func (ec *executionContext) _SecretRotation(ctx context.Context, sel ast.SelectionSet, obj *jobs.SecretRotation) graphql.Marshaler {
@@ -395,43 +255,12 @@ func (ec *executionContext) marshalNConditionTest2ᚖerpᚋgraphᚋmodelᚐCondi
 	return ec._ConditionTest(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNExampleAttempt2erpᚋdbᚐExampleAttempt(ctx context.Context, sel ast.SelectionSet, v db.ExampleAttempt) graphql.Marshaler {
-	return ec._ExampleAttempt(ctx, sel, &v)
-}
-
-func (ec *executionContext) marshalNExampleAttempt2ᚖerpᚋdbᚐExampleAttempt(ctx context.Context, sel ast.SelectionSet, v *db.ExampleAttempt) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "ExampleAttempt!")
-		return graphql.Null
-	}
-	return ec._ExampleAttempt(ctx, sel, v)
-}
-
 func (ec *executionContext) marshalNSecretRotation2ᚖerpᚋjobsᚐSecretRotation(ctx context.Context, sel ast.SelectionSet, v *jobs.SecretRotation) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "SecretRotation!")
 		return graphql.Null
 	}
 	return ec._SecretRotation(ctx, sel, v)
-}
-
-func (ec *executionContext) marshalOExampleAttempt2ᚕerpᚋdbᚐExampleAttemptᚄ(ctx context.Context, sel ast.SelectionSet, v []db.ExampleAttempt) graphql.Marshaler {
-	if v == nil {
-		return graphql.Null
-	}
-	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
-		fc := graphql.GetFieldContext(ctx)
-		fc.Result = &v[i]
-		return ec.marshalNExampleAttempt2erpᚋdbᚐExampleAttempt(ctx, sel, v[i])
-	})
-
-	for _, e := range ret {
-		if e == graphql.Null {
-			return graphql.Null
-		}
-	}
-
-	return ret
 }
 
 // endregion ***************************** type.gotpl *****************************

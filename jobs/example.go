@@ -37,8 +37,8 @@ func ExampleEvent(eventType string, now time.Time) (db.Event, error) {
 	return db.Event{Type: eventType, Entity: exampleEntity, Payload: typ.Example, CreatedAt: now, ProcessedAt: &now}, nil
 }
 
-// SendExample sends the catalog example of eventType to webhook
-// subscriberID, once, built and signed as a delivery of a journal event
+// SendExample sends the catalog example of eventType to the webhook
+// subscriber named subscriber, once, built and signed as a delivery of a journal event
 // would be (the subscriber's format, secrets, rotation grace, timeout and
 // the address guard), whatever the subscriber's filters. The event's id,
 // entityId and HeaderEventID are 0, its entity "example", its payload
@@ -51,36 +51,36 @@ func ExampleEvent(eventType string, now time.Time) (db.Event, error) {
 // returned attempt's Error, not an error. Errors: *db.InputError on
 // "type" (not in the catalog; the message lists the known types) or on
 // "subscriber" (not a webhook; paused or disabled, as a conflict: resume
-// it first), db.ErrNotFound (no subscriber subscriberID).
-func (d *Dispatcher) SendExample(ctx context.Context, subscriberID int64, eventType string) (db.ExampleAttempt, error) {
+// it first), db.ErrNotFound (no subscriber of that name).
+func (d *Dispatcher) SendExample(ctx context.Context, subscriber string, eventType string) (db.AttemptLog, error) {
 	ev, err := ExampleEvent(eventType, d.now())
 	if err != nil {
-		return db.ExampleAttempt{}, err
+		return db.AttemptLog{}, err
 	}
-	sub, err := db.SubscriberByID(ctx, d.pool, subscriberID)
+	sub, err := db.SubscriberByName(ctx, d.pool, subscriber)
 	if err != nil {
-		return db.ExampleAttempt{}, err
+		return db.AttemptLog{}, err
 	}
 	switch {
 	case sub.Kind != db.SubscriberWebhook:
-		return db.ExampleAttempt{}, &db.InputError{Field: "subscriber",
+		return db.AttemptLog{}, &db.InputError{Field: "subscriber",
 			Msg: fmt.Sprintf("subscriber %s is a %s subscriber: examples are sent to webhooks only", sub.Name, sub.Kind)}
 	case sub.Paused:
-		return db.ExampleAttempt{}, &db.InputError{Field: "subscriber", Conflict: true,
+		return db.AttemptLog{}, &db.InputError{Field: "subscriber", Conflict: true,
 			Msg: fmt.Sprintf("webhook %s is paused or disabled: resume it first (resumeSubscriber)", sub.Name)}
 	}
 	target, err := db.WebhookTargetOf(ctx, d.pool, sub.ID)
 	if err != nil {
-		return db.ExampleAttempt{}, err
+		return db.AttemptLog{}, err
 	}
 	msgID := ExampleIDPrefix + strings.ToLower(crand.Text())
 	l, startedAt, err := db.StartExampleAttempt(ctx, d.pool, sub.ID, eventType, msgID, d.instance)
 	if err != nil {
-		return db.ExampleAttempt{}, err
+		return db.AttemptLog{}, err
 	}
 	body, err := json.Marshal(feedView(ev))
 	if err != nil {
-		return db.ExampleAttempt{}, fmt.Errorf("marshal example of %s: %w", eventType, err)
+		return db.AttemptLog{}, fmt.Errorf("marshal example of %s: %w", eventType, err)
 	}
 	we := d.webhookEvent(ev)
 	we.Example = true
@@ -94,10 +94,10 @@ func (d *Dispatcher) SendExample(ctx context.Context, subscriberID int64, eventT
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
 	if err := db.FinishAttempt(rctx, d.pool, l, a); err != nil {
-		return db.ExampleAttempt{}, err
+		return db.AttemptLog{}, err
 	}
-	out := db.ExampleAttempt{Type: eventType, MessageID: msgID, AttemptLog: db.AttemptLog{Attempt: 1, Instance: d.instance,
-		StartedAt: startedAt, Status: a.Status, DurationMs: new(int32(a.Duration / time.Millisecond))}}
+	out := db.AttemptLog{ExampleOf: eventType, MessageID: msgID, Attempt: 1, Instance: d.instance,
+		StartedAt: startedAt, Status: a.Status, DurationMs: new(int32(a.Duration / time.Millisecond))}
 	if a.ResponseStatus != 0 {
 		out.ResponseStatus = new(int32(a.ResponseStatus))
 		out.ResponseBody = &a.ResponseBody

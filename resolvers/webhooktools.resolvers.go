@@ -10,6 +10,7 @@ import (
 	"erp/db"
 	"erp/graph/model"
 	"erp/jobs"
+	"errors"
 	"time"
 )
 
@@ -25,7 +26,7 @@ func (r *mutationResolver) RotateWebhookSecret(ctx context.Context, id int64, gr
 	return &rot, nil
 }
 
-func (r *mutationResolver) SendExampleEvent(ctx context.Context, subscriber int64, typeArg string) (*db.ExampleAttempt, error) {
+func (r *mutationResolver) SendExampleEvent(ctx context.Context, subscriber string, typeArg string) (*db.AttemptLog, error) {
 	a, err := r.Dispatcher.SendExample(ctx, subscriber, typeArg)
 	if err != nil {
 		return nil, err
@@ -33,14 +34,17 @@ func (r *mutationResolver) SendExampleEvent(ctx context.Context, subscriber int6
 	return &a, nil
 }
 
-func (r *queryResolver) TestCondition(ctx context.Context, condition string, eventID *int64, typeArg *string) (*model.ConditionTest, error) {
+func (r *queryResolver) TestCondition(ctx context.Context, condition string, eventID *int64, exampleOf *string) (*model.ConditionTest, error) {
 	var ev db.Event
 	var err error
 	switch {
-	case (eventID == nil) == (typeArg == nil):
-		return nil, &db.InputError{Field: "eventId", Msg: "give exactly one of eventId (a journal event) and type (the catalog example of an event type)"}
-	case typeArg != nil:
-		if ev, err = jobs.ExampleEvent(*typeArg, time.Now()); err != nil {
+	case (eventID == nil) == (exampleOf == nil):
+		return nil, &db.InputError{Field: "eventId", Msg: "give exactly one of eventId (a journal event) and exampleOf (the catalog example of an event type)"}
+	case exampleOf != nil:
+		if ev, err = jobs.ExampleEvent(*exampleOf, time.Now()); err != nil {
+			if ie, ok := errors.AsType[*db.InputError](err); ok {
+				ie.Field = "exampleOf"
+			}
 			return nil, err
 		}
 	default:
@@ -64,14 +68,14 @@ func (r *queryResolver) TestCondition(ctx context.Context, condition string, eve
 	return out, nil
 }
 
-func (r *subscriberResolver) ExampleLog(ctx context.Context, obj *db.Subscriber) ([]db.ExampleAttempt, error) {
+func (r *subscriberResolver) ExampleLog(ctx context.Context, obj *db.Subscriber) ([]db.AttemptLog, error) {
 	if obj.Kind != db.SubscriberWebhook {
-		return []db.ExampleAttempt{}, nil
+		return []db.AttemptLog{}, nil
 	}
 	// One query per webhook: admins list a handful.
 	logs, err := db.ExampleAttempts(ctx, r.Pool, obj.ID, exampleLogLength)
 	if logs == nil && err == nil {
-		logs = []db.ExampleAttempt{} // none: [], as the schema says; null is a refusal
+		logs = []db.AttemptLog{} // none: [], as the schema says; null is a refusal
 	}
 	return logs, err
 }
