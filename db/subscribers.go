@@ -326,6 +326,24 @@ func CreateNatsSubscriber(ctx context.Context, q Querier, in NatsSubscriberInput
 	return subscriberFrom(dbsqlc.SubscriberRow(row)), nil
 }
 
+// NatsSubscriberClash checks what the database would refuse of NATS
+// subscriber id (0: a new one) named name (nil: unchanged), so that
+// NATS is asked nothing about an input refused anyway: a taken name is
+// an *InputError on "name" matching ErrConflict. The insert or update
+// still checks the name itself, against a writer in between.
+func NatsSubscriberClash(ctx context.Context, q Querier, id int64, name *string) error {
+	rows, err := queries.SubscriberClashList(ctx, q, id, name)
+	if err != nil {
+		return fmt.Errorf("list subscribers clashing with NATS subscriber %d: %w", id, translate(err))
+	}
+	for _, r := range rows {
+		if name != nil && r.Name == *name {
+			return conflictOn("name", "a subscriber named %q exists", *name)
+		}
+	}
+	return nil
+}
+
 // UpdateNatsSubscriber changes the given fields of NATS subscriber id; a
 // Stream or SubjectPrefix given is an *InputError (they are fixed).
 // ErrNotFound if there is no such NATS subscriber.

@@ -240,3 +240,13 @@ func TestNatsWithoutAServerIsRefused(t *testing.T) {
 		require.Equal(t, "subjectPrefix", inputErr.Field, bad)
 	}
 }
+
+func TestNatsRefusedCreateLeavesNatsUntouched(t *testing.T) {
+	t.Parallel()
+	b := setupNats(t, jobs.DefaultRetryPolicy, db.NatsSubscriberInput{})
+	name, stream, prefix := "journal", "ERPB", "bx"
+	_, err := b.dispatcher.CreateNatsSubscriber(b.ctx, b.pool, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix})
+	require.ErrorIs(t, err, db.ErrConflict, "the name is taken")
+	_, err = b.js.Stream(b.ctx, "ERPB")
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "a refusal creates no stream")
+}

@@ -146,8 +146,9 @@ func (d *Dispatcher) normalizeFilter(types, entities *[]string, condition **stri
 // must take the subjects and keep message ids at least as long. Errors:
 // *db.InputError (this server has no NATS_URL, on "stream"; the stream
 // refused; a taken name, matching db.ErrConflict), *FilterError, or NATS
-// could not be asked. The stream is checked with no transaction open (q
-// is a pool, not a transaction).
+// could not be asked. Nothing the database refuses reaches NATS: the name
+// is checked before the stream. The stream is checked with no transaction
+// open (q is a pool, not a transaction).
 func (d *Dispatcher) CreateNatsSubscriber(ctx context.Context, q db.Querier, in db.NatsSubscriberInput) (db.Subscriber, error) {
 	if d.nats == nil {
 		return db.Subscriber{}, &db.InputError{Field: "stream", Msg: "this server has no NATS: start it with NATS_URL (e.g. nats://localhost:4222) to publish to JetStream"}
@@ -163,6 +164,11 @@ func (d *Dispatcher) CreateNatsSubscriber(ctx context.Context, q db.Querier, in 
 	}
 	attempts, timeout := cmp.Or(ptrValue(in.MaxAttempts), db.DefaultMaxAttempts), cmp.Or(ptrValue(in.TimeoutMs), db.DefaultTimeoutMs)
 	horizon := d.retry.Horizon(int(attempts), time.Duration(timeout)*time.Millisecond)
+	// A refusal writes nothing, in NATS either: what the database refuses
+	// is checked before the stream is created.
+	if err := db.NatsSubscriberClash(ctx, q, 0, in.Name); err != nil {
+		return db.Subscriber{}, err
+	}
 	if err := d.nats.ensureStream(ctx, *in.Stream, *in.SubjectPrefix, horizon); err != nil {
 		return db.Subscriber{}, err
 	}
@@ -187,6 +193,9 @@ func (d *Dispatcher) UpdateNatsSubscriber(ctx context.Context, q db.Querier, id 
 		cur, err := db.SubscriberByID(ctx, q, id)
 		if err != nil || cur.Kind != db.SubscriberNats {
 			return db.Subscriber{}, fmt.Errorf("there is no NATS subscriber %d: %w", id, db.ErrNotFound)
+		}
+		if err := db.NatsSubscriberClash(ctx, q, id, in.Name); err != nil {
+			return db.Subscriber{}, err
 		}
 		if d.nats == nil {
 			return db.Subscriber{}, &db.InputError{Field: "maxAttempts", Msg: "this server has no NATS (NATS_URL) to check the stream's duplicate window against"}

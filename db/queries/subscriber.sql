@@ -312,3 +312,10 @@ UPDATE subscribers SET failing_since = NULL, last_failed_at = NULL WHERE id = @i
 UPDATE subscribers SET paused = true, disabled_reason = @reason, updated_at = now()
 WHERE id = @id AND disabled_reason IS NULL
 RETURNING failing_since;
+
+-- name: SubscriberClashList :many
+-- Subscribers other than @id that a NATS subscriber named @name would
+-- clash with: the same name. A NULL argument is not compared.
+SELECT id, name, kind, subject_prefix FROM subscribers
+WHERE id <> @id AND name = sqlc.narg('name')
+ORDER BY id;
