@@ -327,12 +327,15 @@ func CreateNatsSubscriber(ctx context.Context, q Querier, in NatsSubscriberInput
 }
 
 // NatsSubscriberClash checks what the database would refuse of NATS
-// subscriber id (0: a new one) named name (nil: unchanged), so that
-// NATS is asked nothing about an input refused anyway: a taken name is
-// an *InputError on "name" matching ErrConflict. The insert or update
-// still checks the name itself, against a writer in between.
-func NatsSubscriberClash(ctx context.Context, q Querier, id int64, name *string) error {
-	rows, err := queries.SubscriberClashList(ctx, q, id, name)
+// subscriber id (0: a new one) named name publishing under prefix (nil:
+// unchanged), so that NATS is asked nothing about an input refused
+// anyway: a taken name is an *InputError on "name" matching ErrConflict;
+// a prefix equal to, covering or covered by another NATS subscriber's
+// (both would store the same events) an *InputError on "subjectPrefix"
+// naming it. The insert or update still checks the name itself, against a
+// writer in between.
+func NatsSubscriberClash(ctx context.Context, q Querier, id int64, name, prefix *string) error {
+	rows, err := queries.SubscriberClashList(ctx, q, id, name, prefix)
 	if err != nil {
 		return fmt.Errorf("list subscribers clashing with NATS subscriber %d: %w", id, translate(err))
 	}
@@ -340,6 +343,10 @@ func NatsSubscriberClash(ctx context.Context, q Querier, id int64, name *string)
 		if name != nil && r.Name == *name {
 			return conflictOn("name", "a subscriber named %q exists", *name)
 		}
+	}
+	if len(rows) > 0 {
+		return inputErr("subjectPrefix", "NATS subscriber %q publishes under %s: prefix %s would store the same events again; choose a prefix that neither covers nor is covered by it",
+			rows[0].Name, *rows[0].SubjectPrefix, *prefix)
 	}
 	return nil
 }

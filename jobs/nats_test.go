@@ -250,3 +250,25 @@ func TestNatsRefusedCreateLeavesNatsUntouched(t *testing.T) {
 	_, err = b.js.Stream(b.ctx, "ERPB")
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "a refusal creates no stream")
 }
+
+func TestNatsOverlappingSubjectPrefixesAreRefused(t *testing.T) {
+	t.Parallel()
+	b := setupNats(t, jobs.DefaultRetryPolicy, db.NatsSubscriberInput{}) // "journal": JOURNAL, erp.journal
+	name, types := "journal2", []string{"user.created"}
+	for _, tt := range []struct{ stream, prefix string }{
+		{"JOURNAL", "erp.journal"},              // equal: each event stored twice
+		{"JOURNAL", "erp.journal.sales_orders"}, // covered by journal's
+		{"OTHER", "erp"},                        // covers journal's
+	} {
+		_, err := b.dispatcher.CreateNatsSubscriber(b.ctx, b.pool,
+			db.NatsSubscriberInput{Name: &name, Stream: &tt.stream, SubjectPrefix: &tt.prefix, EventTypes: types})
+		var inputErr *db.InputError
+		require.ErrorAs(t, err, &inputErr, tt.prefix)
+		require.Equal(t, "subjectPrefix", inputErr.Field, tt.prefix)
+		require.Contains(t, inputErr.Msg, `"journal"`, "names the other subscriber")
+	}
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM subscribers WHERE kind = 'nats'`), "nothing written")
+	stream, prefix := "J2", "erp.journal2" // a sibling, not covered
+	_, err := b.dispatcher.CreateNatsSubscriber(b.ctx, b.pool, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix})
+	require.NoError(t, err)
+}

@@ -145,9 +145,10 @@ func (d *Dispatcher) normalizeFilter(types, entities *[]string, condition **stri
 // RetryPolicy.Horizon) when NATS has none of that name; an existing one
 // must take the subjects and keep message ids at least as long. Errors:
 // *db.InputError (this server has no NATS_URL, on "stream"; the stream
-// refused; a taken name, matching db.ErrConflict), *FilterError, or NATS
-// could not be asked. Nothing the database refuses reaches NATS: the name
-// is checked before the stream. The stream is checked with no transaction
+// refused; a taken name, matching db.ErrConflict; a prefix overlapping
+// another NATS subscriber's), *FilterError, or NATS could not be asked.
+// Nothing the database refuses reaches NATS: the name and prefix are
+// checked before the stream. The stream is checked with no transaction
 // open (q is a pool, not a transaction).
 func (d *Dispatcher) CreateNatsSubscriber(ctx context.Context, q db.Querier, in db.NatsSubscriberInput) (db.Subscriber, error) {
 	if d.nats == nil {
@@ -166,7 +167,7 @@ func (d *Dispatcher) CreateNatsSubscriber(ctx context.Context, q db.Querier, in 
 	horizon := d.retry.Horizon(int(attempts), time.Duration(timeout)*time.Millisecond)
 	// A refusal writes nothing, in NATS either: what the database refuses
 	// is checked before the stream is created.
-	if err := db.NatsSubscriberClash(ctx, q, 0, in.Name); err != nil {
+	if err := db.NatsSubscriberClash(ctx, q, 0, in.Name, in.SubjectPrefix); err != nil {
 		return db.Subscriber{}, err
 	}
 	if err := d.nats.ensureStream(ctx, *in.Stream, *in.SubjectPrefix, horizon); err != nil {
@@ -194,7 +195,7 @@ func (d *Dispatcher) UpdateNatsSubscriber(ctx context.Context, q db.Querier, id 
 		if err != nil || cur.Kind != db.SubscriberNats {
 			return db.Subscriber{}, fmt.Errorf("there is no NATS subscriber %d: %w", id, db.ErrNotFound)
 		}
-		if err := db.NatsSubscriberClash(ctx, q, id, in.Name); err != nil {
+		if err := db.NatsSubscriberClash(ctx, q, id, in.Name, nil); err != nil {
 			return db.Subscriber{}, err
 		}
 		if d.nats == nil {

@@ -42,7 +42,10 @@ func (q *Queries) SubscriberBucketTake(ctx context.Context, db DBTX, subscriberI
 
 const subscriberClashList = `-- name: SubscriberClashList :many
 SELECT id, name, kind, subject_prefix FROM subscribers
-WHERE id <> $1 AND name = $2
+WHERE id <> $1 AND (name = $2 OR (kind = 'nats' AND (
+    subject_prefix = $3
+    OR starts_with($3, subject_prefix || '.')
+    OR starts_with(subject_prefix, $3 || '.'))))
 ORDER BY id
 `
 
@@ -53,10 +56,12 @@ type SubscriberClashListRow struct {
 	SubjectPrefix *string
 }
 
-// Subscribers other than @id that a NATS subscriber named @name would
-// clash with: the same name. A NULL argument is not compared.
-func (q *Queries) SubscriberClashList(ctx context.Context, db DBTX, iD int64, name *string) ([]SubscriberClashListRow, error) {
-	rows, err := db.Query(ctx, subscriberClashList, iD, name)
+// Subscribers other than @id that a NATS subscriber named @name
+// publishing under @subject_prefix would clash with: the same name, or a
+// NATS subscriber whose prefix equals, covers or is covered by it (both
+// would store the same events). A NULL argument is not compared.
+func (q *Queries) SubscriberClashList(ctx context.Context, db DBTX, iD int64, name *string, subjectPrefix *string) ([]SubscriberClashListRow, error) {
+	rows, err := db.Query(ctx, subscriberClashList, iD, name, subjectPrefix)
 	if err != nil {
 		return nil, err
 	}
