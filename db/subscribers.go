@@ -260,7 +260,8 @@ func nameTaken(err error, name *string, action string) error {
 // NatsSubscriberInput creates or (fields set) updates a NATS subscriber:
 // as WebhookSubscriberInput, with Stream (a JetStream stream name: 1 to 64
 // of A-Z a-z 0-9 _ -) and SubjectPrefix (NATS subject tokens of A-Z a-z
-// 0-9 _ - joined by dots, at most 128 characters; no wildcards) instead of
+// 0-9 _ - joined by dots, at most 128 characters; no wildcards, no $ and
+// not under _INBOX, NATS's own) instead of
 // a URL and a secret. Both are set at creation only.
 type NatsSubscriberInput struct {
 	Name          *string
@@ -287,6 +288,9 @@ func (in NatsSubscriberInput) Validate(creating bool) error {
 	}
 	if p := in.SubjectPrefix; p != nil && (len(*p) > 128 || !natsSubjectPrefix.MatchString(*p)) {
 		return inputErr("subjectPrefix", "NATS subject tokens of A-Z a-z 0-9 _ - joined by dots, at most 128 characters, no wildcards (* >) or spaces, e.g. erp.journal")
+	}
+	if p := in.SubjectPrefix; p != nil && (*p == "_INBOX" || strings.HasPrefix(*p, "_INBOX.")) {
+		return inputErr("subjectPrefix", "_INBOX is NATS's for replies: a stream on it would capture every reply; choose another prefix, e.g. erp.journal")
 	}
 	return externalInput{Name: in.Name, EventTypes: in.EventTypes, Entities: in.Entities, Format: in.Format,
 		MaxAttempts: in.MaxAttempts, TimeoutMs: in.TimeoutMs, MaxInFlight: in.MaxInFlight,

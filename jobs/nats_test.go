@@ -234,7 +234,7 @@ func TestNatsWithoutAServerIsRefused(t *testing.T) {
 	var inputErr *db.InputError
 	require.ErrorAs(t, err, &inputErr)
 	require.Contains(t, inputErr.Msg, "NATS_URL")
-	for _, bad := range []string{"erp.*", "erp.>", "erp journal", "erp..x", ".erp", ""} {
+	for _, bad := range []string{"erp.*", "erp.>", "erp journal", "erp..x", ".erp", "", "_INBOX", "_INBOX.erp", "$JS.erp", "$SYS"} {
 		_, err := db.CreateNatsSubscriber(b.ctx, b.pool, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &bad})
 		require.ErrorAs(t, err, &inputErr, bad)
 		require.Equal(t, "subjectPrefix", inputErr.Field, bad)
