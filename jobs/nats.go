@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -104,6 +105,26 @@ func ConnectNats(cfg NatsConfig, logger *slog.Logger) (*NatsPublisher, error) {
 	return &NatsPublisher{nc: nc, js: js, source: defaultCloudEventsSource}, nil
 }
 
+// NatsUnreachableError is the error of a request that needs NATS while
+// the connection is down: Reason is the connection's last error, or its
+// status when there is none.
+type NatsUnreachableError struct{ Reason string }
+
+func (e *NatsUnreachableError) Error() string { return "NATS is not reachable: " + e.Reason }
+
+// unreachable is a *NatsUnreachableError while the connection is not up,
+// else nil.
+func (p *NatsPublisher) unreachable() error {
+	if p.nc.IsConnected() {
+		return nil
+	}
+	reason := strings.ToLower(p.nc.Status().String())
+	if err := p.nc.LastError(); err != nil {
+		reason = err.Error() + " (" + reason + ")"
+	}
+	return &NatsUnreachableError{Reason: reason}
+}
+
 // Close closes the connection; a publish in flight fails.
 func (p *NatsPublisher) Close() { p.nc.Close() }
 
@@ -162,8 +183,17 @@ func (p *NatsPublisher) publish(ctx context.Context, t *taken, body []byte) Webh
 // duplicate window horizon) when there is none; an existing one must
 // take the subjects and keep ids as long, else an *db.InputError names
 // both durations (a retry after the window would be stored twice). Other
-// errors: NATS could not be asked.
-func (p *NatsPublisher) ensureStream(ctx context.Context, stream, prefix string, horizon time.Duration) error {
+// errors: a *NatsUnreachableError, or NATS could not be asked.
+func (p *NatsPublisher) ensureStream(ctx context.Context, stream, prefix string, horizon time.Duration) (err error) {
+	if err := p.unreachable(); err != nil {
+		return err
+	}
+	defer func() {
+		var inputErr *db.InputError
+		if err != nil && !errors.As(err, &inputErr) {
+			err = cmp.Or(p.unreachable(), err) // lost meanwhile
+		}
+	}()
 	s, err := p.js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err = p.js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"},
