@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -54,14 +55,22 @@ type NatsPublisher struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	source string // the CloudEvents source
+	// connErr is why the last connection attempt failed, nil once
+	// connected: nats.go keeps no error of a first connection that failed.
+	connErr atomic.Pointer[string]
 }
 
 // ConnectNats connects to cfg.URL. The server starts even when NATS is
 // down: the connection keeps trying in the background, and a publish
-// meanwhile fails at once (it is not buffered) and is retried as any
-// failed delivery. Errors: a credentials, seed or CA file that cannot be
+// meanwhile fails at once (it is not buffered) with a
+// *NatsUnreachableError naming the connection's last error, and is
+// retried as any failed delivery. Connecting, each disconnection and
+// reconnection, and why a connection fails (once per distinct error) are
+// logged to logger. Errors: a credentials, seed or CA file that cannot be
 // read, a malformed URL.
 func ConnectNats(cfg NatsConfig, logger *slog.Logger) (*NatsPublisher, error) {
+	p := &NatsPublisher{source: defaultCloudEventsSource}
+	lastErr := &p.connErr
 	opts := []nats.Option{
 		nats.Name("erp"),
 		nats.MaxReconnects(-1),
@@ -70,11 +79,27 @@ func ConnectNats(cfg NatsConfig, logger *slog.Logger) (*NatsPublisher, error) {
 		// buffer: its retry then follows the delivery's schedule, and the
 		// attempt log says what happened.
 		nats.ReconnectBufSize(-1),
+		nats.ConnectHandler(func(nc *nats.Conn) {
+			lastErr.Store(nil)
+			logger.Info("NATS connected", slog.String("url", nc.ConnectedUrlRedacted()))
+		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			logger.Warn("nats disconnected", slog.Any("error", err))
+			logger.Warn("NATS disconnected", slog.Any("error", err))
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			logger.Info("nats reconnected", slog.String("url", nc.ConnectedUrlRedacted()))
+			lastErr.Store(nil)
+			logger.Info("NATS reconnected", slog.String("url", nc.ConnectedUrlRedacted()))
+		}),
+		// Why a connection fails (refused, an untrusted certificate, an
+		// unknown key) is said once per change, not at every retry.
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			msg := err.Error()
+			if old := lastErr.Swap(&msg); old == nil || *old != msg {
+				logger.Warn("NATS connection failed, retrying", slog.Any("error", err))
+			}
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			logger.Warn("NATS error", slog.Any("error", err))
 		}),
 	}
 	if cfg.Creds != "" && cfg.NKey != "" {
@@ -102,7 +127,8 @@ func ConnectNats(cfg NatsConfig, logger *slog.Logger) (*NatsPublisher, error) {
 		nc.Close()
 		return nil, fmt.Errorf("nats: jetstream: %w", err)
 	}
-	return &NatsPublisher{nc: nc, js: js, source: defaultCloudEventsSource}, nil
+	p.nc, p.js = nc, js
+	return p, nil
 }
 
 // NatsUnreachableError is the error of a request that needs NATS while
@@ -121,6 +147,8 @@ func (p *NatsPublisher) unreachable() error {
 	reason := strings.ToLower(p.nc.Status().String())
 	if err := p.nc.LastError(); err != nil {
 		reason = err.Error() + " (" + reason + ")"
+	} else if msg := p.connErr.Load(); msg != nil {
+		reason = *msg + " (" + reason + ")"
 	}
 	return &NatsUnreachableError{Reason: reason}
 }
@@ -162,12 +190,17 @@ func (p *NatsPublisher) publish(ctx context.Context, t *taken, body []byte) Webh
 	if tp := trace.Get("traceparent"); tp != "" {
 		msg.Header.Set("traceparent", tp)
 	}
+	// nats.go's own error for a publish while not connected misleads
+	// ("headers not supported by this server"): say what is wrong.
+	if err := p.unreachable(); err != nil {
+		return WebhookResult{Err: fmt.Errorf("nats publish to stream %s: %w", stream, err), Duration: time.Since(start)}
+	}
 	pctx, cancel := context.WithTimeout(ctx, time.Duration(t.sub.TimeoutMs)*time.Millisecond)
 	defer cancel()
 	ack, err := p.js.PublishMsg(pctx, msg, jetstream.WithMsgID(t.msgID), jetstream.WithExpectStream(stream))
 	res := WebhookResult{Duration: time.Since(start)}
 	if err != nil {
-		res.Err = fmt.Errorf("nats publish to stream %s: %w", stream, err)
+		res.Err = fmt.Errorf("nats publish to stream %s: %w", stream, cmp.Or(p.unreachable(), err))
 		res.Permanent = errors.Is(err, nats.ErrMaxPayload)
 		return res
 	}

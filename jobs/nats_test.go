@@ -1,8 +1,11 @@
 package jobs_test
 
 import (
+	"bytes"
 	"log/slog"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -271,4 +274,53 @@ func TestNatsOverlappingSubjectPrefixesAreRefused(t *testing.T) {
 	stream, prefix := "J2", "erp.journal2" // a sibling, not covered
 	_, err := b.dispatcher.CreateNatsSubscriber(b.ctx, b.pool, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix})
 	require.NoError(t, err)
+}
+
+// syncBuffer is a log destination NATS callbacks write to while the test
+// reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestNatsAttemptWhileDisconnectedSaysSo(t *testing.T) {
+	t.Parallel()
+	attempts := int32(100)
+	b := setupNats(t, jobs.RetryPolicy{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond}, db.NatsSubscriberInput{MaxAttempts: &attempts})
+	b.srv.Stop()
+	b.startRiver(t)
+	b.journal(t, 1, 1)
+	var lastErr string
+	require.Eventually(t, func() bool {
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT coalesce(max(last_error), '') FROM deliveries WHERE subscriber_id = $1`,
+			b.sub.ID).Scan(&lastErr))
+		return lastErr != ""
+	}, 30*time.Second, 50*time.Millisecond)
+	require.Contains(t, lastErr, "NATS is not reachable: ")
+}
+
+func TestNatsStartedWhileNatsIsDownLogsWhyAndConnectsLater(t *testing.T) {
+	t.Parallel()
+	srv := natstest.New(t)
+	srv.Stop()
+	var logs syncBuffer
+	pub, err := jobs.ConnectNats(jobs.NatsConfig{URL: srv.URL}, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err, "NATS down is no reason not to start")
+	t.Cleanup(pub.Close)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "connection refused") }, 30*time.Second, 50*time.Millisecond,
+		"the reason is logged")
+	srv.Start()
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "NATS connected") }, 30*time.Second, 50*time.Millisecond)
 }
