@@ -75,6 +75,9 @@ func ConnectNats(cfg NatsConfig, logger *slog.Logger) (*NatsPublisher, error) {
 		nats.Name("erp"),
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
+		// A key refused now may be admitted after the NATS server's
+		// reload: keep trying (nats.go gives up at the second refusal).
+		nats.IgnoreAuthErrorAbort(),
 		// A publish during a reconnect fails instead of waiting in a
 		// buffer: its retry then follows the delivery's schedule, and the
 		// attempt log says what happened.

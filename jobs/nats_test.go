@@ -3,6 +3,8 @@ package jobs_test
 import (
 	"bytes"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 
 	"erp/db"
@@ -323,4 +326,39 @@ func TestNatsStartedWhileNatsIsDownLogsWhyAndConnectsLater(t *testing.T) {
 		"the reason is logged")
 	srv.Start()
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "NATS connected") }, 30*time.Second, 50*time.Millisecond)
+}
+
+func TestNatsRejectedNKeyKeepsReconnectingUntilAdmitted(t *testing.T) {
+	t.Parallel()
+	user, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	seed, err := user.Seed()
+	require.NoError(t, err)
+	pubKey, err := user.PublicKey()
+	require.NoError(t, err)
+	seedFile := filepath.Join(t.TempDir(), "erp.nk")
+	require.NoError(t, os.WriteFile(seedFile, seed, 0o600))
+	other, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	otherKey, err := other.PublicKey()
+	require.NoError(t, err)
+
+	srv := natstest.New(t)
+	srv.Stop()
+	srv.SetNKeys(otherKey) // ours unknown
+	srv.Start()
+	var logs syncBuffer
+	pub, err := jobs.ConnectNats(jobs.NatsConfig{URL: srv.URL, NKey: seedFile}, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	t.Cleanup(pub.Close)
+	require.Eventually(t, func() bool { return strings.Contains(strings.ToLower(logs.String()), "authorization violation") },
+		30*time.Second, 50*time.Millisecond, "the refusal is logged")
+	// nats.go gives up at the second refusal in a row, a reconnect wait (2 s) later.
+	time.Sleep(3 * time.Second)
+
+	srv.Stop()
+	srv.SetNKeys(otherKey, pubKey) // the key added
+	srv.Start()
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "NATS connected") }, 30*time.Second, 50*time.Millisecond,
+		"connected once admitted: %s", &logs)
 }
