@@ -215,12 +215,13 @@ func (p *NatsPublisher) publish(ctx context.Context, t *taken, body []byte) Webh
 }
 
 // ensureStream makes sure stream stores subjects <prefix>.> and keeps
-// message ids for at least horizon: it creates the stream (file storage,
-// duplicate window horizon) when there is none; an existing one must
+// message ids for at least horizon: create, it creates the stream (file
+// storage, duplicate window horizon) when there is none (else that is an
+// *db.InputError: a stream deleted is not made again); an existing one must
 // take the subjects and keep ids as long, else an *db.InputError names
 // both durations (a retry after the window would be stored twice). Other
 // errors: a *NatsUnreachableError, or NATS could not be asked.
-func (p *NatsPublisher) ensureStream(ctx context.Context, stream, prefix string, horizon time.Duration) (err error) {
+func (p *NatsPublisher) ensureStream(ctx context.Context, stream, prefix string, horizon time.Duration, create bool) (err error) {
 	if err := p.unreachable(); err != nil {
 		return err
 	}
@@ -231,6 +232,9 @@ func (p *NatsPublisher) ensureStream(ctx context.Context, stream, prefix string,
 		}
 	}()
 	s, err := p.js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) && !create {
+		return &db.InputError{Field: "stream", Msg: fmt.Sprintf("NATS has no stream %s any more: create it again (subjects %s.>) before changing this subscriber", stream, prefix)}
+	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err = p.js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"},
 			Storage: jetstream.FileStorage, Duplicates: horizon})

@@ -362,3 +362,16 @@ func TestNatsRejectedNKeyKeepsReconnectingUntilAdmitted(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "NATS connected") }, 30*time.Second, 50*time.Millisecond,
 		"connected once admitted: %s", &logs)
 }
+
+func TestNatsDeletedStreamIsNotRecreatedByAnUpdate(t *testing.T) {
+	t.Parallel()
+	b := setupNats(t, jobs.DefaultRetryPolicy, db.NatsSubscriberInput{})
+	require.NoError(t, b.js.DeleteStream(b.ctx, "JOURNAL"))
+	more := int32(12) // a longer schedule: the stream is looked at
+	_, err := b.dispatcher.UpdateNatsSubscriber(b.ctx, b.pool, b.sub.ID, db.NatsSubscriberInput{MaxAttempts: &more})
+	var inputErr *db.InputError
+	require.ErrorAs(t, err, &inputErr)
+	require.Equal(t, "stream", inputErr.Field)
+	_, err = b.js.Stream(b.ctx, "JOURNAL")
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "not made again behind the operator's back")
+}

@@ -171,7 +171,7 @@ func (d *Dispatcher) CreateNatsSubscriber(ctx context.Context, q db.Querier, in 
 	if err := db.NatsSubscriberClash(ctx, q, 0, in.Name, in.SubjectPrefix); err != nil {
 		return db.Subscriber{}, err
 	}
-	if err := d.nats.ensureStream(ctx, *in.Stream, *in.SubjectPrefix, horizon); err != nil {
+	if err := d.nats.ensureStream(ctx, *in.Stream, *in.SubjectPrefix, horizon, true); err != nil {
 		return db.Subscriber{}, err
 	}
 	return db.CreateNatsSubscriber(ctx, q, in)
@@ -209,7 +209,7 @@ func (d *Dispatcher) UpdateNatsSubscriber(ctx context.Context, q db.Querier, id 
 			if d.nats == nil {
 				return db.Subscriber{}, &db.InputError{Field: "maxAttempts", Msg: "this server has no NATS (NATS_URL) to check the stream's duplicate window against"}
 			}
-			if err := d.nats.ensureStream(ctx, deref(cur.Stream), deref(cur.SubjectPrefix), horizon); err != nil {
+			if err := d.nats.ensureStream(ctx, deref(cur.Stream), deref(cur.SubjectPrefix), horizon, false); err != nil {
 				return db.Subscriber{}, err
 			}
 		}
