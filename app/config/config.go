@@ -111,10 +111,10 @@ type Config struct {
 	WebhookAllowPrivate bool `env:"WEBHOOK_ALLOW_PRIVATE" envDefault:"false" help:"let webhook URLs reach loopback, private, link-local, multicast and cloud-metadata addresses, for on-premise receivers and tests (true|false)" want:"true or false"`
 	// NatsURL and its companions are the server's one connection to NATS
 	// (jobs.NatsConfig), for NATS subscribers; empty: no NATS.
-	NatsURL   string `env:"NATS_URL" help:"NATS server URL(s) for NATS JetStream subscribers, e.g. nats://localhost:4222 (tls:// for TLS; a comma-separated list for a cluster); empty: no NATS, and createNatsSubscriber is refused"`
-	NatsCreds string `env:"NATS_CREDS" help:"NATS credentials file (JWT and NKey seed) to connect with; empty: none"`
-	NatsNKey  string `env:"NATS_NKEY" help:"NATS NKey seed file to connect with, instead of NATS_CREDS; empty: none"`
-	NatsCA    string `env:"NATS_CA" help:"PEM file of the CA that signed the NATS server's TLS certificate, when the system's roots do not hold it; empty: the system's"`
+	NatsURL   string `env:"NATS_URL" help:"NATS server URL(s) for NATS JetStream subscribers, e.g. nats://localhost:4222 (tls:// for TLS, ws:// or wss://; a comma-separated list for a cluster; NATS need not be up at start); empty: no NATS, and createNatsSubscriber is refused"`
+	NatsCreds string `env:"NATS_CREDS" help:"NATS credentials file (JWT and NKey seed) to connect with, read at start; needs NATS_URL; empty: none"`
+	NatsNKey  string `env:"NATS_NKEY" help:"NATS NKey seed file to connect with, instead of NATS_CREDS, read at start; needs NATS_URL; empty: none"`
+	NatsCA    string `env:"NATS_CA" help:"PEM file of the CA that signed the NATS server's TLS certificate, when the system's roots do not hold it; needs NATS_URL; empty: the system's"`
 	// ReplayBatch is how many events one replay batch goes through
 	// (jobs.DispatcherConfig.ReplayBatch).
 	ReplayBatch int `env:"REPLAY_BATCH" envDefault:"500" help:"events one batch of a subscriber replay goes through (1…10000)" want:"a whole number from 1 to 10000"`
