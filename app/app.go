@@ -236,7 +236,7 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (_ *App, err er
 	if cfg.NatsURL != "" {
 		natsPub, err = jobs.ConnectNats(jobs.NatsConfig{URL: cfg.NatsURL, Creds: cfg.NatsCreds, NKey: cfg.NatsNKey, CA: cfg.NatsCA}, logger)
 		if err != nil {
-			return nil, fmt.Errorf("NATS_URL: %w", err)
+			return nil, fmt.Errorf("connect NATS: %w", err)
 		}
 		defer func() {
 			if err != nil {

@@ -156,3 +156,22 @@ func TestNatsSubscriberInputErrors(t *testing.T) {
 	require.Equal(t, "erp", got.SubjectPrefix)
 	require.Equal(t, 8, got.MaxInFlight)
 }
+
+func TestNatsDownUpdateNeedsNoNatsCreateIsUnavailable(t *testing.T) {
+	t.Parallel()
+	srv := natstest.New(t)
+	s := apptest.New(t, func(c *config.Config) { c.NatsURL = srv.URL })
+	id := createNats(t, s, map[string]any{"name": "journal", "stream": "ERP", "subjectPrefix": "erp.journal"})
+	srv.Stop()
+
+	update := `mutation($id: ID!, $n: Int!) { updateNatsSubscriber(id: $id, input: {maxAttempts: $n}) { maxAttempts } }`
+	got := apptest.GQL[struct{ UpdateNatsSubscriber struct{ MaxAttempts int } }](t, s, update, map[string]any{"id": id, "n": 9})
+	require.Equal(t, 9, got.UpdateNatsSubscriber.MaxAttempts, "a shorter schedule needs no look at the stream")
+
+	e := apptest.GQLErr(t, s, update, map[string]any{"id": id, "n": 12})
+	require.Equal(t, "UNAVAILABLE", e.Extensions["code"], e.Message)
+	require.Contains(t, e.Message, "NATS is not reachable: ")
+	e = apptest.GQLErr(t, s, `mutation { createNatsSubscriber(input: {name: "other", stream: "OTHER", subjectPrefix: "other"}) { id } }`, nil)
+	require.Equal(t, "UNAVAILABLE", e.Extensions["code"], e.Message)
+	require.Contains(t, e.Message, "NATS is not reachable: ")
+}

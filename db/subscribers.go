@@ -260,7 +260,8 @@ func nameTaken(err error, name *string, action string) error {
 // NatsSubscriberInput creates or (fields set) updates a NATS subscriber:
 // as WebhookSubscriberInput, with Stream (a JetStream stream name: 1 to 64
 // of A-Z a-z 0-9 _ -) and SubjectPrefix (NATS subject tokens of A-Z a-z
-// 0-9 _ - joined by dots, at most 128 characters; no wildcards) instead of
+// 0-9 _ - joined by dots, at most 128 characters; no wildcards, no $ and
+// not under _INBOX, NATS's own) instead of
 // a URL and a secret. Both are set at creation only.
 type NatsSubscriberInput struct {
 	Name          *string
@@ -287,6 +288,9 @@ func (in NatsSubscriberInput) Validate(creating bool) error {
 	}
 	if p := in.SubjectPrefix; p != nil && (len(*p) > 128 || !natsSubjectPrefix.MatchString(*p)) {
 		return inputErr("subjectPrefix", "NATS subject tokens of A-Z a-z 0-9 _ - joined by dots, at most 128 characters, no wildcards (* >) or spaces, e.g. erp.journal")
+	}
+	if p := in.SubjectPrefix; p != nil && (*p == "_INBOX" || strings.HasPrefix(*p, "_INBOX.")) {
+		return inputErr("subjectPrefix", "_INBOX is NATS's for replies: a stream on it would capture every reply; choose another prefix, e.g. erp.journal")
 	}
 	return externalInput{Name: in.Name, EventTypes: in.EventTypes, Entities: in.Entities, Format: in.Format,
 		MaxAttempts: in.MaxAttempts, TimeoutMs: in.TimeoutMs, MaxInFlight: in.MaxInFlight,
@@ -324,6 +328,31 @@ func CreateNatsSubscriber(ctx context.Context, q Querier, in NatsSubscriberInput
 		return Subscriber{}, nameTaken(err, in.Name, "insert NATS subscriber "+*in.Name)
 	}
 	return subscriberFrom(dbsqlc.SubscriberRow(row)), nil
+}
+
+// NatsSubscriberClash checks what the database would refuse of NATS
+// subscriber id (0: a new one) named name publishing under prefix (nil:
+// unchanged), so that NATS is asked nothing about an input refused
+// anyway: a taken name is an *InputError on "name" matching ErrConflict;
+// a prefix equal to, covering or covered by another NATS subscriber's
+// (both would store the same events) an *InputError on "subjectPrefix"
+// naming it. The insert or update still checks the name itself, against a
+// writer in between.
+func NatsSubscriberClash(ctx context.Context, q Querier, id int64, name, prefix *string) error {
+	rows, err := queries.SubscriberClashList(ctx, q, id, name, prefix)
+	if err != nil {
+		return fmt.Errorf("list subscribers clashing with NATS subscriber %d: %w", id, translate(err))
+	}
+	for _, r := range rows {
+		if name != nil && r.Name == *name {
+			return conflictOn("name", "a subscriber named %q exists", *name)
+		}
+	}
+	if len(rows) > 0 {
+		return inputErr("subjectPrefix", "NATS subscriber %q publishes under %s: prefix %s would store the same events again; choose a prefix that neither covers nor is covered by it",
+			rows[0].Name, *rows[0].SubjectPrefix, *prefix)
+	}
+	return nil
 }
 
 // UpdateNatsSubscriber changes the given fields of NATS subscriber id; a

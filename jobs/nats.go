@@ -1,12 +1,14 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -53,27 +55,54 @@ type NatsPublisher struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	source string // the CloudEvents source
+	// connErr is why the last connection attempt failed, nil once
+	// connected: nats.go keeps no error of a first connection that failed.
+	connErr atomic.Pointer[string]
 }
 
 // ConnectNats connects to cfg.URL. The server starts even when NATS is
 // down: the connection keeps trying in the background, and a publish
-// meanwhile fails at once (it is not buffered) and is retried as any
-// failed delivery. Errors: a credentials, seed or CA file that cannot be
+// meanwhile fails at once (it is not buffered) with a
+// *NatsUnreachableError naming the connection's last error, and is
+// retried as any failed delivery. Connecting, each disconnection and
+// reconnection, and why a connection fails (once per distinct error) are
+// logged to logger. Errors: a credentials, seed or CA file that cannot be
 // read, a malformed URL.
 func ConnectNats(cfg NatsConfig, logger *slog.Logger) (*NatsPublisher, error) {
+	p := &NatsPublisher{source: defaultCloudEventsSource}
+	lastErr := &p.connErr
 	opts := []nats.Option{
 		nats.Name("erp"),
 		nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true),
+		// A key refused now may be admitted after the NATS server's
+		// reload: keep trying (nats.go gives up at the second refusal).
+		nats.IgnoreAuthErrorAbort(),
 		// A publish during a reconnect fails instead of waiting in a
 		// buffer: its retry then follows the delivery's schedule, and the
 		// attempt log says what happened.
 		nats.ReconnectBufSize(-1),
+		nats.ConnectHandler(func(nc *nats.Conn) {
+			lastErr.Store(nil)
+			logger.Info("NATS connected", slog.String("url", nc.ConnectedUrlRedacted()))
+		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			logger.Warn("nats disconnected", slog.Any("error", err))
+			logger.Warn("NATS disconnected", slog.Any("error", err))
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			logger.Info("nats reconnected", slog.String("url", nc.ConnectedUrlRedacted()))
+			lastErr.Store(nil)
+			logger.Info("NATS reconnected", slog.String("url", nc.ConnectedUrlRedacted()))
+		}),
+		// Why a connection fails (refused, an untrusted certificate, an
+		// unknown key) is said once per change, not at every retry.
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			msg := err.Error()
+			if old := lastErr.Swap(&msg); old == nil || *old != msg {
+				logger.Warn("NATS connection failed, retrying", slog.Any("error", err))
+			}
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			logger.Warn("NATS error", slog.Any("error", err))
 		}),
 	}
 	if cfg.Creds != "" && cfg.NKey != "" {
@@ -101,7 +130,30 @@ func ConnectNats(cfg NatsConfig, logger *slog.Logger) (*NatsPublisher, error) {
 		nc.Close()
 		return nil, fmt.Errorf("nats: jetstream: %w", err)
 	}
-	return &NatsPublisher{nc: nc, js: js, source: defaultCloudEventsSource}, nil
+	p.nc, p.js = nc, js
+	return p, nil
+}
+
+// NatsUnreachableError is the error of a request that needs NATS while
+// the connection is down: Reason is the connection's last error, or its
+// status when there is none.
+type NatsUnreachableError struct{ Reason string }
+
+func (e *NatsUnreachableError) Error() string { return "NATS is not reachable: " + e.Reason }
+
+// unreachable is a *NatsUnreachableError while the connection is not up,
+// else nil.
+func (p *NatsPublisher) unreachable() error {
+	if p.nc.IsConnected() {
+		return nil
+	}
+	reason := strings.ToLower(p.nc.Status().String())
+	if err := p.nc.LastError(); err != nil {
+		reason = err.Error() + " (" + reason + ")"
+	} else if msg := p.connErr.Load(); msg != nil {
+		reason = *msg + " (" + reason + ")"
+	}
+	return &NatsUnreachableError{Reason: reason}
 }
 
 // Close closes the connection; a publish in flight fails.
@@ -141,12 +193,17 @@ func (p *NatsPublisher) publish(ctx context.Context, t *taken, we WebhookEvent, 
 	if tp := trace.Get("traceparent"); tp != "" {
 		msg.Header.Set("traceparent", tp)
 	}
+	// nats.go's own error for a publish while not connected misleads
+	// ("headers not supported by this server"): say what is wrong.
+	if err := p.unreachable(); err != nil {
+		return WebhookResult{Err: fmt.Errorf("nats publish to stream %s: %w", stream, err), Duration: time.Since(start)}
+	}
 	pctx, cancel := context.WithTimeout(ctx, time.Duration(t.sub.TimeoutMs)*time.Millisecond)
 	defer cancel()
 	ack, err := p.js.PublishMsg(pctx, msg, jetstream.WithMsgID(t.msgID), jetstream.WithExpectStream(stream))
 	res := WebhookResult{Duration: time.Since(start)}
 	if err != nil {
-		res.Err = fmt.Errorf("nats publish to stream %s: %w", stream, err)
+		res.Err = fmt.Errorf("nats publish to stream %s: %w", stream, cmp.Or(p.unreachable(), err))
 		res.Permanent = errors.Is(err, nats.ErrMaxPayload)
 		return res
 	}
@@ -158,13 +215,26 @@ func (p *NatsPublisher) publish(ctx context.Context, t *taken, we WebhookEvent, 
 }
 
 // ensureStream makes sure stream stores subjects <prefix>.> and keeps
-// message ids for at least horizon: it creates the stream (file storage,
-// duplicate window horizon) when there is none; an existing one must
+// message ids for at least horizon: create, it creates the stream (file
+// storage, duplicate window horizon) when there is none (else that is an
+// *db.InputError: a stream deleted is not made again); an existing one must
 // take the subjects and keep ids as long, else an *db.InputError names
 // both durations (a retry after the window would be stored twice). Other
-// errors: NATS could not be asked.
-func (p *NatsPublisher) ensureStream(ctx context.Context, stream, prefix string, horizon time.Duration) error {
+// errors: a *NatsUnreachableError, or NATS could not be asked.
+func (p *NatsPublisher) ensureStream(ctx context.Context, stream, prefix string, horizon time.Duration, create bool) (err error) {
+	if err := p.unreachable(); err != nil {
+		return err
+	}
+	defer func() {
+		var inputErr *db.InputError
+		if err != nil && !errors.As(err, &inputErr) {
+			err = cmp.Or(p.unreachable(), err) // lost meanwhile
+		}
+	}()
 	s, err := p.js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) && !create {
+		return &db.InputError{Field: "stream", Msg: fmt.Sprintf("NATS has no stream %s any more: create it again (subjects %s.>) before changing this subscriber", stream, prefix)}
+	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err = p.js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"},
 			Storage: jetstream.FileStorage, Duplicates: horizon})

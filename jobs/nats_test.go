@@ -1,13 +1,19 @@
 package jobs_test
 
 import (
+	"bytes"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 
 	"erp/db"
@@ -234,9 +240,138 @@ func TestNatsWithoutAServerIsRefused(t *testing.T) {
 	var inputErr *db.InputError
 	require.ErrorAs(t, err, &inputErr)
 	require.Contains(t, inputErr.Msg, "NATS_URL")
-	for _, bad := range []string{"erp.*", "erp.>", "erp journal", "erp..x", ".erp", ""} {
+	for _, bad := range []string{"erp.*", "erp.>", "erp journal", "erp..x", ".erp", "", "_INBOX", "_INBOX.erp", "$JS.erp", "$SYS"} {
 		_, err := db.CreateNatsSubscriber(b.ctx, b.pool, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &bad})
 		require.ErrorAs(t, err, &inputErr, bad)
 		require.Equal(t, "subjectPrefix", inputErr.Field, bad)
 	}
+}
+
+func TestNatsRefusedCreateLeavesNatsUntouched(t *testing.T) {
+	t.Parallel()
+	b := setupNats(t, jobs.DefaultRetryPolicy, db.NatsSubscriberInput{})
+	name, stream, prefix := "journal", "ERPB", "bx"
+	_, err := b.dispatcher.CreateNatsSubscriber(b.ctx, b.pool, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix})
+	require.ErrorIs(t, err, db.ErrConflict, "the name is taken")
+	_, err = b.js.Stream(b.ctx, "ERPB")
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "a refusal creates no stream")
+}
+
+func TestNatsOverlappingSubjectPrefixesAreRefused(t *testing.T) {
+	t.Parallel()
+	b := setupNats(t, jobs.DefaultRetryPolicy, db.NatsSubscriberInput{}) // "journal": JOURNAL, erp.journal
+	name, types := "journal2", []string{"user.created"}
+	for _, tt := range []struct{ stream, prefix string }{
+		{"JOURNAL", "erp.journal"},              // equal: each event stored twice
+		{"JOURNAL", "erp.journal.sales_orders"}, // covered by journal's
+		{"OTHER", "erp"},                        // covers journal's
+	} {
+		_, err := b.dispatcher.CreateNatsSubscriber(b.ctx, b.pool,
+			db.NatsSubscriberInput{Name: &name, Stream: &tt.stream, SubjectPrefix: &tt.prefix, EventTypes: types})
+		var inputErr *db.InputError
+		require.ErrorAs(t, err, &inputErr, tt.prefix)
+		require.Equal(t, "subjectPrefix", inputErr.Field, tt.prefix)
+		require.Contains(t, inputErr.Msg, `"journal"`, "names the other subscriber")
+	}
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM subscribers WHERE kind = 'nats'`), "nothing written")
+	stream, prefix := "J2", "erp.journal2" // a sibling, not covered
+	_, err := b.dispatcher.CreateNatsSubscriber(b.ctx, b.pool, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix})
+	require.NoError(t, err)
+}
+
+// syncBuffer is a log destination NATS callbacks write to while the test
+// reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestNatsAttemptWhileDisconnectedSaysSo(t *testing.T) {
+	t.Parallel()
+	attempts := int32(100)
+	b := setupNats(t, jobs.RetryPolicy{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond}, db.NatsSubscriberInput{MaxAttempts: &attempts})
+	b.srv.Stop()
+	b.startRiver(t)
+	b.journal(t, 1, 1)
+	var lastErr string
+	require.Eventually(t, func() bool {
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT coalesce(max(last_error), '') FROM deliveries WHERE subscriber_id = $1`,
+			b.sub.ID).Scan(&lastErr))
+		return lastErr != ""
+	}, 30*time.Second, 50*time.Millisecond)
+	require.Contains(t, lastErr, "NATS is not reachable: ")
+}
+
+func TestNatsStartedWhileNatsIsDownLogsWhyAndConnectsLater(t *testing.T) {
+	t.Parallel()
+	srv := natstest.New(t)
+	srv.Stop()
+	var logs syncBuffer
+	pub, err := jobs.ConnectNats(jobs.NatsConfig{URL: srv.URL}, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err, "NATS down is no reason not to start")
+	t.Cleanup(pub.Close)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "connection refused") }, 30*time.Second, 50*time.Millisecond,
+		"the reason is logged")
+	srv.Start()
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "NATS connected") }, 30*time.Second, 50*time.Millisecond)
+}
+
+func TestNatsRejectedNKeyKeepsReconnectingUntilAdmitted(t *testing.T) {
+	t.Parallel()
+	user, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	seed, err := user.Seed()
+	require.NoError(t, err)
+	pubKey, err := user.PublicKey()
+	require.NoError(t, err)
+	seedFile := filepath.Join(t.TempDir(), "erp.nk")
+	require.NoError(t, os.WriteFile(seedFile, seed, 0o600))
+	other, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	otherKey, err := other.PublicKey()
+	require.NoError(t, err)
+
+	srv := natstest.New(t)
+	srv.Stop()
+	srv.SetNKeys(otherKey) // ours unknown
+	srv.Start()
+	var logs syncBuffer
+	pub, err := jobs.ConnectNats(jobs.NatsConfig{URL: srv.URL, NKey: seedFile}, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	t.Cleanup(pub.Close)
+	require.Eventually(t, func() bool { return strings.Contains(strings.ToLower(logs.String()), "authorization violation") },
+		30*time.Second, 50*time.Millisecond, "the refusal is logged")
+	// nats.go gives up at the second refusal in a row, a reconnect wait (2 s) later.
+	time.Sleep(3 * time.Second)
+
+	srv.Stop()
+	srv.SetNKeys(otherKey, pubKey) // the key added
+	srv.Start()
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "NATS connected") }, 30*time.Second, 50*time.Millisecond,
+		"connected once admitted: %s", &logs)
+}
+
+func TestNatsDeletedStreamIsNotRecreatedByAnUpdate(t *testing.T) {
+	t.Parallel()
+	b := setupNats(t, jobs.DefaultRetryPolicy, db.NatsSubscriberInput{})
+	require.NoError(t, b.js.DeleteStream(b.ctx, "JOURNAL"))
+	more := int32(12) // a longer schedule: the stream is looked at
+	_, err := b.dispatcher.UpdateNatsSubscriber(b.ctx, b.pool, b.sub.ID, db.NatsSubscriberInput{MaxAttempts: &more})
+	var inputErr *db.InputError
+	require.ErrorAs(t, err, &inputErr)
+	require.Equal(t, "stream", inputErr.Field)
+	_, err = b.js.Stream(b.ctx, "JOURNAL")
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "not made again behind the operator's back")
 }

@@ -145,9 +145,12 @@ func (d *Dispatcher) normalizeFilter(types, entities *[]string, condition **stri
 // RetryPolicy.Horizon) when NATS has none of that name; an existing one
 // must take the subjects and keep message ids at least as long. Errors:
 // *db.InputError (this server has no NATS_URL, on "stream"; the stream
-// refused; a taken name, matching db.ErrConflict), *FilterError, or NATS
-// could not be asked. The stream is checked with no transaction open (q
-// is a pool, not a transaction).
+// refused; a taken name, matching db.ErrConflict; a prefix overlapping
+// another NATS subscriber's), *FilterError, *NatsUnreachableError (NATS is
+// down), or NATS could not be asked.
+// Nothing the database refuses reaches NATS: the name and prefix are
+// checked before the stream. The stream is checked with no transaction
+// open (q is a pool, not a transaction).
 func (d *Dispatcher) CreateNatsSubscriber(ctx context.Context, q db.Querier, in db.NatsSubscriberInput) (db.Subscriber, error) {
 	if d.nats == nil {
 		return db.Subscriber{}, &db.InputError{Field: "stream", Msg: "this server has no NATS: start it with NATS_URL (e.g. nats://localhost:4222) to publish to JetStream"}
@@ -163,7 +166,12 @@ func (d *Dispatcher) CreateNatsSubscriber(ctx context.Context, q db.Querier, in 
 	}
 	attempts, timeout := cmp.Or(ptrValue(in.MaxAttempts), db.DefaultMaxAttempts), cmp.Or(ptrValue(in.TimeoutMs), db.DefaultTimeoutMs)
 	horizon := d.retry.Horizon(int(attempts), time.Duration(timeout)*time.Millisecond)
-	if err := d.nats.ensureStream(ctx, *in.Stream, *in.SubjectPrefix, horizon); err != nil {
+	// A refusal writes nothing, in NATS either: what the database refuses
+	// is checked before the stream is created.
+	if err := db.NatsSubscriberClash(ctx, q, 0, in.Name, in.SubjectPrefix); err != nil {
+		return db.Subscriber{}, err
+	}
+	if err := d.nats.ensureStream(ctx, *in.Stream, *in.SubjectPrefix, horizon, true); err != nil {
 		return db.Subscriber{}, err
 	}
 	return db.CreateNatsSubscriber(ctx, q, in)
@@ -171,8 +179,10 @@ func (d *Dispatcher) CreateNatsSubscriber(ctx context.Context, q db.Querier, in 
 
 // UpdateNatsSubscriber changes the given fields of NATS subscriber id,
 // each checked as CreateNatsSubscriber checks it; a new maxAttempts or
-// timeoutMs must still fit the stream's duplicate window. Errors as
-// CreateNatsSubscriber, and db.ErrNotFound.
+// timeoutMs that lengthens the retry schedule must still fit the stream's
+// duplicate window, and only then is NATS asked. Errors as
+// CreateNatsSubscriber (*NatsUnreachableError while NATS is down), and
+// db.ErrNotFound.
 func (d *Dispatcher) UpdateNatsSubscriber(ctx context.Context, q db.Querier, id int64, in db.NatsSubscriberInput) (db.Subscriber, error) {
 	if err := in.Validate(false); err != nil {
 		return db.Subscriber{}, err
@@ -188,13 +198,20 @@ func (d *Dispatcher) UpdateNatsSubscriber(ctx context.Context, q db.Querier, id 
 		if err != nil || cur.Kind != db.SubscriberNats {
 			return db.Subscriber{}, fmt.Errorf("there is no NATS subscriber %d: %w", id, db.ErrNotFound)
 		}
-		if d.nats == nil {
-			return db.Subscriber{}, &db.InputError{Field: "maxAttempts", Msg: "this server has no NATS (NATS_URL) to check the stream's duplicate window against"}
+		if err := db.NatsSubscriberClash(ctx, q, id, in.Name, nil); err != nil {
+			return db.Subscriber{}, err
 		}
 		attempts, timeout := cmp.Or(ptrValue(in.MaxAttempts), cur.MaxAttempts), cmp.Or(ptrValue(in.TimeoutMs), cur.TimeoutMs)
 		horizon := d.retry.Horizon(int(attempts), time.Duration(timeout)*time.Millisecond)
-		if err := d.nats.ensureStream(ctx, deref(cur.Stream), deref(cur.SubjectPrefix), horizon); err != nil {
-			return db.Subscriber{}, err
+		// A schedule no longer than the one the stream was checked for
+		// needs no new look at it: NATS may be down meanwhile.
+		if horizon > d.retry.Horizon(int(cur.MaxAttempts), time.Duration(cur.TimeoutMs)*time.Millisecond) {
+			if d.nats == nil {
+				return db.Subscriber{}, &db.InputError{Field: "maxAttempts", Msg: "this server has no NATS (NATS_URL) to check the stream's duplicate window against"}
+			}
+			if err := d.nats.ensureStream(ctx, deref(cur.Stream), deref(cur.SubjectPrefix), horizon, false); err != nil {
+				return db.Subscriber{}, err
+			}
 		}
 	}
 	return db.UpdateNatsSubscriber(ctx, q, id, in)

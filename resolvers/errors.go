@@ -25,6 +25,7 @@ const (
 	CodeBadUserInput    = "BAD_USER_INPUT"
 	CodeNotFound        = "NOT_FOUND"
 	CodeConflict        = "CONFLICT"
+	CodeUnavailable     = "UNAVAILABLE"
 	CodeInternal        = "INTERNAL"
 )
 
@@ -42,7 +43,7 @@ func CodedError(msg, code string) *gqlerror.Error {
 // db.StatusConflictError, with extensions.currentStatus and
 // extensions.currentVersion of the document), and so is db.ErrBusy (a
 // write that concurrent ones kept failing: nothing written, try again;
-// logged as a warning). Anything else unexpected is INTERNAL:
+// logged as a warning), jobs.NatsUnreachableError UNAVAILABLE. Anything else unexpected is INTERNAL:
 // logged with a request id, which alone reaches the client.
 func ErrorPresenter(logger *slog.Logger) graphql.ErrorPresenterFunc {
 	return func(ctx context.Context, err error) *gqlerror.Error {
@@ -56,6 +57,7 @@ func ErrorPresenter(logger *slog.Logger) graphql.ErrorPresenterFunc {
 		var inputErr *db.InputError
 		var scalarErr *model.ScalarError
 		var statusErr *db.StatusConflictError
+		var natsErr *jobs.NatsUnreachableError
 		switch {
 		case errors.As(err, &statusErr):
 			gqlErr.Message = statusErr.Error()
@@ -83,6 +85,9 @@ func ErrorPresenter(logger *slog.Logger) graphql.ErrorPresenterFunc {
 			} else {
 				gqlErr.Extensions["field"] = pathString(gqlErr.Path)
 			}
+		case errors.As(err, &natsErr):
+			gqlErr.Message = natsErr.Error()
+			setCode(CodeUnavailable)
 		case db.IsBadData(err):
 			gqlErr.Message = "a value cannot be stored: text must be valid UTF-8 without NUL characters and numbers within range"
 			setCode(CodeBadUserInput)

@@ -8,6 +8,7 @@ package config
 
 import (
 	"cmp"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"reflect"
 	"slices"
 	"strconv"
@@ -26,6 +28,7 @@ import (
 
 	"github.com/caarlos0/env/v11"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nkeys"
 	"go.opentelemetry.io/otel/trace"
 
 	"erp/app/httpapi"
@@ -111,10 +114,10 @@ type Config struct {
 	PublicURL string `env:"PUBLIC_URL" help:"the server's base URL as clients and receivers reach it, e.g. https://erp.example.com, with the path prefix if a reverse proxy serves it under one; CloudEvents deliveries carry dataschema <PUBLIC_URL>/schemas/events/<type>.json; empty: no dataschema"`
 	// NatsURL and its companions are the server's one connection to NATS
 	// (jobs.NatsConfig), for NATS subscribers; empty: no NATS.
-	NatsURL   string `env:"NATS_URL" help:"NATS server URL(s) for NATS JetStream subscribers, e.g. nats://localhost:4222 (tls:// for TLS; a comma-separated list for a cluster); empty: no NATS, and createNatsSubscriber is refused"`
-	NatsCreds string `env:"NATS_CREDS" help:"NATS credentials file (JWT and NKey seed) to connect with; empty: none"`
-	NatsNKey  string `env:"NATS_NKEY" help:"NATS NKey seed file to connect with, instead of NATS_CREDS; empty: none"`
-	NatsCA    string `env:"NATS_CA" help:"PEM file of the CA that signed the NATS server's TLS certificate, when the system's roots do not hold it; empty: the system's"`
+	NatsURL   string `env:"NATS_URL" help:"NATS server URL(s) for NATS JetStream subscribers, e.g. nats://localhost:4222 (tls:// for TLS, ws:// or wss://; a comma-separated list for a cluster; NATS need not be up at start); empty: no NATS, and createNatsSubscriber is refused"`
+	NatsCreds string `env:"NATS_CREDS" help:"NATS credentials file (JWT and NKey seed) to connect with, read at start; needs NATS_URL; empty: none"`
+	NatsNKey  string `env:"NATS_NKEY" help:"NATS NKey seed file to connect with, instead of NATS_CREDS, read at start; needs NATS_URL; empty: none"`
+	NatsCA    string `env:"NATS_CA" help:"PEM file of the CA that signed the NATS server's TLS certificate, when the system's roots do not hold it; needs NATS_URL; empty: the system's"`
 	// ReplayBatch is how many events one replay batch goes through
 	// (jobs.DispatcherConfig.ReplayBatch).
 	ReplayBatch int `env:"REPLAY_BATCH" envDefault:"500" help:"events one batch of a subscriber replay goes through (1…10000)" want:"a whole number from 1 to 10000"`
@@ -379,8 +382,58 @@ func validate(cmd string, cfg Config, raw map[string]string, failed map[string]b
 			bad("-token-ttl", "want a lifetime like 720h, or 0 for a token that never expires, got %s", cfg.User.TokenTTL)
 		}
 	}
+	errs = append(errs, validateNats(cfg)...)
 	if cfg.PprofAddr != "" && !loopbackAddr(cfg.PprofAddr) {
 		bad("PPROF_ADDR", "want a loopback host:port like 127.0.0.1:6060 or localhost:6060 (profiles must not reach the network), got %q", cfg.PprofAddr)
+	}
+	return errs
+}
+
+// validateNats checks NATS_URL and its companions here, with the other
+// settings, so that a bad one stops the server before anything starts;
+// whether NATS is reachable is not checked (the server starts without it).
+func validateNats(cfg Config) []error {
+	var errs []error
+	bad := func(setting, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{setting}, args...)...))
+	}
+	files := []struct{ env, path string }{{"NATS_CREDS", cfg.NatsCreds}, {"NATS_NKEY", cfg.NatsNKey}, {"NATS_CA", cfg.NatsCA}}
+	if cfg.NatsURL == "" {
+		for _, f := range files {
+			if f.path != "" {
+				bad(f.env, "needs NATS_URL: without it the server has no NATS")
+			}
+		}
+		return errs
+	}
+	for _, raw := range strings.Split(cfg.NatsURL, ",") {
+		u, err := url.Parse(strings.TrimSpace(raw))
+		if err != nil || !slices.Contains([]string{"nats", "tls", "ws", "wss"}, u.Scheme) || u.Host == "" {
+			// The text may hold a password: not quoted.
+			bad("NATS_URL", "want nats://, tls://, ws:// or wss:// URLs like nats://localhost:4222, comma-separated for a cluster")
+			break
+		}
+	}
+	if cfg.NatsCreds != "" && cfg.NatsNKey != "" {
+		bad("NATS_NKEY", "give NATS_CREDS or NATS_NKEY, not both")
+	}
+	for _, f := range files {
+		if f.path == "" {
+			continue
+		}
+		b, err := os.ReadFile(f.path)
+		switch {
+		case err != nil:
+			bad(f.env, "%v", err)
+		case f.env == "NATS_CA":
+			if !x509.NewCertPool().AppendCertsFromPEM(b) {
+				bad(f.env, "want a PEM file of CA certificates, got none in %s", f.path)
+			}
+		default: // a seed file, or a credentials file holding one
+			if _, err := nkeys.ParseDecoratedNKey(b); err != nil {
+				bad(f.env, "want a file holding an NKey seed (SU…), got none in %s: %v", f.path, err)
+			}
+		}
 	}
 	return errs
 }

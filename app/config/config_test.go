@@ -5,10 +5,12 @@ import (
 	"flag"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 
 	"erp/app/config"
@@ -247,4 +249,43 @@ func TestConfigurationDocIsCurrent(t *testing.T) {
 	got, err := os.ReadFile("../../docs/configuration.md")
 	require.NoError(t, err)
 	require.Equal(t, want.String(), string(got), "docs/configuration.md is stale: run make generate")
+}
+
+func TestParseConfigNatsSettings(t *testing.T) {
+	t.Parallel()
+	user, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	seed, err := user.Seed()
+	require.NoError(t, err)
+	dir := t.TempDir()
+	seedFile, junk := filepath.Join(dir, "erp.nk"), filepath.Join(dir, "junk")
+	require.NoError(t, os.WriteFile(seedFile, seed, 0o600))
+	require.NoError(t, os.WriteFile(junk, []byte("not a key"), 0o600))
+	missing := filepath.Join(dir, "missing")
+	for _, tt := range []struct {
+		env     map[string]string
+		setting string // "": accepted
+	}{
+		{map[string]string{"NATS_URL": "nats://localhost:4222", "NATS_NKEY": seedFile}, ""},
+		{map[string]string{"NATS_URL": "tls://a:4222, tls://b:4222", "NATS_CREDS": seedFile}, ""},
+		{map[string]string{"NATS_URL": "nats://localhost:4222", "NATS_NKEY": missing}, "NATS_NKEY"},
+		{map[string]string{"NATS_URL": "nats://localhost:4222", "NATS_NKEY": junk}, "NATS_NKEY"},
+		{map[string]string{"NATS_URL": "nats://localhost:4222", "NATS_CREDS": missing}, "NATS_CREDS"},
+		{map[string]string{"NATS_URL": "tls://localhost:4222", "NATS_CA": junk}, "NATS_CA"},
+		{map[string]string{"NATS_URL": "nats://localhost:4222", "NATS_NKEY": seedFile, "NATS_CREDS": seedFile}, "NATS_NKEY"},
+		{map[string]string{"NATS_URL": "http://localhost:4222"}, "NATS_URL"},
+		{map[string]string{"NATS_URL": "nats://a:4222,localhost"}, "NATS_URL"},
+		{map[string]string{"NATS_NKEY": seedFile}, "NATS_NKEY"},
+		{map[string]string{"NATS_CREDS": seedFile}, "NATS_CREDS"},
+		{map[string]string{"NATS_CA": seedFile}, "NATS_CA"},
+	} {
+		_, err := config.Parse("serve", nil, func(k string) string { return tt.env[k] }, io.Discard)
+		if tt.setting == "" {
+			require.NoError(t, err, tt.env)
+			continue
+		}
+		require.Error(t, err, tt.env)
+		require.True(t, strings.HasPrefix(err.Error(), tt.setting+": "), "got %q", err)
+		require.NotContains(t, err.Error(), "\n", "one error only")
+	}
 }

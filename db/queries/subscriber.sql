@@ -312,3 +312,15 @@ UPDATE subscribers SET failing_since = NULL, last_failed_at = NULL WHERE id = @i
 UPDATE subscribers SET paused = true, disabled_reason = @reason, updated_at = now()
 WHERE id = @id AND disabled_reason IS NULL
 RETURNING failing_since;
+
+-- name: SubscriberClashList :many
+-- Subscribers other than @id that a NATS subscriber named @name
+-- publishing under @subject_prefix would clash with: the same name, or a
+-- NATS subscriber whose prefix equals, covers or is covered by it (both
+-- would store the same events). A NULL argument is not compared.
+SELECT id, name, kind, subject_prefix FROM subscribers
+WHERE id <> @id AND (name = sqlc.narg('name') OR (kind = 'nats' AND (
+    subject_prefix = sqlc.narg('subject_prefix')
+    OR starts_with(sqlc.narg('subject_prefix'), subject_prefix || '.')
+    OR starts_with(subject_prefix, sqlc.narg('subject_prefix') || '.'))))
+ORDER BY id;

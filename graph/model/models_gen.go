@@ -88,7 +88,8 @@ type NatsSubscriberInput struct {
 	// The JetStream stream: 1–64 of A-Z a-z 0-9 _ -. Created when NATS has none of that name.
 	Stream string `json:"stream"`
 	// NATS subject tokens (A-Z a-z 0-9 _ -) joined by dots, at most 128
-	// characters, no wildcards, e.g. erp.journal.
+	// characters, no wildcards, not under _INBOX (NATS's replies), neither
+	// covering nor covered by another NATS subscriber's, e.g. erp.journal.
 	SubjectPrefix string `json:"subjectPrefix"`
 	// As WebhookSubscriberInput.eventTypes.
 	EventTypes []string `json:"eventTypes,omitempty"`

@@ -6,6 +6,7 @@
 //	cfg.NatsURL = srv.URL
 //	js := srv.JetStream(t) // a client, for the test's assertions
 //	srv.Stop(); srv.Start() // an outage: same port, same stored streams
+//	srv.Stop(); srv.SetNKeys(pub); srv.Start() // and new credentials
 //
 // Everything stops at the test's cleanup.
 package natstest
@@ -51,6 +52,15 @@ func (s *Server) Start() {
 	srv.Start()
 	require.True(s.t, srv.ReadyForConnections(10*time.Second), "nats server not ready")
 	s.srv = srv
+}
+
+// SetNKeys makes the server admit only clients with these NKey public
+// keys (none: anyone), from its next Start.
+func (s *Server) SetNKeys(pubs ...string) {
+	s.opts.Nkeys = nil
+	for _, p := range pubs {
+		s.opts.Nkeys = append(s.opts.Nkeys, &server.NkeyUser{Nkey: p})
+	}
 }
 
 // Stop stops the server; its clients see it gone until Start.

@@ -40,6 +40,51 @@ func (q *Queries) SubscriberBucketTake(ctx context.Context, db DBTX, subscriberI
 	return i, err
 }
 
+const subscriberClashList = `-- name: SubscriberClashList :many
+SELECT id, name, kind, subject_prefix FROM subscribers
+WHERE id <> $1 AND (name = $2 OR (kind = 'nats' AND (
+    subject_prefix = $3
+    OR starts_with($3, subject_prefix || '.')
+    OR starts_with(subject_prefix, $3 || '.'))))
+ORDER BY id
+`
+
+type SubscriberClashListRow struct {
+	ID            int64
+	Name          string
+	Kind          string
+	SubjectPrefix *string
+}
+
+// Subscribers other than @id that a NATS subscriber named @name
+// publishing under @subject_prefix would clash with: the same name, or a
+// NATS subscriber whose prefix equals, covers or is covered by it (both
+// would store the same events). A NULL argument is not compared.
+func (q *Queries) SubscriberClashList(ctx context.Context, db DBTX, iD int64, name *string, subjectPrefix *string) ([]SubscriberClashListRow, error) {
+	rows, err := db.Query(ctx, subscriberClashList, iD, name, subjectPrefix)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SubscriberClashListRow{}
+	for rows.Next() {
+		var i SubscriberClashListRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.Kind,
+			&i.SubjectPrefix,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const subscriberDisable = `-- name: SubscriberDisable :one
 UPDATE subscribers SET paused = true, disabled_reason = $1, updated_at = now()
 WHERE id = $2 AND disabled_reason IS NULL
