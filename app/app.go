@@ -191,7 +191,7 @@ func PoolSizes(cfg config.Config) db.PoolSizes {
 // New wires the application on d (already migrated; its pools sized by
 // PoolSizes) from cfg: of it, New reads DispatchInterval, AllowedOrigins,
 // Introspection, Playground, TimeZone, WebhookAllowPrivate, PublicURL, NatsURL (and
-// NATS_CREDS, NATS_NKEY, NATS_CA),
+// NATS_CREDS, NATS_NKEY_SEED, NATS_CA),
 // ShutdownTimeout, Retention and the tuning fields (KeepAlive, InitTimeout,
 // APIOnly, FeedBuffer, RetryBase; zero takes the default), and TracerProvider (nil: no
 // spans; the pools' statements are traced only if d's pools were opened

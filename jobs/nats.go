@@ -106,7 +106,7 @@ func ConnectNats(cfg NatsConfig, logger *slog.Logger) (*NatsPublisher, error) {
 		}),
 	}
 	if cfg.Creds != "" && cfg.NKey != "" {
-		return nil, errors.New("nats: give NATS_CREDS or NATS_NKEY, not both")
+		return nil, errors.New("nats: give NATS_CREDS or NATS_NKEY_SEED, not both")
 	}
 	if cfg.Creds != "" {
 		opts = append(opts, nats.UserCredentials(cfg.Creds))
@@ -114,7 +114,7 @@ func ConnectNats(cfg NatsConfig, logger *slog.Logger) (*NatsPublisher, error) {
 	if cfg.NKey != "" {
 		o, err := nats.NkeyOptionFromSeed(cfg.NKey)
 		if err != nil {
-			return nil, fmt.Errorf("nats: read NATS_NKEY %s: %w", cfg.NKey, err)
+			return nil, fmt.Errorf("nats: read NATS_NKEY_SEED %s: %w", cfg.NKey, err)
 		}
 		opts = append(opts, o)
 	}

@@ -116,7 +116,7 @@ type Config struct {
 	// (jobs.NatsConfig), for NATS subscribers; empty: no NATS.
 	NatsURL   string `env:"NATS_URL" help:"NATS server URL(s) for NATS JetStream subscribers, e.g. nats://localhost:4222 (tls:// for TLS, ws:// or wss://; a comma-separated list for a cluster; NATS need not be up at start); empty: no NATS, and createNatsSubscriber is refused"`
 	NatsCreds string `env:"NATS_CREDS" help:"NATS credentials file (JWT and NKey seed) to connect with, read at start; needs NATS_URL; empty: none"`
-	NatsNKey  string `env:"NATS_NKEY" help:"NATS NKey seed file to connect with, instead of NATS_CREDS, read at start; needs NATS_URL; empty: none"`
+	NatsNKey  string `env:"NATS_NKEY_SEED" help:"NATS NKey seed file to connect with, instead of NATS_CREDS, read at start; needs NATS_URL; empty: none"`
 	NatsCA    string `env:"NATS_CA" help:"PEM file of the CA that signed the NATS server's TLS certificate, when the system's roots do not hold it; needs NATS_URL; empty: the system's"`
 	// ReplayBatch is how many events one replay batch goes through
 	// (jobs.DispatcherConfig.ReplayBatch).
@@ -397,7 +397,7 @@ func validateNats(cfg Config) []error {
 	bad := func(setting, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{setting}, args...)...))
 	}
-	files := []struct{ env, path string }{{"NATS_CREDS", cfg.NatsCreds}, {"NATS_NKEY", cfg.NatsNKey}, {"NATS_CA", cfg.NatsCA}}
+	files := []struct{ env, path string }{{"NATS_CREDS", cfg.NatsCreds}, {"NATS_NKEY_SEED", cfg.NatsNKey}, {"NATS_CA", cfg.NatsCA}}
 	if cfg.NatsURL == "" {
 		for _, f := range files {
 			if f.path != "" {
@@ -415,7 +415,7 @@ func validateNats(cfg Config) []error {
 		}
 	}
 	if cfg.NatsCreds != "" && cfg.NatsNKey != "" {
-		bad("NATS_NKEY", "give NATS_CREDS or NATS_NKEY, not both")
+		bad("NATS_NKEY_SEED", "give NATS_CREDS or NATS_NKEY_SEED, not both")
 	}
 	for _, f := range files {
 		if f.path == "" {

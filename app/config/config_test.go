@@ -266,16 +266,16 @@ func TestParseConfigNatsSettings(t *testing.T) {
 		env     map[string]string
 		setting string // "": accepted
 	}{
-		{map[string]string{"NATS_URL": "nats://localhost:4222", "NATS_NKEY": seedFile}, ""},
+		{map[string]string{"NATS_URL": "nats://localhost:4222", "NATS_NKEY_SEED": seedFile}, ""},
 		{map[string]string{"NATS_URL": "tls://a:4222, tls://b:4222", "NATS_CREDS": seedFile}, ""},
-		{map[string]string{"NATS_URL": "nats://localhost:4222", "NATS_NKEY": missing}, "NATS_NKEY"},
-		{map[string]string{"NATS_URL": "nats://localhost:4222", "NATS_NKEY": junk}, "NATS_NKEY"},
+		{map[string]string{"NATS_URL": "nats://localhost:4222", "NATS_NKEY_SEED": missing}, "NATS_NKEY_SEED"},
+		{map[string]string{"NATS_URL": "nats://localhost:4222", "NATS_NKEY_SEED": junk}, "NATS_NKEY_SEED"},
 		{map[string]string{"NATS_URL": "nats://localhost:4222", "NATS_CREDS": missing}, "NATS_CREDS"},
 		{map[string]string{"NATS_URL": "tls://localhost:4222", "NATS_CA": junk}, "NATS_CA"},
-		{map[string]string{"NATS_URL": "nats://localhost:4222", "NATS_NKEY": seedFile, "NATS_CREDS": seedFile}, "NATS_NKEY"},
+		{map[string]string{"NATS_URL": "nats://localhost:4222", "NATS_NKEY_SEED": seedFile, "NATS_CREDS": seedFile}, "NATS_NKEY_SEED"},
 		{map[string]string{"NATS_URL": "http://localhost:4222"}, "NATS_URL"},
 		{map[string]string{"NATS_URL": "nats://a:4222,localhost"}, "NATS_URL"},
-		{map[string]string{"NATS_NKEY": seedFile}, "NATS_NKEY"},
+		{map[string]string{"NATS_NKEY_SEED": seedFile}, "NATS_NKEY_SEED"},
 		{map[string]string{"NATS_CREDS": seedFile}, "NATS_CREDS"},
 		{map[string]string{"NATS_CA": seedFile}, "NATS_CA"},
 	} {
