@@ -78,8 +78,8 @@ type WebhookSubscriberInput struct {
 	Secret      *string
 	MaxAttempts *int32
 	TimeoutMs   *int32
-	// MaxInFlight: 1…100 (default DefaultMaxInFlight). RatePerSecond: more
-	// than 0, at most 10,000; on update 0 removes the limit.
+	// MaxInFlight: 1…100 (default DefaultMaxInFlight). RatePerSecond:
+	// MinRatePerSecond…MaxRatePerSecond; on update 0 removes the limit.
 	MaxInFlight   *int32
 	RatePerSecond *float64
 }
@@ -146,20 +146,31 @@ func (in externalInput) validate(creating bool) error {
 	}
 	if r := in.RatePerSecond; r != nil && !validRate(*r, creating) {
 		if creating {
-			return inputErr("ratePerSecond", "must be more than 0 and at most 10000")
+			return inputErr("ratePerSecond", "must be between %v and %v", MinRatePerSecond, MaxRatePerSecond)
 		}
-		return inputErr("ratePerSecond", "must be more than 0 and at most 10000, or 0 to remove the limit")
+		return inputErr("ratePerSecond", "must be between %v and %v, or 0 to remove the limit", MinRatePerSecond, MaxRatePerSecond)
 	}
 	return nil
 }
 
-// validRate tells whether r is a ratePerSecond to write: in (0, 10000],
-// or 0 (remove the limit) on update. NaN is neither.
+// MinRatePerSecond and MaxRatePerSecond bound a subscriber's
+// ratePerSecond (requests or publishes per second). The floor, one every
+// 1000 s (about 17 minutes), is slower than any receiver needs (pause a
+// subscriber to stop it) and keeps the gap between tokens far inside a
+// time.Duration.
+const (
+	MinRatePerSecond = 0.001
+	MaxRatePerSecond = 10000
+)
+
+// validRate tells whether r is a ratePerSecond to write: in
+// [MinRatePerSecond, MaxRatePerSecond], or 0 (remove the limit) on update.
+// NaN is neither.
 func validRate(r float64, creating bool) bool {
 	if r == 0 {
 		return !creating
 	}
-	return r > 0 && r <= 10000
+	return r >= MinRatePerSecond && r <= MaxRatePerSecond
 }
 
 func validSubscriberName(s string) bool {
@@ -650,5 +661,18 @@ func TakeWebhookToken(ctx context.Context, q Querier, subscriberID int64, rate f
 	if row.Taken {
 		return 0, nil
 	}
-	return time.Duration((1 - row.Tokens) / rate * float64(time.Second)), nil
+	return tokenWait(row.Tokens, rate), nil
+}
+
+// tokenWait is how long a bucket holding tokens (< 1) takes to refill one
+// at rate per second, at most a day: a rate stored before the floor
+// existed (or any tiny one) must not overflow time.Duration into a
+// negative wait, which would send at once.
+func tokenWait(tokens, rate float64) time.Duration {
+	const most = 24 * time.Hour
+	secs := (1 - tokens) / rate
+	if !(secs < most.Seconds()) {
+		return most
+	}
+	return time.Duration(secs * float64(time.Second))
 }

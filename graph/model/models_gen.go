@@ -103,7 +103,7 @@ type NatsSubscriberInput struct {
 	TimeoutMs *int `json:"timeoutMs,omitempty"`
 	// 1…100, default 4: unacknowledged publishes at once across every server instance.
 	MaxInFlight *int `json:"maxInFlight,omitempty"`
-	// Publishes per second, more than 0 and at most 10000; absent: no limit.
+	// Publishes per second, 0.001 (one every 1000 s) to 10000; absent: no limit.
 	RatePerSecond *float64 `json:"ratePerSecond,omitempty"`
 }
 
@@ -120,7 +120,7 @@ type NatsSubscriberUpdate struct {
 	TimeoutMs   *int           `json:"timeoutMs,omitempty"`
 	// 1…100.
 	MaxInFlight *int `json:"maxInFlight,omitempty"`
-	// More than 0 and at most 10000; 0 removes the limit.
+	// 0.001 to 10000; 0 removes the limit.
 	RatePerSecond *float64 `json:"ratePerSecond,omitempty"`
 }
 
@@ -317,7 +317,7 @@ type WebhookSubscriberInput struct {
 	// server instance. A delivery that finds them all busy waits without
 	// holding a delivery worker, so a slow webhook never slows the others.
 	MaxInFlight *int `json:"maxInFlight,omitempty"`
-	// Requests per second, more than 0 and at most 10000, on average, with
+	// Requests per second, 0.001 (one every 1000 s) to 10000, on average, with
 	// bursts of up to one second's worth (at least 1); absent: no limit.
 	RatePerSecond *float64 `json:"ratePerSecond,omitempty"`
 }
@@ -338,7 +338,7 @@ type WebhookSubscriberUpdate struct {
 	TimeoutMs   *int    `json:"timeoutMs,omitempty"`
 	// 1…100.
 	MaxInFlight *int `json:"maxInFlight,omitempty"`
-	// More than 0 and at most 10000; 0 removes the limit.
+	// 0.001 to 10000; 0 removes the limit.
 	RatePerSecond *float64 `json:"ratePerSecond,omitempty"`
 }
 
