@@ -259,7 +259,7 @@ type WarehouseMoveEdge struct {
 }
 
 type WarehouseMoveFilter struct {
-	// Any of: draft, posted, reversed.
+	// Any of: draft, posted, reversed, cancelled.
 	Statuses []string `json:"statuses,omitempty"`
 	Number   *string  `json:"number,omitempty"`
 	// A line is of this item.
