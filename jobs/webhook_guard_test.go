@@ -226,6 +226,7 @@ func TestSSRFAllowPrivateChecksOnlyTheURLShape(t *testing.T) {
 			require.NoError(t, s.CheckURL(t.Context(), hostURL(tt.host)), tt.host)
 		}
 		require.NoError(t, s.CheckURL(t.Context(), "http://loopback.test/"))
+		require.NoError(t, s.CheckURL(t.Context(), "http://nonexistent.invalid/x"), "not resolved: its deliveries fail instead")
 		require.ErrorContains(t, s.CheckURL(t.Context(), "http://user:pw@10.0.0.1/"), "must not contain credentials")
 	}
 	require.EqualError(t, (*WebhookSender)(nil).CheckURL(t.Context(), "http://x/"), "webhook sender not created by NewWebhookSender")
