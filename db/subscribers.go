@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -241,15 +242,23 @@ func UpdateWebhookSubscriber(ctx context.Context, q Querier, id int64, in Webhoo
 		Secret: in.Secret, MaxAttempts: in.MaxAttempts, TimeoutMs: in.TimeoutMs, MaxInFlight: in.MaxInFlight,
 		RatePerSecond: in.RatePerSecond})
 	if errors.Is(err, pgx.ErrNoRows) {
-		if s, getErr := queries.SubscriberGetByID(ctx, q, id); getErr == nil && s.Kind == SubscriberBuiltin {
-			return Subscriber{}, fmt.Errorf("subscriber %d (%s) is built in: its filter is its code's, and only pauseSubscriber and resumeSubscriber apply to it: %w",
-				id, s.Name, ErrConflict)
-		}
+		return Subscriber{}, noWebhook(ctx, q, id)
 	}
 	if err != nil {
 		return Subscriber{}, webhookWriteErr(err, in, fmt.Sprintf("update webhook subscriber %d", id))
 	}
 	return subscriberFrom(dbsqlc.SubscriberRow(row)), nil
+}
+
+// noWebhook is the ErrNotFound of a webhook mutation given id, which names
+// no webhook subscriber; the message says so of a built-in one, whose
+// filter is its code's.
+func noWebhook(ctx context.Context, q Querier, id int64) error {
+	if s, err := queries.SubscriberGetByID(ctx, q, id); err == nil && s.Kind == SubscriberBuiltin {
+		return fmt.Errorf("subscriber %d (%s) is built in, not a webhook: only pauseSubscriber and resumeSubscriber apply to it: %w",
+			id, s.Name, ErrNotFound)
+	}
+	return fmt.Errorf("there is no webhook subscriber %d: %w", id, ErrNotFound)
 }
 
 // webhookWriteErr is the error of writing webhook subscriber in: a taken
@@ -542,12 +551,12 @@ const MaxSecretGrace = 30 * 24 * time.Hour
 // webhook subscriber id).
 func RotateWebhookSecret(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, secret string, grace time.Duration) (Subscriber, *time.Time, Event, error) {
 	if grace < 0 || grace > MaxSecretGrace || grace%time.Second != 0 {
-		return Subscriber{}, nil, Event{}, inputErr("graceSeconds", "whole seconds from 0 (the old secret ends at once) to %d (30 days), not %g",
-			int(MaxSecretGrace/time.Second), grace.Seconds())
+		return Subscriber{}, nil, Event{}, inputErr("graceSeconds", "whole seconds from 0 (the old secret ends at once) to %d (30 days), not %s",
+			int(MaxSecretGrace/time.Second), strconv.FormatFloat(grace.Seconds(), 'f', -1, 64))
 	}
 	row, err := queries.SubscriberRotateSecret(ctx, tx, &secret, int32(grace/time.Second), id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Subscriber{}, nil, Event{}, fmt.Errorf("there is no webhook subscriber %d: %w", id, ErrNotFound)
+		return Subscriber{}, nil, Event{}, noWebhook(ctx, tx, id)
 	}
 	if err != nil {
 		return Subscriber{}, nil, Event{}, fmt.Errorf("rotate secret of subscriber %d: %w", id, translate(err))

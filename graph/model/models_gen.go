@@ -291,10 +291,10 @@ type WarehouseMoveInput struct {
 type WebhookSubscriberInput struct {
 	// 1–64 of a-z 0-9 _ . - (starting with a letter or digit), unique.
 	Name string `json:"name"`
-	// http:// or https:// only; a host that does not resolve, or is or
-	// resolves to a loopback, private, link-local, multicast or cloud-metadata
-	// address, is refused unless the server runs with
-	// WEBHOOK_ALLOW_PRIVATE=true (then the host is not resolved until a
+	// http:// or https:// only, no #fragment (never sent); a host that does
+	// not resolve, or is or resolves to a loopback, private, link-local,
+	// multicast or cloud-metadata address, is refused unless the server runs
+	// with WEBHOOK_ALLOW_PRIVATE=true (then the host is not resolved until a
 	// delivery connects).
 	URL string `json:"url"`
 	// Known event types only (a typo is BAD_USER_INPUT listing them); absent or []: every type.
