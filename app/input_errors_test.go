@@ -9,7 +9,8 @@ import (
 )
 
 // TestUpdatingABuiltInSubscriberSaysSo: updateWebhookSubscriber on a
-// built-in subscriber is CONFLICT naming it as built in (not "not found"),
+// built-in subscriber is NOT_FOUND, as every webhook mutation answers for
+// an id that is not a webhook, with a message naming it as built in,
 // and a bad secret's error tells the user, not a Go function, how to make
 // one.
 func TestUpdatingABuiltInSubscriberSaysSo(t *testing.T) {
@@ -27,7 +28,7 @@ func TestUpdatingABuiltInSubscriberSaysSo(t *testing.T) {
 	require.NotEmpty(t, builtin)
 	update := `mutation($id: ID!, $in: WebhookSubscriberUpdate!) { updateWebhookSubscriber(id: $id, input: $in) { id } }`
 	e := apptest.GQLErr(t, s, update, map[string]any{"id": builtin, "in": map[string]any{"timeoutMs": 2000}})
-	require.Equal(t, "CONFLICT", e.Extensions["code"])
+	require.Equal(t, "NOT_FOUND", e.Extensions["code"])
 	require.Contains(t, e.Message, "(order_acceptance) is built in")
 
 	e = apptest.GQLErr(t, s, `mutation { createWebhookSubscriber(input: {name: "h", url: "http://127.0.0.1:1/", secret: "whsec_abc"}) { id } }`, nil)

@@ -164,6 +164,32 @@ func TestWebhookRatePerSecond(t *testing.T) {
 	}
 }
 
+// The slowest rate allowed still holds deliveries back: the bucket starts
+// with one token, so one of three deliveries goes out and the others'
+// jobs are snoozed until the next token, 1000 s away.
+func TestWebhookSlowestRateHoldsBack(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	apptest.SeedItem(t, s)
+	hook, url := newCountingHook(t, nil)
+	createLimitedWebhook(t, s, "trickle", url, map[string]any{"ratePerSecond": 0.001, "maxInFlight": 10})
+	const orders = 3
+	for i := range orders {
+		apptest.GQL[map[string]any](t, s, apptest.CreateSalesOrder, map[string]any{"customer": fmt.Sprint("К", i)})
+	}
+	apptest.WaitFor(t, 30*time.Second, "the first delivery", func() bool { return hook.delivered() == 1 })
+	apptest.WaitFor(t, 30*time.Second, "every other delivery snoozed until a token is due", func() bool {
+		var snoozed, open int
+		require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT
+			count(*) FILTER (WHERE state = 'scheduled' AND scheduled_at > now() + interval '15 minutes'),
+			count(*) FILTER (WHERE state NOT IN ('completed', 'scheduled'))
+			FROM river_job WHERE kind = 'deliver_event'`).Scan(&snoozed, &open))
+		return open == 0 && snoozed >= orders-1
+	})
+	require.Equal(t, 1, hook.delivered())
+	require.Equal(t, orders-1, subscriberLags(t, s)["trickle"].Pending)
+}
+
 // Limits out of range are BAD_USER_INPUT on their field and write nothing;
 // an update may change them, and ratePerSecond 0 removes the rate.
 func TestWebhookLimitsChecked(t *testing.T) {
@@ -175,6 +201,7 @@ func TestWebhookLimitsChecked(t *testing.T) {
 		value any
 	}{
 		{"maxInFlight", 0}, {"maxInFlight", 101}, {"ratePerSecond", 0.0}, {"ratePerSecond", -1.5}, {"ratePerSecond", 10001.0},
+		{"ratePerSecond", 1e-10}, {"ratePerSecond", 0.00099},
 	} {
 		e := apptest.GQLErr(t, s, create, map[string]any{"in": map[string]any{"name": "bad", "url": "http://127.0.0.1:1/", tt.field: tt.value}})
 		require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], "%s %v", tt.field, tt.value)
@@ -200,6 +227,8 @@ func TestWebhookLimitsChecked(t *testing.T) {
 	require.Equal(t, limits{ID: made.CreateWebhookSubscriber.ID, MaxInFlight: 7}, changed.UpdateWebhookSubscriber)
 	e := apptest.GQLErr(t, s, update, map[string]any{"id": made.CreateWebhookSubscriber.ID, "in": map[string]any{"maxInFlight": 0}})
 	require.Equal(t, "input.maxInFlight", e.Extensions["field"])
+	e = apptest.GQLErr(t, s, update, map[string]any{"id": made.CreateWebhookSubscriber.ID, "in": map[string]any{"ratePerSecond": 1e-10}})
+	require.Equal(t, "input.ratePerSecond", e.Extensions["field"], "below the floor on update too")
 	var slots int
 	require.NoError(t, s.Pool.QueryRow(t.Context(),
 		`SELECT count(*) FROM subscriber_leases WHERE subscriber_id = $1`, made.CreateWebhookSubscriber.ID).Scan(&slots))

@@ -136,6 +136,7 @@ func TestNatsSubscriberInputErrors(t *testing.T) {
 		{map[string]any{"name": "x", "stream": "a.b", "subjectPrefix": "erp"}, "input.stream"},
 		{map[string]any{"name": "x", "stream": "S", "subjectPrefix": "erp", "eventTypes": []string{"no.such"}}, "input.eventTypes.0"},
 		{map[string]any{"name": "x", "stream": "S", "subjectPrefix": "erp", "maxAttempts": 0}, "input.maxAttempts"},
+		{map[string]any{"name": "x", "stream": "S", "subjectPrefix": "erp", "ratePerSecond": 1e-10}, "input.ratePerSecond"},
 	} {
 		e := apptest.GQLErr(t, s, create, map[string]any{"in": tt.in})
 		require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], tt.in)
@@ -144,6 +145,8 @@ func TestNatsSubscriberInputErrors(t *testing.T) {
 	id := createNats(t, s, map[string]any{"name": "ok", "stream": "S", "subjectPrefix": "erp"})
 	e = apptest.GQLErr(t, s, `mutation($id: ID!) { updateWebhookSubscriber(id: $id, input: {name: "y"}) { id } }`, map[string]any{"id": id})
 	require.Equal(t, "NOT_FOUND", e.Extensions["code"], "a NATS subscriber is not a webhook")
+	e = apptest.GQLErr(t, s, `mutation($id: ID!) { updateNatsSubscriber(id: $id, input: {ratePerSecond: 1e-10}) { id } }`, map[string]any{"id": id})
+	require.Equal(t, "input.ratePerSecond", e.Extensions["field"])
 	got := apptest.GQL[struct {
 		UpdateNatsSubscriber struct {
 			Name, Stream, SubjectPrefix string

@@ -206,6 +206,7 @@ func TestWebhookSubscriberValidation(t *testing.T) {
 		{"javascript:alert(1)", "input.url"},
 		{"not a url", "input.url"},
 		{"http://127.0.0.1:1/hooks/a b", "input.url"},
+		{"http://127.0.0.1:1/hooks#a", "input.url"},
 	} {
 		e := apptest.GQLErr(t, s, `mutation($u: String!) { createWebhookSubscriber(input: {name: "x", url: $u}) { id } }`, map[string]any{"u": tt.url})
 		require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], tt.url)

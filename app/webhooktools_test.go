@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -151,14 +152,16 @@ func TestRotateWebhookSecretRefusals(t *testing.T) {
 		require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"], grace)
 		require.Equal(t, "graceSeconds", e.Extensions["field"], grace)
 		require.Contains(t, e.Message, "2592000", grace)
+		require.Contains(t, e.Message, fmt.Sprintf("not %d", grace), "the number as sent, not 2.592001e+06")
 	}
 	e := apptest.GQLErr(t, s, rotate, map[string]any{"id": "999999", "grace": 60})
 	require.Equal(t, "NOT_FOUND", e.Extensions["code"])
 	// A built-in subscriber has no secret to rotate.
 	var builtin string
-	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT name FROM subscribers WHERE kind = 'builtin' LIMIT 1`).Scan(&builtin))
+	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT id::text FROM subscribers WHERE kind = 'builtin' LIMIT 1`).Scan(&builtin))
 	e = apptest.GQLErr(t, s, rotate, map[string]any{"id": builtin, "grace": 60})
 	require.Equal(t, "NOT_FOUND", e.Extensions["code"])
+	require.Contains(t, e.Message, "is built in")
 
 	// Nothing changed: the old secret alone still signs, nothing journaled.
 	require.Equal(t, verdict{old: true}, rcv.next(t, s))

@@ -227,7 +227,8 @@ type LockedDocument struct {
 // each other in a circle (a deadlock, which PostgreSQL breaks by failing
 // one of them):
 //
-//  1. the warehouse move being posted or reversed;
+//  1. the warehouse move being posted, reversed or cancelled, and the
+//     draft material issues a production order's cancellation takes along;
 //  2. sales orders;
 //  3. production orders;
 //  4. purchase orders;
@@ -417,11 +418,16 @@ func TransitionIf(ctx context.Context, tx pgx.Tx, actorID *int64, k *DocKind, id
 // orders may be cancelled, unless a production order of theirs is
 // released (a *StatusConflictError naming them: cancel or complete them
 // first). Its planned production orders are cancelled with it, the reason
-// naming the order. It journals doc.status_changed for each and returns
-// the order as stored.
+// naming the order, and so are the draft material issues of its
+// production orders (draftIssues). It journals doc.status_changed for
+// each and returns the order as stored.
 func CancelSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, version int32, reason string) (SalesOrder, []Event, error) {
 	why, err := requireText("reason", reason)
 	if err != nil {
+		return SalesOrder{}, nil, err
+	}
+	issues := draftIssues{salesOrderID: &id}
+	if err := issues.lock(ctx, tx); err != nil {
 		return SalesOrder{}, nil, err
 	}
 	d, err := LockDocumentAt(ctx, tx, SalesOrders, id, version)
@@ -444,18 +450,13 @@ func CancelSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, 
 	}
 	events := []Event{ev}
 	// Its planned production goes with it: nothing is made for a
-	// cancelled order (their draft material issues are refused posting).
-	// They are locked after the sales order, in id order (the lock order),
+	// cancelled order. They are locked after the sales order, in id order (the lock order),
 	// as a release locks them: none can be released unseen meanwhile.
 	planned, err := queries.ProductionOrderListPlannedIDs(ctx, tx, &id)
 	if err != nil {
 		return SalesOrder{}, nil, fmt.Errorf("list planned production orders of sales order %s: %w", d.Number, translate(err))
 	}
-	cascade := []rune(fmt.Sprintf("sales order %s cancelled: %s", d.Number, why))
-	if len(cascade) > maxTextLen {
-		cascade = append(cascade[:maxTextLen-1], '…')
-	}
-	poReason := string(cascade)
+	poReason := truncateText(fmt.Sprintf("sales order %s cancelled: %s", d.Number, why))
 	for _, poID := range planned {
 		po, err := LockDocument(ctx, tx, ProductionOrders, poID)
 		if err != nil {
@@ -470,8 +471,63 @@ func CancelSalesOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, 
 		}
 		events = append(events, ev)
 	}
+	more, err := issues.cancel(ctx, tx, actorID, poReason)
+	if err != nil {
+		return SalesOrder{}, nil, err
+	}
 	so, err := SalesOrderByID(ctx, tx, id)
-	return so, events, err
+	return so, append(events, more...), err
+}
+
+// draftIssues are the draft material issues (wh_moves) of one production
+// order, or of every production order of one sales order: a cancellation
+// of the order cancels them, since materials must not go to production
+// that will not happen.
+type draftIssues struct {
+	prodOrderID, salesOrderID *int64
+	locked                    []LockedDocument
+}
+
+// lock locks the draft issues not locked yet, in id order. Called before
+// the orders are locked (the lock order: moves first) and again after,
+// for an issue material_issue wrote in between; no more can be written
+// once the production orders are locked.
+func (di *draftIssues) lock(ctx context.Context, tx pgx.Tx) error {
+	ids, err := queries.WarehouseMoveListDraftIssueIDs(ctx, tx, di.prodOrderID, di.salesOrderID)
+	if err != nil {
+		return fmt.Errorf("list draft material issues: %w", translate(err))
+	}
+	for _, id := range ids {
+		if slices.ContainsFunc(di.locked, func(d LockedDocument) bool { return d.ID == id }) {
+			continue
+		}
+		d, err := LockDocument(ctx, tx, WarehouseMoves, id)
+		if err != nil {
+			return err
+		}
+		di.locked = append(di.locked, d)
+	}
+	return nil
+}
+
+// cancel locks the issues written since lock and cancels every locked one
+// still draft for reason, returning their doc.status_changed events.
+func (di *draftIssues) cancel(ctx context.Context, tx pgx.Tx, actorID *int64, reason string) ([]Event, error) {
+	if err := di.lock(ctx, tx); err != nil {
+		return nil, err
+	}
+	var events []Event
+	for _, d := range di.locked {
+		if d.Status != MoveDraft { // posted before we locked it
+			continue
+		}
+		_, ev, err := d.MoveTo(ctx, tx, actorID, MoveCancelled, &reason)
+		if err != nil {
+			return nil, err
+		}
+		events = append(events, ev)
+	}
+	return events, nil
 }
 
 // AcceptSalesOrder moves a sales order from new to accepted as the
@@ -603,18 +659,27 @@ func ReleaseProductionOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id i
 
 // CancelProductionOrder cancels production order id (planned or
 // released), seen at version, for reason (required, at most 200
-// characters), journaling doc.status_changed.
+// characters), journaling doc.status_changed; its draft material issues
+// are cancelled with it, the reason naming the order.
 func CancelProductionOrder(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, version int32, reason string) (ProductionOrder, []Event, error) {
 	why, err := requireText("reason", reason)
 	if err != nil {
 		return ProductionOrder{}, nil, err
 	}
-	_, ev, err := Transition(ctx, tx, actorID, ProductionOrders, id, version, ProductionCancelled, &why)
+	issues := draftIssues{prodOrderID: &id}
+	if err := issues.lock(ctx, tx); err != nil {
+		return ProductionOrder{}, nil, err
+	}
+	change, ev, err := Transition(ctx, tx, actorID, ProductionOrders, id, version, ProductionCancelled, &why)
+	if err != nil {
+		return ProductionOrder{}, nil, err
+	}
+	more, err := issues.cancel(ctx, tx, actorID, truncateText(fmt.Sprintf("production order %s cancelled: %s", change.Number, why)))
 	if err != nil {
 		return ProductionOrder{}, nil, err
 	}
 	po, err := ProductionOrderByID(ctx, tx, id)
-	return po, []Event{ev}, err
+	return po, append([]Event{ev}, more...), err
 }
 
 // ClosePurchaseOrder closes purchase order id (open, partially received
@@ -653,4 +718,14 @@ func (k *DocKind) IDByNumber(ctx context.Context, q Querier, number string) (int
 		return 0, fmt.Errorf("find %s %s: %w", k.Noun, number, translate(err))
 	}
 	return id, nil
+}
+
+// truncateText cuts s to maxTextLen characters, the last one an ellipsis
+// when it was longer: a reason that quotes another one may be too long.
+func truncateText(s string) string {
+	r := []rune(s)
+	if len(r) <= maxTextLen {
+		return s
+	}
+	return string(append(r[:maxTextLen-1], '…'))
 }

@@ -169,7 +169,7 @@ func ListSalesOrders(ctx context.Context, q Querier, f SalesOrderFilter, first i
 var (
 	ProductionOrderStatuses = []string{ProductionPlanned, ProductionReleased, ProductionCompleted, ProductionCancelled}
 	PurchaseOrderStatuses   = []string{PurchaseOpen, PurchasePartiallyReceived, PurchaseReceived, PurchaseClosed, PurchaseCancelled}
-	WarehouseMoveStatuses   = []string{MoveDraft, MovePosted, MoveReversed}
+	WarehouseMoveStatuses   = []string{MoveDraft, MovePosted, MoveReversed, MoveCancelled}
 )
 
 // ProductionOrderFilter selects production orders: DocFilter (SKU is the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -78,8 +79,8 @@ type WebhookSubscriberInput struct {
 	Secret      *string
 	MaxAttempts *int32
 	TimeoutMs   *int32
-	// MaxInFlight: 1…100 (default DefaultMaxInFlight). RatePerSecond: more
-	// than 0, at most 10,000; on update 0 removes the limit.
+	// MaxInFlight: 1…100 (default DefaultMaxInFlight). RatePerSecond:
+	// MinRatePerSecond…MaxRatePerSecond; on update 0 removes the limit.
 	MaxInFlight   *int32
 	RatePerSecond *float64
 }
@@ -146,20 +147,31 @@ func (in externalInput) validate(creating bool) error {
 	}
 	if r := in.RatePerSecond; r != nil && !validRate(*r, creating) {
 		if creating {
-			return inputErr("ratePerSecond", "must be more than 0 and at most 10000")
+			return inputErr("ratePerSecond", "must be between %v and %v", MinRatePerSecond, MaxRatePerSecond)
 		}
-		return inputErr("ratePerSecond", "must be more than 0 and at most 10000, or 0 to remove the limit")
+		return inputErr("ratePerSecond", "must be between %v and %v, or 0 to remove the limit", MinRatePerSecond, MaxRatePerSecond)
 	}
 	return nil
 }
 
-// validRate tells whether r is a ratePerSecond to write: in (0, 10000],
-// or 0 (remove the limit) on update. NaN is neither.
+// MinRatePerSecond and MaxRatePerSecond bound a subscriber's
+// ratePerSecond (requests or publishes per second). The floor, one every
+// 1000 s (about 17 minutes), is slower than any receiver needs (pause a
+// subscriber to stop it) and keeps the gap between tokens far inside a
+// time.Duration.
+const (
+	MinRatePerSecond = 0.001
+	MaxRatePerSecond = 10000
+)
+
+// validRate tells whether r is a ratePerSecond to write: in
+// [MinRatePerSecond, MaxRatePerSecond], or 0 (remove the limit) on update.
+// NaN is neither.
 func validRate(r float64, creating bool) bool {
 	if r == 0 {
 		return !creating
 	}
-	return r > 0 && r <= 10000
+	return r >= MinRatePerSecond && r <= MaxRatePerSecond
 }
 
 func validSubscriberName(s string) bool {
@@ -230,15 +242,23 @@ func UpdateWebhookSubscriber(ctx context.Context, q Querier, id int64, in Webhoo
 		Secret: in.Secret, MaxAttempts: in.MaxAttempts, TimeoutMs: in.TimeoutMs, MaxInFlight: in.MaxInFlight,
 		RatePerSecond: in.RatePerSecond})
 	if errors.Is(err, pgx.ErrNoRows) {
-		if s, getErr := queries.SubscriberGetByID(ctx, q, id); getErr == nil && s.Kind == SubscriberBuiltin {
-			return Subscriber{}, fmt.Errorf("subscriber %d (%s) is built in: its filter is its code's, and only pauseSubscriber and resumeSubscriber apply to it: %w",
-				id, s.Name, ErrConflict)
-		}
+		return Subscriber{}, noWebhook(ctx, q, id)
 	}
 	if err != nil {
 		return Subscriber{}, webhookWriteErr(err, in, fmt.Sprintf("update webhook subscriber %d", id))
 	}
 	return subscriberFrom(dbsqlc.SubscriberRow(row)), nil
+}
+
+// noWebhook is the ErrNotFound of a webhook mutation given id, which names
+// no webhook subscriber; the message says so of a built-in one, whose
+// filter is its code's.
+func noWebhook(ctx context.Context, q Querier, id int64) error {
+	if s, err := queries.SubscriberGetByID(ctx, q, id); err == nil && s.Kind == SubscriberBuiltin {
+		return fmt.Errorf("subscriber %d (%s) is built in, not a webhook: only pauseSubscriber and resumeSubscriber apply to it: %w",
+			id, s.Name, ErrNotFound)
+	}
+	return fmt.Errorf("there is no webhook subscriber %d: %w", id, ErrNotFound)
 }
 
 // webhookWriteErr is the error of writing webhook subscriber in: a taken
@@ -560,12 +580,12 @@ const MaxSecretGrace = 30 * 24 * time.Hour
 // webhook subscriber id).
 func RotateWebhookSecret(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, secret string, grace time.Duration) (Subscriber, *time.Time, Event, error) {
 	if grace < 0 || grace > MaxSecretGrace || grace%time.Second != 0 {
-		return Subscriber{}, nil, Event{}, inputErr("graceSeconds", "whole seconds from 0 (the old secret ends at once) to %d (30 days), not %g",
-			int(MaxSecretGrace/time.Second), grace.Seconds())
+		return Subscriber{}, nil, Event{}, inputErr("graceSeconds", "whole seconds from 0 (the old secret ends at once) to %d (30 days), not %s",
+			int(MaxSecretGrace/time.Second), strconv.FormatFloat(grace.Seconds(), 'f', -1, 64))
 	}
 	row, err := queries.SubscriberRotateSecret(ctx, tx, &secret, int32(grace/time.Second), id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Subscriber{}, nil, Event{}, fmt.Errorf("there is no webhook subscriber %d: %w", id, ErrNotFound)
+		return Subscriber{}, nil, Event{}, noWebhook(ctx, tx, id)
 	}
 	if err != nil {
 		return Subscriber{}, nil, Event{}, fmt.Errorf("rotate secret of subscriber %d: %w", id, translate(err))
@@ -679,5 +699,18 @@ func TakeWebhookToken(ctx context.Context, q Querier, subscriberID int64, rate f
 	if row.Taken {
 		return 0, nil
 	}
-	return time.Duration((1 - row.Tokens) / rate * float64(time.Second)), nil
+	return tokenWait(row.Tokens, rate), nil
+}
+
+// tokenWait is how long a bucket holding tokens (< 1) takes to refill one
+// at rate per second, at most a day: a rate stored before the floor
+// existed (or any tiny one) must not overflow time.Duration into a
+// negative wait, which would send at once.
+func tokenWait(tokens, rate float64) time.Duration {
+	const most = 24 * time.Hour
+	secs := (1 - tokens) / rate
+	if !(secs < most.Seconds()) {
+		return most
+	}
+	return time.Duration(secs * float64(time.Second))
 }

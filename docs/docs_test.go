@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 
 	"erp/app/apptest"
 	"erp/app/config"
+	"erp/db/catalog"
 	"erp/db/pgtest"
 	"erp/demo"
 	"erp/jobs/natstest"
@@ -291,6 +293,28 @@ func (r *runner) shell(b block) {
 	if json.Unmarshal(stdout.Bytes(), &res) == nil && len(res.Errors) > 0 {
 		r.errorf(b, "GraphQL errors: %s", stdout.Bytes())
 	}
+}
+
+// typeRow is a row of events.md's table of event types: | `type` | … |.
+var typeRow = regexp.MustCompile("^\\| `([a-z_.]+)` \\|")
+
+// TestEventTypesTable: events.md's table of event types lists the
+// catalog's types, each once, so that a new type cannot go undocumented.
+func TestEventTypesTable(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("events.md")
+	require.NoError(t, err)
+	_, types, ok := strings.Cut(string(src), "\n## Types\n")
+	require.True(t, ok, "events.md has a ## Types section")
+	types, _, _ = strings.Cut(types, "\n## ")
+	var listed []string
+	for _, line := range strings.Split(types, "\n") {
+		if m := typeRow.FindStringSubmatch(line); m != nil {
+			listed = append(listed, m[1])
+		}
+	}
+	slices.Sort(listed)
+	require.Equal(t, catalog.Names(), listed)
 }
 
 // link is a Markdown link's target: [text](target).

@@ -258,6 +258,9 @@ func (s *WebhookSender) Send(ctx context.Context, cfg WebhookConfig, eventID int
 	if ctx == nil {
 		return WebhookResult{Err: errors.New("webhook send: nil context")}
 	}
+	// A URL stored before fragments were refused still delivers: HTTP
+	// never sends the fragment anyway.
+	cfg.URL, _, _ = strings.Cut(cfg.URL, "#")
 	if err := ValidateWebhookURL(cfg.URL); err != nil {
 		return WebhookResult{Err: err, Permanent: true}
 	}
@@ -350,7 +353,7 @@ func (s *WebhookSender) Send(ctx context.Context, cfg WebhookConfig, eventID int
 
 // ValidateWebhookURL reports whether raw can be a webhook endpoint: an
 // absolute http or https URL with a host, a port (if any) in 1-65535, no
-// user:password@, no raw whitespace and that normalised (see
+// user:password@, no #fragment, no raw whitespace and that normalised (see
 // NormalizeWebhookURL) still parses. The error names the problem but never
 // echoes credentials.
 func ValidateWebhookURL(raw string) error {
@@ -378,6 +381,8 @@ func ValidateWebhookURL(raw string) error {
 		return errors.New("webhook url has no host")
 	case u.User != nil:
 		return fmt.Errorf("webhook url for %s must not contain credentials (user:password@)", u.Hostname())
+	case strings.Contains(raw, "#"): // "…/#" parses to no Fragment
+		return errors.New("webhook url has a #fragment, which is never sent: remove it")
 	}
 	if p := u.Port(); p != "" {
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {

@@ -29,9 +29,13 @@ type WebhookAddressError struct {
 }
 
 func (e *WebhookAddressError) Error() string {
-	subject := fmt.Sprintf("%s resolves to %s, a %s address", e.Host, e.Addr, e.Kind)
+	kind := "a " + e.Kind
+	if strings.IndexAny(e.Kind, "aeiou") == 0 {
+		kind = "an " + e.Kind
+	}
+	subject := fmt.Sprintf("%s resolves to %s, %s address", e.Host, e.Addr, kind)
 	if strings.EqualFold(e.Host, e.Addr.String()) || strings.EqualFold(e.Host, e.Addr.WithZone("").String()) {
-		subject = fmt.Sprintf("%s is a %s address", e.Host, e.Kind)
+		subject = fmt.Sprintf("%s is %s address", e.Host, kind)
 	}
 	// The setting's name is what an operator of an on-premise receiver needs.
 	return subject + ": refused unless WEBHOOK_ALLOW_PRIVATE=true"

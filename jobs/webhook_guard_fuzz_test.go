@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"strings"
 	"testing"
 )
 
@@ -103,6 +104,9 @@ func FuzzWebhookURL(f *testing.F) {
 			t.Fatalf("NormalizeWebhookURL(%q): %v, but ValidateWebhookURL says %v", raw, normErr, ValidateWebhookURL(raw))
 		}
 		if normErr == nil {
+			if strings.Contains(norm, "#") {
+				t.Fatalf("NormalizeWebhookURL(%q) = %q keeps a fragment", raw, norm)
+			}
 			for _, c := range []byte(norm) {
 				if c <= ' ' || c >= 0x7f {
 					t.Fatalf("NormalizeWebhookURL(%q) = %q: byte %#x", raw, norm, c)

@@ -434,7 +434,9 @@ func TestValidateWebhookURL(t *testing.T) {
 	}{
 		{url: "http://example.com/hook"},
 		{url: "https://example.com"},
-		{url: "https://example.com:8443/a/b?token=x#frag"},
+		{url: "https://example.com:8443/a/b?token=x"},
+		{url: "https://example.com:8443/a/b?token=x#frag", wantErr: "webhook url has a #fragment, which is never sent"},
+		{url: "https://example.com/#", wantErr: "#fragment"},
 		{url: "HTTPS://Example.COM/hook"},
 		{url: "http://127.0.0.1:1234/"},
 		{url: "http://[::1]:8080/hook"},
@@ -492,6 +494,7 @@ func TestWebhookSendNeverPanics(t *testing.T) {
 		{name: "negative timeout", sender: NewWebhookSender(), ctx: t.Context(), cfg: WebhookConfig{URL: rec.srv.URL, Timeout: -time.Second}},
 		{name: "huge timeout", sender: NewWebhookSender(), ctx: t.Context(), cfg: WebhookConfig{URL: rec.srv.URL, Timeout: 1<<63 - 1}},
 		{name: "percent garbage", sender: NewWebhookSender(), ctx: t.Context(), cfg: WebhookConfig{URL: "http://%zz"}, wantErr: "webhook url is invalid"},
+		{name: "fragment stored before they were refused", sender: NewWebhookSender(), ctx: t.Context(), cfg: WebhookConfig{URL: rec.srv.URL + "/#old"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

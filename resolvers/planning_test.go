@@ -124,3 +124,77 @@ func TestPlanningThroughTheAPI(t *testing.T) {
 	require.Equal(t, order.ID, po.SalesOrderID)
 	require.Equal(t, 2, *po.SalesOrderLineNo, "line 1 is a material, bought not made")
 }
+
+// A production order cancelled with its sales order, or by itself, takes
+// its draft material issue along (a clerk must not post materials to a
+// cancelled order), journaled as the move's own doc.status_changed.
+func TestCancelledProductionCancelsItsDraftIssue(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	for _, sku := range []string{"P1", "M1"} {
+		apptest.GQL[map[string]any](t, s, `mutation($sku: String!) { createItem(input: {sku: $sku, name: $sku, unit: "шт"}) { id } }`,
+			map[string]any{"sku": sku})
+	}
+	apptest.GQL[map[string]any](t, s, `mutation { setBillOfMaterials(sku: "P1", components: [{sku: "M1", quantity: 2}]) { id } }`, nil)
+	apptest.GQL[map[string]any](t, s, `mutation { createWarehouse(input: {code: "W1", name: "W1", suppliesProduction: true}) { id } }`, nil)
+
+	type doc struct {
+		ID, Status string
+		Version    int
+	}
+	type issue struct {
+		doc
+		ProductionOrderID string `json:"productionOrderId"`
+		SalesOrderID      string
+	}
+	// order receives an order of P1 and waits for its draft material issue.
+	order := func(externalID string) issue {
+		t.Helper()
+		so := apptest.GQL[struct {
+			ReceiveOrder struct{ Order struct{ ID string } } `json:"receiveOrder"`
+		}](t, s, `mutation($x: String!) { receiveOrder(input: {source: SHOP, externalId: $x, customer: "Иванов",
+			lines: [{sku: "P1", quantity: "1"}]}) { order { id } } }`, map[string]any{"x": externalID}).ReceiveOrder.Order
+		var got issue
+		apptest.WaitFor(t, 10*time.Second, "the material issue of "+externalID, func() bool {
+			res := apptest.GQL[struct {
+				WarehouseMoves struct{ Edges []struct{ Node issue } }
+			}](t, s, `{ warehouseMoves(filter: {kinds: [ISSUE_TO_PRODUCTION]}) { edges { node { id status version productionOrderId } } } }`, nil)
+			for _, e := range res.WarehouseMoves.Edges {
+				po := apptest.GQL[struct{ ProductionOrder struct{ SalesOrderID string } }](t, s,
+					`query($id: ID!) { productionOrder(id: $id) { salesOrderId } }`, map[string]any{"id": e.Node.ProductionOrderID}).ProductionOrder
+				if po.SalesOrderID == so.ID {
+					got, got.SalesOrderID = e.Node, so.ID
+					return true
+				}
+			}
+			return false
+		})
+		require.Equal(t, "draft", got.Status)
+		return got
+	}
+	state := func(field, id string) doc {
+		t.Helper()
+		res := apptest.GQL[map[string]doc](t, s, `query($id: ID!) { d: `+field+`(id: $id) { id status version } }`, map[string]any{"id": id})
+		return res["d"]
+	}
+
+	viaSales := order("shop-1")
+	so := state("salesOrder", viaSales.SalesOrderID)
+	apptest.GQL[map[string]any](t, s, `mutation($id: ID!, $v: Int!) { cancelSalesOrder(id: $id, version: $v, reason: "передумал") { id } }`,
+		map[string]any{"id": so.ID, "v": so.Version})
+	require.Equal(t, "cancelled", state("productionOrder", viaSales.ProductionOrderID).Status)
+	require.Equal(t, "cancelled", state("warehouseMove", viaSales.ID).Status, "the draft issue goes with its production order")
+	ev := statusEvents(t, s, "wh_moves", viaSales.ID)
+	require.Len(t, ev, 1)
+	require.Equal(t, "cancelled", ev[0].Payload["to"])
+	require.Contains(t, ev[0].Payload["reason"], "передумал")
+
+	direct := order("shop-2")
+	po := state("productionOrder", direct.ProductionOrderID)
+	apptest.GQL[map[string]any](t, s, `mutation($id: ID!, $v: Int!) { cancelProductionOrder(id: $id, version: $v, reason: "нет мощностей") { id } }`,
+		map[string]any{"id": po.ID, "v": po.Version})
+	require.Equal(t, "cancelled", state("warehouseMove", direct.ID).Status)
+	ev = statusEvents(t, s, "wh_moves", direct.ID)
+	require.Len(t, ev, 1)
+	require.Contains(t, ev[0].Payload["reason"], "нет мощностей")
+}

@@ -727,6 +727,11 @@ func TestDraftCancelled(t *testing.T) {
 	require.Equal(t, "ошибка ввода", ev[0].Payload["reason"])
 	require.Empty(t, ledger(t, s, "A1"))
 	require.True(t, onHand(t, s, "A1").IsZero())
+	listed := apptest.GQL[struct {
+		WarehouseMoves struct{ Edges []struct{ Node moveState } }
+	}](t, s, `{ warehouseMoves(filter: {statuses: ["cancelled"]}) { edges { node { id status version } } } }`, nil)
+	require.Len(t, listed.WarehouseMoves.Edges, 1, "listed by its status")
+	require.Equal(t, got, listed.WarehouseMoves.Edges[0].Node)
 
 	for _, q := range []string{postMove, cancel} {
 		e = apptest.GQLErr(t, s, q, map[string]any{"id": d.ID, "v": got.Version, "r": "again"})

@@ -161,3 +161,13 @@ FROM wh_moves m JOIN wh_move_lines l ON l.move_id = m.id
 WHERE m.purchase_order_id = @purchase_order_id AND m.kind = 'receipt' AND m.status = 'posted'
     AND m.reversal_of_id IS NULL AND m.id <> @except_move_id
 GROUP BY l.item_id;
+
+-- name: WarehouseMoveListDraftIssueIDs :many
+-- WarehouseMoveListDraftIssueIDs returns the ids of the draft material
+-- issues of production order prod_order_id, or of the production orders
+-- of sales order sales_order_id, in id order (the order a cancellation
+-- locks them in).
+SELECT m.id FROM wh_moves m JOIN plan_prod_orders p ON p.id = m.prod_order_id
+WHERE m.kind = 'issue_to_production' AND m.status = 'draft'
+  AND (p.id = sqlc.narg('prod_order_id')::bigint OR p.sales_order_id = sqlc.narg('sales_order_id')::bigint)
+ORDER BY m.id;

@@ -104,7 +104,7 @@ type NatsSubscriberInput struct {
 	TimeoutMs *int `json:"timeoutMs,omitempty"`
 	// 1…100, default 4: unacknowledged publishes at once across every server instance.
 	MaxInFlight *int `json:"maxInFlight,omitempty"`
-	// Publishes per second, more than 0 and at most 10000; absent: no limit.
+	// Publishes per second, 0.001 (one every 1000 s) to 10000; absent: no limit.
 	RatePerSecond *float64 `json:"ratePerSecond,omitempty"`
 }
 
@@ -121,7 +121,7 @@ type NatsSubscriberUpdate struct {
 	TimeoutMs   *int           `json:"timeoutMs,omitempty"`
 	// 1…100.
 	MaxInFlight *int `json:"maxInFlight,omitempty"`
-	// More than 0 and at most 10000; 0 removes the limit.
+	// 0.001 to 10000; 0 removes the limit.
 	RatePerSecond *float64 `json:"ratePerSecond,omitempty"`
 }
 
@@ -260,7 +260,7 @@ type WarehouseMoveEdge struct {
 }
 
 type WarehouseMoveFilter struct {
-	// Any of: draft, posted, reversed.
+	// Any of: draft, posted, reversed, cancelled.
 	Statuses []string `json:"statuses,omitempty"`
 	Number   *string  `json:"number,omitempty"`
 	// A line is of this item.
@@ -292,9 +292,11 @@ type WarehouseMoveInput struct {
 type WebhookSubscriberInput struct {
 	// 1–64 of a-z 0-9 _ . - (starting with a letter or digit), unique.
 	Name string `json:"name"`
-	// http:// or https:// only; a host that is or resolves to a loopback,
-	// private, link-local, multicast or cloud-metadata address is refused
-	// unless the server runs with WEBHOOK_ALLOW_PRIVATE=true.
+	// http:// or https:// only, no #fragment (never sent); a host that does
+	// not resolve, or is or resolves to a loopback, private, link-local,
+	// multicast or cloud-metadata address, is refused unless the server runs
+	// with WEBHOOK_ALLOW_PRIVATE=true (then the host is not resolved until a
+	// delivery connects).
 	URL string `json:"url"`
 	// Known event types only (a typo is BAD_USER_INPUT listing them); absent or []: every type.
 	EventTypes []string `json:"eventTypes,omitempty"`
@@ -318,7 +320,7 @@ type WebhookSubscriberInput struct {
 	// server instance. A delivery that finds them all busy waits without
 	// holding a delivery worker, so a slow webhook never slows the others.
 	MaxInFlight *int `json:"maxInFlight,omitempty"`
-	// Requests per second, more than 0 and at most 10000, on average, with
+	// Requests per second, 0.001 (one every 1000 s) to 10000, on average, with
 	// bursts of up to one second's worth (at least 1); absent: no limit.
 	RatePerSecond *float64 `json:"ratePerSecond,omitempty"`
 }
@@ -339,7 +341,7 @@ type WebhookSubscriberUpdate struct {
 	TimeoutMs   *int    `json:"timeoutMs,omitempty"`
 	// 1…100.
 	MaxInFlight *int `json:"maxInFlight,omitempty"`
-	// More than 0 and at most 10000; 0 removes the limit.
+	// 0.001 to 10000; 0 removes the limit.
 	RatePerSecond *float64 `json:"ratePerSecond,omitempty"`
 }
 

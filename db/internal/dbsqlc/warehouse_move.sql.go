@@ -469,6 +469,37 @@ func (q *Queries) WarehouseMoveListByIDs(ctx context.Context, db DBTX, ids []int
 	return items, nil
 }
 
+const warehouseMoveListDraftIssueIDs = `-- name: WarehouseMoveListDraftIssueIDs :many
+SELECT m.id FROM wh_moves m JOIN plan_prod_orders p ON p.id = m.prod_order_id
+WHERE m.kind = 'issue_to_production' AND m.status = 'draft'
+  AND (p.id = $1::bigint OR p.sales_order_id = $2::bigint)
+ORDER BY m.id
+`
+
+// WarehouseMoveListDraftIssueIDs returns the ids of the draft material
+// issues of production order prod_order_id, or of the production orders
+// of sales order sales_order_id, in id order (the order a cancellation
+// locks them in).
+func (q *Queries) WarehouseMoveListDraftIssueIDs(ctx context.Context, db DBTX, prodOrderID *int64, salesOrderID *int64) ([]int64, error) {
+	rows, err := db.Query(ctx, warehouseMoveListDraftIssueIDs, prodOrderID, salesOrderID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int64{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const warehouseMoveListPage = `-- name: WarehouseMoveListPage :many
 
 SELECT m.id, m.number, m.kind, wf.code AS from_warehouse, wt.code AS to_warehouse,
