@@ -140,15 +140,23 @@ func (d *Dispatcher) deliverExternal(ctx context.Context, x externalDelivery) (t
 // not in it: a take that read this delivery still open, or found no slot,
 // may have run after the record's own look; it saw rows committed before
 // it began, which a query begun now sees too.
+//
+// It wakes one due delivery (and one replayed) per slot free now, not
+// MaxInFlight: the others are in flight, each waking in turn when its
+// holder records. Of attempts recorded at once, the last to look counts
+// every slot given back; a slot taken since its look was taken with a
+// delivery, which leaves the due ones, so a woken job that finds its
+// delivery leased by another job finds its slot used for it: a free slot
+// and a due delivery are not left waiting for the sweep.
 func (d *Dispatcher) wakeNext(ctx context.Context, x externalDelivery, t *taken, finished bool) error {
 	var w txWork
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		w = txWork{}
-		next, err := db.NextDueDeliveries(ctx, tx, t.sub.ID, int(t.sub.MaxInFlight))
+		next, err := db.NextDueDeliveries(ctx, tx, t.sub.ID)
 		if err != nil {
 			return err
 		}
-		nextReplayed, err := db.NextDueReplayDeliveries(ctx, tx, t.sub.ID, int(t.sub.MaxInFlight))
+		nextReplayed, err := db.NextDueReplayDeliveries(ctx, tx, t.sub.ID)
 		if err != nil {
 			return err
 		}
