@@ -156,13 +156,11 @@ func LaterOpenDeliveries(ctx context.Context, q Querier, ev Event, subID *int64)
 	return keysFrom(rows), nil
 }
 
-// NextDueDeliveries returns, for each free lease slot of webhook subID
-// (TakeWebhookLease), one delivery to it that is open, due (not leased)
-// and held back by no earlier event of its document, soonest due first:
-// what the slots given back take next. None when every slot is held: each
-// holder's release looks again.
-func NextDueDeliveries(ctx context.Context, q Querier, subID int64) ([]DeliveryKey, error) {
-	rows, err := queries.DeliveryListNextDueOfSubscriber(ctx, q, subID)
+// NextDueDeliveries returns up to limit deliveries to webhook subID that
+// are open, due and held back by no earlier event of their document,
+// soonest due first: what a lease slot given back takes next.
+func NextDueDeliveries(ctx context.Context, q Querier, subID int64, limit int) ([]DeliveryKey, error) {
+	rows, err := queries.DeliveryListNextDueOfSubscriber(ctx, q, subID, int32(limit))
 	if err != nil {
 		return nil, fmt.Errorf("next due deliveries of subscriber %d: %w", subID, translate(err))
 	}

@@ -287,12 +287,11 @@ func OpenReplayDeliveriesOf(ctx context.Context, q Querier, subID int64) ([]Repl
 	return mapRows(rows, func(r dbsqlc.ReplayDeliveryListOpenOfSubscriberRow) ReplayKey { return ReplayKey(r) }), nil
 }
 
-// NextDueReplayDeliveries returns, for each free lease slot of webhook
-// subID, one open, due record of its running replay held back by no
-// earlier record of its document: what the slots given back take next
-// (as NextDueDeliveries).
-func NextDueReplayDeliveries(ctx context.Context, q Querier, subID int64) ([]ReplayKey, error) {
-	rows, err := queries.ReplayDeliveryListNextDueOfSubscriber(ctx, q, subID)
+// NextDueReplayDeliveries returns up to limit open, due records of the
+// running replay of webhook subID held back by no earlier record of their
+// document: what a lease slot given back takes next.
+func NextDueReplayDeliveries(ctx context.Context, q Querier, subID int64, limit int) ([]ReplayKey, error) {
+	rows, err := queries.ReplayDeliveryListNextDueOfSubscriber(ctx, q, subID, int32(limit))
 	if err != nil {
 		return nil, fmt.Errorf("next due replayed deliveries of subscriber %d: %w", subID, translate(err))
 	}

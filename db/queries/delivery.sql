@@ -174,18 +174,14 @@ DELETE FROM delivery_attempts WHERE id IN (
     SELECT o.id FROM delivery_attempts o WHERE o.started_at < @before ORDER BY o.started_at LIMIT @max_rows);
 
 -- name: DeliveryListNextDueOfSubscriber :many
--- One delivery per free lease slot of webhook @subscriber_id (at most): the
--- ones that are open, due (not leased, no retry waiting for its time) and
--- held back by no earlier event of their document (its delivery to the
--- subscriber open), soonest due first (index deliveries_due_of_subscriber):
--- what the slots given back take next. One statement, so the slots and the
--- deliveries are read in one snapshot: a take committed before it both
--- holds its slot and leased its delivery; one committed after it finds one
--- of the slots counted here.
+-- Up to @max_rows deliveries to webhook @subscriber_id that are open, due
+-- (not leased, no retry waiting for its time) and held back by no earlier
+-- event of their document (its delivery to the subscriber open), soonest
+-- due first (index deliveries_due_of_subscriber): what a lease slot given
+-- back takes next.
 SELECT d.event_id, d.subscriber_id FROM deliveries d JOIN events e ON e.id = d.event_id
 WHERE d.subscriber_id = @subscriber_id AND d.status IN ('pending', 'failed') AND d.next_attempt_at <= clock_timestamp()
   AND NOT EXISTS (
     SELECT 1 FROM events p JOIN deliveries pd ON pd.event_id = p.id AND pd.subscriber_id = d.subscriber_id
     WHERE p.entity = e.entity AND p.entity_id = e.entity_id AND p.id < e.id AND pd.status IN ('pending', 'failed'))
-ORDER BY d.next_attempt_at
-LIMIT (SELECT count(*) FROM subscriber_leases l WHERE l.subscriber_id = @subscriber_id AND l.leased_until <= clock_timestamp());
+ORDER BY d.next_attempt_at LIMIT @max_rows;

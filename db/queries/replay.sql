@@ -180,11 +180,10 @@ WHERE replay_id = @replay_id AND event_id = @event_id AND lease_holder = @holder
   AND status NOT IN ('delivered', 'dead');
 
 -- name: ReplayDeliveryListNextDueOfSubscriber :many
--- One open, due record of the running replay of webhook @subscriber_id per
--- free lease slot (at most), held back by no earlier record of their
--- document in the replay, oldest event first: what the slots given back
--- take next (the replay's open records are one batch at most). Slots and
--- records in one snapshot, as DeliveryListNextDueOfSubscriber.
+-- Up to @max_rows open, due records of the running replay of webhook
+-- @subscriber_id held back by no earlier record of their document in the
+-- replay, oldest event first: what a lease slot given back takes next
+-- (the replay's open records are one batch at most).
 SELECT d.replay_id, d.event_id FROM replay_deliveries d JOIN replays r ON r.id = d.replay_id JOIN events e ON e.id = d.event_id
 WHERE d.subscriber_id = @subscriber_id AND d.status IN ('pending', 'failed') AND r.status = 'running'
   AND d.next_attempt_at <= clock_timestamp()
@@ -192,5 +191,4 @@ WHERE d.subscriber_id = @subscriber_id AND d.status IN ('pending', 'failed') AND
     SELECT 1 FROM replay_deliveries q JOIN events p ON p.id = q.event_id
     WHERE q.replay_id = d.replay_id AND q.event_id < d.event_id AND q.status IN ('pending', 'failed')
       AND p.entity = e.entity AND p.entity_id = e.entity_id)
-ORDER BY d.event_id
-LIMIT (SELECT count(*) FROM subscriber_leases l WHERE l.subscriber_id = @subscriber_id AND l.leased_until <= clock_timestamp());
+ORDER BY d.event_id LIMIT @max_rows;

@@ -314,8 +314,7 @@ WHERE d.subscriber_id = $1 AND d.status IN ('pending', 'failed') AND d.next_atte
   AND NOT EXISTS (
     SELECT 1 FROM events p JOIN deliveries pd ON pd.event_id = p.id AND pd.subscriber_id = d.subscriber_id
     WHERE p.entity = e.entity AND p.entity_id = e.entity_id AND p.id < e.id AND pd.status IN ('pending', 'failed'))
-ORDER BY d.next_attempt_at
-LIMIT (SELECT count(*) FROM subscriber_leases l WHERE l.subscriber_id = $1 AND l.leased_until <= clock_timestamp())
+ORDER BY d.next_attempt_at LIMIT $2
 `
 
 type DeliveryListNextDueOfSubscriberRow struct {
@@ -323,16 +322,13 @@ type DeliveryListNextDueOfSubscriberRow struct {
 	SubscriberID int64
 }
 
-// One delivery per free lease slot of webhook @subscriber_id (at most): the
-// ones that are open, due (not leased, no retry waiting for its time) and
-// held back by no earlier event of their document (its delivery to the
-// subscriber open), soonest due first (index deliveries_due_of_subscriber):
-// what the slots given back take next. One statement, so the slots and the
-// deliveries are read in one snapshot: a take committed before it both
-// holds its slot and leased its delivery; one committed after it finds one
-// of the slots counted here.
-func (q *Queries) DeliveryListNextDueOfSubscriber(ctx context.Context, db DBTX, subscriberID int64) ([]DeliveryListNextDueOfSubscriberRow, error) {
-	rows, err := db.Query(ctx, deliveryListNextDueOfSubscriber, subscriberID)
+// Up to @max_rows deliveries to webhook @subscriber_id that are open, due
+// (not leased, no retry waiting for its time) and held back by no earlier
+// event of their document (its delivery to the subscriber open), soonest
+// due first (index deliveries_due_of_subscriber): what a lease slot given
+// back takes next.
+func (q *Queries) DeliveryListNextDueOfSubscriber(ctx context.Context, db DBTX, subscriberID int64, maxRows int32) ([]DeliveryListNextDueOfSubscriberRow, error) {
+	rows, err := db.Query(ctx, deliveryListNextDueOfSubscriber, subscriberID, maxRows)
 	if err != nil {
 		return nil, err
 	}

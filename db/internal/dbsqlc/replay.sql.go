@@ -330,8 +330,7 @@ WHERE d.subscriber_id = $1 AND d.status IN ('pending', 'failed') AND r.status = 
     SELECT 1 FROM replay_deliveries q JOIN events p ON p.id = q.event_id
     WHERE q.replay_id = d.replay_id AND q.event_id < d.event_id AND q.status IN ('pending', 'failed')
       AND p.entity = e.entity AND p.entity_id = e.entity_id)
-ORDER BY d.event_id
-LIMIT (SELECT count(*) FROM subscriber_leases l WHERE l.subscriber_id = $1 AND l.leased_until <= clock_timestamp())
+ORDER BY d.event_id LIMIT $2
 `
 
 type ReplayDeliveryListNextDueOfSubscriberRow struct {
@@ -339,13 +338,12 @@ type ReplayDeliveryListNextDueOfSubscriberRow struct {
 	EventID  int64
 }
 
-// One open, due record of the running replay of webhook @subscriber_id per
-// free lease slot (at most), held back by no earlier record of their
-// document in the replay, oldest event first: what the slots given back
-// take next (the replay's open records are one batch at most). Slots and
-// records in one snapshot, as DeliveryListNextDueOfSubscriber.
-func (q *Queries) ReplayDeliveryListNextDueOfSubscriber(ctx context.Context, db DBTX, subscriberID int64) ([]ReplayDeliveryListNextDueOfSubscriberRow, error) {
-	rows, err := db.Query(ctx, replayDeliveryListNextDueOfSubscriber, subscriberID)
+// Up to @max_rows open, due records of the running replay of webhook
+// @subscriber_id held back by no earlier record of their document in the
+// replay, oldest event first: what a lease slot given back takes next
+// (the replay's open records are one batch at most).
+func (q *Queries) ReplayDeliveryListNextDueOfSubscriber(ctx context.Context, db DBTX, subscriberID int64, maxRows int32) ([]ReplayDeliveryListNextDueOfSubscriberRow, error) {
+	rows, err := db.Query(ctx, replayDeliveryListNextDueOfSubscriber, subscriberID, maxRows)
 	if err != nil {
 		return nil, err
 	}
