@@ -677,6 +677,16 @@ func TakeWebhookLease(ctx context.Context, q Querier, subscriberID int64, holder
 	return slot, true, nil
 }
 
+// FreeWebhookLeases returns how many of webhook subscriberID's lease slots
+// (TakeWebhookLease) are free now: 0 … MaxInFlight.
+func FreeWebhookLeases(ctx context.Context, q Querier, subscriberID int64) (int, error) {
+	n, err := queries.SubscriberLeaseCountFree(ctx, q, subscriberID)
+	if err != nil {
+		return 0, fmt.Errorf("count free leases of webhook %d: %w", subscriberID, translate(err))
+	}
+	return int(n), nil
+}
+
 // ReleaseWebhookLease gives slot of subscriberID back if holder still
 // holds it (a lease that ran out may be someone else's by now).
 func ReleaseWebhookLease(ctx context.Context, q Querier, subscriberID int64, slot int32, holder string) error {

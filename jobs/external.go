@@ -140,19 +140,31 @@ func (d *Dispatcher) deliverExternal(ctx context.Context, x externalDelivery) (t
 // not in it: a take that read this delivery still open, or found no slot,
 // may have run after the record's own look; it saw rows committed before
 // it began, which a query begun now sees too.
+//
+// It wakes one due delivery (and one replayed) per slot free now, not
+// MaxInFlight: the other slots are in flight, each waking in turn when
+// its holder records. The free slots are counted before the due
+// deliveries are read: of attempts recorded at once, the last to count
+// sees every slot given back, and a slot taken after the count was taken
+// with a delivery, which then is not due (leased), so a woken job that
+// finds its delivery leased by another job finds its slot used for it. A
+// free slot and a due delivery are not left waiting for the sweep.
 func (d *Dispatcher) wakeNext(ctx context.Context, x externalDelivery, t *taken, finished bool) error {
 	var w txWork
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		w = txWork{}
-		next, err := db.NextDueDeliveries(ctx, tx, t.sub.ID, int(t.sub.MaxInFlight))
+		free, err := db.FreeWebhookLeases(ctx, tx, t.sub.ID)
 		if err != nil {
 			return err
 		}
-		nextReplayed, err := db.NextDueReplayDeliveries(ctx, tx, t.sub.ID, int(t.sub.MaxInFlight))
-		if err != nil {
-			return err
+		if free > 0 {
+			if w.now, err = db.NextDueDeliveries(ctx, tx, t.sub.ID, free); err != nil {
+				return err
+			}
+			if w.replayNow, err = db.NextDueReplayDeliveries(ctx, tx, t.sub.ID, free); err != nil {
+				return err
+			}
 		}
-		w.now, w.replayNow = next, nextReplayed
 		if finished {
 			later, err := db.LaterOpenDeliveries(ctx, tx, t.ev, &t.sub.ID)
 			if err != nil {

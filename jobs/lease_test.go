@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -343,4 +344,92 @@ func TestReleaseAfterTheRecordFindsTheNextEventDispatchedMeanwhile(t *testing.T)
 	jobsAfter := b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'deliver_event' AND (args->>'event_id')::bigint = $1`, e2.EventID)
 	require.Greater(t, jobsAfter, jobsBefore, "E1's finish released nothing: E2/W would wait for the sweep")
 	require.Equal(t, db.DeliveryDelivered, mustDeliver(t, b, e2), "the released job delivers E2")
+}
+
+// A slot given back while the webhook's other slots are in flight wakes
+// one due delivery, not MaxInFlight: the others would be jobs that queue
+// on the delivery's row lock only to find it leased (bench figure H).
+func TestFreedSlotWakesOneDeliveryPerFreeSlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t, time.Hour)
+	arrived, stop := make(chan string, 8), make(chan struct{})
+	answers := make(map[string]chan struct{})
+	var mu sync.Mutex
+	answerOf := func(id string) chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		if answers[id] == nil {
+			answers[id] = make(chan struct{})
+		}
+		return answers[id]
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("webhook-id")
+		arrived <- id
+		select {
+		case <-answerOf(id):
+		case <-stop:
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(stop) }) // before srv.Close, which waits for the requests
+	name, url, inFlight := "wake-hook", srv.URL, int32(4)
+	sub, err := db.CreateWebhookSubscriber(b.ctx, b.pool, db.WebhookSubscriberInput{Name: &name, URL: &url,
+		EventTypes: []string{db.EventOrderReceived}, MaxInFlight: &inFlight})
+	require.NoError(t, err)
+	var keys []db.DeliveryKey
+	for i := range 8 {
+		var events []db.Event
+		require.NoError(t, pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) (err error) {
+			_, events, err = receive(b, tx, fmt.Sprint(53000+i))
+			return err
+		}))
+		for _, ev := range events {
+			_, err := b.dispatcher.Dispatch(b.ctx, ev.ID)
+			require.NoError(t, err)
+			if ev.Type == db.EventOrderReceived {
+				keys = append(keys, db.DeliveryKey{EventID: ev.ID, SubscriberID: sub.ID})
+			}
+		}
+	}
+	require.Len(t, keys, 8)
+
+	// Four in flight, one per slot; the other four wait for a slot.
+	outcomes := make(chan string, 4)
+	for _, k := range keys[:4] {
+		go func() {
+			o, err := b.dispatcher.Deliver(b.ctx, k)
+			if err != nil {
+				o = err.Error()
+			}
+			outcomes <- o
+		}()
+	}
+	inFlightIDs := make([]string, 0, 4)
+	for range 4 {
+		inFlightIDs = append(inFlightIDs, <-arrived)
+	}
+	jobsOf := func(k db.DeliveryKey) int {
+		return b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'deliver_event' AND (args->>'event_id')::bigint = $1`, k.EventID)
+	}
+	woken := func() (n int) {
+		for _, k := range keys[4:] {
+			n += jobsOf(k) - 1 // less the dispatch's job
+		}
+		return n
+	}
+	require.Zero(t, woken())
+
+	close(answerOf(inFlightIDs[0]))
+	require.Equal(t, db.DeliveryDelivered, <-outcomes)
+	require.Equal(t, 1, woken(), "one slot given back, three in flight: one delivery woken")
+	require.Equal(t, 2, jobsOf(keys[4]), "the soonest due is woken")
+
+	for _, id := range inFlightIDs[1:] {
+		close(answerOf(id))
+	}
+	for range 3 {
+		require.Equal(t, db.DeliveryDelivered, <-outcomes)
+	}
 }

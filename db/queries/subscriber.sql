@@ -268,6 +268,11 @@ WHERE l.subscriber_id = @subscriber_id AND l.slot = (
     ORDER BY f.slot LIMIT 1 FOR UPDATE SKIP LOCKED)
 RETURNING l.slot;
 
+-- name: SubscriberLeaseCountFree :one
+-- How many of webhook @subscriber_id's lease slots are free now (their
+-- lease ran out or was given back).
+SELECT count(*) FROM subscriber_leases WHERE subscriber_id = @subscriber_id AND leased_until <= clock_timestamp();
+
 -- name: SubscriberLeaseRelease :exec
 -- Gives slot @slot of @subscriber_id back, if @holder still holds it.
 UPDATE subscriber_leases l SET holder = NULL, leased_until = '-infinity'

@@ -515,6 +515,19 @@ func (q *Queries) SubscriberLagListByIDs(ctx context.Context, db DBTX, ids []int
 	return items, nil
 }
 
+const subscriberLeaseCountFree = `-- name: SubscriberLeaseCountFree :one
+SELECT count(*) FROM subscriber_leases WHERE subscriber_id = $1 AND leased_until <= clock_timestamp()
+`
+
+// How many of webhook @subscriber_id's lease slots are free now (their
+// lease ran out or was given back).
+func (q *Queries) SubscriberLeaseCountFree(ctx context.Context, db DBTX, subscriberID int64) (int64, error) {
+	row := db.QueryRow(ctx, subscriberLeaseCountFree, subscriberID)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const subscriberLeaseRelease = `-- name: SubscriberLeaseRelease :exec
 UPDATE subscriber_leases l SET holder = NULL, leased_until = '-infinity'
 WHERE l.subscriber_id = $1 AND l.slot = $2 AND l.holder = $3
