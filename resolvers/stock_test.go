@@ -632,10 +632,15 @@ func TestMovesKeepToTheirOrders(t *testing.T) {
 		require.Equal(t, tt.field, e.Extensions["field"], tt.name)
 		require.Contains(t, e.Message, tt.msg, tt.name)
 	}
+	// The draft issue went with its order (cancelled, version 2): posting
+	// it is refused, at the version it was drafted at or at its own.
 	e := apptest.GQLErr(t, s, postMove, map[string]any{"id": d.ID, "v": d.Version})
 	require.Equal(t, "CONFLICT", e.Extensions["code"], e.Message)
-	require.Contains(t, e.Message, prod.Number+" is cancelled")
-	require.Equal(t, "cancelled", e.Extensions["currentStatus"], "the order's state, which refuses the move")
+	require.Equal(t, "cancelled", e.Extensions["currentStatus"], e.Message)
+	e = apptest.GQLErr(t, s, postMove, map[string]any{"id": d.ID, "v": d.Version + 1})
+	require.Equal(t, "CONFLICT", e.Extensions["code"], e.Message)
+	require.Contains(t, e.Message, "is cancelled and cannot become posted")
+	require.Equal(t, "cancelled", e.Extensions["currentStatus"], e.Message)
 	require.NotContains(t, e.Message, "conflict:")
 	require.Equal(t, before, readWrites(t, s), "a refused move writes nothing")
 	require.True(t, onHand(t, s, "A1").Equal(decimal.NewFromInt(26)))
