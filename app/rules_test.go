@@ -298,7 +298,8 @@ func TestEveryPathToRestrictedDataByEveryRole(t *testing.T) {
 	for _, role := range nonAdmins {
 		restricted := restrictedFor(role)
 		for _, name := range []string{"Subscriber.url", "Subscriber.secret", "Subscriber.hasSecret",
-			"Delivery.responseBody", "Delivery.lastError", "Delivery.attemptLog", "Subscriber.exampleLog"} {
+			"Delivery.responseBody", "Delivery.lastError", "Delivery.attemptLog", "Subscriber.exampleLog",
+			"Subscriber.previousSecretValidUntil"} {
 			object, field, _ := strings.Cut(name, ".")
 			i := slices.IndexFunc(g.objects[object], func(f introField) bool { return f.Name == field })
 			require.GreaterOrEqual(t, i, 0, name)

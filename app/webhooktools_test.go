@@ -77,16 +77,34 @@ func (r *rotationReceiver) next(t *testing.T, s *apptest.Server) verdict {
 	return r.verdicts[n]
 }
 
+// rotatedView is a subscriber as rotateWebhookSecret and subscribers show
+// its rotation.
+type rotatedView struct {
+	Name                     string
+	Secret                   *string
+	PreviousSecretValidUntil *time.Time
+}
+
 type rotation struct {
-	RotateWebhookSecret struct {
-		Secret                   string
-		PreviousSecretValidUntil *time.Time
-		Subscriber               struct{ Name string }
-	} `json:"rotateWebhookSecret"`
+	RotateWebhookSecret rotatedView `json:"rotateWebhookSecret"`
 }
 
 const rotate = `mutation($id: ID!, $grace: Int) { rotateWebhookSecret(id: $id, graceSeconds: $grace) {
-	secret previousSecretValidUntil subscriber { name } } }`
+	name secret previousSecretValidUntil } }`
+
+// readRotation is subscriber name as a later read shows it.
+func readRotation(t *testing.T, s *apptest.Server, name string) rotatedView {
+	t.Helper()
+	subs := apptest.GQL[struct{ Subscribers []rotatedView }](t, s,
+		`{ subscribers { name secret previousSecretValidUntil } }`, nil).Subscribers
+	for _, sub := range subs {
+		if sub.Name == name {
+			return sub
+		}
+	}
+	t.Fatalf("no subscriber %s", name)
+	return rotatedView{}
+}
 
 func TestRotateWebhookSecretGracePeriod(t *testing.T) {
 	t.Parallel()
@@ -99,11 +117,18 @@ func TestRotateWebhookSecretGracePeriod(t *testing.T) {
 
 	before := time.Now()
 	rot := apptest.GQL[rotation](t, s, rotate, map[string]any{"id": hook, "grace": 3600}).RotateWebhookSecret
-	require.Equal(t, "rotating", rot.Subscriber.Name)
-	require.NotEqual(t, oldSecret, rot.Secret)
+	require.Equal(t, "rotating", rot.Name)
+	require.NotNil(t, rot.Secret, "the answer is a Subscriber whose secret is the new one")
+	require.NotEqual(t, oldSecret, *rot.Secret)
 	require.NotNil(t, rot.PreviousSecretValidUntil)
 	require.WithinDuration(t, before.Add(time.Hour), *rot.PreviousSecretValidUntil, time.Minute)
-	rcv.setNew(t, rot.Secret)
+	rcv.setNew(t, *rot.Secret)
+
+	// Every later read shows the rotation in progress, never the secret.
+	read := readRotation(t, s, "rotating")
+	require.Nil(t, read.Secret, "the secret is shown once")
+	require.NotNil(t, read.PreviousSecretValidUntil)
+	require.True(t, rot.PreviousSecretValidUntil.Equal(*read.PreviousSecretValidUntil), "%s, then %s", rot.PreviousSecretValidUntil, read.PreviousSecretValidUntil)
 
 	// In the grace period both receivers verify every request, retries
 	// and redeliveries included (they are signed at each attempt).
@@ -115,6 +140,7 @@ func TestRotateWebhookSecretGracePeriod(t *testing.T) {
 	_, err := s.Pool.Exec(t.Context(), `UPDATE subscribers SET previous_secret_until = now() - interval '1 second' WHERE name = 'rotating'`)
 	require.NoError(t, err)
 	require.Equal(t, verdict{new: true}, rcv.next(t, s))
+	require.Nil(t, readRotation(t, s, "rotating").PreviousSecretValidUntil, "the grace period is over")
 
 	// Journaled, without a secret.
 	var payload string
@@ -135,7 +161,8 @@ func TestRotateWebhookSecretWithoutGrace(t *testing.T) {
 
 	rot := apptest.GQL[rotation](t, s, rotate, map[string]any{"id": hook, "grace": 0}).RotateWebhookSecret
 	require.Nil(t, rot.PreviousSecretValidUntil, "no grace: the old secret ends at once")
-	rcv.setNew(t, rot.Secret)
+	require.Nil(t, readRotation(t, s, "rotating").PreviousSecretValidUntil)
+	rcv.setNew(t, *rot.Secret)
 	require.Equal(t, verdict{new: true}, rcv.next(t, s))
 }
 
@@ -168,14 +195,33 @@ func TestRotateWebhookSecretRefusals(t *testing.T) {
 	require.Empty(t, apptest.JournalIDs(t, s.Pool, "subscriber.secret_rotated"))
 }
 
-type conditionTest struct {
-	TestCondition struct {
-		Matches bool
-		Error   *string
-	} `json:"testCondition"`
+type conditionResult struct {
+	Matches      *bool
+	Error        *string
+	Line, Column *int
 }
 
-const testCondition = `query($c: String!, $id: ID!) { testCondition(condition: $c, eventId: $id) { matches error } }`
+type conditionTest struct {
+	TestCondition conditionResult `json:"testCondition"`
+}
+
+const testCondition = `query($c: String!, $id: ID!) { testCondition(condition: $c, eventId: $id) { matches error line column } }`
+
+// requireMatch checks a result of a condition that compiled: whether it
+// matched and, unless err is "", that evaluating failed with err.
+func requireMatch(t *testing.T, got conditionResult, matches bool, err, cond string) {
+	t.Helper()
+	require.NotNil(t, got.Matches, cond)
+	require.Equal(t, matches, *got.Matches, cond)
+	require.Nil(t, got.Line, cond)
+	require.Nil(t, got.Column, cond)
+	if err == "" {
+		require.Nil(t, got.Error, cond)
+		return
+	}
+	require.NotNil(t, got.Error, cond)
+	require.Contains(t, *got.Error, err, cond)
+}
 
 func TestTestCondition(t *testing.T) {
 	t.Parallel()
@@ -206,25 +252,23 @@ func TestTestCondition(t *testing.T) {
 		{`event.payload.nosuchkey == 1`, false, "nosuchkey"},
 	} {
 		got := apptest.GQL[conditionTest](t, s, testCondition, map[string]any{"c": tt.cond, "id": ev}).TestCondition
-		require.Equal(t, tt.matches, got.Matches, tt.cond)
-		if tt.err == "" {
-			require.Nil(t, got.Error, tt.cond)
-		} else {
-			require.NotNil(t, got.Error, tt.cond)
-			require.Contains(t, *got.Error, tt.err, tt.cond)
-		}
+		requireMatch(t, got, tt.matches, tt.err, tt.cond)
 	}
 
-	// A broken condition: its place in the text, as createWebhookSubscriber gives it.
-	e := apptest.GQLErr(t, s, testCondition, map[string]any{"c": "event.type == \"doc.created\" &&\n  event.nosuch == 1", "id": ev})
-	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"])
-	require.Equal(t, "condition", e.Extensions["field"])
-	require.Equal(t, 2.0, e.Extensions["line"])
-	require.Equal(t, 8.0, e.Extensions["column"])
-	e = apptest.GQLErr(t, s, testCondition, map[string]any{"c": "  ", "id": ev})
-	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"])
-	require.Contains(t, e.Message, "blank")
-	e = apptest.GQLErr(t, s, testCondition, map[string]any{"c": "true", "id": "999999"})
+	// A broken condition is an answer, not an error: no match, why, and
+	// its place in the text as createWebhookSubscriber gives it.
+	got := apptest.GQL[conditionTest](t, s, testCondition, map[string]any{"c": "event.type == \"doc.created\" &&\n  event.nosuch == 1", "id": ev}).TestCondition
+	require.Nil(t, got.Matches)
+	require.NotNil(t, got.Error)
+	require.Contains(t, *got.Error, "nosuch")
+	require.Equal(t, new(2), got.Line)
+	require.Equal(t, new(8), got.Column)
+	got = apptest.GQL[conditionTest](t, s, testCondition, map[string]any{"c": "  ", "id": ev}).TestCondition
+	require.Nil(t, got.Matches)
+	require.NotNil(t, got.Error)
+	require.Contains(t, *got.Error, "blank")
+	require.Nil(t, got.Line, "a blank condition has no place")
+	e := apptest.GQLErr(t, s, testCondition, map[string]any{"c": "true", "id": "999999"})
 	require.Equal(t, "NOT_FOUND", e.Extensions["code"])
 
 	// Admins only.
@@ -387,14 +431,14 @@ func TestSendExampleEventDuringRotation(t *testing.T) {
 	rcv, url := newRotationReceiver(t, oldSecret)
 	hook := apptest.CreateWebhook(t, s, "rotating", url, oldSecret, []string{"doc.created"})
 	rot := apptest.GQL[rotation](t, s, rotate, map[string]any{"id": hook, "grace": 3600}).RotateWebhookSecret
-	rcv.setNew(t, rot.Secret)
+	rcv.setNew(t, *rot.Secret)
 	apptest.GQL[map[string]any](t, s, sendExample, map[string]any{"sub": "rotating", "type": "doc.created"})
 	rcv.mu.Lock()
 	defer rcv.mu.Unlock()
 	require.Equal(t, []verdict{{old: true, new: true}}, rcv.verdicts)
 }
 
-const testConditionOnExample = `query($c: String!, $type: String) { testCondition(condition: $c, exampleOf: $type) { matches error } }`
+const testConditionOnExample = `query($c: String!, $type: String) { testCondition(condition: $c, exampleOf: $type) { matches error line column } }`
 
 // testCondition on a type's catalog example: {"lines": 1, "source":
 // "shop", "sync_id": "shop-7826d8468b3d", "order_id": 22} for order.received.
@@ -412,19 +456,14 @@ func TestTestConditionOnExample(t *testing.T) {
 		{`event.payload.customer == "x"`, false, "customer"},
 	} {
 		got := apptest.GQL[conditionTest](t, s, testConditionOnExample, map[string]any{"c": tt.cond, "type": "order.received"}).TestCondition
-		require.Equal(t, tt.matches, got.Matches, tt.cond)
-		if tt.err == "" {
-			require.Nil(t, got.Error, tt.cond)
-		} else {
-			require.NotNil(t, got.Error, tt.cond)
-			require.Contains(t, *got.Error, tt.err, tt.cond)
-		}
+		requireMatch(t, got, tt.matches, tt.err, tt.cond)
 	}
 
-	e := apptest.GQLErr(t, s, testConditionOnExample, map[string]any{"c": "event.nosuch == 1", "type": "order.received"})
-	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"])
-	require.Equal(t, "condition", e.Extensions["field"])
-	e = apptest.GQLErr(t, s, testConditionOnExample, map[string]any{"c": "true", "type": "order.nosuch"})
+	got := apptest.GQL[conditionTest](t, s, testConditionOnExample, map[string]any{"c": "event.nosuch == 1", "type": "order.received"}).TestCondition
+	require.Nil(t, got.Matches)
+	require.Equal(t, new(1), got.Line)
+	require.Equal(t, new(6), got.Column)
+	e := apptest.GQLErr(t, s, testConditionOnExample, map[string]any{"c": "true", "type": "order.nosuch"})
 	require.Equal(t, "BAD_USER_INPUT", e.Extensions["code"])
 	require.Equal(t, "exampleOf", e.Extensions["field"])
 	require.Contains(t, e.Message, "order.received")

@@ -48,9 +48,13 @@ type Subscriber struct {
 	Paused        bool
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
+	// PreviousSecretValidUntil is, during a webhook's secret rotation
+	// (RotateWebhookSecret), when the previous secret stops being valid;
+	// nil when no previous secret is valid now.
+	PreviousSecretValidUntil *time.Time
 	// NewSecret is the secret in clear, set only in the value
-	// CreateWebhookSubscriber returns when package jobs generated the
-	// secret (so that the client can be told it once); empty whenever a
+	// CreateWebhookSubscriber or RotateWebhookSecret (package jobs)
+	// returns, so that the client can be told it once; empty whenever a
 	// subscriber is read back.
 	NewSecret string
 }
@@ -417,7 +421,7 @@ func SetSubscriberPaused(ctx context.Context, tx pgx.Tx, actorID *int64, id int6
 		Url: row.Url, HasSecret: row.HasSecret, MaxAttempts: row.MaxAttempts, TimeoutMs: row.TimeoutMs, Paused: row.Paused,
 		CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt, Entities: row.Entities, Condition: row.Condition,
 		Format: row.Format, MaxInFlight: row.MaxInFlight, RatePerSecond: row.RatePerSecond, Stream: row.Stream,
-		SubjectPrefix: row.SubjectPrefix})
+		SubjectPrefix: row.SubjectPrefix, PreviousSecretUntil: row.PreviousSecretUntil})
 	if paused {
 		return s, nil, nil, nil
 	}
@@ -525,7 +529,17 @@ func subscriberFrom(r dbsqlc.SubscriberRow) Subscriber {
 	return Subscriber{ID: r.ID, Name: r.Name, Kind: r.Kind, EventTypes: r.EventTypes, Entities: r.Entities,
 		Condition: deref(r.Condition), URL: r.Url, Stream: r.Stream, SubjectPrefix: r.SubjectPrefix, Format: r.Format, HasSecret: r.HasSecret,
 		MaxAttempts: r.MaxAttempts, TimeoutMs: r.TimeoutMs, MaxInFlight: r.MaxInFlight, RatePerSecond: r.RatePerSecond,
-		Paused: r.Paused, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+		Paused: r.Paused, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		PreviousSecretValidUntil: validUntil(r.PreviousSecretUntil, time.Now())}
+}
+
+// validUntil is until while it is after now, else nil: the column keeps a
+// grace period's end after it has passed.
+func validUntil(until *time.Time, now time.Time) *time.Time {
+	if until == nil || !until.After(now) {
+		return nil
+	}
+	return until
 }
 
 // nonEmpty is s, or nil (SQL NULL) when it is empty.
@@ -574,27 +588,22 @@ const MaxSecretGrace = 30 * 24 * time.Hour
 // (0 to MaxSecretGrace, whole seconds): until then requests carry both
 // signatures. A second rotation within the grace period drops the oldest
 // secret: only the one just replaced stays valid. It journals
-// subscriber.secret_rotated and returns the subscriber, when the previous
-// secret stops being valid (nil: it already has, or there was none) and
-// the event. Errors: *InputError on "graceSeconds", ErrNotFound (no
+// subscriber.secret_rotated and returns the subscriber (with
+// PreviousSecretValidUntil) and the event. Errors: *InputError on "graceSeconds", ErrNotFound (no
 // webhook subscriber id).
-func RotateWebhookSecret(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, secret string, grace time.Duration) (Subscriber, *time.Time, Event, error) {
+func RotateWebhookSecret(ctx context.Context, tx pgx.Tx, actorID *int64, id int64, secret string, grace time.Duration) (Subscriber, Event, error) {
 	if grace < 0 || grace > MaxSecretGrace || grace%time.Second != 0 {
-		return Subscriber{}, nil, Event{}, inputErr("graceSeconds", "whole seconds from 0 (the old secret ends at once) to %d (30 days), not %s",
+		return Subscriber{}, Event{}, inputErr("graceSeconds", "whole seconds from 0 (the old secret ends at once) to %d (30 days), not %s",
 			int(MaxSecretGrace/time.Second), strconv.FormatFloat(grace.Seconds(), 'f', -1, 64))
 	}
 	row, err := queries.SubscriberRotateSecret(ctx, tx, &secret, int32(grace/time.Second), id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Subscriber{}, nil, Event{}, noWebhook(ctx, tx, id)
+		return Subscriber{}, Event{}, noWebhook(ctx, tx, id)
 	}
 	if err != nil {
-		return Subscriber{}, nil, Event{}, fmt.Errorf("rotate secret of subscriber %d: %w", id, translate(err))
+		return Subscriber{}, Event{}, fmt.Errorf("rotate secret of subscriber %d: %w", id, translate(err))
 	}
-	s := subscriberFrom(dbsqlc.SubscriberRow{ID: row.ID, Name: row.Name, Kind: row.Kind, EventTypes: row.EventTypes,
-		Url: row.Url, HasSecret: row.HasSecret, MaxAttempts: row.MaxAttempts, TimeoutMs: row.TimeoutMs, Paused: row.Paused,
-		CreatedAt: row.CreatedAt, UpdatedAt: row.UpdatedAt, Entities: row.Entities, Condition: row.Condition,
-		Format: row.Format, MaxInFlight: row.MaxInFlight, RatePerSecond: row.RatePerSecond, Stream: row.Stream,
-		SubjectPrefix: row.SubjectPrefix})
+	s := subscriberFrom(dbsqlc.SubscriberRow(row))
 	var until any
 	if row.PreviousSecretUntil != nil {
 		until = row.PreviousSecretUntil.UTC().Format(time.RFC3339Nano)
@@ -602,9 +611,9 @@ func RotateWebhookSecret(ctx context.Context, tx pgx.Tx, actorID *int64, id int6
 	ev, err := appendEvent(ctx, tx, actorID, EventSubscriberSecretRotated, EntitySubscribers, s.ID,
 		map[string]any{"subscriber": s.Name, "previous_valid_until": until})
 	if err != nil {
-		return Subscriber{}, nil, Event{}, err
+		return Subscriber{}, Event{}, err
 	}
-	return s, row.PreviousSecretUntil, ev, nil
+	return s, ev, nil
 }
 
 // SubscriberLag is how far a subscriber is behind the journal, from its

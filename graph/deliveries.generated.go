@@ -46,6 +46,7 @@ type SubscriberResolver interface {
 	Secret(ctx context.Context, obj *db.Subscriber) (*string, error)
 
 	Lag(ctx context.Context, obj *db.Subscriber) (*db.SubscriberLag, error)
+
 	ExampleLog(ctx context.Context, obj *db.Subscriber) ([]db.AttemptLog, error)
 }
 
@@ -1479,6 +1480,47 @@ func (ec *executionContext) fieldContext_Subscriber_lag(_ context.Context, field
 	return fc, nil
 }
 
+func (ec *executionContext) _Subscriber_previousSecretValidUntil(ctx context.Context, field graphql.CollectedField, obj *db.Subscriber) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscriber_previousSecretValidUntil(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PreviousSecretValidUntil, nil
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{})
+				if err != nil {
+					var zeroVal *time.Time
+					return zeroVal, err
+				}
+				if ec.Directives.Allow == nil {
+					var zeroVal *time.Time
+					return zeroVal, errors.New("directive allow is not implemented")
+				}
+				return ec.Directives.Allow(ctx, obj, directive0, roles)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalODateTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Subscriber_previousSecretValidUntil(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Subscriber", field, false, false, "DateTime")
+}
+
 func (ec *executionContext) _Subscriber_exampleLog(ctx context.Context, field graphql.CollectedField, obj *db.Subscriber) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -2602,6 +2644,11 @@ func (ec *executionContext) _Subscriber(ctx context.Context, sel ast.SelectionSe
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Subscriber_lag(ctx, field, obj)
 				})
+		case "previousSecretValidUntil":
+			out.Values[i] = ec._Subscriber_previousSecretValidUntil(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "exampleLog":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
 				true, false,

@@ -64,8 +64,10 @@ type ComplexityRoot struct {
 		Unit     func(childComplexity int) int
 	}
 
-	ConditionTest struct {
+	ConditionResult struct {
+		Column  func(childComplexity int) int
 		Error   func(childComplexity int) int
+		Line    func(childComplexity int) int
 		Matches func(childComplexity int) int
 	}
 
@@ -320,12 +322,6 @@ type ComplexityRoot struct {
 		Node   func(childComplexity int) int
 	}
 
-	SecretRotation struct {
-		PreviousValidUntil func(childComplexity int) int
-		Secret             func(childComplexity int) int
-		Subscriber         func(childComplexity int) int
-	}
-
 	StockBalance struct {
 		ItemName  func(childComplexity int) int
 		OnHand    func(childComplexity int) int
@@ -364,26 +360,27 @@ type ComplexityRoot struct {
 	}
 
 	Subscriber struct {
-		Condition     func(childComplexity int) int
-		CreatedAt     func(childComplexity int) int
-		Entities      func(childComplexity int) int
-		EventTypes    func(childComplexity int) int
-		ExampleLog    func(childComplexity int) int
-		Format        func(childComplexity int) int
-		HasSecret     func(childComplexity int) int
-		ID            func(childComplexity int) int
-		Kind          func(childComplexity int) int
-		Lag           func(childComplexity int) int
-		MaxAttempts   func(childComplexity int) int
-		MaxInFlight   func(childComplexity int) int
-		Name          func(childComplexity int) int
-		Paused        func(childComplexity int) int
-		RatePerSecond func(childComplexity int) int
-		Secret        func(childComplexity int) int
-		Stream        func(childComplexity int) int
-		SubjectPrefix func(childComplexity int) int
-		TimeoutMs     func(childComplexity int) int
-		URL           func(childComplexity int) int
+		Condition                func(childComplexity int) int
+		CreatedAt                func(childComplexity int) int
+		Entities                 func(childComplexity int) int
+		EventTypes               func(childComplexity int) int
+		ExampleLog               func(childComplexity int) int
+		Format                   func(childComplexity int) int
+		HasSecret                func(childComplexity int) int
+		ID                       func(childComplexity int) int
+		Kind                     func(childComplexity int) int
+		Lag                      func(childComplexity int) int
+		MaxAttempts              func(childComplexity int) int
+		MaxInFlight              func(childComplexity int) int
+		Name                     func(childComplexity int) int
+		Paused                   func(childComplexity int) int
+		PreviousSecretValidUntil func(childComplexity int) int
+		RatePerSecond            func(childComplexity int) int
+		Secret                   func(childComplexity int) int
+		Stream                   func(childComplexity int) int
+		SubjectPrefix            func(childComplexity int) int
+		TimeoutMs                func(childComplexity int) int
+		URL                      func(childComplexity int) int
 	}
 
 	SubscriberLag struct {
@@ -530,18 +527,30 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Component.Unit(childComplexity), true
 
-	case "ConditionTest.error":
-		if e.ComplexityRoot.ConditionTest.Error == nil {
+	case "ConditionResult.column":
+		if e.ComplexityRoot.ConditionResult.Column == nil {
 			break
 		}
 
-		return e.ComplexityRoot.ConditionTest.Error(childComplexity), true
-	case "ConditionTest.matches":
-		if e.ComplexityRoot.ConditionTest.Matches == nil {
+		return e.ComplexityRoot.ConditionResult.Column(childComplexity), true
+	case "ConditionResult.error":
+		if e.ComplexityRoot.ConditionResult.Error == nil {
 			break
 		}
 
-		return e.ComplexityRoot.ConditionTest.Matches(childComplexity), true
+		return e.ComplexityRoot.ConditionResult.Error(childComplexity), true
+	case "ConditionResult.line":
+		if e.ComplexityRoot.ConditionResult.Line == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ConditionResult.Line(childComplexity), true
+	case "ConditionResult.matches":
+		if e.ComplexityRoot.ConditionResult.Matches == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ConditionResult.Matches(childComplexity), true
 
 	case "Delivery.attemptLog":
 		if e.ComplexityRoot.Delivery.AttemptLog == nil {
@@ -1900,25 +1909,6 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.SalesOrderEdge.Node(childComplexity), true
 
-	case "SecretRotation.previousSecretValidUntil":
-		if e.ComplexityRoot.SecretRotation.PreviousValidUntil == nil {
-			break
-		}
-
-		return e.ComplexityRoot.SecretRotation.PreviousValidUntil(childComplexity), true
-	case "SecretRotation.secret":
-		if e.ComplexityRoot.SecretRotation.Secret == nil {
-			break
-		}
-
-		return e.ComplexityRoot.SecretRotation.Secret(childComplexity), true
-	case "SecretRotation.subscriber":
-		if e.ComplexityRoot.SecretRotation.Subscriber == nil {
-			break
-		}
-
-		return e.ComplexityRoot.SecretRotation.Subscriber(childComplexity), true
-
 	case "StockBalance.itemName":
 		if e.ComplexityRoot.StockBalance.ItemName == nil {
 			break
@@ -2123,6 +2113,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscriber.Paused(childComplexity), true
+	case "Subscriber.previousSecretValidUntil":
+		if e.ComplexityRoot.Subscriber.PreviousSecretValidUntil == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Subscriber.PreviousSecretValidUntil(childComplexity), true
 	case "Subscriber.ratePerSecond":
 		if e.ComplexityRoot.Subscriber.RatePerSecond == nil {
 			break
@@ -2563,14 +2559,18 @@ func (ec *executionContext) childFields_Component(ctx context.Context, field gra
 	return nil, fmt.Errorf("no field named %q was found under type Component", field.Name)
 }
 
-func (ec *executionContext) childFields_ConditionTest(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+func (ec *executionContext) childFields_ConditionResult(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "matches":
-		return ec.fieldContext_ConditionTest_matches(ctx, field)
+		return ec.fieldContext_ConditionResult_matches(ctx, field)
 	case "error":
-		return ec.fieldContext_ConditionTest_error(ctx, field)
+		return ec.fieldContext_ConditionResult_error(ctx, field)
+	case "line":
+		return ec.fieldContext_ConditionResult_line(ctx, field)
+	case "column":
+		return ec.fieldContext_ConditionResult_column(ctx, field)
 	}
-	return nil, fmt.Errorf("no field named %q was found under type ConditionTest", field.Name)
+	return nil, fmt.Errorf("no field named %q was found under type ConditionResult", field.Name)
 }
 
 func (ec *executionContext) childFields_Delivery(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2941,18 +2941,6 @@ func (ec *executionContext) childFields_SalesOrderEdge(ctx context.Context, fiel
 	return nil, fmt.Errorf("no field named %q was found under type SalesOrderEdge", field.Name)
 }
 
-func (ec *executionContext) childFields_SecretRotation(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-	switch field.Name {
-	case "subscriber":
-		return ec.fieldContext_SecretRotation_subscriber(ctx, field)
-	case "secret":
-		return ec.fieldContext_SecretRotation_secret(ctx, field)
-	case "previousSecretValidUntil":
-		return ec.fieldContext_SecretRotation_previousSecretValidUntil(ctx, field)
-	}
-	return nil, fmt.Errorf("no field named %q was found under type SecretRotation", field.Name)
-}
-
 func (ec *executionContext) childFields_StockBalance(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "sku":
@@ -3067,6 +3055,8 @@ func (ec *executionContext) childFields_Subscriber(ctx context.Context, field gr
 		return ec.fieldContext_Subscriber_createdAt(ctx, field)
 	case "lag":
 		return ec.fieldContext_Subscriber_lag(ctx, field)
+	case "previousSecretValidUntil":
+		return ec.fieldContext_Subscriber_previousSecretValidUntil(ctx, field)
 	case "exampleLog":
 		return ec.fieldContext_Subscriber_exampleLog(ctx, field)
 	}

@@ -62,7 +62,7 @@ type MutationResolver interface {
 	SetUserSources(ctx context.Context, login string, sources []model.OrderSource) (*db.User, error)
 	IssueToken(ctx context.Context, login string, name *string, expiresAt *time.Time) (*model.IssuedToken, error)
 	RevokeToken(ctx context.Context, id int64) (*db.APIToken, error)
-	RotateWebhookSecret(ctx context.Context, id int64, graceSeconds *int) (*jobs.SecretRotation, error)
+	RotateWebhookSecret(ctx context.Context, id int64, graceSeconds *int) (*db.Subscriber, error)
 	SendExampleEvent(ctx context.Context, subscriber string, typeArg string) (*db.AttemptLog, error)
 }
 type QueryResolver interface {
@@ -88,7 +88,7 @@ type QueryResolver interface {
 	Me(ctx context.Context) (*db.User, error)
 	Users(ctx context.Context) ([]db.User, error)
 	Tokens(ctx context.Context, login *string) ([]db.APIToken, error)
-	TestCondition(ctx context.Context, condition string, eventID *int64, exampleOf *string) (*model.ConditionTest, error)
+	TestCondition(ctx context.Context, condition string, eventID *int64, exampleOf *string) (*jobs.ConditionResult, error)
 }
 type UserResolver interface {
 	Role(ctx context.Context, obj *db.User) (model.Role, error)
@@ -3764,11 +3764,11 @@ func (ec *executionContext) _Mutation_rotateWebhookSecret(ctx context.Context, f
 			directive1 := func(ctx context.Context) (any, error) {
 				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{})
 				if err != nil {
-					var zeroVal *jobs.SecretRotation
+					var zeroVal *db.Subscriber
 					return zeroVal, err
 				}
 				if ec.Directives.Allow == nil {
-					var zeroVal *jobs.SecretRotation
+					var zeroVal *db.Subscriber
 					return zeroVal, errors.New("directive allow is not implemented")
 				}
 				return ec.Directives.Allow(ctx, nil, directive0, roles)
@@ -3777,8 +3777,8 @@ func (ec *executionContext) _Mutation_rotateWebhookSecret(ctx context.Context, f
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *jobs.SecretRotation) graphql.Marshaler {
-			return ec.marshalNSecretRotation2ᚖerpᚋjobsᚐSecretRotation(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *db.Subscriber) graphql.Marshaler {
+			return ec.marshalNSubscriber2ᚖerpᚋdbᚐSubscriber(ctx, selections, v)
 		},
 		true,
 		true,
@@ -3791,7 +3791,7 @@ func (ec *executionContext) fieldContext_Mutation_rotateWebhookSecret(ctx contex
 		IsMethod:   true,
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.childFields_SecretRotation(ctx, field)
+			return ec.childFields_Subscriber(ctx, field)
 		},
 	}
 	defer func() {
@@ -5204,11 +5204,11 @@ func (ec *executionContext) _Query_testCondition(ctx context.Context, field grap
 			directive1 := func(ctx context.Context) (any, error) {
 				roles, err := ec.unmarshalNRole2ᚕerpᚋgraphᚋmodelᚐRoleᚄ(ctx, []any{})
 				if err != nil {
-					var zeroVal *model.ConditionTest
+					var zeroVal *jobs.ConditionResult
 					return zeroVal, err
 				}
 				if ec.Directives.Allow == nil {
-					var zeroVal *model.ConditionTest
+					var zeroVal *jobs.ConditionResult
 					return zeroVal, errors.New("directive allow is not implemented")
 				}
 				return ec.Directives.Allow(ctx, nil, directive0, roles)
@@ -5217,8 +5217,8 @@ func (ec *executionContext) _Query_testCondition(ctx context.Context, field grap
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *model.ConditionTest) graphql.Marshaler {
-			return ec.marshalNConditionTest2ᚖerpᚋgraphᚋmodelᚐConditionTest(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *jobs.ConditionResult) graphql.Marshaler {
+			return ec.marshalNConditionResult2ᚖerpᚋjobsᚐConditionResult(ctx, selections, v)
 		},
 		true,
 		true,
@@ -5231,7 +5231,7 @@ func (ec *executionContext) fieldContext_Query_testCondition(ctx context.Context
 		IsMethod:   true,
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.childFields_ConditionTest(ctx, field)
+			return ec.childFields_ConditionResult(ctx, field)
 		},
 	}
 	defer func() {

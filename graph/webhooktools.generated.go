@@ -4,13 +4,10 @@ package graph
 
 import (
 	"context"
-	"erp/db"
-	"erp/graph/model"
 	"erp/jobs"
 	"math"
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -26,36 +23,36 @@ import (
 
 // region    **************************** field.gotpl *****************************
 
-func (ec *executionContext) _ConditionTest_matches(ctx context.Context, field graphql.CollectedField, obj *model.ConditionTest) (ret graphql.Marshaler) {
+func (ec *executionContext) _ConditionResult_matches(ctx context.Context, field graphql.CollectedField, obj *jobs.ConditionResult) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
 		field,
 		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_ConditionTest_matches(ctx, field)
+			return ec.fieldContext_ConditionResult_matches(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
 			return obj.Matches, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
-			return ec.marshalNBoolean2bool(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *bool) graphql.Marshaler {
+			return ec.marshalOBoolean2ᚖbool(ctx, selections, v)
 		},
 		true,
-		true,
+		false,
 	)
 }
-func (ec *executionContext) fieldContext_ConditionTest_matches(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ConditionTest", field, false, false, "Boolean")
+func (ec *executionContext) fieldContext_ConditionResult_matches(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ConditionResult", field, false, false, "Boolean")
 }
 
-func (ec *executionContext) _ConditionTest_error(ctx context.Context, field graphql.CollectedField, obj *model.ConditionTest) (ret graphql.Marshaler) {
+func (ec *executionContext) _ConditionResult_error(ctx context.Context, field graphql.CollectedField, obj *jobs.ConditionResult) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
 		field,
 		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_ConditionTest_error(ctx, field)
+			return ec.fieldContext_ConditionResult_error(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
 			return obj.Error, nil
@@ -68,86 +65,54 @@ func (ec *executionContext) _ConditionTest_error(ctx context.Context, field grap
 		false,
 	)
 }
-func (ec *executionContext) fieldContext_ConditionTest_error(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("ConditionTest", field, false, false, "String")
+func (ec *executionContext) fieldContext_ConditionResult_error(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ConditionResult", field, false, false, "String")
 }
 
-func (ec *executionContext) _SecretRotation_subscriber(ctx context.Context, field graphql.CollectedField, obj *jobs.SecretRotation) (ret graphql.Marshaler) {
+func (ec *executionContext) _ConditionResult_line(ctx context.Context, field graphql.CollectedField, obj *jobs.ConditionResult) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
 		field,
 		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_SecretRotation_subscriber(ctx, field)
+			return ec.fieldContext_ConditionResult_line(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Subscriber, nil
+			return obj.Line, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v db.Subscriber) graphql.Marshaler {
-			return ec.marshalNSubscriber2erpᚋdbᚐSubscriber(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_SecretRotation_subscriber(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	fc = &graphql.FieldContext{
-		Object:     "SecretRotation",
-		Field:      field,
-		IsMethod:   false,
-		IsResolver: false,
-		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.childFields_Subscriber(ctx, field)
-		},
-	}
-	return fc, nil
-}
-
-func (ec *executionContext) _SecretRotation_secret(ctx context.Context, field graphql.CollectedField, obj *jobs.SecretRotation) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_SecretRotation_secret(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.Secret, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalNString2string(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_SecretRotation_secret(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("SecretRotation", field, false, false, "String")
-}
-
-func (ec *executionContext) _SecretRotation_previousSecretValidUntil(ctx context.Context, field graphql.CollectedField, obj *jobs.SecretRotation) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_SecretRotation_previousSecretValidUntil(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			return obj.PreviousValidUntil, nil
-		},
-		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
-			return ec.marshalODateTime2ᚖtimeᚐTime(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
 		},
 		true,
 		false,
 	)
 }
-func (ec *executionContext) fieldContext_SecretRotation_previousSecretValidUntil(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("SecretRotation", field, false, false, "DateTime")
+func (ec *executionContext) fieldContext_ConditionResult_line(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ConditionResult", field, false, false, "Int")
+}
+
+func (ec *executionContext) _ConditionResult_column(ctx context.Context, field graphql.CollectedField, obj *jobs.ConditionResult) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ConditionResult_column(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Column, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ConditionResult_column(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ConditionResult", field, false, false, "Int")
 }
 
 // endregion **************************** field.gotpl *****************************
@@ -162,67 +127,34 @@ func (ec *executionContext) fieldContext_SecretRotation_previousSecretValidUntil
 
 // region    **************************** object.gotpl ****************************
 
-var conditionTestImplementors = []string{"ConditionTest"}
+var conditionResultImplementors = []string{"ConditionResult"}
 
-func (ec *executionContext) _ConditionTest(ctx context.Context, sel ast.SelectionSet, obj *model.ConditionTest) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, conditionTestImplementors)
+func (ec *executionContext) _ConditionResult(ctx context.Context, sel ast.SelectionSet, obj *jobs.ConditionResult) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, conditionResultImplementors)
 
 	out := graphql.NewFieldSet(fields)
 	deferred := graphql.NewDeferredGroup(ctx)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
-			out.Values[i] = graphql.MarshalString("ConditionTest")
+			out.Values[i] = graphql.MarshalString("ConditionResult")
 		case "matches":
-			out.Values[i] = ec._ConditionTest_matches(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		case "error":
-			out.Values[i] = ec._ConditionTest_error(ctx, field, obj)
+			out.Values[i] = ec._ConditionResult_matches(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
-		default:
-			panic("unknown field " + strconv.Quote(field.Name))
-		}
-	}
-	out.Dispatch(ctx)
-	if out.Invalids > 0 {
-		return graphql.Null
-	}
-
-	if n := len(deferred.Defers); n > 0 {
-		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
-		ec.ProcessDeferredGroup(deferred)
-	}
-
-	return out
-}
-
-var secretRotationImplementors = []string{"SecretRotation"}
-
-func (ec *executionContext) _SecretRotation(ctx context.Context, sel ast.SelectionSet, obj *jobs.SecretRotation) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, secretRotationImplementors)
-
-	out := graphql.NewFieldSet(fields)
-	deferred := graphql.NewDeferredGroup(ctx)
-	for i, field := range fields {
-		switch field.Name {
-		case "__typename":
-			out.Values[i] = graphql.MarshalString("SecretRotation")
-		case "subscriber":
-			out.Values[i] = ec._SecretRotation_subscriber(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
+		case "error":
+			out.Values[i] = ec._ConditionResult_error(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
-		case "secret":
-			out.Values[i] = ec._SecretRotation_secret(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
+		case "line":
+			out.Values[i] = ec._ConditionResult_line(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
-		case "previousSecretValidUntil":
-			out.Values[i] = ec._SecretRotation_previousSecretValidUntil(ctx, field, obj)
+		case "column":
+			out.Values[i] = ec._ConditionResult_column(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
@@ -247,20 +179,12 @@ func (ec *executionContext) _SecretRotation(ctx context.Context, sel ast.Selecti
 
 // region    ***************************** type.gotpl *****************************
 
-func (ec *executionContext) marshalNConditionTest2ᚖerpᚋgraphᚋmodelᚐConditionTest(ctx context.Context, sel ast.SelectionSet, v *model.ConditionTest) graphql.Marshaler {
+func (ec *executionContext) marshalNConditionResult2ᚖerpᚋjobsᚐConditionResult(ctx context.Context, sel ast.SelectionSet, v *jobs.ConditionResult) graphql.Marshaler {
 	if v == nil {
-		graphql.AddInvalidNullError(ctx, "ConditionTest!")
+		graphql.AddInvalidNullError(ctx, "ConditionResult!")
 		return graphql.Null
 	}
-	return ec._ConditionTest(ctx, sel, v)
-}
-
-func (ec *executionContext) marshalNSecretRotation2ᚖerpᚋjobsᚐSecretRotation(ctx context.Context, sel ast.SelectionSet, v *jobs.SecretRotation) graphql.Marshaler {
-	if v == nil {
-		graphql.AddInvalidNullError(ctx, "SecretRotation!")
-		return graphql.Null
-	}
-	return ec._SecretRotation(ctx, sel, v)
+	return ec._ConditionResult(ctx, sel, v)
 }
 
 // endregion ***************************** type.gotpl *****************************

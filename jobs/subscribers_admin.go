@@ -3,6 +3,7 @@ package jobs
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -272,65 +273,74 @@ func (d *Dispatcher) Redeliver(ctx context.Context, actorID *int64, f db.Deliver
 	return keys, nil
 }
 
-// SecretRotation is the outcome of RotateWebhookSecret: the subscriber,
-// its new secret (in clear this once; it is never read back) and when the
-// previous one stops being valid (nil: at once).
-type SecretRotation struct {
-	Subscriber         db.Subscriber
-	Secret             string
-	PreviousValidUntil *time.Time
-}
-
 // RotateWebhookSecret gives webhook subscriber id a new secret
 // (NewWebhookSecret), by actorID; the old one stays valid for grace (0 to
 // db.MaxSecretGrace, whole seconds), during which every request, replays
 // and redeliveries included, carries both signatures. It journals
-// subscriber.secret_rotated. Errors: *db.InputError on "graceSeconds",
-// db.ErrNotFound (no webhook subscriber id).
-func (d *Dispatcher) RotateWebhookSecret(ctx context.Context, actorID *int64, id int64, grace time.Duration) (SecretRotation, error) {
+// subscriber.secret_rotated and returns the subscriber with the new secret
+// in NewSecret (this once) and PreviousSecretValidUntil. Errors:
+// *db.InputError on "graceSeconds", db.ErrNotFound (no webhook subscriber
+// id).
+func (d *Dispatcher) RotateWebhookSecret(ctx context.Context, actorID *int64, id int64, grace time.Duration) (db.Subscriber, error) {
 	secret, err := NewWebhookSecret()
 	if err != nil {
-		return SecretRotation{}, err
+		return db.Subscriber{}, err
 	}
-	out := SecretRotation{Secret: secret}
+	var out db.Subscriber
 	err = runTx(ctx, d.pool, func(tx pgx.Tx) error {
-		s, until, ev, err := db.RotateWebhookSecret(ctx, tx, actorID, id, secret, grace)
+		s, ev, err := db.RotateWebhookSecret(ctx, tx, actorID, id, secret, grace)
 		if err != nil {
 			return err
 		}
-		out.Subscriber, out.PreviousValidUntil = s, until
+		out = s
 		return d.enqueue(ctx, tx, &txWork{written: []db.Event{ev}})
 	})
 	if err != nil {
-		return SecretRotation{}, err
+		return db.Subscriber{}, err
 	}
+	out.NewSecret = secret
 	return out, nil
 }
 
-// ConditionTest is the outcome of TestCondition: whether the condition
-// holds for the event, and why evaluating it failed (EvalErr, nil when it
-// ran), in which case Matches is false, as delivery decides.
-type ConditionTest struct {
-	Matches bool
-	EvalErr error
+// ConditionResult is the outcome of TestCondition. A condition that does
+// not compile (or is blank) has Matches nil, Error why and, when known,
+// Line and Column (1-based). One that compiles has Matches whether a
+// subscriber with it takes the event; when evaluating failed, Matches is
+// false (as delivery then decides) and Error says why.
+type ConditionResult struct {
+	Matches      *bool
+	Error        *string
+	Line, Column *int
 }
 
 // TestCondition compiles condition as a subscriber's (Filters.Compile) and
-// evaluates it on ev (Filter.Takes), writing nothing. Errors: a
-// *FilterError on "condition" for a blank condition or one that does not
-// compile (with its Line and Column).
-func (d *Dispatcher) TestCondition(condition string, ev db.Event) (ConditionTest, error) {
+// evaluates it on ev (Filter.Takes), writing nothing. A condition that
+// does not compile is a result, not an error; the error is only the
+// server's (its filters failed to build).
+func (d *Dispatcher) TestCondition(condition string, ev db.Event) (ConditionResult, error) {
 	if d.filtersErr != nil {
-		return ConditionTest{}, d.filtersErr
+		return ConditionResult{}, d.filtersErr
 	}
 	if strings.TrimSpace(condition) == "" {
-		return ConditionTest{}, &FilterError{Field: "condition",
-			Msg: `the condition is blank: write a CEL expression over event, e.g. event.payload.entity == "sales_order"`}
+		msg := `the condition is blank: write a CEL expression over event, e.g. event.payload.entity == "sales_order"`
+		return ConditionResult{Error: &msg}, nil
 	}
 	f, err := d.filters.Compile(FilterSpec{Condition: condition})
+	if fe, ok := errors.AsType[*FilterError](err); ok {
+		res := ConditionResult{Error: &fe.Msg}
+		if fe.Line > 0 && fe.Column > 0 {
+			res.Line, res.Column = &fe.Line, &fe.Column
+		}
+		return res, nil
+	}
 	if err != nil {
-		return ConditionTest{}, err
+		return ConditionResult{}, err
 	}
 	ok, err := f.Takes(ev)
-	return ConditionTest{Matches: ok, EvalErr: err}, nil
+	res := ConditionResult{Matches: &ok}
+	if err != nil {
+		msg := err.Error()
+		res.Error = &msg
+	}
+	return res, nil
 }

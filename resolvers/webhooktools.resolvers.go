@@ -8,22 +8,21 @@ package resolvers
 import (
 	"context"
 	"erp/db"
-	"erp/graph/model"
 	"erp/jobs"
 	"errors"
 	"time"
 )
 
-func (r *mutationResolver) RotateWebhookSecret(ctx context.Context, id int64, graceSeconds *int) (*jobs.SecretRotation, error) {
+func (r *mutationResolver) RotateWebhookSecret(ctx context.Context, id int64, graceSeconds *int) (*db.Subscriber, error) {
 	grace := 86400
 	if graceSeconds != nil {
 		grace = *graceSeconds
 	}
-	rot, err := r.Dispatcher.RotateWebhookSecret(ctx, actorID(ctx), id, time.Duration(grace)*time.Second)
+	s, err := r.Dispatcher.RotateWebhookSecret(ctx, actorID(ctx), id, time.Duration(grace)*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	return &rot, nil
+	return &s, nil
 }
 
 func (r *mutationResolver) SendExampleEvent(ctx context.Context, subscriber string, typeArg string) (*db.AttemptLog, error) {
@@ -34,7 +33,7 @@ func (r *mutationResolver) SendExampleEvent(ctx context.Context, subscriber stri
 	return &a, nil
 }
 
-func (r *queryResolver) TestCondition(ctx context.Context, condition string, eventID *int64, exampleOf *string) (*model.ConditionTest, error) {
+func (r *queryResolver) TestCondition(ctx context.Context, condition string, eventID *int64, exampleOf *string) (*jobs.ConditionResult, error) {
 	var ev db.Event
 	var err error
 	switch {
@@ -60,12 +59,7 @@ func (r *queryResolver) TestCondition(ctx context.Context, condition string, eve
 	if err != nil {
 		return nil, err
 	}
-	out := &model.ConditionTest{Matches: res.Matches}
-	if res.EvalErr != nil {
-		msg := res.EvalErr.Error()
-		out.Error = &msg
-	}
-	return out, nil
+	return &res, nil
 }
 
 func (r *subscriberResolver) ExampleLog(ctx context.Context, obj *db.Subscriber) ([]db.AttemptLog, error) {

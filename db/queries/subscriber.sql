@@ -11,7 +11,8 @@ ON CONFLICT (name) DO UPDATE SET event_types = EXCLUDED.event_types, entities = 
 WHERE subscribers.kind = EXCLUDED.kind
 RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
     max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format,
-    max_in_flight, rate_per_second, stream, subject_prefix;
+    max_in_flight, rate_per_second, stream, subject_prefix,
+    previous_secret_until;
 
 -- name: SubscriberInsertWebhook :one
 -- The webhook and its max_in_flight lease slots, in one statement.
@@ -29,7 +30,8 @@ WITH s AS (
 )
 SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
     s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
-    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix,
+    s.previous_secret_until
 FROM s;
 
 -- name: SubscriberUpdateWebhook :one
@@ -65,7 +67,8 @@ RETURNING *
 )
 SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
     s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
-    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix,
+    s.previous_secret_until
 FROM s;
 
 -- name: SubscriberInsertNats :one
@@ -85,7 +88,8 @@ WITH s AS (
 )
 SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
     s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
-    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix,
+    s.previous_secret_until
 FROM s;
 
 -- name: SubscriberUpdateNats :one
@@ -116,7 +120,8 @@ RETURNING *
 )
 SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
     s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
-    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix,
+    s.previous_secret_until
 FROM s;
 
 -- name: SubscriberSetPaused :one
@@ -131,7 +136,9 @@ UPDATE subscribers s SET paused = @paused, updated_at = now(),
 FROM old WHERE s.id = old.id
 RETURNING s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
     s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
-    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix, old.paused AS was_paused, old.disabled_reason AS was_disabled;
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix,
+    s.previous_secret_until,
+    old.paused AS was_paused, old.disabled_reason AS was_disabled;
 
 -- name: SubscriberGetByName :one
 SELECT * FROM subscriber_rows WHERE name = @name;
@@ -149,7 +156,8 @@ SELECT id FROM subscribers WHERE id = @id FOR NO KEY UPDATE;
 -- the deliveries page's test expects).
 SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
     s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
-    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix,
+    s.previous_secret_until
 FROM subscribers s WHERE s.id = ANY(@ids::bigint[]) ORDER BY s.id;
 
 -- name: SubscriberList :many

@@ -12,18 +12,6 @@ import (
 	"time"
 )
 
-// The outcome of testCondition.
-type ConditionTest struct {
-	// Whether the condition holds for the event: whether a subscriber with
-	// this condition takes it (its eventTypes and entities aside). False also
-	// when evaluating failed (see error), as delivery then does.
-	Matches bool `json:"matches"`
-	// Why evaluating failed: a payload key the event lacks (test it with
-	// has(event.payload.key)), a result that is not a bool, the cost limit;
-	// null when it ran.
-	Error *string `json:"error,omitempty"`
-}
-
 type DeliveryConnection struct {
 	Edges    []DeliveryEdge `json:"edges"`
 	PageInfo *PageInfo      `json:"pageInfo"`

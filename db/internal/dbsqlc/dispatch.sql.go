@@ -457,7 +457,7 @@ WITH b AS (
     FROM b LEFT JOIN doc x ON x.entity = b.entity AND x.entity_id = b.entity_id
     GROUP BY b.id
 )
-SELECT b.id AS event_id, f.held, f.earlier, f.later, s.id, s.name, s.kind, s.event_types, s.url, s.has_secret, s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format, s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix
+SELECT b.id AS event_id, f.held, f.earlier, f.later, s.id, s.name, s.kind, s.event_types, s.url, s.has_secret, s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format, s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix, s.previous_secret_until
 FROM b JOIN f ON f.id = b.id
 LEFT JOIN subscriber_rows s ON (cardinality(s.event_types) = 0 OR b.type = ANY(s.event_types))
     AND (cardinality(s.entities) = 0 OR b.entity = ANY(s.entities))
@@ -465,28 +465,29 @@ ORDER BY b.id, s.id
 `
 
 type EventPlanDispatchRow struct {
-	EventID       int64
-	Held          bool
-	Earlier       bool
-	Later         bool
-	ID            *int64
-	Name          *string
-	Kind          *string
-	EventTypes    []string
-	Url           *string
-	HasSecret     *bool
-	MaxAttempts   *int32
-	TimeoutMs     *int32
-	Paused        *bool
-	CreatedAt     *time.Time
-	UpdatedAt     *time.Time
-	Entities      []string
-	Condition     *string
-	Format        *string
-	MaxInFlight   *int32
-	RatePerSecond *float64
-	Stream        *string
-	SubjectPrefix *string
+	EventID             int64
+	Held                bool
+	Earlier             bool
+	Later               bool
+	ID                  *int64
+	Name                *string
+	Kind                *string
+	EventTypes          []string
+	Url                 *string
+	HasSecret           *bool
+	MaxAttempts         *int32
+	TimeoutMs           *int32
+	Paused              *bool
+	CreatedAt           *time.Time
+	UpdatedAt           *time.Time
+	Entities            []string
+	Condition           *string
+	Format              *string
+	MaxInFlight         *int32
+	RatePerSecond       *float64
+	Stream              *string
+	SubjectPrefix       *string
+	PreviousSecretUntil *time.Time
 }
 
 // Per event of the batch @ids (locked by the caller): whether an earlier
@@ -529,6 +530,7 @@ func (q *Queries) EventPlanDispatch(ctx context.Context, db DBTX, ids []int64) (
 			&i.RatePerSecond,
 			&i.Stream,
 			&i.SubjectPrefix,
+			&i.PreviousSecretUntil,
 		); err != nil {
 			return nil, err
 		}

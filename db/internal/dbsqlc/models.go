@@ -345,24 +345,25 @@ type SubscriberLease struct {
 }
 
 type SubscriberRow struct {
-	ID            int64
-	Name          string
-	Kind          string
-	EventTypes    []string
-	Url           *string
-	HasSecret     bool
-	MaxAttempts   int32
-	TimeoutMs     int32
-	Paused        bool
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
-	Entities      []string
-	Condition     *string
-	Format        string
-	MaxInFlight   int32
-	RatePerSecond *float64
-	Stream        *string
-	SubjectPrefix *string
+	ID                  int64
+	Name                string
+	Kind                string
+	EventTypes          []string
+	Url                 *string
+	HasSecret           bool
+	MaxAttempts         int32
+	TimeoutMs           int32
+	Paused              bool
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
+	Entities            []string
+	Condition           *string
+	Format              string
+	MaxInFlight         int32
+	RatePerSecond       *float64
+	Stream              *string
+	SubjectPrefix       *string
+	PreviousSecretUntil *time.Time
 }
 
 type User struct {

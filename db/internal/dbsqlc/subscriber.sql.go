@@ -101,7 +101,7 @@ func (q *Queries) SubscriberDisable(ctx context.Context, db DBTX, reason *string
 }
 
 const subscriberGetByID = `-- name: SubscriberGetByID :one
-SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, stream, subject_prefix FROM subscriber_rows WHERE id = $1
+SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, stream, subject_prefix, previous_secret_until FROM subscriber_rows WHERE id = $1
 `
 
 func (q *Queries) SubscriberGetByID(ctx context.Context, db DBTX, id int64) (SubscriberRow, error) {
@@ -126,12 +126,13 @@ func (q *Queries) SubscriberGetByID(ctx context.Context, db DBTX, id int64) (Sub
 		&i.RatePerSecond,
 		&i.Stream,
 		&i.SubjectPrefix,
+		&i.PreviousSecretUntil,
 	)
 	return i, err
 }
 
 const subscriberGetByName = `-- name: SubscriberGetByName :one
-SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, stream, subject_prefix FROM subscriber_rows WHERE name = $1
+SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, stream, subject_prefix, previous_secret_until FROM subscriber_rows WHERE name = $1
 `
 
 func (q *Queries) SubscriberGetByName(ctx context.Context, db DBTX, name string) (SubscriberRow, error) {
@@ -156,6 +157,7 @@ func (q *Queries) SubscriberGetByName(ctx context.Context, db DBTX, name string)
 		&i.RatePerSecond,
 		&i.Stream,
 		&i.SubjectPrefix,
+		&i.PreviousSecretUntil,
 	)
 	return i, err
 }
@@ -205,7 +207,8 @@ WITH s AS (
 )
 SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
     s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
-    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix,
+    s.previous_secret_until
 FROM s
 `
 
@@ -224,24 +227,25 @@ type SubscriberInsertNatsParams struct {
 }
 
 type SubscriberInsertNatsRow struct {
-	ID            int64
-	Name          string
-	Kind          string
-	EventTypes    []string
-	Url           *string
-	HasSecret     bool
-	MaxAttempts   int32
-	TimeoutMs     int32
-	Paused        bool
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
-	Entities      []string
-	Condition     *string
-	Format        string
-	MaxInFlight   int32
-	RatePerSecond *float64
-	Stream        *string
-	SubjectPrefix *string
+	ID                  int64
+	Name                string
+	Kind                string
+	EventTypes          []string
+	Url                 *string
+	HasSecret           bool
+	MaxAttempts         int32
+	TimeoutMs           int32
+	Paused              bool
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
+	Entities            []string
+	Condition           *string
+	Format              string
+	MaxInFlight         int32
+	RatePerSecond       *float64
+	Stream              *string
+	SubjectPrefix       *string
+	PreviousSecretUntil *time.Time
 }
 
 // The NATS subscriber and its max_in_flight lease slots (unacknowledged
@@ -280,6 +284,7 @@ func (q *Queries) SubscriberInsertNats(ctx context.Context, db DBTX, arg Subscri
 		&i.RatePerSecond,
 		&i.Stream,
 		&i.SubjectPrefix,
+		&i.PreviousSecretUntil,
 	)
 	return i, err
 }
@@ -299,7 +304,8 @@ WITH s AS (
 )
 SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
     s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
-    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix,
+    s.previous_secret_until
 FROM s
 `
 
@@ -318,24 +324,25 @@ type SubscriberInsertWebhookParams struct {
 }
 
 type SubscriberInsertWebhookRow struct {
-	ID            int64
-	Name          string
-	Kind          string
-	EventTypes    []string
-	Url           *string
-	HasSecret     bool
-	MaxAttempts   int32
-	TimeoutMs     int32
-	Paused        bool
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
-	Entities      []string
-	Condition     *string
-	Format        string
-	MaxInFlight   int32
-	RatePerSecond *float64
-	Stream        *string
-	SubjectPrefix *string
+	ID                  int64
+	Name                string
+	Kind                string
+	EventTypes          []string
+	Url                 *string
+	HasSecret           bool
+	MaxAttempts         int32
+	TimeoutMs           int32
+	Paused              bool
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
+	Entities            []string
+	Condition           *string
+	Format              string
+	MaxInFlight         int32
+	RatePerSecond       *float64
+	Stream              *string
+	SubjectPrefix       *string
+	PreviousSecretUntil *time.Time
 }
 
 // The webhook and its max_in_flight lease slots, in one statement.
@@ -373,6 +380,7 @@ func (q *Queries) SubscriberInsertWebhook(ctx context.Context, db DBTX, arg Subs
 		&i.RatePerSecond,
 		&i.Stream,
 		&i.SubjectPrefix,
+		&i.PreviousSecretUntil,
 	)
 	return i, err
 }
@@ -561,7 +569,7 @@ func (q *Queries) SubscriberLeaseTake(ctx context.Context, db DBTX, holder *stri
 }
 
 const subscriberList = `-- name: SubscriberList :many
-SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, stream, subject_prefix FROM subscriber_rows ORDER BY name
+SELECT id, name, kind, event_types, url, has_secret, max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format, max_in_flight, rate_per_second, stream, subject_prefix, previous_secret_until FROM subscriber_rows ORDER BY name
 `
 
 func (q *Queries) SubscriberList(ctx context.Context, db DBTX) ([]SubscriberRow, error) {
@@ -592,6 +600,7 @@ func (q *Queries) SubscriberList(ctx context.Context, db DBTX) ([]SubscriberRow,
 			&i.RatePerSecond,
 			&i.Stream,
 			&i.SubjectPrefix,
+			&i.PreviousSecretUntil,
 		); err != nil {
 			return nil, err
 		}
@@ -606,29 +615,31 @@ func (q *Queries) SubscriberList(ctx context.Context, db DBTX) ([]SubscriberRow,
 const subscriberListByIDs = `-- name: SubscriberListByIDs :many
 SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
     s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
-    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix,
+    s.previous_secret_until
 FROM subscribers s WHERE s.id = ANY($1::bigint[]) ORDER BY s.id
 `
 
 type SubscriberListByIDsRow struct {
-	ID            int64
-	Name          string
-	Kind          string
-	EventTypes    []string
-	Url           *string
-	HasSecret     bool
-	MaxAttempts   int32
-	TimeoutMs     int32
-	Paused        bool
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
-	Entities      []string
-	Condition     *string
-	Format        string
-	MaxInFlight   int32
-	RatePerSecond *float64
-	Stream        *string
-	SubjectPrefix *string
+	ID                  int64
+	Name                string
+	Kind                string
+	EventTypes          []string
+	Url                 *string
+	HasSecret           bool
+	MaxAttempts         int32
+	TimeoutMs           int32
+	Paused              bool
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
+	Entities            []string
+	Condition           *string
+	Format              string
+	MaxInFlight         int32
+	RatePerSecond       *float64
+	Stream              *string
+	SubjectPrefix       *string
+	PreviousSecretUntil *time.Time
 }
 
 // The view's columns, read from the table itself (as the statement log of
@@ -661,6 +672,7 @@ func (q *Queries) SubscriberListByIDs(ctx context.Context, db DBTX, ids []int64)
 			&i.RatePerSecond,
 			&i.Stream,
 			&i.SubjectPrefix,
+			&i.PreviousSecretUntil,
 		); err != nil {
 			return nil, err
 		}
@@ -836,30 +848,33 @@ UPDATE subscribers s SET paused = $1, updated_at = now(),
 FROM old WHERE s.id = old.id
 RETURNING s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
     s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
-    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix, old.paused AS was_paused, old.disabled_reason AS was_disabled
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix,
+    s.previous_secret_until,
+    old.paused AS was_paused, old.disabled_reason AS was_disabled
 `
 
 type SubscriberSetPausedRow struct {
-	ID            int64
-	Name          string
-	Kind          string
-	EventTypes    []string
-	Url           *string
-	HasSecret     bool
-	MaxAttempts   int32
-	TimeoutMs     int32
-	Paused        bool
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
-	Entities      []string
-	Condition     *string
-	Format        string
-	MaxInFlight   int32
-	RatePerSecond *float64
-	Stream        *string
-	SubjectPrefix *string
-	WasPaused     bool
-	WasDisabled   *string
+	ID                  int64
+	Name                string
+	Kind                string
+	EventTypes          []string
+	Url                 *string
+	HasSecret           bool
+	MaxAttempts         int32
+	TimeoutMs           int32
+	Paused              bool
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
+	Entities            []string
+	Condition           *string
+	Format              string
+	MaxInFlight         int32
+	RatePerSecond       *float64
+	Stream              *string
+	SubjectPrefix       *string
+	PreviousSecretUntil *time.Time
+	WasPaused           bool
+	WasDisabled         *string
 }
 
 // Pauses or resumes @id; resuming also ends a disabled webhook's
@@ -887,6 +902,7 @@ func (q *Queries) SubscriberSetPaused(ctx context.Context, db DBTX, paused bool,
 		&i.RatePerSecond,
 		&i.Stream,
 		&i.SubjectPrefix,
+		&i.PreviousSecretUntil,
 		&i.WasPaused,
 		&i.WasDisabled,
 	)
@@ -918,7 +934,8 @@ RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, pa
 )
 SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
     s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
-    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix,
+    s.previous_secret_until
 FROM s
 `
 
@@ -936,24 +953,25 @@ type SubscriberUpdateNatsParams struct {
 }
 
 type SubscriberUpdateNatsRow struct {
-	ID            int64
-	Name          string
-	Kind          string
-	EventTypes    []string
-	Url           *string
-	HasSecret     bool
-	MaxAttempts   int32
-	TimeoutMs     int32
-	Paused        bool
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
-	Entities      []string
-	Condition     *string
-	Format        string
-	MaxInFlight   int32
-	RatePerSecond *float64
-	Stream        *string
-	SubjectPrefix *string
+	ID                  int64
+	Name                string
+	Kind                string
+	EventTypes          []string
+	Url                 *string
+	HasSecret           bool
+	MaxAttempts         int32
+	TimeoutMs           int32
+	Paused              bool
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
+	Entities            []string
+	Condition           *string
+	Format              string
+	MaxInFlight         int32
+	RatePerSecond       *float64
+	Stream              *string
+	SubjectPrefix       *string
+	PreviousSecretUntil *time.Time
 }
 
 // The given fields of NATS subscriber @id, and its lease slots, as
@@ -992,6 +1010,7 @@ func (q *Queries) SubscriberUpdateNats(ctx context.Context, db DBTX, arg Subscri
 		&i.RatePerSecond,
 		&i.Stream,
 		&i.SubjectPrefix,
+		&i.PreviousSecretUntil,
 	)
 	return i, err
 }
@@ -1026,7 +1045,8 @@ RETURNING id, name, kind, event_types, url, secret, max_attempts, timeout_ms, pa
 )
 SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' AS has_secret,
     s.max_attempts, s.timeout_ms, s.paused, s.created_at, s.updated_at, s.entities, s.condition, s.format,
-    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix
+    s.max_in_flight, s.rate_per_second, s.stream, s.subject_prefix,
+    s.previous_secret_until
 FROM s
 `
 
@@ -1046,24 +1066,25 @@ type SubscriberUpdateWebhookParams struct {
 }
 
 type SubscriberUpdateWebhookRow struct {
-	ID            int64
-	Name          string
-	Kind          string
-	EventTypes    []string
-	Url           *string
-	HasSecret     bool
-	MaxAttempts   int32
-	TimeoutMs     int32
-	Paused        bool
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
-	Entities      []string
-	Condition     *string
-	Format        string
-	MaxInFlight   int32
-	RatePerSecond *float64
-	Stream        *string
-	SubjectPrefix *string
+	ID                  int64
+	Name                string
+	Kind                string
+	EventTypes          []string
+	Url                 *string
+	HasSecret           bool
+	MaxAttempts         int32
+	TimeoutMs           int32
+	Paused              bool
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
+	Entities            []string
+	Condition           *string
+	Format              string
+	MaxInFlight         int32
+	RatePerSecond       *float64
+	Stream              *string
+	SubjectPrefix       *string
+	PreviousSecretUntil *time.Time
 }
 
 // The given fields, and the lease slots to max_in_flight (a slot dropped
@@ -1104,6 +1125,7 @@ func (q *Queries) SubscriberUpdateWebhook(ctx context.Context, db DBTX, arg Subs
 		&i.RatePerSecond,
 		&i.Stream,
 		&i.SubjectPrefix,
+		&i.PreviousSecretUntil,
 	)
 	return i, err
 }
@@ -1117,28 +1139,30 @@ ON CONFLICT (name) DO UPDATE SET event_types = EXCLUDED.event_types, entities = 
 WHERE subscribers.kind = EXCLUDED.kind
 RETURNING id, name, kind, event_types, url, coalesce(secret, '') <> '' AS has_secret,
     max_attempts, timeout_ms, paused, created_at, updated_at, entities, condition, format,
-    max_in_flight, rate_per_second, stream, subject_prefix
+    max_in_flight, rate_per_second, stream, subject_prefix,
+    previous_secret_until
 `
 
 type SubscriberUpsertBuiltinRow struct {
-	ID            int64
-	Name          string
-	Kind          string
-	EventTypes    []string
-	Url           *string
-	HasSecret     bool
-	MaxAttempts   int32
-	TimeoutMs     int32
-	Paused        bool
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
-	Entities      []string
-	Condition     *string
-	Format        string
-	MaxInFlight   int32
-	RatePerSecond *float64
-	Stream        *string
-	SubjectPrefix *string
+	ID                  int64
+	Name                string
+	Kind                string
+	EventTypes          []string
+	Url                 *string
+	HasSecret           bool
+	MaxAttempts         int32
+	TimeoutMs           int32
+	Paused              bool
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
+	Entities            []string
+	Condition           *string
+	Format              string
+	MaxInFlight         int32
+	RatePerSecond       *float64
+	Stream              *string
+	SubjectPrefix       *string
+	PreviousSecretUntil *time.Time
 }
 
 // Subscribers of the event stream (table subscribers, read through view
@@ -1172,6 +1196,7 @@ func (q *Queries) SubscriberUpsertBuiltin(ctx context.Context, db DBTX, name str
 		&i.RatePerSecond,
 		&i.Stream,
 		&i.SubjectPrefix,
+		&i.PreviousSecretUntil,
 	)
 	return i, err
 }
