@@ -289,13 +289,15 @@ func (r Row) line() string {
 	}
 	cost := "-"
 	if c := r.Cost; c != nil {
-		o, f := c.Ours.Total, c.Reference.Total
-		if c.Counted == "server" {
-			o, f = c.Ours.Server, c.Reference.Server
+		o, f := c.Ours.counted(c.Counted), c.Reference.counted(c.Counted)
+		// A reference that spent nothing measurable has no ratio.
+		ratio := "n/a"
+		if c.Ratio != 0 {
+			ratio = fmt.Sprintf("%.2f×", c.Ratio)
 		}
-		cost = fmt.Sprintf("%s ms/%s: %.3f vs %.3f = %.2f×", c.Counted, c.Unit, o, f, c.Ratio)
+		cost = fmt.Sprintf("%s ms/%s: %.3f vs %.3f = %s", c.Counted, c.Unit, o, f, ratio)
 		if r.Runs > 1 {
-			cost = fmt.Sprintf("%s ms/%s: %.3f ±%.0f%% vs %.3f ±%.0f%% = %.2f×", c.Counted, c.Unit, o, 100*c.Ours.Spread, f, 100*c.Reference.Spread, c.Ratio)
+			cost = fmt.Sprintf("%s ms/%s: %.3f ±%.0f%% vs %.3f ±%.0f%% = %s", c.Counted, c.Unit, o, 100*c.Ours.Spread, f, 100*c.Reference.Spread, ratio)
 		}
 	}
 	return fmt.Sprintf("| %s | %-22s | %-28s | %s | %s | %6.2f | %s | %-22s | %-4s | %s | %s |",
