@@ -181,10 +181,11 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// spread is (max-min)/median of xs: 0 for one value.
+// spread is (max-min)/median of xs: 0 for one value, and for a median not
+// above zero (a CPU difference below /proc's resolution, figure D's).
 func spread(xs []float64) float64 {
 	m := median(xs)
-	if len(xs) < 2 || m == 0 {
+	if len(xs) < 2 || m <= 0 {
 		return 0
 	}
 	return (slices.Max(xs) - slices.Min(xs)) / m

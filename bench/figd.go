@@ -20,9 +20,9 @@ import (
 )
 
 // figureD: memory per idle subscription. The server holds N subscribed
-// graphql-transport-ws sockets; the reference, `bench refws` (a bare
-// gorilla server in its own process), holds N sockets with one reader
-// goroutine each. Both are measured by RSS delta (VmRSS after − before,
+// graphql-transport-ws sockets (filtered on a type nothing produces
+// meanwhile); the reference, `bench refws` (a bare gorilla server in its
+// own process), holds N sockets with one reader goroutine each. Both are measured by RSS delta (VmRSS after − before,
 // over N) and by heap+stack delta after a GC: the reference's from
 // runtime/metrics, the server's from MemStats through its pprof listener
 // (PPROF_ADDR), which also gives the goroutines per socket and a heap
@@ -50,12 +50,23 @@ func (e *env) figureD() error {
 	var heapAfter, stackAfter float64
 	var gAfter int
 	var heapFile string
+	// A subscription that ends (an error, a dropped socket) is no longer
+	// idle: the figure fails rather than measure fewer.
+	var ended atomic.Int64
+	var endErr atomic.Value
+	var closing atomic.Bool
 	oursKiB, err := e.idleRSSHook(s.cmd.Process.Pid, n, func(ctx context.Context) (func(), error) {
-		sub, err := s.subscribe(ctx, []string{"bench.never"}, "id")
+		// A type nothing produces during D; the API refuses an unknown one.
+		sub, err := s.subscribe(ctx, []string{"token.revoked"}, "id")
 		if err != nil {
 			return nil, err
 		}
-		go func() { _ = sub.read(func(json.RawMessage) {}) }()
+		go func() {
+			if err := sub.read(func(json.RawMessage) {}); !closing.Load() {
+				ended.Add(1)
+				endErr.CompareAndSwap(nil, fmt.Sprint(err))
+			}
+		}()
 		return sub.close, nil
 	}, func() {
 		var err error
@@ -69,9 +80,13 @@ func (e *env) figureD() error {
 			fmt.Println("    warning: heap profile:", err)
 		}
 		_, _ = s.saveProfile("/goroutine?debug=1", "d-goroutines.txt")
+		closing.Store(true)
 	})
 	if err != nil {
 		return fmt.Errorf("ours: %w", err)
+	}
+	if k := ended.Load(); k > 0 {
+		return fmt.Errorf("ours: %d of %d subscriptions ended while idle, the first: %v", k, n, endErr.Load())
 	}
 	oursHeap := (heapAfter - heapBefore) / float64(n) / 1024
 	oursStack := (stackAfter - stackBefore) / float64(n) / 1024
