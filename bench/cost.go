@@ -191,15 +191,17 @@ func spread(xs []float64) float64 {
 	return (slices.Max(xs) - slices.Min(xs)) / m
 }
 
-// ratios are ours[i]/ref[i] of paired runs (a pair ran back to back); a
-// pair whose reference is not positive has none (a CPU difference below
-// /proc's resolution can be 0 or negative: figure D's reference).
+// ratios are ours[i]/ref[i] of paired runs (a pair ran back to back);
+// none when a reference is not positive (a CPU difference below /proc's
+// resolution can be 0 or negative: figure D's reference), since a median
+// over the other pairs alone would overstate the ratio.
 func ratios(ours, ref []float64) []float64 {
 	var r []float64
 	for i := range min(len(ours), len(ref)) {
-		if ref[i] > 0 {
-			r = append(r, ours[i]/ref[i])
+		if ref[i] <= 0 {
+			return nil
 		}
+		r = append(r, ours[i]/ref[i])
 	}
 	return r
 }

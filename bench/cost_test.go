@@ -94,6 +94,14 @@ func TestIdleCost(t *testing.T) {
 	if len(rs) != 2 || !near(rs[0].value, 40) || !near(rs[1].value, 60) || !near(rs[0].units, 10) {
 		t.Fatalf("samples = %+v, want values 40 and 60 µs per subscription·s over 10 units", rs)
 	}
+	if got := spread([]float64{-0.01, 0, 0.005}); got != 0 {
+		t.Errorf("spread about a median of 0 = %v, want 0 (none)", got)
+	}
+	// One reference window of three above zero, by a tick: no ratio.
+	ref := []sample{{value: 0, units: 10}, {value: 0.1, units: 10, cpu: cpu{Server: 0.001}}, {value: -0.1, units: 10, cpu: cpu{Server: -0.001}}}
+	if got := summarize(Row{}, "1,000 subscription·s", "server", rs, ref); got.Ratio != 0 || got.Cost.Ratio != 0 {
+		t.Errorf("ratio, cost ratio = %v, %v against a reference at 0 but for one tick, want 0, 0 (none)", got.Ratio, got.Cost.Ratio)
+	}
 	r := summarize(Row{}, "1,000 subscription·s", "server", rs, rs)
 	if c := r.Cost; !near(c.Ours.Server, 50) || !near(c.Ours.Postgres, 0) || !near(c.Ours.Tool, 30) {
 		t.Errorf("cost = %+v, want server 50, postgres 0, tool 30 ms per 1,000 subscription·s", c.Ours)

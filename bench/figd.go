@@ -22,8 +22,9 @@ import (
 // figureD: memory per idle subscription. The server holds N subscribed
 // graphql-transport-ws sockets (filtered on a type nothing produces
 // meanwhile); the reference, `bench refws` (a bare gorilla server in its
-// own process), holds N sockets with one reader goroutine each. Both are measured by RSS delta (VmRSS after − before,
-// over N) and by heap+stack delta after a GC: the reference's from
+// own process), holds N sockets with one reader goroutine each. Both
+// are measured by RSS delta (VmRSS after − before, over N) and by
+// heap+stack delta after a GC: the reference's from
 // runtime/metrics, the server's from MemStats through its pprof listener
 // (PPROF_ADDR), which also gives the goroutines per socket and a heap
 // profile (profiles/d-heap.pprof in the temp dir, kept with -keep).
