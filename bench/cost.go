@@ -157,7 +157,7 @@ type perUnit struct {
 // over the same runs.
 type Cost struct {
 	Unit      string  `json:"unit"`    // what one unit of work is: "mutation", "event", "frame"
-	Counted   string  `json:"counted"` // which part the ratio and the target take: "total" or "server"
+	Counted   string  `json:"counted"` // which part the ratio and the target take: "total", "server" or "postgres"
 	Ours      perUnit `json:"ours"`
 	Reference perUnit `json:"reference"`
 	// Ratio is the median of the runs' ours/reference ratios of the
@@ -181,22 +181,27 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// spread is (max-min)/median of xs: 0 for one value.
+// spread is (max-min)/median of xs: 0 for one value, and for a median not
+// above zero (a CPU difference below /proc's resolution, figure D's).
 func spread(xs []float64) float64 {
 	m := median(xs)
-	if len(xs) < 2 || m == 0 {
+	if len(xs) < 2 || m <= 0 {
 		return 0
 	}
 	return (slices.Max(xs) - slices.Min(xs)) / m
 }
 
-// ratios are ours[i]/ref[i] of paired runs (a pair ran back to back).
+// ratios are ours[i]/ref[i] of paired runs (a pair ran back to back);
+// none when a reference is not positive (a CPU difference below /proc's
+// resolution can be 0 or negative: figure D's reference), since a median
+// over the other pairs alone would overstate the ratio.
 func ratios(ours, ref []float64) []float64 {
 	var r []float64
 	for i := range min(len(ours), len(ref)) {
-		if ref[i] != 0 {
-			r = append(r, ours[i]/ref[i])
+		if ref[i] <= 0 {
+			return nil
 		}
+		r = append(r, ours[i]/ref[i])
 	}
 	return r
 }
@@ -225,15 +230,29 @@ func costOf(rs []sample, counted func(cpu) float64) perUnit {
 	}
 }
 
+// countedPart is the part of a cost that a row's cost ratio takes:
+// "server" the server's CPU alone, "postgres" PostgreSQL's, else the total.
+func countedPart(counted string) func(cpu) float64 {
+	switch counted {
+	case "server":
+		return func(c cpu) float64 { return c.Server }
+	case "postgres":
+		return func(c cpu) float64 { return c.Postgres }
+	}
+	return cpu.total
+}
+
+// counted is p's part named as in countedPart.
+func (p perUnit) counted(counted string) float64 {
+	return countedPart(counted)(cpu{Server: p.Server, Postgres: p.Postgres, Tool: p.Tool, Nats: p.Nats})
+}
+
 // summarize fills r from paired runs of ours and the reference: the
 // medians of their values, the median of the pairs' ratios and the spreads,
-// and the CPU per unit (ms per unit), whose ratio counts the server's CPU
-// alone when counted is "server", else the total.
+// and the CPU per unit (ms per unit), whose ratio counts the part counted
+// names (countedPart: "server", "postgres" or "total").
 func summarize(r Row, unit, counted string, ours, ref []sample) Row {
-	part := cpu.total
-	if counted == "server" {
-		part = func(c cpu) float64 { return c.Server }
-	}
+	part := countedPart(counted)
 	value := func(x sample) float64 { return x.value }
 	r.Runs = len(ours)
 	r.Ours, r.Reference = median(each(ours, value)), median(each(ref, value))
@@ -280,15 +299,7 @@ func (r Row) noisyNote() string {
 // (`go tool pprof -top` over the runs' profiles merged).
 func (e *env) whereItGoes(r Row, ours, ref []sample) {
 	c := r.Cost
-	side := func(p perUnit) string {
-		s := fmt.Sprintf("server %.3f + postgres %.3f + tool %.3f", p.Server, p.Postgres, p.Tool)
-		if p.Nats > 0 {
-			s += fmt.Sprintf(" + nats %.3f", p.Nats)
-		}
-		return s + fmt.Sprintf(" = %.3f", p.Total)
-	}
-	fmt.Printf("    %s %s, CPU per %s over %d runs (ms, median): ours %s | reference %s\n",
-		r.Figure, r.Case, c.Unit, r.Runs, side(c.Ours), side(c.Reference))
+	fmt.Println(r.costByProcess())
 	for _, side := range []struct {
 		name string
 		runs []sample
@@ -325,6 +336,21 @@ func (e *env) whereItGoes(r Row, ours, ref []sample) {
 			fmt.Println("        " + l)
 		}
 	}
+}
+
+// costByProcess is a line of r's CPU per unit of work by process, ours and
+// the reference's (ms, medians over the runs).
+func (r Row) costByProcess() string {
+	c := r.Cost
+	side := func(p perUnit) string {
+		s := fmt.Sprintf("server %.3f + postgres %.3f + tool %.3f", p.Server, p.Postgres, p.Tool)
+		if p.Nats > 0 {
+			s += fmt.Sprintf(" + nats %.3f", p.Nats)
+		}
+		return s + fmt.Sprintf(" = %.3f", p.Total)
+	}
+	return fmt.Sprintf("    %s %s, CPU per %s over %d runs (ms, median): ours %s | reference %s",
+		r.Figure, r.Case, c.Unit, r.Runs, side(c.Ours), side(c.Reference))
 }
 
 // topPerUnit sums the runs' statements by text and divides by the runs'

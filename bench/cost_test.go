@@ -5,7 +5,9 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
+	"time"
 )
 
 // A backend that ends during a run has been reaped by the postmaster when
@@ -61,3 +63,47 @@ func TestSummarize(t *testing.T) {
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// Figure F counts PostgreSQL's CPU alone: the journal's size shows there,
+// not in the server's HTTP work, which the total would dilute.
+func TestSummarizeCountsPostgres(t *testing.T) {
+	ours := []sample{{value: 3, units: 20, cpu: cpu{Server: 0.2, Postgres: 0.04, Tool: 0.02}}}
+	ref := []sample{{value: 2, units: 20, cpu: cpu{Server: 0.1, Postgres: 0.02, Tool: 0.02}}}
+	r := summarize(Row{}, "query", "postgres", ours, ref)
+	if !near(r.Cost.Ratio, 2) || !near(r.Cost.Ours.counted("postgres"), 2) || !near(r.Cost.Reference.counted("postgres"), 1) {
+		t.Errorf("cost = %+v, want postgres 2 vs 1 ms per query, ratio 2", *r.Cost)
+	}
+	if got, want := r.line(), "postgres ms/query: 2.000 vs 1.000 = 2.00×"; !strings.Contains(got, want) {
+		t.Errorf("line = %q, want it to contain %q", got, want)
+	}
+	for _, spent := range []float64{0, -0.01} {
+		none := summarize(Row{}, "query", "postgres", ours, []sample{{value: 2, units: 20, cpu: cpu{Postgres: spent}}})
+		if got, want := none.line(), "= n/a"; !strings.Contains(got, want) {
+			t.Errorf("line with a reference that spent %v s = %q, want it to contain %q", spent, got, want)
+		}
+	}
+}
+
+// Figure D: what 1,000 subscriptions add to an idle server, per
+// subscription and second, with the windows before they opened taken off.
+func TestIdleCost(t *testing.T) {
+	before := []cpu{{Server: 0.1, Postgres: 0.05}, {Server: 0.2, Postgres: 0.05}}
+	open := []cpu{{Server: 0.5, Postgres: 0.05, Tool: 0.3}, {Server: 0.8, Postgres: 0.05, Tool: 0.3}}
+	rs := idleCost(open, before, 1000, 10*time.Second)
+	// 0.4 and 0.6 s of server CPU over 1,000 × 10 subscription·s: 40 and 60 µs.
+	if len(rs) != 2 || !near(rs[0].value, 40) || !near(rs[1].value, 60) || !near(rs[0].units, 10) {
+		t.Fatalf("samples = %+v, want values 40 and 60 µs per subscription·s over 10 units", rs)
+	}
+	if got := spread([]float64{-0.01, 0, 0.005}); got != 0 {
+		t.Errorf("spread about a median of 0 = %v, want 0 (none)", got)
+	}
+	// One reference window of three above zero, by a tick: no ratio.
+	ref := []sample{{value: 0, units: 10}, {value: 0.1, units: 10, cpu: cpu{Server: 0.001}}, {value: -0.1, units: 10, cpu: cpu{Server: -0.001}}}
+	if got := summarize(Row{}, "1,000 subscription·s", "server", rs, ref); got.Ratio != 0 || got.Cost.Ratio != 0 {
+		t.Errorf("ratio, cost ratio = %v, %v against a reference at 0 but for one tick, want 0, 0 (none)", got.Ratio, got.Cost.Ratio)
+	}
+	r := summarize(Row{}, "1,000 subscription·s", "server", rs, rs)
+	if c := r.Cost; !near(c.Ours.Server, 50) || !near(c.Ours.Postgres, 0) || !near(c.Ours.Tool, 30) {
+		t.Errorf("cost = %+v, want server 50, postgres 0, tool 30 ms per 1,000 subscription·s", c.Ours)
+	}
+}

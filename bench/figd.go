@@ -20,13 +20,17 @@ import (
 )
 
 // figureD: memory per idle subscription. The server holds N subscribed
-// graphql-transport-ws sockets; the reference, `bench refws` (a bare
-// gorilla server in its own process), holds N sockets with one reader
-// goroutine each. Both are measured by RSS delta (VmRSS after − before,
-// over N) and by heap+stack delta after a GC: the reference's from
+// graphql-transport-ws sockets (filtered on a type nothing produces
+// meanwhile); the reference, `bench refws` (a bare gorilla server in its
+// own process), holds N sockets with one reader goroutine each. Both
+// are measured by RSS delta (VmRSS after − before, over N) and by
+// heap+stack delta after a GC: the reference's from
 // runtime/metrics, the server's from MemStats through its pprof listener
 // (PPROF_ADDR), which also gives the goroutines per socket and a heap
 // profile (profiles/d-heap.pprof in the temp dir, kept with -keep).
+// The CPU an idle subscription costs (its keepalive) is the server's CPU
+// over windows of -duration with the N sockets open, minus the same
+// windows before they opened, per subscription and second.
 func (e *env) figureD() error {
 	n := e.opts.dSubscribers
 	s, err := e.startServer()
@@ -39,18 +43,37 @@ func (e *env) figureD() error {
 	if err != nil {
 		return err
 	}
+	oursBase, err := e.idleWindows(s.cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	var oursOpen []cpu
 	var heapAfter, stackAfter float64
 	var gAfter int
 	var heapFile string
+	// A subscription that ends (an error, a dropped socket) is no longer
+	// idle: the figure fails rather than measure fewer.
+	var ended atomic.Int64
+	var endErr atomic.Value
+	var closing atomic.Bool
 	oursKiB, err := e.idleRSSHook(s.cmd.Process.Pid, n, func(ctx context.Context) (func(), error) {
-		sub, err := s.subscribe(ctx, []string{"bench.never"}, "id")
+		// A type nothing produces during D; the API refuses an unknown one.
+		sub, err := s.subscribe(ctx, []string{"token.revoked"}, "id")
 		if err != nil {
 			return nil, err
 		}
-		go func() { _ = sub.read(func(json.RawMessage) {}) }()
+		go func() {
+			if err := sub.read(func(json.RawMessage) {}); !closing.Load() {
+				ended.Add(1)
+				endErr.CompareAndSwap(nil, fmt.Sprint(err))
+			}
+		}()
 		return sub.close, nil
 	}, func() {
 		var err error
+		if oursOpen, err = e.idleWindows(s.cmd.Process.Pid); err != nil {
+			fmt.Println("    warning: idle CPU:", err)
+		}
 		if heapAfter, stackAfter, gAfter, err = s.memStats(); err != nil {
 			fmt.Println("    warning: server memory stats:", err)
 		}
@@ -58,9 +81,13 @@ func (e *env) figureD() error {
 			fmt.Println("    warning: heap profile:", err)
 		}
 		_, _ = s.saveProfile("/goroutine?debug=1", "d-goroutines.txt")
+		closing.Store(true)
 	})
 	if err != nil {
 		return fmt.Errorf("ours: %w", err)
+	}
+	if k := ended.Load(); k > 0 {
+		return fmt.Errorf("ours: %d of %d subscriptions ended while idle, the first: %v", k, n, endErr.Load())
 	}
 	oursHeap := (heapAfter - heapBefore) / float64(n) / 1024
 	oursStack := (stackAfter - stackBefore) / float64(n) / 1024
@@ -99,6 +126,11 @@ func (e *env) figureD() error {
 	if err != nil {
 		return err
 	}
+	refBase, err := e.idleWindows(cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	var refOpen []cpu
 	var hsAfter float64
 	dialer := websocket.Dialer{HandshakeTimeout: 30 * time.Second, ReadBufferSize: 1024, WriteBufferSize: 1024}
 	refKiB, err := e.idleRSSHook(cmd.Process.Pid, n, func(ctx context.Context) (func(), error) {
@@ -114,7 +146,13 @@ func (e *env) figureD() error {
 			}
 		}()
 		return func() { _ = c.Close() }, nil
-	}, func() { hsAfter, _ = metricsOf() })
+	}, func() {
+		var err error
+		if refOpen, err = e.idleWindows(cmd.Process.Pid); err != nil {
+			fmt.Println("    warning: idle CPU:", err)
+		}
+		hsAfter, _ = metricsOf()
+	})
 	if err != nil {
 		return fmt.Errorf("reference: %w", err)
 	}
@@ -128,7 +166,47 @@ func (e *env) figureD() error {
 		Ours: oursHS, Reference: refHS, Target: "≤ 2× and ≤ 40 KiB", Pass: oursHS <= 2*refHS && oursHS <= 40,
 		Settings: e.settings("subscribers", fmt.Sprint(n)), Notes: "live heap objects + goroutine stacks after GC, delta over N"})
 	fmt.Println("   ", note)
+
+	w := e.opts.duration
+	idle := summarize(Row{Figure: "D", Case: fmt.Sprintf("%d idle subscriptions", n), Metric: "µs server CPU per subscription·s",
+		Target: "information", Pass: true, Settings: e.settings("subscribers", fmt.Sprint(n), "duration", w.String()),
+		Notes: fmt.Sprintf("the server's CPU over %d windows of %s with the sockets open, each minus a window before they opened (keepalive: a ping every 10 s, app's wsKeepAlive; the reference sends none); /proc's 10 ms ticks are %.2f µs per subscription·s",
+			len(oursOpen), w, 1e4/(float64(n)*w.Seconds()))},
+		"1,000 subscription·s", "server", idleCost(oursOpen, oursBase, n, w), idleCost(refOpen, refBase, n, w))
+	e.add(idle)
+	fmt.Println(idle.costByProcess())
 	return nil
+}
+
+// idleWindows meters -runs windows of -duration each, pid counted as the
+// server, and returns the CPU of each.
+func (e *env) idleWindows(pid int) ([]cpu, error) {
+	var cs []cpu
+	for range e.opts.runs {
+		m := e.meter(pid)
+		select {
+		case <-e.ctx.Done():
+			return cs, e.ctx.Err()
+		case <-time.After(e.opts.duration):
+		}
+		cs = append(cs, m.used())
+	}
+	return cs, nil
+}
+
+// idleCost pairs windows of length w with n subscriptions open with the
+// windows before they opened: what the n add in each pair, as a sample
+// whose unit of work is 1,000 subscription·seconds (so its ms per unit
+// are µs per subscription and second) and whose value is the server's
+// part in those µs.
+func idleCost(open, before []cpu, n int, w time.Duration) []sample {
+	var rs []sample
+	for i := range min(len(open), len(before)) {
+		c := open[i].minus(before[i])
+		units := float64(n) * w.Seconds() / 1000
+		rs = append(rs, sample{value: 1000 * c.Server / units, units: units, cpu: c})
+	}
+	return rs
 }
 
 // idleRSSHook opens n sockets with open (50 at a time), lets them settle,

@@ -3,8 +3,9 @@
 // drives it over HTTP and websockets, measures a reference (pgbench, a bare
 // River client, a bare gorilla server, a bare JetStream publish loop) in the
 // same run on the same PostgreSQL (and NATS server), and prints each figure
-// as a table row with its settings and, for A, B, C, E, G and H, the CPU per
-// unit of work of both sides (A, B, C, E and H over interleaved runs)
+// as a table row with its settings and, beside every rate and latency, the
+// CPU per unit of work of both sides (A, B, C, E and H over interleaved
+// runs; D over -runs windows of each side; F and G one run)
 // (cost.go; BENCHMARKS.md, How it works); the rows are
 // also written to bench/results/ as JSON, the console output as text.
 //
@@ -115,8 +116,8 @@ func main() {
 	flag.IntVar(&o.dSubscribers, "d-subscribers", 10000, "figure D: idle subscriptions")
 	flag.IntVar(&o.fEvents, "f-events", 10_000_000, "figure F: events in the large journal (the reference has 10,000)")
 	flag.IntVar(&o.hEvents, "h-events", 10000, "figure H: events published to NATS JetStream per run")
-	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length of each timed run (A, B)")
-	flag.IntVar(&o.runs, "runs", 3, "runs of each figure, ours and the reference interleaved (A, B, C, E, H); the table shows medians and spreads")
+	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length of each timed run (A, B; D's idle CPU windows)")
+	flag.IntVar(&o.runs, "runs", 3, "runs of each figure, ours and the reference interleaved (A, B, C, E, H; D: idle CPU windows of each side); the table shows medians and spreads")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp directory (cluster, logs, profiles)")
 	flag.Parse()
 	if o.runs < 1 {
@@ -289,13 +290,15 @@ func (r Row) line() string {
 	}
 	cost := "-"
 	if c := r.Cost; c != nil {
-		o, f := c.Ours.Total, c.Reference.Total
-		if c.Counted == "server" {
-			o, f = c.Ours.Server, c.Reference.Server
+		o, f := c.Ours.counted(c.Counted), c.Reference.counted(c.Counted)
+		// A reference that spent nothing measurable has no ratio.
+		ratio := "n/a"
+		if c.Ratio != 0 {
+			ratio = fmt.Sprintf("%.2f×", c.Ratio)
 		}
-		cost = fmt.Sprintf("%s ms/%s: %.3f vs %.3f = %.2f×", c.Counted, c.Unit, o, f, c.Ratio)
+		cost = fmt.Sprintf("%s ms/%s: %.3f vs %.3f = %s", c.Counted, c.Unit, o, f, ratio)
 		if r.Runs > 1 {
-			cost = fmt.Sprintf("%s ms/%s: %.3f ±%.0f%% vs %.3f ±%.0f%% = %.2f×", c.Counted, c.Unit, o, 100*c.Ours.Spread, f, 100*c.Reference.Spread, c.Ratio)
+			cost = fmt.Sprintf("%s ms/%s: %.3f ±%.0f%% vs %.3f ±%.0f%% = %s", c.Counted, c.Unit, o, 100*c.Ours.Spread, f, 100*c.Reference.Spread, ratio)
 		}
 	}
 	return fmt.Sprintf("| %s | %-22s | %-28s | %s | %s | %6.2f | %s | %-22s | %-4s | %s | %s |",
