@@ -332,7 +332,7 @@ func New(d *db.Database, cfg config.Config, logger *slog.Logger) (_ *App, err er
 		river:           riverClient,
 		feed:            feed,
 		ws:              ws,
-		streams:         &sse.Streams{WriteTimeout: cfg.FeedWriteTimeout},
+		streams:         &sse.Streams{WriteTimeout: cfg.FeedWriteTimeout, SendBuffer: cmp.Or(cfg.SendBuffer, wsSendBuffer), Logger: logger},
 		keepAlive:       cmp.Or(cfg.KeepAlive, wsKeepAlive),
 		sharedFeed:      resolvers.NewSharedFeedPayloads(),
 		logger:          logger,
@@ -513,6 +513,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener, after func(context.Con
 		Handler:           a.handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
+		ConnContext:       sse.ConnContext,
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -167,6 +167,25 @@ func TestAsyncAPIDocument(t *testing.T) {
 	message.Headers = nil
 	require.NoError(t, json.Unmarshal(doc.Components.Messages["feed.doc.created"], &message))
 	require.Nil(t, message.Headers, "the live feed has no headers")
+	var feed struct {
+		Payload struct {
+			Properties struct {
+				Data struct {
+					Properties struct {
+						EventProcessed struct {
+							Required   []string
+							Properties map[string]json.RawMessage
+						}
+					}
+				}
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal(doc.Components.Messages["feed.doc.created"], &feed))
+	processed := feed.Payload.Properties.Data.Properties.EventProcessed
+	require.Contains(t, processed.Properties, "cursor", "a feed result says where to resume")
+	require.Contains(t, processed.Properties, "payload")
+	require.Empty(t, processed.Required, "a result has the fields the subscription selected")
 	require.Nil(t, doc.Channels["webhook"].Address, "a webhook's URL is the subscriber's")
 	require.Equal(t, "{subjectPrefix}.{entity}.{entityId}.{type}", *doc.Channels["nats"].Address)
 }

@@ -19,8 +19,9 @@ const AsyncAPIVersion = "3.0.0"
 // and nats.<type> (the whole event, EventSchema, in components.schemas;
 // application/json) and their <...>.cloudevent (the CloudEvent carrying
 // it; application/cloudevents+json), with the channel's headers
-// (WebhookHeaders, NatsHeaders), and feed.<type>, without headers, for
-// both feed channels. The error is that of a schema of the catalog that
+// (WebhookHeaders, NatsHeaders), and feed.<type>, for both feed channels:
+// the GraphQL result carrying the event's selected fields and cursor, no
+// headers. The error is that of a schema of the catalog that
 // does not parse, a build mistake the package's tests catch.
 func AsyncAPI() ([]byte, error) {
 	messages := map[string]any{}
@@ -54,6 +55,7 @@ func AsyncAPI() ([]byte, error) {
 		"X-Erp-Event-Id":    str("the journal event's id, decimal"),
 		"Content-Type":      str("application/json, or application/cloudevents+json with format CLOUDEVENTS"),
 		"User-Agent":        str("erp-webhook/1"),
+		"X-Erp-Test":        str(`"true" on a catalog example sent by sendExampleEvent (no journal event); absent otherwise`),
 		"traceparent":       str("W3C trace context of the delivery's span, when tracing is on"),
 	})
 	schemas["NatsHeaders"] = headers("the headers of a JetStream message", map[string]any{
@@ -103,7 +105,7 @@ func AsyncAPI() ([]byte, error) {
 			refs[ch.channel][plain] = map[string]any{"$ref": "#/components/messages/" + plain}
 			refs[ch.channel][ce] = map[string]any{"$ref": "#/components/messages/" + ce}
 		}
-		message("feed."+t.Name, "application/json", event, "")
+		message("feed."+t.Name, "application/json", feedResult(s), "")
 		refs["feed"]["feed."+t.Name] = map[string]any{"$ref": "#/components/messages/feed." + t.Name}
 	}
 	channels := map[string]any{
@@ -166,4 +168,32 @@ func AsyncAPI() ([]byte, error) {
 		"components": map[string]any{"messages": messages, "schemas": schemas},
 	}
 	return json.MarshalIndent(doc, "", "  ")
+}
+
+// feedResult is the schema of a live feed's result carrying an event
+// whose whole schema is event: a GraphQL response whose
+// data.eventProcessed has the fields the subscription selected (any of
+// event's, none required) and cursor, where to resume.
+func feedResult(event map[string]any) map[string]any {
+	props := map[string]any{"cursor": map[string]any{"type": "string",
+		"description": "the event's position in the feed: resume with eventProcessed(after: cursor)"}}
+	for k, v := range event["properties"].(map[string]any) {
+		props[k] = v
+	}
+	return map[string]any{
+		"description": "a GraphQL response: the payload of a graphql-transport-ws next or graphql-ws data message, or the data of an SSE next event",
+		"type":        "object",
+		"properties": map[string]any{
+			"data": map[string]any{"type": "object", "properties": map[string]any{
+				"eventProcessed": map[string]any{
+					"title":       event["title"],
+					"description": "the fields the subscription selected",
+					"type":        "object",
+					"properties":  props,
+				},
+			}},
+			"errors":     map[string]any{"type": "array", "description": "GraphQL errors, each with extensions.code; a stream cut by the server ends with one"},
+			"extensions": map[string]any{"type": "object"},
+		},
+	}
 }

@@ -12,7 +12,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -33,6 +36,13 @@ type Streams struct {
 	// comment): a client that does not take it in time is cut, and
 	// resumes by cursor. 0: no bound.
 	WriteTimeout time.Duration
+	// SendBuffer caps the kernel's send buffer of a stream's connection
+	// (SO_SNDBUF, bytes), as a websocket's: what a client that stops
+	// reading pins in the kernel before WriteTimeout cuts it. It needs
+	// the server's ConnContext to be ConnContext. 0: the kernel's own.
+	SendBuffer int
+	// Logger, when set, says why a stream was cut by a failed write.
+	Logger *slog.Logger
 
 	mu      sync.Mutex
 	open    map[*stream]struct{}
@@ -46,6 +56,14 @@ var ErrShuttingDown = errors.New("server shutting down: connect again and resume
 // errCut is what a write to a cut or finished stream returns.
 var errCut = errors.New("sse stream cut")
 
+type connKey struct{}
+
+// ConnContext is an http.Server's ConnContext that lets Handler reach
+// each request's connection (for Streams.SendBuffer).
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
 // Handler serves next with each SSE request's stream as its
 // ResponseWriter and in its context (End finds it there); other requests
 // pass through. After Shutdown began, an SSE request gets 503.
@@ -57,13 +75,18 @@ func (s *Streams) Handler(next http.Handler) http.Handler {
 		}
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
-		st := &stream{ResponseWriter: w, rc: http.NewResponseController(w), timeout: s.WriteTimeout, cancel: cancel}
+		st := &stream{ResponseWriter: w, rc: http.NewResponseController(w), timeout: s.WriteTimeout, cancel: cancel,
+			logger: s.Logger, remote: r.RemoteAddr}
 		if !s.add(st) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusServiceUnavailable)
-			b, _ := json.Marshal(graphql.Response{Errors: gqlerror.List{{Message: ErrShuttingDown.Error()}}})
+			b, _ := json.Marshal(graphql.Response{Errors: gqlerror.List{{Message: ErrShuttingDown.Error(),
+				Extensions: map[string]any{"code": "UNAVAILABLE"}}}})
 			_, _ = w.Write(b)
 			return
+		}
+		if tc, ok := r.Context().Value(connKey{}).(*net.TCPConn); ok && s.SendBuffer > 0 {
+			_ = tc.SetWriteBuffer(s.SendBuffer)
 		}
 		defer s.remove(st)
 		defer st.finish()
@@ -150,6 +173,8 @@ type stream struct {
 	rc      *http.ResponseController
 	timeout time.Duration
 	cancel  context.CancelFunc
+	logger  *slog.Logger
+	remote  string
 
 	mu  sync.Mutex
 	cut bool
@@ -179,7 +204,7 @@ func (st *stream) write(p []byte) (int, error) {
 	st.deadline()
 	n, err := st.ResponseWriter.Write(p)
 	if err != nil {
-		st.cutLocked()
+		st.dropped(err)
 	}
 	return n, err
 }
@@ -187,8 +212,19 @@ func (st *stream) write(p []byte) (int, error) {
 func (st *stream) flush() {
 	st.deadline()
 	if err := st.rc.Flush(); err != nil {
-		st.cutLocked()
+		st.dropped(err)
 	}
+}
+
+// dropped cuts the stream after a write failed: the deadline passed (a
+// client that stopped reading; logged, as a websocket dropped for it is)
+// or the peer went.
+func (st *stream) dropped(err error) {
+	if st.logger != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		st.logger.Info("sse stream dropped", slog.String("reason", "a write did not complete within FEED_WRITE_TIMEOUT"),
+			slog.String("remote", st.remote))
+	}
+	st.cutLocked()
 }
 
 func (st *stream) deadline() {

@@ -94,6 +94,7 @@ func TestEndAndShutdown(t *testing.T) {
 	body := rest(res)
 	require.Contains(t, body, "server shutting down")
 	require.NotContains(t, body, "complete")
-	status, _ := post(t, srv.URL)
+	status, refused := post(t, srv.URL)
 	require.Equal(t, http.StatusServiceUnavailable, status, "no new stream once shutting down")
+	require.Contains(t, rest(refused), `"code":"UNAVAILABLE"`, "an error with its code, as every error")
 }

@@ -1,0 +1,4 @@
+package sse
+
+// ConnKey is the context key ConnContext keeps a connection under.
+var ConnKey = connKey{}
