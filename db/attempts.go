@@ -99,11 +99,11 @@ func FinishAttempt(ctx context.Context, q Querier, l Lease, a Attempt) error {
 // when its worker never recorded it (Error then says so).
 type AttemptLog struct {
 	// ExampleOf is the event type whose catalog example the attempt sent
-	// (sendExampleEvent); "" for an attempt of a delivery.
-	ExampleOf string
-	// MessageID is an example's webhook-id (example_…); "" for an attempt
+	// (sendExampleEvent); nil for an attempt of a delivery.
+	ExampleOf *string
+	// MessageID is an example's webhook-id (example_…); nil for an attempt
 	// of a delivery, whose webhook-id is its delivery's.
-	MessageID      string
+	MessageID      *string
 	Attempt        int32
 	Instance       string
 	StartedAt      time.Time
@@ -204,7 +204,7 @@ func ExampleAttempts(ctx context.Context, q Querier, subscriberID int64, limit i
 	}
 	out := make([]AttemptLog, len(rows))
 	for i, r := range rows {
-		out[i] = AttemptLog{ExampleOf: r.ExampleType, MessageID: r.MessageID, Attempt: 1, StartedAt: r.StartedAt,
+		out[i] = AttemptLog{ExampleOf: &r.ExampleType, MessageID: &r.MessageID, Attempt: 1, StartedAt: r.StartedAt,
 			Status: deref(r.Status), DurationMs: r.DurationMs, ResponseStatus: r.ResponseStatus, ResponseBody: r.ResponseBody, Error: r.Error}
 	}
 	return out, nil

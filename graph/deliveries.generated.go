@@ -29,9 +29,6 @@ type DeliveryResolver interface {
 }
 type DeliveryAttemptResolver interface {
 	Status(ctx context.Context, obj *db.AttemptLog) (*model.DeliveryStatus, error)
-
-	ExampleOf(ctx context.Context, obj *db.AttemptLog) (*string, error)
-	WebhookID(ctx context.Context, obj *db.AttemptLog) (*string, error)
 }
 type ReplayResolver interface {
 	Subscriber(ctx context.Context, obj *db.Replay) (*db.Subscriber, error)
@@ -631,7 +628,7 @@ func (ec *executionContext) _DeliveryAttempt_exampleOf(ctx context.Context, fiel
 			return ec.fieldContext_DeliveryAttempt_exampleOf(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.DeliveryAttempt().ExampleOf(ctx, obj)
+			return obj.ExampleOf, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
@@ -642,7 +639,7 @@ func (ec *executionContext) _DeliveryAttempt_exampleOf(ctx context.Context, fiel
 	)
 }
 func (ec *executionContext) fieldContext_DeliveryAttempt_exampleOf(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("DeliveryAttempt", field, true, true, "String")
+	return graphql.NewScalarFieldContext("DeliveryAttempt", field, false, false, "String")
 }
 
 func (ec *executionContext) _DeliveryAttempt_webhookId(ctx context.Context, field graphql.CollectedField, obj *db.AttemptLog) (ret graphql.Marshaler) {
@@ -654,7 +651,7 @@ func (ec *executionContext) _DeliveryAttempt_webhookId(ctx context.Context, fiel
 			return ec.fieldContext_DeliveryAttempt_webhookId(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.DeliveryAttempt().WebhookID(ctx, obj)
+			return obj.MessageID, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
@@ -665,7 +662,7 @@ func (ec *executionContext) _DeliveryAttempt_webhookId(ctx context.Context, fiel
 	)
 }
 func (ec *executionContext) fieldContext_DeliveryAttempt_webhookId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("DeliveryAttempt", field, true, true, "String")
+	return graphql.NewScalarFieldContext("DeliveryAttempt", field, false, false, "String")
 }
 
 func (ec *executionContext) _DeliveryConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.DeliveryConnection) (ret graphql.Marshaler) {
@@ -2359,17 +2356,15 @@ func (ec *executionContext) _DeliveryAttempt(ctx context.Context, sel ast.Select
 				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "exampleOf":
-			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
-				true, false,
-				func(ctx context.Context) graphql.Marshaler {
-					return ec._DeliveryAttempt_exampleOf(ctx, field, obj)
-				})
+			out.Values[i] = ec._DeliveryAttempt_exampleOf(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "webhookId":
-			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
-				true, false,
-				func(ctx context.Context) graphql.Marshaler {
-					return ec._DeliveryAttempt_webhookId(ctx, field, obj)
-				})
+			out.Values[i] = ec._DeliveryAttempt_webhookId(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}

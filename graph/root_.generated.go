@@ -93,11 +93,11 @@ type ComplexityRoot struct {
 		DurationMs     func(childComplexity int) int
 		Error          func(childComplexity int) int
 		ExampleOf      func(childComplexity int) int
+		MessageID      func(childComplexity int) int
 		ResponseBody   func(childComplexity int) int
 		ResponseStatus func(childComplexity int) int
 		StartedAt      func(childComplexity int) int
 		Status         func(childComplexity int) int
-		WebhookID      func(childComplexity int) int
 	}
 
 	DeliveryConnection struct {
@@ -661,6 +661,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.DeliveryAttempt.ExampleOf(childComplexity), true
+	case "DeliveryAttempt.webhookId":
+		if e.ComplexityRoot.DeliveryAttempt.MessageID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeliveryAttempt.MessageID(childComplexity), true
 	case "DeliveryAttempt.responseBody":
 		if e.ComplexityRoot.DeliveryAttempt.ResponseBody == nil {
 			break
@@ -685,12 +691,6 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.DeliveryAttempt.Status(childComplexity), true
-	case "DeliveryAttempt.webhookId":
-		if e.ComplexityRoot.DeliveryAttempt.WebhookID == nil {
-			break
-		}
-
-		return e.ComplexityRoot.DeliveryAttempt.WebhookID(childComplexity), true
 
 	case "DeliveryConnection.edges":
 		if e.ComplexityRoot.DeliveryConnection.Edges == nil {

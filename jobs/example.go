@@ -96,7 +96,7 @@ func (d *Dispatcher) SendExample(ctx context.Context, subscriber string, eventTy
 	if err := db.FinishAttempt(rctx, d.pool, l, a); err != nil {
 		return db.AttemptLog{}, err
 	}
-	out := db.AttemptLog{ExampleOf: eventType, MessageID: msgID, Attempt: 1, Instance: d.instance,
+	out := db.AttemptLog{ExampleOf: &eventType, MessageID: &msgID, Attempt: 1, Instance: d.instance,
 		StartedAt: startedAt, Status: a.Status, DurationMs: new(int32(a.Duration / time.Millisecond))}
 	if a.ResponseStatus != 0 {
 		out.ResponseStatus = new(int32(a.ResponseStatus))

@@ -59,14 +59,6 @@ func (r *deliveryAttemptResolver) Status(ctx context.Context, obj *db.AttemptLog
 	return &s, err
 }
 
-func (r *deliveryAttemptResolver) ExampleOf(ctx context.Context, obj *db.AttemptLog) (*string, error) {
-	return nonEmpty(obj.ExampleOf), nil
-}
-
-func (r *deliveryAttemptResolver) WebhookID(ctx context.Context, obj *db.AttemptLog) (*string, error) {
-	return nonEmpty(obj.MessageID), nil
-}
-
 func (r *eventResolver) Deliveries(ctx context.Context, obj *db.Event) ([]db.Delivery, error) {
 	return r.deliveriesOf(ctx, obj.ID)
 }

@@ -138,12 +138,3 @@ func formatOf(f *model.WebhookFormat) *string {
 	s := strings.ToLower(string(*f))
 	return &s
 }
-
-// nonEmpty is s, or nil when s is "": a nullable field whose Go side has
-// no null.
-func nonEmpty(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
