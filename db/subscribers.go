@@ -328,10 +328,21 @@ var (
 )
 
 // CreateNatsSubscriber inserts a NATS subscriber (in validated, its
-// filter normalised by the caller). A taken name is an *InputError on
-// "name" matching ErrConflict.
-func CreateNatsSubscriber(ctx context.Context, q Querier, in NatsSubscriberInput) (Subscriber, error) {
+// filter normalised by the caller) in tx, after waiting for every other
+// transaction creating one to end and checking NatsSubscriberClash in
+// that order: of concurrent creates with overlapping prefixes, the first
+// to take the lock is inserted and the others get NatsSubscriberClash's
+// *InputError on "subjectPrefix". A taken name is an *InputError on
+// "name" matching ErrConflict. tx should end soon: it holds up every other
+// create.
+func CreateNatsSubscriber(ctx context.Context, tx pgx.Tx, in NatsSubscriberInput) (Subscriber, error) {
 	if err := in.Validate(true); err != nil {
+		return Subscriber{}, err
+	}
+	if err := queries.SubscriberNatsCreateLock(ctx, tx); err != nil {
+		return Subscriber{}, fmt.Errorf("lock NATS subscriber creation: %w", translate(err))
+	}
+	if err := NatsSubscriberClash(ctx, tx, 0, in.Name, in.SubjectPrefix); err != nil {
 		return Subscriber{}, err
 	}
 	types, entities := in.EventTypes, in.Entities
@@ -345,7 +356,7 @@ func CreateNatsSubscriber(ctx context.Context, q Querier, in NatsSubscriberInput
 	if in.Condition != nil {
 		cond = nonEmpty(*in.Condition)
 	}
-	row, err := queries.SubscriberInsertNats(ctx, q, dbsqlc.SubscriberInsertNatsParams{Name: *in.Name, Stream: in.Stream,
+	row, err := queries.SubscriberInsertNats(ctx, tx, dbsqlc.SubscriberInsertNatsParams{Name: *in.Name, Stream: in.Stream,
 		SubjectPrefix: in.SubjectPrefix, EventTypes: types, Entities: entities, Condition: cond, Format: in.Format,
 		MaxAttempts: in.MaxAttempts, TimeoutMs: in.TimeoutMs, MaxInFlight: in.MaxInFlight, RatePerSecond: in.RatePerSecond})
 	if err != nil {
@@ -360,8 +371,8 @@ func CreateNatsSubscriber(ctx context.Context, q Querier, in NatsSubscriberInput
 // anyway: a taken name is an *InputError on "name" matching ErrConflict;
 // a prefix equal to, covering or covered by another NATS subscriber's
 // (both would store the same events) an *InputError on "subjectPrefix"
-// naming it. The insert or update still checks the name itself, against a
-// writer in between.
+// naming it. Against a writer in between, the update still checks the
+// name (a unique constraint) and CreateNatsSubscriber both again.
 func NatsSubscriberClash(ctx context.Context, q Querier, id int64, name, prefix *string) error {
 	rows, err := queries.SubscriberClashList(ctx, q, id, name, prefix)
 	if err != nil {
@@ -377,6 +388,15 @@ func NatsSubscriberClash(ctx context.Context, q Querier, id int64, name, prefix 
 			rows[0].Name, *rows[0].SubjectPrefix, *prefix)
 	}
 	return nil
+}
+
+// NatsStreamInUse tells whether a NATS subscriber publishes to stream.
+func NatsStreamInUse(ctx context.Context, q Querier, stream string) (bool, error) {
+	used, err := queries.SubscriberNatsStreamInUse(ctx, q, &stream)
+	if err != nil {
+		return false, fmt.Errorf("look up NATS subscribers of stream %s: %w", stream, translate(err))
+	}
+	return used, nil
 }
 
 // UpdateNatsSubscriber changes the given fields of NATS subscriber id; a

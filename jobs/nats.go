@@ -220,10 +220,12 @@ func (p *NatsPublisher) publish(ctx context.Context, t *taken, we WebhookEvent, 
 // *db.InputError: a stream deleted is not made again); an existing one must
 // take the subjects and keep ids as long, else an *db.InputError names
 // both durations (a retry after the window would be stored twice). Other
-// errors: a *NatsUnreachableError, or NATS could not be asked.
-func (p *NatsPublisher) ensureStream(ctx context.Context, stream, prefix string, horizon time.Duration, create bool) (err error) {
+// errors: a *NatsUnreachableError, or NATS could not be asked. created
+// tells that this call made the stream; a concurrent call making the same
+// one may be told so too (NATS creates idempotently).
+func (p *NatsPublisher) ensureStream(ctx context.Context, stream, prefix string, horizon time.Duration, create bool) (created bool, err error) {
 	if err := p.unreachable(); err != nil {
-		return err
+		return false, err
 	}
 	defer func() {
 		var inputErr *db.InputError
@@ -233,31 +235,39 @@ func (p *NatsPublisher) ensureStream(ctx context.Context, stream, prefix string,
 	}()
 	s, err := p.js.Stream(ctx, stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) && !create {
-		return &db.InputError{Field: "stream", Msg: fmt.Sprintf("NATS has no stream %s any more: create it again (subjects %s.>) before changing this subscriber", stream, prefix)}
+		return false, &db.InputError{Field: "stream", Msg: fmt.Sprintf("NATS has no stream %s any more: create it again (subjects %s.>) before changing this subscriber", stream, prefix)}
 	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err = p.js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"},
 			Storage: jetstream.FileStorage, Duplicates: horizon})
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) {
-			return &db.InputError{Field: "stream", Msg: fmt.Sprintf("NATS refused to create stream %s for %s.>: %s", stream, prefix, apiErr.Description)}
+			return false, &db.InputError{Field: "stream", Msg: fmt.Sprintf("NATS refused to create stream %s for %s.>: %s", stream, prefix, apiErr.Description)}
 		}
 		if err != nil {
-			return fmt.Errorf("create stream %s: %w", stream, err)
+			return false, fmt.Errorf("create stream %s: %w", stream, err)
 		}
-		return nil
+		return true, nil
 	}
 	if err != nil {
-		return fmt.Errorf("read stream %s: %w", stream, err)
+		return false, fmt.Errorf("read stream %s: %w", stream, err)
 	}
 	cfg := s.CachedInfo().Config
 	if !subjectsCover(cfg.Subjects, prefix) {
-		return &db.InputError{Field: "subjectPrefix", Msg: fmt.Sprintf("stream %s takes subjects %s, not %s.>: add it to the stream or choose another prefix",
+		return false, &db.InputError{Field: "subjectPrefix", Msg: fmt.Sprintf("stream %s takes subjects %s, not %s.>: add it to the stream or choose another prefix",
 			stream, strings.Join(cfg.Subjects, ", "), prefix)}
 	}
 	if cfg.Duplicates < horizon {
-		return &db.InputError{Field: "stream", Msg: fmt.Sprintf("stream %s keeps message ids for %s (its duplicate window), shorter than this subscriber's retry schedule of %s: a retry after the window would be stored twice; raise the stream's duplicate window to %s or lower maxAttempts or timeoutMs",
+		return false, &db.InputError{Field: "stream", Msg: fmt.Sprintf("stream %s keeps message ids for %s (its duplicate window), shorter than this subscriber's retry schedule of %s: a retry after the window would be stored twice; raise the stream's duplicate window to %s or lower maxAttempts or timeoutMs",
 			stream, cfg.Duplicates, horizon.Round(time.Second), horizon.Round(time.Second))}
+	}
+	return false, nil
+}
+
+// deleteStream removes stream from NATS.
+func (p *NatsPublisher) deleteStream(ctx context.Context, stream string) error {
+	if err := p.js.DeleteStream(ctx, stream); err != nil {
+		return fmt.Errorf("delete stream %s: %w", stream, cmp.Or(p.unreachable(), err))
 	}
 	return nil
 }

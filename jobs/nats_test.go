@@ -39,7 +39,7 @@ func setupNats(t *testing.T, retry jobs.RetryPolicy, in db.NatsSubscriberInput) 
 	b := setupWith(t, jobs.DispatcherConfig{Nats: pub, Retry: retry}, time.Hour)
 	name, stream, prefix := "journal", "JOURNAL", "erp.journal"
 	in.Name, in.Stream, in.SubjectPrefix = &name, &stream, &prefix
-	sub, err := b.dispatcher.CreateNatsSubscriber(b.ctx, b.pool, in)
+	sub, err := b.dispatcher.CreateNatsSubscriber(b.ctx, in)
 	require.NoError(t, err)
 	return &natsBundle{testBundle: b, srv: srv, js: srv.JetStream(t), sub: sub}
 }
@@ -194,7 +194,7 @@ func TestNatsDuplicateWindowShorterThanTheRetryScheduleIsRefused(t *testing.T) {
 
 	prefix := "short"
 	in.SubjectPrefix = &prefix
-	_, err = b.dispatcher.CreateNatsSubscriber(b.ctx, b.pool, in)
+	_, err = b.dispatcher.CreateNatsSubscriber(b.ctx, in)
 	var inputErr *db.InputError
 	require.ErrorAs(t, err, &inputErr)
 	require.Equal(t, "stream", inputErr.Field)
@@ -204,7 +204,7 @@ func TestNatsDuplicateWindowShorterThanTheRetryScheduleIsRefused(t *testing.T) {
 
 	other := "elsewhere.journal"
 	in.SubjectPrefix = &other
-	_, err = b.dispatcher.CreateNatsSubscriber(b.ctx, b.pool, in)
+	_, err = b.dispatcher.CreateNatsSubscriber(b.ctx, in)
 	require.ErrorAs(t, err, &inputErr)
 	require.Equal(t, "subjectPrefix", inputErr.Field, "the stream does not take the prefix")
 	require.Zero(t, b.count(t, `SELECT count(*) FROM subscribers WHERE kind = 'nats'`), "nothing written")
@@ -212,7 +212,7 @@ func TestNatsDuplicateWindowShorterThanTheRetryScheduleIsRefused(t *testing.T) {
 	// One attempt of 1 s fits 2 minutes.
 	one, timeout := int32(1), int32(1000)
 	in.SubjectPrefix, in.MaxAttempts, in.TimeoutMs = &prefix, &one, &timeout
-	sub, err := b.dispatcher.CreateNatsSubscriber(b.ctx, b.pool, in)
+	sub, err := b.dispatcher.CreateNatsSubscriber(b.ctx, in)
 	require.NoError(t, err)
 	// …and an update that outgrows it is refused too.
 	many := int32(10)
@@ -236,12 +236,15 @@ func TestNatsWithoutAServerIsRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t, time.Hour)
 	name, stream, prefix := "no-nats", "JOURNAL", "erp"
-	_, err := b.dispatcher.CreateNatsSubscriber(b.ctx, b.pool, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix})
+	_, err := b.dispatcher.CreateNatsSubscriber(b.ctx, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix})
 	var inputErr *db.InputError
 	require.ErrorAs(t, err, &inputErr)
 	require.Contains(t, inputErr.Msg, "NATS_URL")
 	for _, bad := range []string{"erp.*", "erp.>", "erp journal", "erp..x", ".erp", "", "_INBOX", "_INBOX.erp", "$JS.erp", "$SYS"} {
-		_, err := db.CreateNatsSubscriber(b.ctx, b.pool, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &bad})
+		err := pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
+			_, err := db.CreateNatsSubscriber(b.ctx, tx, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &bad})
+			return err
+		})
 		require.ErrorAs(t, err, &inputErr, bad)
 		require.Equal(t, "subjectPrefix", inputErr.Field, bad)
 	}
@@ -251,7 +254,7 @@ func TestNatsRefusedCreateLeavesNatsUntouched(t *testing.T) {
 	t.Parallel()
 	b := setupNats(t, jobs.DefaultRetryPolicy, db.NatsSubscriberInput{})
 	name, stream, prefix := "journal", "ERPB", "bx"
-	_, err := b.dispatcher.CreateNatsSubscriber(b.ctx, b.pool, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix})
+	_, err := b.dispatcher.CreateNatsSubscriber(b.ctx, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix})
 	require.ErrorIs(t, err, db.ErrConflict, "the name is taken")
 	_, err = b.js.Stream(b.ctx, "ERPB")
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "a refusal creates no stream")
@@ -266,7 +269,7 @@ func TestNatsOverlappingSubjectPrefixesAreRefused(t *testing.T) {
 		{"JOURNAL", "erp.journal.sales_orders"}, // covered by journal's
 		{"OTHER", "erp"},                        // covers journal's
 	} {
-		_, err := b.dispatcher.CreateNatsSubscriber(b.ctx, b.pool,
+		_, err := b.dispatcher.CreateNatsSubscriber(b.ctx,
 			db.NatsSubscriberInput{Name: &name, Stream: &tt.stream, SubjectPrefix: &tt.prefix, EventTypes: types})
 		var inputErr *db.InputError
 		require.ErrorAs(t, err, &inputErr, tt.prefix)
@@ -275,7 +278,7 @@ func TestNatsOverlappingSubjectPrefixesAreRefused(t *testing.T) {
 	}
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM subscribers WHERE kind = 'nats'`), "nothing written")
 	stream, prefix := "J2", "erp.journal2" // a sibling, not covered
-	_, err := b.dispatcher.CreateNatsSubscriber(b.ctx, b.pool, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix})
+	_, err := b.dispatcher.CreateNatsSubscriber(b.ctx, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix})
 	require.NoError(t, err)
 }
 
@@ -374,4 +377,106 @@ func TestNatsDeletedStreamIsNotRecreatedByAnUpdate(t *testing.T) {
 	require.Equal(t, "stream", inputErr.Field)
 	_, err = b.js.Stream(b.ctx, "JOURNAL")
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "not made again behind the operator's back")
+}
+
+// createAtOnce creates a NATS subscriber of each input, in goroutines
+// released together, and returns the subscriber or error of each.
+func createAtOnce(b *testBundle, ins []db.NatsSubscriberInput) ([]db.Subscriber, []error) {
+	subs, errs := make([]db.Subscriber, len(ins)), make([]error, len(ins))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, in := range ins {
+		wg.Go(func() {
+			<-start
+			subs[i], errs[i] = b.dispatcher.CreateNatsSubscriber(b.ctx, in)
+		})
+	}
+	close(start)
+	wg.Wait()
+	return subs, errs
+}
+
+// onlyOneCreated checks that exactly one of the creates succeeded and
+// returns it.
+func onlyOneCreated(t *testing.T, subs []db.Subscriber, errs []error) db.Subscriber {
+	t.Helper()
+	var won []string
+	var sub db.Subscriber
+	for i, err := range errs {
+		if err == nil {
+			won, sub = append(won, subs[i].Name), subs[i]
+		}
+	}
+	require.Len(t, won, 1, "created")
+	return sub
+}
+
+func TestNatsConcurrentOverlappingCreatesStoreOne(t *testing.T) {
+	t.Parallel()
+	srv := natstest.New(t)
+	_, err := srv.JetStream(t).CreateStream(t.Context(), jetstream.StreamConfig{Name: "RACE", Subjects: []string{"race.>"}, Duplicates: time.Hour})
+	require.NoError(t, err)
+	pub, err := jobs.ConnectNats(jobs.NatsConfig{URL: srv.URL}, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	t.Cleanup(pub.Close)
+	b := setupWith(t, jobs.DispatcherConfig{Nats: pub, Retry: jobs.DefaultRetryPolicy}, time.Hour)
+	// Each prefix equals, covers or is covered by every other one.
+	prefixes := []string{"race", "race.a", "race.a.b", "race.a.b.c"}
+	ins := make([]db.NatsSubscriberInput, 8)
+	for i := range ins {
+		name, stream, prefix := "race"+strconv.Itoa(i), "RACE", prefixes[i%len(prefixes)]
+		ins[i] = db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix}
+	}
+
+	subs, errs := createAtOnce(b, ins)
+	won := onlyOneCreated(t, subs, errs)
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		var inputErr *db.InputError
+		require.ErrorAs(t, err, &inputErr, *ins[i].SubjectPrefix)
+		require.Equal(t, "subjectPrefix", inputErr.Field, *ins[i].SubjectPrefix)
+		require.Contains(t, inputErr.Msg, strconv.Quote(won.Name), "names the subscriber stored")
+	}
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM subscribers WHERE kind = 'nats'`), "one subscriber stores the events")
+}
+
+func TestNatsConcurrentCreatesOfOneNewStreamKeepIt(t *testing.T) {
+	t.Parallel()
+	b := setupNats(t, jobs.DefaultRetryPolicy, db.NatsSubscriberInput{}) // "journal": JOURNAL, erp.journal
+	ins := make([]db.NatsSubscriberInput, 8)
+	for i := range ins {
+		// All ask NATS for the same new stream, and may each be told they made it.
+		name, stream, prefix := "fresh"+strconv.Itoa(i), "FRESH", "fresh"
+		ins[i] = db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix}
+	}
+
+	subs, errs := createAtOnce(b.testBundle, ins)
+	onlyOneCreated(t, subs, errs)
+	_, err := b.js.Stream(b.ctx, "FRESH")
+	require.NoError(t, err, "a refused create leaves the stream the stored one publishes to")
+}
+
+func TestNatsConcurrentCreatesOfOneNameLeaveOneNewStream(t *testing.T) {
+	t.Parallel()
+	b := setupNats(t, jobs.DefaultRetryPolicy, db.NatsSubscriberInput{}) // "journal": JOURNAL, erp.journal
+	ins := make([]db.NatsSubscriberInput, 8)
+	for i := range ins {
+		name, stream, prefix := "dup", "DUP"+strconv.Itoa(i), "dup"+strconv.Itoa(i)
+		ins[i] = db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix}
+	}
+
+	subs, errs := createAtOnce(b.testBundle, ins)
+	won := onlyOneCreated(t, subs, errs)
+	for _, err := range errs {
+		if err != nil {
+			require.ErrorIs(t, err, db.ErrConflict, "the name is taken")
+		}
+	}
+	var streams []string
+	for name := range b.js.StreamNames(b.ctx).Name() {
+		streams = append(streams, name)
+	}
+	require.ElementsMatch(t, []string{"JOURNAL", *won.Stream}, streams, "a refused create removes the stream it made")
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -149,10 +150,14 @@ func (d *Dispatcher) normalizeFilter(types, entities *[]string, condition **stri
 // refused; a taken name, matching db.ErrConflict; a prefix overlapping
 // another NATS subscriber's), *FilterError, *NatsUnreachableError (NATS is
 // down), or NATS could not be asked.
-// Nothing the database refuses reaches NATS: the name and prefix are
-// checked before the stream. The stream is checked with no transaction
-// open (q is a pool, not a transaction).
-func (d *Dispatcher) CreateNatsSubscriber(ctx context.Context, q db.Querier, in db.NatsSubscriberInput) (db.Subscriber, error) {
+// An input the database refuses does not reach NATS: the name and prefix
+// are checked first. The stream is checked with no transaction open; the
+// insert then runs in a short transaction of its own that waits for any
+// other NATS subscriber's creation and checks name and prefix again (db.CreateNatsSubscriber),
+// so of concurrent creates with overlapping prefixes one is stored and the
+// others get the same *db.InputError on "subjectPrefix". A create refused
+// there removes the stream it made unless a subscriber publishes to it.
+func (d *Dispatcher) CreateNatsSubscriber(ctx context.Context, in db.NatsSubscriberInput) (db.Subscriber, error) {
 	if d.nats == nil {
 		return db.Subscriber{}, &db.InputError{Field: "stream", Msg: "this server has no NATS: start it with NATS_URL (e.g. nats://localhost:4222) to publish to JetStream"}
 	}
@@ -167,15 +172,36 @@ func (d *Dispatcher) CreateNatsSubscriber(ctx context.Context, q db.Querier, in 
 	}
 	attempts, timeout := cmp.Or(ptrValue(in.MaxAttempts), db.DefaultMaxAttempts), cmp.Or(ptrValue(in.TimeoutMs), db.DefaultTimeoutMs)
 	horizon := d.retry.Horizon(int(attempts), time.Duration(timeout)*time.Millisecond)
-	// A refusal writes nothing, in NATS either: what the database refuses
-	// is checked before the stream is created.
-	if err := db.NatsSubscriberClash(ctx, q, 0, in.Name, in.SubjectPrefix); err != nil {
+	if err := db.NatsSubscriberClash(ctx, d.pool, 0, in.Name, in.SubjectPrefix); err != nil {
 		return db.Subscriber{}, err
 	}
-	if err := d.nats.ensureStream(ctx, *in.Stream, *in.SubjectPrefix, horizon, true); err != nil {
+	created, err := d.nats.ensureStream(ctx, *in.Stream, *in.SubjectPrefix, horizon, true)
+	if err != nil {
 		return db.Subscriber{}, err
 	}
-	return db.CreateNatsSubscriber(ctx, q, in)
+	var sub db.Subscriber
+	err = runTx(ctx, d.pool, func(tx pgx.Tx) (err error) {
+		sub, err = db.CreateNatsSubscriber(ctx, tx, in)
+		return err
+	})
+	if err != nil && created {
+		d.dropUnusedStream(ctx, *in.Stream)
+	}
+	return sub, err
+}
+
+// dropUnusedStream removes stream, made by a create the database then
+// refused, unless a subscriber publishes to it: a concurrent create of the
+// same stream may have made it too (and been stored). A failure is logged,
+// not returned: the refusal is the caller's answer.
+func (d *Dispatcher) dropUnusedStream(ctx context.Context, stream string) {
+	used, err := db.NatsStreamInUse(ctx, d.pool, stream)
+	if err == nil && !used {
+		err = d.nats.deleteStream(ctx, stream)
+	}
+	if err != nil {
+		d.logger.WarnContext(ctx, "a NATS stream made for a refused subscriber stays", slog.String("stream", stream), slog.Any("err", err))
+	}
 }
 
 // UpdateNatsSubscriber changes the given fields of NATS subscriber id,
@@ -210,7 +236,7 @@ func (d *Dispatcher) UpdateNatsSubscriber(ctx context.Context, q db.Querier, id 
 			if d.nats == nil {
 				return db.Subscriber{}, &db.InputError{Field: "maxAttempts", Msg: "this server has no NATS (NATS_URL) to check the stream's duplicate window against"}
 			}
-			if err := d.nats.ensureStream(ctx, deref(cur.Stream), deref(cur.SubjectPrefix), horizon, false); err != nil {
+			if _, err := d.nats.ensureStream(ctx, deref(cur.Stream), deref(cur.SubjectPrefix), horizon, false); err != nil {
 				return db.Subscriber{}, err
 			}
 		}

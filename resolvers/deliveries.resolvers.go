@@ -100,7 +100,7 @@ func (r *mutationResolver) CreateNatsSubscriber(ctx context.Context, input model
 		MaxAttempts: int32Ptr(input.MaxAttempts), TimeoutMs: int32Ptr(input.TimeoutMs),
 		MaxInFlight: int32Ptr(input.MaxInFlight), RatePerSecond: input.RatePerSecond,
 	}
-	s, err := r.Dispatcher.CreateNatsSubscriber(ctx, r.Pool, in)
+	s, err := r.Dispatcher.CreateNatsSubscriber(ctx, in)
 	if err != nil {
 		return nil, inArg("input", err)
 	}

@@ -71,6 +71,16 @@ SELECT s.id, s.name, s.kind, s.event_types, s.url, coalesce(s.secret, '') <> '' 
     s.previous_secret_until
 FROM s;
 
+-- name: SubscriberNatsCreateLock :exec
+-- Serialises the creation of NATS subscribers till the transaction ends,
+-- so that the prefix-overlap check and the insert after it see every other
+-- create's row (no constraint can compare prefixes).
+SELECT pg_advisory_xact_lock(hashtext('subscribers.nats_create'));
+
+-- name: SubscriberNatsStreamInUse :one
+-- Whether a NATS subscriber publishes to @stream.
+SELECT EXISTS (SELECT 1 FROM subscribers WHERE kind = 'nats' AND stream = @stream);
+
 -- name: SubscriberInsertNats :one
 -- The NATS subscriber and its max_in_flight lease slots (unacknowledged
 -- publishes at once), in one statement.

@@ -697,6 +697,30 @@ func (q *Queries) SubscriberLock(ctx context.Context, db DBTX, id int64) (int64,
 	return id_2, err
 }
 
+const subscriberNatsCreateLock = `-- name: SubscriberNatsCreateLock :exec
+SELECT pg_advisory_xact_lock(hashtext('subscribers.nats_create'))
+`
+
+// Serialises the creation of NATS subscribers till the transaction ends,
+// so that the prefix-overlap check and the insert after it see every other
+// create's row (no constraint can compare prefixes).
+func (q *Queries) SubscriberNatsCreateLock(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, subscriberNatsCreateLock)
+	return err
+}
+
+const subscriberNatsStreamInUse = `-- name: SubscriberNatsStreamInUse :one
+SELECT EXISTS (SELECT 1 FROM subscribers WHERE kind = 'nats' AND stream = $1)
+`
+
+// Whether a NATS subscriber publishes to @stream.
+func (q *Queries) SubscriberNatsStreamInUse(ctx context.Context, db DBTX, stream *string) (bool, error) {
+	row := db.QueryRow(ctx, subscriberNatsStreamInUse, stream)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
 const subscriberNoteFailure = `-- name: SubscriberNoteFailure :one
 UPDATE subscribers SET
     failing_since = CASE WHEN failing_since IS NULL OR last_failed_at IS NULL OR last_failed_at < $1::timestamptz
