@@ -153,10 +153,11 @@ func (d *Dispatcher) normalizeFilter(types, entities *[]string, condition **stri
 // An input the database refuses does not reach NATS: the name and prefix
 // are checked first. The stream is checked with no transaction open; the
 // insert then runs in a short transaction of its own that waits for any
-// other NATS subscriber's creation and checks name and prefix again (db.CreateNatsSubscriber),
-// so of concurrent creates with overlapping prefixes one is stored and the
-// others get the same *db.InputError on "subjectPrefix". A create refused
-// there removes the stream it made unless a subscriber publishes to it.
+// other NATS subscriber's creation and checks name and prefix again
+// (db.CreateNatsSubscriber), so of concurrent creates with overlapping
+// prefixes one is stored and the others get the same *db.InputError on
+// "subjectPrefix". A create refused there removes the stream it made
+// unless a subscriber publishes to it.
 func (d *Dispatcher) CreateNatsSubscriber(ctx context.Context, in db.NatsSubscriberInput) (db.Subscriber, error) {
 	if d.nats == nil {
 		return db.Subscriber{}, &db.InputError{Field: "stream", Msg: "this server has no NATS: start it with NATS_URL (e.g. nats://localhost:4222) to publish to JetStream"}
@@ -172,6 +173,8 @@ func (d *Dispatcher) CreateNatsSubscriber(ctx context.Context, in db.NatsSubscri
 	}
 	attempts, timeout := cmp.Or(ptrValue(in.MaxAttempts), db.DefaultMaxAttempts), cmp.Or(ptrValue(in.TimeoutMs), db.DefaultTimeoutMs)
 	horizon := d.retry.Horizon(int(attempts), time.Duration(timeout)*time.Millisecond)
+	// Checked again at the insert; checked here so that NATS is asked
+	// nothing about an input refused anyway.
 	if err := db.NatsSubscriberClash(ctx, d.pool, 0, in.Name, in.SubjectPrefix); err != nil {
 		return db.Subscriber{}, err
 	}
@@ -192,15 +195,16 @@ func (d *Dispatcher) CreateNatsSubscriber(ctx context.Context, in db.NatsSubscri
 
 // dropUnusedStream removes stream, made by a create the database then
 // refused, unless a subscriber publishes to it: a concurrent create of the
-// same stream may have made it too (and been stored). A failure is logged,
-// not returned: the refusal is the caller's answer.
+// same stream may have made it too (and been stored). A create of the same
+// stream not yet at its insert is not seen. A failure is logged, not
+// returned: the refusal is the caller's answer.
 func (d *Dispatcher) dropUnusedStream(ctx context.Context, stream string) {
 	used, err := db.NatsStreamInUse(ctx, d.pool, stream)
 	if err == nil && !used {
 		err = d.nats.deleteStream(ctx, stream)
 	}
 	if err != nil {
-		d.logger.WarnContext(ctx, "a NATS stream made for a refused subscriber stays", slog.String("stream", stream), slog.Any("err", err))
+		d.logger.WarnContext(ctx, "a NATS stream made for a refused subscriber stays", slog.String("stream", stream), slog.String("error", err.Error()))
 	}
 }
 
