@@ -84,3 +84,50 @@ func TestRetentionPrunesDeliveredAndPurgesDead(t *testing.T) {
 	require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT count(*) FROM events WHERE processed_at IS NULL`).Scan(&events))
 	require.Zero(t, events, "events stay processed")
 }
+
+// TestRetentionPrunesAuthChanges: the prune job deletes the auth changes
+// (revocations, role changes) recorded before the retention period and
+// keeps later ones; the token watch, reading on by position, still cuts a
+// stream whose token is revoked after every row was pruned.
+func TestRetentionPrunesAuthChanges(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	revoke := func(login string) {
+		toks := apptest.GQL[struct {
+			Tokens []struct{ ID string } `json:"tokens"`
+		}](t, s, `query($l: String!) { tokens(login: $l) { id } }`, map[string]any{"l": login})
+		require.Len(t, toks.Tokens, 1)
+		apptest.GQL[map[string]any](t, s, `mutation($id: ID!) { revokeToken(id: $id) { revokedAt } }`, map[string]any{"id": toks.Tokens[0].ID})
+	}
+	seqs := func() []int64 {
+		var got []int64
+		require.NoError(t, s.Pool.QueryRow(t.Context(), `SELECT coalesce(array_agg(seq ORDER BY seq), '{}') FROM auth_changes`).Scan(&got))
+		return got
+	}
+
+	apptest.RoleToken(t, s, "old", "VIEWER")
+	apptest.RoleToken(t, s, "recent", "VIEWER")
+	revoke("old")
+	apptest.GQL[map[string]any](t, s, `mutation { setUserRole(login: "old", role: SALES) { id } }`, nil)
+	_, err := s.Pool.Exec(t.Context(), `UPDATE auth_changes SET changed_at = now() - interval '2 hours'`)
+	require.NoError(t, err)
+	revoke("recent")
+	all := seqs()
+	require.Len(t, all, 3)
+
+	n, err := jobs.PruneAuthChanges(t.Context(), s.Pool, time.Now().Add(-time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n)
+	require.Equal(t, all[2:], seqs(), "the recent revocation stays")
+
+	n, err = jobs.PruneAuthChanges(t.Context(), s.Pool, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	require.Empty(t, seqs())
+
+	cut := apptest.OpenSSE(t, s, apptest.RoleToken(t, s, "cut", "VIEWER"), apptest.FeedSubscription,
+		map[string]any{"filter": map[string]any{"types": []string{"doc.created"}}})
+	apptest.WaitFor(t, 5*time.Second, "the stream subscribed", func() bool { return s.App.Feed().Subscribers() == 1 })
+	revoke("cut")
+	requireCut(t, cut, "UNAUTHENTICATED")
+}

@@ -78,7 +78,7 @@ func (a *App) routes(opts config.Config, page web.Config, scrape http.Handler) h
 	})
 	gql.AddTransport(transport.Options{})
 	// Before GraphQLHTTP, which would take the POST too.
-	gql.AddTransport(transport.SSE{KeepAlivePingInterval: a.keepAlive})
+	gql.AddTransport(httpapi.SSE{SSE: transport.SSE{KeepAlivePingInterval: a.keepAlive}})
 	gql.AddTransport(httpapi.GraphQLHTTP{})
 	gql.SetValidationRulesFn(httpapi.ValidationRules)
 	gql.SetQueryCache(lru.New[*ast.QueryDocument](1000))

@@ -3,7 +3,9 @@ package app_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,4 +167,54 @@ func TestSSEStreamsEndWithTheirRight(t *testing.T) {
 
 	require.NoError(t, s.Shutdown())
 	requireCut(t, kept, "INTERNAL")
+}
+
+// TestSSEResponseFraming reads the bytes of SSE responses: an operation
+// that ends sends `event: complete` with an empty data field (without
+// it an EventSource drops the event, graphql-sse's PROTOCOL.md); a
+// document that does not validate is answered in the stream, as the
+// protocol asks; a request with no query is refused with 400 and a JSON
+// error before any stream, as a plain POST is.
+func TestSSEResponseFraming(t *testing.T) {
+	t.Parallel()
+	s := apptest.New(t)
+	// post returns the status, Content-Type and body of a response.
+	post := func(body, accept string) (int, string, string) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.URL+"/graphql", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", accept)
+		req.Header.Set("Authorization", "Bearer "+s.Token)
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer func() { _ = res.Body.Close() }()
+		b, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return res.StatusCode, res.Header.Get("Content-Type"), string(b)
+	}
+	const stream = "text/event-stream"
+
+	for _, tc := range []struct {
+		name, body, next string
+	}{
+		{"a query", `{"query":"{ __typename }"}`, `{"data":{"__typename":"Query"}`},
+		{"a document that does not validate", `{"query":"{ nope }"}`, `{"errors":[{"message":"Cannot query field \"nope\" on type \"Query\".",`},
+	} {
+		status, media, body := post(tc.body, stream)
+		require.Equal(t, http.StatusOK, status, "%s: %s", tc.name, body)
+		require.Equal(t, stream, media, tc.name)
+		require.True(t, strings.HasPrefix(body, ":\n\nevent: next\ndata: "+tc.next), "%s: got %q", tc.name, body)
+		require.True(t, strings.HasSuffix(body, "}\n\nevent: complete\ndata:\n\n"), "%s: got %q", tc.name, body)
+		require.Equal(t, 2, strings.Count(body, "event: "), "%s: one next, one complete: %q", tc.name, body)
+	}
+
+	for _, body := range []string{`{}`, `{"query":""}`, `{"variables":{}}`} {
+		status, media, got := post(body, stream)
+		require.Equal(t, http.StatusBadRequest, status, "%s: %s", body, got)
+		require.Equal(t, "application/json", media, body)
+		require.JSONEq(t, `{"errors":[{"message":"the request has no \"query\"","extensions":{"code":"BAD_USER_INPUT"}}]}`, got, body)
+		plainStatus, _, want := post(body, "application/json")
+		require.Equal(t, plainStatus, status, "as a plain POST: %s", body)
+		require.JSONEq(t, want, got, "as a plain POST: %s", body)
+	}
 }

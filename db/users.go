@@ -437,3 +437,17 @@ func AuthChangesAfter(ctx context.Context, q Querier, pos AuthPosition) (AuthCha
 	}
 	return c, nil
 }
+
+// PruneAuthChanges deletes up to limit auth changes (revocations, role
+// changes) recorded before before, oldest first, and returns how many it
+// deleted. A change is recorded at the start of its transaction (a short
+// mutation's) and read by every instance's token watch within seconds of
+// its commit; a reader's position (seq) stays valid once the rows it read
+// are gone.
+func PruneAuthChanges(ctx context.Context, q Querier, before time.Time, limit int) (int64, error) {
+	n, err := queries.AuthChangeDeleteOld(ctx, q, before, int32(limit))
+	if err != nil {
+		return 0, fmt.Errorf("prune auth changes recorded before %s: %w", before.Format(time.RFC3339), translate(err))
+	}
+	return n, nil
+}

@@ -11,12 +11,12 @@ import (
 	"erp/db"
 )
 
-// DefaultRetention is how long delivered delivery records and River's
-// finished jobs are kept unless RETENTION says otherwise. The journal
-// (events) is kept forever.
+// DefaultRetention is how long delivered delivery records, River's
+// finished jobs and the auth changes the token watch reads are kept
+// unless RETENTION says otherwise. The journal (events) is kept forever.
 const DefaultRetention = 7 * 24 * time.Hour
 
-// pruneBatch is how many delivery records one prune statement deletes, so
+// pruneBatch is how many rows one prune statement deletes, so
 // that a large backlog is pruned in short transactions.
 const pruneBatch = 1000
 
@@ -24,7 +24,8 @@ const pruneBatch = 1000
 const pruneInterval = 24 * time.Hour
 
 // PruneArgs is the periodic River job (daily, on the leader) that deletes
-// delivered delivery records older than the retention period.
+// delivered delivery records (PruneDeliveries) and auth changes
+// (PruneAuthChanges) older than the retention period.
 type PruneArgs struct{}
 
 // Kind implements river.JobArgs.
@@ -44,11 +45,33 @@ func (w *PruneWorker) Timeout(*river.Job[PruneArgs]) time.Duration { return 30 *
 
 // Work implements river.Worker.
 func (w *PruneWorker) Work(ctx context.Context, _ *river.Job[PruneArgs]) error {
-	n, err := PruneDeliveries(ctx, w.Pool, time.Now().Add(-w.Retention))
+	before := time.Now().Add(-w.Retention)
+	n, err := PruneDeliveries(ctx, w.Pool, before)
 	if n > 0 {
 		w.Logger.InfoContext(ctx, "delivered deliveries pruned", slog.Int64("rows", n), slog.Duration("retention", w.Retention))
 	}
+	if err != nil {
+		return err
+	}
+	n, err = PruneAuthChanges(ctx, w.Pool, before)
+	if n > 0 {
+		w.Logger.InfoContext(ctx, "auth changes pruned", slog.Int64("rows", n), slog.Duration("retention", w.Retention))
+	}
 	return err
+}
+
+// PruneAuthChanges deletes the auth changes (token revocations, role
+// changes: auth_changes) recorded before before, in batches of
+// pruneBatch rows, and returns how many it deleted. Each instance's token
+// watch reads them by position (seq > the last one it read) every
+// httpapi.TokenPoll (2 s), so a change older than the retention period
+// (at least 1 h) has been read by every instance that can reach the
+// database; an instance that starts reads from the oldest one left, and
+// needs none from before it started (a revoked token cannot open a
+// socket). What an instance cut off from the database for longer than
+// the retention period missed is lost to it.
+func PruneAuthChanges(ctx context.Context, pool *pgxpool.Pool, before time.Time) (int64, error) {
+	return pruneEach(ctx, func() (int64, error) { return db.PruneAuthChanges(ctx, pool, before, pruneBatch) })
 }
 
 // PruneDeliveries deletes delivered delivery records delivered before

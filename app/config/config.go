@@ -80,9 +80,10 @@ type Config struct {
 	// ShutdownTimeout bounds the graceful shutdown: websockets, requests
 	// and running jobs.
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"15s" help:"how long a shutdown waits for websockets, requests and running jobs" want:"a duration of at least 1s like 15s or 1m"`
-	// Retention is how long delivered delivery records and River's
-	// finished jobs are kept; the journal is kept forever.
-	Retention time.Duration `env:"RETENTION" envDefault:"168h" help:"how long delivered delivery records, the attempt log and River's finished jobs are kept, at least 1h; the journal is kept forever" want:"a duration of at least 1h like 168h (7 days)"`
+	// Retention is how long delivered delivery records, the attempt log,
+	// River's finished jobs and the auth changes the token watch reads
+	// are kept; the journal is kept forever.
+	Retention time.Duration `env:"RETENTION" envDefault:"168h" help:"how long delivered delivery records, the attempt log, River's finished jobs and the recorded token revocations and role changes are kept, at least 1h; the journal is kept forever" want:"a duration of at least 1h like 168h (7 days)"`
 	// WebhookDisableAfter is how long a webhook may fail continuously
 	// before it is disabled (subscriber.disabled, reason failing).
 	WebhookDisableAfter time.Duration `env:"WEBHOOK_DISABLE_AFTER" envDefault:"120h" help:"how long a webhook may fail continuously (no delivered attempt) before it is disabled and journals subscriber.disabled; 0 never" want:"a duration like 120h (5 days), or 0 for never"`

@@ -67,3 +67,8 @@ SELECT now()::timestamptz AS now,
 -- APITokenExistsForUser reports whether user_id has ever had a token:
 -- revoked and expired ones count.
 SELECT EXISTS (SELECT 1 FROM api_tokens WHERE user_id = @user_id);
+
+-- name: AuthChangeDeleteOld :execrows
+-- Up to @max_rows auth changes recorded before @before, oldest first.
+DELETE FROM auth_changes WHERE seq IN (
+    SELECT o.seq FROM auth_changes o WHERE o.changed_at < @before ORDER BY o.seq LIMIT @max_rows);

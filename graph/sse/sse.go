@@ -4,10 +4,11 @@
 // transport.SSE writes the events; Streams adds what a stream that lives
 // for hours needs around it: a deadline on every write, a way to cut a
 // stream with an error (End: a revoked token, a changed role, a slow
-// consumer) and Shutdown.
+// consumer), Shutdown, and the complete event's empty data field.
 package sse
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -180,6 +181,15 @@ type stream struct {
 	cut bool
 }
 
+// complete is the event transport.SSE ends a finished operation with;
+// completeWithData is sent for it: graphql-sse's PROTOCOL.md gives the
+// complete event an empty data field, without which a spec-following SSE
+// parser (a browser's EventSource) drops the event and never sees the end.
+var (
+	complete         = []byte("event: complete\n\n")
+	completeWithData = []byte("event: complete\ndata:\n\n")
+)
+
 // Write implements http.ResponseWriter; a failed write (the deadline
 // passed, the peer went) cuts the stream.
 func (st *stream) Write(p []byte) (int, error) {
@@ -187,6 +197,12 @@ func (st *stream) Write(p []byte) (int, error) {
 	defer st.mu.Unlock()
 	if st.cut {
 		return 0, errCut
+	}
+	if bytes.Equal(p, complete) {
+		if _, err := st.write(completeWithData); err != nil {
+			return 0, err
+		}
+		return len(p), nil
 	}
 	return st.write(p)
 }

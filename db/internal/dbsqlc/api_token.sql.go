@@ -217,6 +217,20 @@ func (q *Queries) APITokenRevoke(ctx context.Context, db DBTX, id int64) (APITok
 	return i, err
 }
 
+const authChangeDeleteOld = `-- name: AuthChangeDeleteOld :execrows
+DELETE FROM auth_changes WHERE seq IN (
+    SELECT o.seq FROM auth_changes o WHERE o.changed_at < $1 ORDER BY o.seq LIMIT $2)
+`
+
+// Up to @max_rows auth changes recorded before @before, oldest first.
+func (q *Queries) AuthChangeDeleteOld(ctx context.Context, db DBTX, before time.Time, maxRows int32) (int64, error) {
+	result, err := db.Exec(ctx, authChangeDeleteOld, before, maxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const authChangeListAfter = `-- name: AuthChangeListAfter :one
 WITH c AS (SELECT seq, token_hash, user_id FROM auth_changes WHERE seq > $1::bigint)
 SELECT now()::timestamptz AS now,
