@@ -523,9 +523,9 @@ func (s *socket) start(m clientMessage) bool {
 	s.active = append(s.active, op)
 	s.mu.Unlock()
 	// prepare returns before pull parks for the subscription's life, so
-	// neither its frame nor the executor's deeper setup is under the
-	// parked frames: about 1.1 KiB deep, the stack is one the GC halves
-	// to 4 KiB (it halves a stack whose use is under a quarter of it).
+	// its frame is not under the parked ones: about 1.1 KiB deep, the
+	// stack the setup grew to 8 KiB is one the GC halves to 4 KiB (it
+	// halves a parked stack that uses under a quarter of it).
 	s.running.Go(func() {
 		if ctx, ok := op.prepare(ctx, m.Payload, begin); ok {
 			op.pull(ctx)
