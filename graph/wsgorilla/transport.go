@@ -522,7 +522,15 @@ func (s *socket) start(m clientMessage) bool {
 	// and a stopped one left active when it was stopped.
 	s.active = append(s.active, op)
 	s.mu.Unlock()
-	s.running.Go(func() { op.run(ctx, m.Payload, begin) })
+	// prepare returns before pull parks for the subscription's life, so
+	// its frame is not under the parked ones: about 1.1 KiB deep, the
+	// stack the setup grew to 8 KiB is one the GC halves to 4 KiB (it
+	// halves a parked stack that uses under a quarter of it).
+	s.running.Go(func() {
+		if ctx, ok := op.prepare(ctx, m.Payload, begin); ok {
+			op.pull(ctx)
+		}
+	})
 	return true
 }
 
@@ -608,8 +616,10 @@ func (s *socket) stopOperation(id string) {
 	op.stop()
 }
 
-// run prepares the operation and runs it until it ends.
-func (op *operation) run(ctx context.Context, payload json.RawMessage, begin time.Time) {
+// prepare parses and validates the operation; ok false means it ended
+// (its error message was sent), else pull runs it in the returned
+// context.
+func (op *operation) prepare(ctx context.Context, payload json.RawMessage, begin time.Time) (_ context.Context, ok bool) {
 	s := op.s
 	ctx = graphql.StartOperationTrace(ctx)
 	params := &graphql.RawParams{}
@@ -618,7 +628,7 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 	if err := dec.Decode(params); err != nil {
 		// checkPayload let it through, so this is not expected.
 		op.end(gqlerror.List{{Message: "payload: " + err.Error()}})
-		return
+		return nil, false
 	}
 	params.ReadTime = graphql.TraceTiming{Start: begin, End: graphql.Now()}
 
@@ -627,15 +637,15 @@ func (op *operation) run(ctx context.Context, payload json.RawMessage, begin tim
 		resp := s.exec.DispatchError(graphql.WithOperationContext(ctx, rc), errs)
 		if errcode.GetErrorKind(errs) == errcode.KindProtocol {
 			op.end(resp.Errors)
-			return
+			return nil, false
 		}
 		op.deliver(&graphql.Response{Errors: errs})
 		op.end(nil)
-		return
+		return nil, false
 	}
 	op.rc = rc
 	// For AddSubscriptionError.
-	op.pull(context.WithValue(ctx, operationKey{}, op))
+	return context.WithValue(ctx, operationKey{}, op), true
 }
 
 // operation returns the running operation with id, or nil; under mu.
