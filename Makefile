@@ -122,11 +122,11 @@ pgbouncer:
 # bench runs the load tool (bench/): a private PostgreSQL with
 # fsync on, the real server binary, and a reference for every figure in the
 # same run; it prints one table row per figure, with the CPU per unit of
-# work of both sides for A, B, C, E (medians of 3 interleaved runs) and G,
-# and writes
-# bench/results/latest.json and latest.txt (the console). Takes over 25
-# minutes (figure F writes a journal of ten million events, 5 GB);
-# bench-quick is a smoke run with tiny sizes (bench/results/quick.*).
+# work of both sides (A, B, C, E and H: medians of 3 interleaved runs),
+# and writes bench/results/latest.json and latest.txt (the console). Takes
+# about 25 minutes on a quiet machine (figure F writes a journal of ten
+# million events, 5 GB); bench-quick is a smoke run of about 5 minutes with
+# tiny sizes (bench/results/quick.*).
 BENCH_FLAGS ?= -figures A,B,C,D,E,F,G,H
 bench: pg-binaries
 	$(GO) run ./bench $(BENCH_FLAGS)

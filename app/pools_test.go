@@ -32,7 +32,7 @@ import (
 const answerWithin = 30 * time.Second
 
 // documentedSizes are the pools' sizes docs/operations.md (Connections) gives without
-// pool_max_conns: API max(4, GOMAXPROCS) + 4, work 20 workers + 4.
+// pool_max_conns: API max(4, GOMAXPROCS) + 4, work max(4, GOMAXPROCS) + 5.
 func documentedSizes() db.PoolSizes {
 	return db.PoolSizes{API: int32(max(4, runtime.GOMAXPROCS(0)) + 4), Work: int32(max(4, runtime.GOMAXPROCS(0)) + 5)}
 }

@@ -242,9 +242,17 @@ func countedPart(counted string) func(cpu) float64 {
 	return cpu.total
 }
 
-// counted is p's part named as in countedPart.
+// counted is p's part named as in countedPart; the total is the median
+// of the runs' totals (Total), as the breakdown line and the JSON give it,
+// not the sum of the parts' medians.
 func (p perUnit) counted(counted string) float64 {
-	return countedPart(counted)(cpu{Server: p.Server, Postgres: p.Postgres, Tool: p.Tool, Nats: p.Nats})
+	switch counted {
+	case "server":
+		return p.Server
+	case "postgres":
+		return p.Postgres
+	}
+	return p.Total
 }
 
 // summarize fills r from paired runs of ours and the reference: the

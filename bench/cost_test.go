@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -105,5 +106,61 @@ func TestIdleCost(t *testing.T) {
 	r := summarize(Row{}, "1,000 subscription·s", "server", rs, rs)
 	if c := r.Cost; !near(c.Ours.Server, 50) || !near(c.Ours.Postgres, 0) || !near(c.Ours.Tool, 30) {
 		t.Errorf("cost = %+v, want server 50, postgres 0, tool 30 ms per 1,000 subscription·s", c.Ours)
+	}
+}
+
+// The table's cost total is the median of the runs' totals, the figure the
+// breakdown line and the JSON give, not the sum of the parts' medians.
+func TestLineTotalIsTheMedianOfTotals(t *testing.T) {
+	// Totals 2, 3 and 3 ms per unit (median 3); the parts' medians are 1
+	// and 1, whose sum would be 2.
+	var ours []sample
+	for _, c := range []cpu{{Server: 1, Postgres: 1}, {Server: 3}, {Postgres: 3}} {
+		ours = append(ours, sample{value: 1, units: 1000, cpu: c})
+	}
+	ref := []sample{{value: 1, units: 1000, cpu: cpu{Postgres: 1}}, {value: 1, units: 1000, cpu: cpu{Postgres: 1}}, {value: 1, units: 1000, cpu: cpu{Postgres: 1}}}
+	r := summarize(Row{}, "mutation", "total", ours, ref)
+	if got, want := r.line(), "total ms/mutation: 3.000 ±33% vs 1.000"; !strings.Contains(got, want) {
+		t.Errorf("line = %q, want it to contain %q", got, want)
+	}
+	if got := fixed(-0.001); strings.TrimSpace(got) != "0.00" {
+		t.Errorf("fixed(-0.001) = %q, want 0.00", got)
+	}
+}
+
+// Every option is checked before the tool builds or starts anything.
+func TestOptionsParse(t *testing.T) {
+	good := func() options {
+		return options{out: t.TempDir(), runs: 3, duration: 10 * time.Second, eEvents: 1, dSubscribers: 1, fEvents: 1, hEvents: 1}
+	}
+	o := good()
+	if err := o.parse(" e, a,E,,h "); err != nil || strings.Join(o.figures, ",") != "E,A,H" {
+		t.Errorf("parse(\" e, a,E,,h \") = %v, figures %v, want nil and E,A,H", err, o.figures)
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, figures, want string
+		change              func(*options)
+	}{
+		{"unknown figure", "A,X", `unknown figure "X"`, nil},
+		{"no figure", " , ", "no figure", nil},
+		{"no runs", "A", "-runs", func(o *options) { o.runs = 0 }},
+		{"zero duration", "A", "-duration", func(o *options) { o.duration = 0 }},
+		{"negative duration", "B", "-duration", func(o *options) { o.duration = -time.Second }},
+		{"no subscribers", "D", "-d-subscribers", func(o *options) { o.dSubscribers = 0 }},
+		{"negative events", "H", "-h-events", func(o *options) { o.hEvents = -5 }},
+		{"negative pool", "A", "-pool", func(o *options) { o.poolMax = -1 }},
+		{"out is a file", "A", "-out", func(o *options) { o.out = file }},
+	} {
+		o := good()
+		if c.change != nil {
+			c.change(&o)
+		}
+		if err := o.parse(c.figures); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: parse(%q) = %v, want an error naming %s", c.name, c.figures, err, c.want)
+		}
 	}
 }

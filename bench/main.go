@@ -33,6 +33,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -70,7 +71,7 @@ type Row struct {
 }
 
 type options struct {
-	figures      string
+	figures      []string // upper case, each one of allFigures
 	quick        bool
 	out          string
 	poolMax      int
@@ -107,9 +108,9 @@ func main() {
 		os.Exit(runNatsd(os.Args[2:]))
 	}
 	var o options
-	flag.StringVar(&o.figures, "figures", "A,B,C,D,E,F,G,H", "comma-separated figures to run (A,B,C,D,E,F,G,H)")
-	flag.BoolVar(&o.quick, "quick", false, "tiny sizes and short runs (a smoke test)")
-	flag.StringVar(&o.out, "out", "bench/results", "directory for the JSON results")
+	figures := flag.String("figures", allFigures, "comma-separated figures to run ("+allFigures+")")
+	flag.BoolVar(&o.quick, "quick", false, "tiny sizes and short runs (a smoke test): sizes at most E 300, D 200, F 100,000, H 300 events, and -duration 2s unless given")
+	flag.StringVar(&o.out, "out", "bench/results", "directory for the results: latest.json and latest.txt (quick.* with -quick; interrupted.* for a run stopped by a signal)")
 	flag.IntVar(&o.poolMax, "pool", 0, "server pool_max_conns, the total of its API and work pools (0: unset, the product's sizes: docs/operations.md, Connections)")
 	flag.StringVar(&o.syncCommit, "synchronous-commit", "on", "PostgreSQL synchronous_commit for the whole cluster (fsync stays on)")
 	flag.IntVar(&o.eEvents, "e-events", 100000, "figure E: pending order.received events")
@@ -120,12 +121,16 @@ func main() {
 	flag.IntVar(&o.runs, "runs", 3, "runs of each figure, ours and the reference interleaved (A, B, C, E, H; D: idle CPU windows of each side); the table shows medians and spreads")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temp directory (cluster, logs, profiles)")
 	flag.Parse()
-	if o.runs < 1 {
-		fmt.Fprintln(os.Stderr, "bench: -runs must be at least 1")
+	given := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if o.quick && !given["duration"] {
+		o.duration = 2 * time.Second
+	}
+	if err := o.parse(*figures); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
 	if o.quick {
-		o.duration = 2 * time.Second
 		o.eEvents = min(o.eEvents, 300)
 		o.dSubscribers = min(o.dSubscribers, 200)
 		o.fEvents = min(o.fEvents, 100_000)
@@ -139,6 +144,44 @@ func main() {
 	}
 }
 
+// allFigures are the figures the tool knows, in the order a run takes them.
+const allFigures = "A,B,C,D,E,F,G,H"
+
+// parse sets o.figures from the -figures list and checks every option
+// before anything starts: an error names the flag and what it takes, and
+// -out is created (so a run cannot end with nowhere to write).
+func (o *options) parse(figures string) error {
+	known := strings.Split(allFigures, ",")
+	for _, f := range strings.Split(figures, ",") {
+		f = strings.ToUpper(strings.TrimSpace(f))
+		if f == "" {
+			continue
+		}
+		if !slices.Contains(known, f) {
+			return fmt.Errorf("-figures: unknown figure %q (the figures are %s)", f, allFigures)
+		}
+		if !slices.Contains(o.figures, f) {
+			o.figures = append(o.figures, f)
+		}
+	}
+	switch {
+	case len(o.figures) == 0:
+		return fmt.Errorf("-figures: no figure given (the figures are %s)", allFigures)
+	case o.runs < 1:
+		return errors.New("-runs must be at least 1")
+	case o.duration < time.Second:
+		return fmt.Errorf("-duration must be at least 1s, not %s", o.duration)
+	case o.eEvents < 1, o.dSubscribers < 1, o.fEvents < 1, o.hEvents < 1:
+		return errors.New("-e-events, -d-subscribers, -f-events and -h-events must each be at least 1")
+	case o.poolMax < 0:
+		return errors.New("-pool must be 0 (the product's sizes) or more")
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return fmt.Errorf("-out: %w", err)
+	}
+	return nil
+}
+
 func run(ctx context.Context, o options) (err error) {
 	raiseNoFile()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -149,7 +192,10 @@ func run(ctx context.Context, o options) (err error) {
 	if o.keep {
 		fmt.Println("temp dir:", tmp)
 	} else {
-		defer os.RemoveAll(tmp)
+		defer func() {
+			os.RemoveAll(tmp)
+			fmt.Println("the temp dir with the profiles and logs named above is removed:", tmp, "(-keep keeps it)")
+		}()
 	}
 	e := &env{opts: o, ctx: ctx, logger: logger, tmp: tmp}
 	e.untee = sync.OnceFunc(teeStdout(&e.console))
@@ -203,12 +249,12 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 
-	for _, f := range strings.Split(strings.ToUpper(o.figures), ",") {
+	for _, f := range o.figures {
 		if ctx.Err() != nil {
 			break
 		}
 		var ferr error
-		switch strings.TrimSpace(f) {
+		switch f {
 		case "A":
 			ferr = e.figureA()
 		case "B":
@@ -225,9 +271,6 @@ func run(ctx context.Context, o options) (err error) {
 			ferr = e.figureG()
 		case "H":
 			ferr = e.figureH()
-		case "":
-		default:
-			ferr = fmt.Errorf("unknown figure %q", f)
 		}
 		if ferr != nil {
 			fmt.Fprintf(os.Stderr, "figure %s: %v\n", f, ferr)
@@ -242,7 +285,8 @@ func run(ctx context.Context, o options) (err error) {
 
 // settings are the settings every row carries, plus extra.
 func (e *env) settings(extra ...string) map[string]string {
-	pool := fmt.Sprintf("unset: api max(4, GOMAXPROCS)+4=%d, work 20+4=24", max(4, runtime.GOMAXPROCS(0))+4)
+	perCPU := max(4, runtime.GOMAXPROCS(0))
+	pool := fmt.Sprintf("unset: api max(4, GOMAXPROCS)+4=%d, work max(4, GOMAXPROCS)+5=%d (app.PoolSizes)", perCPU+4, perCPU+5)
 	if e.opts.poolMax > 0 {
 		pool = fmt.Sprint(e.opts.poolMax)
 	}
@@ -283,7 +327,7 @@ func (r Row) line() string {
 	if r.Pass {
 		pass = "ok"
 	}
-	ours, ref := fmt.Sprintf("%10.2f", r.Ours), fmt.Sprintf("%10.2f", r.Reference)
+	ours, ref := fixed(r.Ours), fixed(r.Reference)
 	if r.Runs > 1 {
 		ours += fmt.Sprintf(" ±%2.0f%%", 100*r.OursSpread)
 		ref += fmt.Sprintf(" ±%2.0f%%", 100*r.ReferenceSpread)
@@ -303,6 +347,15 @@ func (r Row) line() string {
 	}
 	return fmt.Sprintf("| %s | %-22s | %-28s | %s | %s | %6.2f | %s | %-22s | %-4s | %s | %s |",
 		r.Figure, r.Case, r.Metric, ours, ref, r.Ratio, cost, r.Target, pass, strings.Join(keys, " "), r.noisyNote())
+}
+
+// fixed is x with two decimals, 10 wide; a difference of CPU readings
+// just below zero (figure D's idle CPU) is 0.00, not -0.00.
+func fixed(x float64) string {
+	if x > -0.005 && x < 0 {
+		x = 0
+	}
+	return fmt.Sprintf("%10.2f", x)
 }
 
 func (e *env) writeResults() error {
@@ -331,13 +384,19 @@ func (e *env) writeResults() error {
 		"machine": machine,
 		"rows":    e.rows,
 	}
-	b, err := json.MarshalIndent(doc, "", "  ")
-	if err != nil {
-		return err
-	}
+	// latest.* (quick.*) hold a whole run: one a signal stopped does not
+	// replace them.
 	name := "latest"
 	if e.opts.quick {
 		name = "quick"
+	}
+	if e.ctx.Err() != nil {
+		name = "interrupted"
+		doc["interrupted"] = true
+	}
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return err
 	}
 	fmt.Println()
 	fmt.Printf("| fig | case | metric | ours | reference | ratio | CPU per unit: ours vs reference = ratio | target | pass | settings | spread |\n")
