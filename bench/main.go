@@ -362,9 +362,6 @@ func (e *env) writeResults() error {
 	if len(e.rows) == 0 {
 		return nil
 	}
-	if err := os.MkdirAll(e.opts.out, 0o755); err != nil {
-		return err
-	}
 	machine := map[string]string{"nproc": fmt.Sprint(runtime.NumCPU()), "goos": runtime.GOOS, "goarch": runtime.GOARCH}
 	if b, err := exec.Command("free", "-h").Output(); err == nil {
 		machine["free -h"] = string(b)
