@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -479,4 +480,37 @@ func TestNatsConcurrentCreatesOfOneNameLeaveOneNewStream(t *testing.T) {
 		streams = append(streams, name)
 	}
 	require.ElementsMatch(t, []string{"JOURNAL", *won.Stream}, streams, "a refused create removes the stream it made")
+}
+
+func TestNatsCreateCancelledAfterMakingItsStreamRemovesIt(t *testing.T) {
+	t.Parallel()
+	b := setupNats(t, jobs.DefaultRetryPolicy, db.NatsSubscriberInput{}) // "journal": JOURNAL, erp.journal
+	// Another creation holds the lock the insert waits for, so the
+	// request is cancelled after NATS made the stream and before the
+	// insert.
+	lock, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = lock.Rollback(b.ctx) }()
+	_, err = lock.Exec(b.ctx, `SELECT pg_advisory_xact_lock(hashtext('subscribers.nats_create'))`)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	name, stream, prefix := "gone", "GONE", "gone"
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.dispatcher.CreateNatsSubscriber(ctx, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix})
+		done <- err
+	}()
+	require.Eventually(t, func() bool {
+		_, err := b.js.Stream(b.ctx, stream)
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond, "the create made its stream")
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	require.NoError(t, lock.Rollback(b.ctx))
+
+	_, err = b.js.Stream(b.ctx, stream)
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "the cancelled create removed the stream it made")
+	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM subscribers WHERE name = 'gone'`))
 }
