@@ -335,8 +335,9 @@ func (r Row) line() string {
 	cost := "-"
 	if c := r.Cost; c != nil {
 		o, f := c.Ours.counted(c.Counted), c.Reference.counted(c.Counted)
-		// A reference that spent nothing measurable has no ratio.
-		ratio := "n/a"
+		// A reference run that spent nothing measurable leaves no ratio
+		// (ratios): the median of the other pairs would overstate it.
+		ratio := "n/a (a reference run measured 0)"
 		if c.Ratio != 0 {
 			ratio = fmt.Sprintf("%.2f×", c.Ratio)
 		}
