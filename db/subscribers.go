@@ -390,9 +390,14 @@ func NatsSubscriberClash(ctx context.Context, q Querier, id int64, name, prefix 
 	return nil
 }
 
-// NatsStreamInUse tells whether a NATS subscriber publishes to stream.
-func NatsStreamInUse(ctx context.Context, q Querier, stream string) (bool, error) {
-	used, err := queries.SubscriberNatsStreamInUse(ctx, q, &stream)
+// NatsStreamInUse tells whether a NATS subscriber publishes to stream. It
+// first waits for a NATS subscriber creation under way (its lock, held to
+// the end of tx), so that a subscriber still committing is seen.
+func NatsStreamInUse(ctx context.Context, tx pgx.Tx, stream string) (bool, error) {
+	if err := queries.SubscriberNatsCreateLock(ctx, tx); err != nil {
+		return false, fmt.Errorf("lock NATS subscriber creation: %w", translate(err))
+	}
+	used, err := queries.SubscriberNatsStreamInUse(ctx, tx, &stream)
 	if err != nil {
 		return false, fmt.Errorf("look up NATS subscribers of stream %s: %w", stream, translate(err))
 	}

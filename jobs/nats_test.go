@@ -487,7 +487,8 @@ func TestNatsCreateCancelledAfterMakingItsStreamRemovesIt(t *testing.T) {
 	b := setupNats(t, jobs.DefaultRetryPolicy, db.NatsSubscriberInput{}) // "journal": JOURNAL, erp.journal
 	// Another creation holds the lock the insert waits for, so the
 	// request is cancelled after NATS made the stream and before the
-	// insert.
+	// insert; the cleanup then waits for that creation too, as it waits
+	// for one committing.
 	lock, err := b.pool.Begin(b.ctx)
 	require.NoError(t, err)
 	defer func() { _ = lock.Rollback(b.ctx) }()
@@ -502,13 +503,20 @@ func TestNatsCreateCancelledAfterMakingItsStreamRemovesIt(t *testing.T) {
 		_, err := b.dispatcher.CreateNatsSubscriber(ctx, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix})
 		done <- err
 	}()
-	require.Eventually(t, func() bool {
-		_, err := b.js.Stream(b.ctx, stream)
-		return err == nil
-	}, 10*time.Second, 10*time.Millisecond, "the create made its stream")
+	waitingSince := func(since time.Time) func() bool {
+		return func() bool {
+			return b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query_start > $1`, since) == 1
+		}
+	}
+	require.Eventually(t, waitingSince(time.Time{}), 10*time.Second, 5*time.Millisecond, "the create waits to insert, NATS having answered that it made the stream")
+	_, err = b.js.Stream(b.ctx, stream)
+	require.NoError(t, err)
+	var cancelled time.Time
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT clock_timestamp()`).Scan(&cancelled))
 	cancel()
-	require.ErrorIs(t, <-done, context.Canceled)
+	require.Eventually(t, waitingSince(cancelled), 10*time.Second, 5*time.Millisecond, "the cleanup waits for the other creation")
 	require.NoError(t, lock.Rollback(b.ctx))
+	require.ErrorIs(t, <-done, context.Canceled)
 
 	_, err = b.js.Stream(b.ctx, stream)
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "the cancelled create removed the stream it made")

@@ -156,8 +156,9 @@ func (d *Dispatcher) normalizeFilter(types, entities *[]string, condition **stri
 // other NATS subscriber's creation and checks name and prefix again
 // (db.CreateNatsSubscriber), so of concurrent creates with overlapping
 // prefixes one is stored and the others get the same *db.InputError on
-// "subjectPrefix". A create refused there, or cancelled after NATS made
-// its stream, removes that stream unless a subscriber publishes to it.
+// "subjectPrefix". A create refused there, or cancelled after NATS
+// answered that it made its stream, removes that stream unless a
+// subscriber publishes to it.
 func (d *Dispatcher) CreateNatsSubscriber(ctx context.Context, in db.NatsSubscriberInput) (db.Subscriber, error) {
 	if d.nats == nil {
 		return db.Subscriber{}, &db.InputError{Field: "stream", Msg: "this server has no NATS: start it with NATS_URL (e.g. nats://localhost:4222) to publish to JetStream"}
@@ -195,15 +196,19 @@ func (d *Dispatcher) CreateNatsSubscriber(ctx context.Context, in db.NatsSubscri
 
 // dropUnusedStream removes stream, made by a create the database then
 // refused, unless a subscriber publishes to it: a concurrent create of the
-// same stream may have made it too (and been stored). A create of the same
-// stream not yet at its insert is not seen. It runs to the end (at most
-// recordTimeout) when ctx is done, as it is when the request that made the
-// stream was cancelled. A failure is logged, not returned: the refusal is
-// the caller's answer.
+// same stream may have made it too (and been stored, or be committing:
+// the check waits for it). A create of the same stream not yet at its
+// insert is not seen. It runs to the end (at most recordTimeout) when ctx
+// is done, as it is when the request that made the stream was cancelled.
+// A failure is logged, not returned: the refusal is the caller's answer.
 func (d *Dispatcher) dropUnusedStream(ctx context.Context, stream string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	used, err := db.NatsStreamInUse(ctx, d.pool, stream)
+	var used bool
+	err := runTx(ctx, d.pool, func(tx pgx.Tx) (err error) {
+		used, err = db.NatsStreamInUse(ctx, tx, stream)
+		return err
+	})
 	if err == nil && !used {
 		err = d.nats.deleteStream(ctx, stream)
 	}
