@@ -15,8 +15,8 @@ run: pg-binaries
 test: pg-binaries e2e/node_modules browser-deps pgbouncer
 	$(GO) test -race -count=1 ./...
 
-# fuzz runs every fuzz target (func FuzzX in a _test.go file) for FUZZTIME
-# with FUZZPARALLEL workers. A failing input is written to the package's
+# fuzz runs every fuzz target (func FuzzX in a _test.go file) on FUZZTIME
+# inputs with FUZZPARALLEL workers. A failing input is written to the package's
 # testdata/fuzz/FuzzX/: fix the code and commit the file, which make test
 # then runs as a regular test (as it runs every committed seed).
 # FUZZTIME is a count of inputs, not a duration: with a duration, Go 1.26's

@@ -335,9 +335,10 @@ func (r Row) line() string {
 	cost := "-"
 	if c := r.Cost; c != nil {
 		o, f := c.Ours.counted(c.Counted), c.Reference.counted(c.Counted)
-		// A reference run that spent nothing measurable leaves no ratio
-		// (ratios): the median of the other pairs would overstate it.
-		ratio := "n/a (a reference run measured 0)"
+		// No ratio when a reference run spent nothing measurable (ratios:
+		// the other pairs' median would overstate it), or when the median
+		// ratio is 0 (ours spent nothing measurable).
+		ratio := "n/a (a run measured no CPU)"
 		if c.Ratio != 0 {
 			ratio = fmt.Sprintf("%.2f×", c.Ratio)
 		}
