@@ -135,8 +135,9 @@ func ConnectNats(cfg NatsConfig, logger *slog.Logger) (*NatsPublisher, error) {
 }
 
 // NatsUnreachableError is the error of a request that needs NATS while
-// the connection is down: Reason is the connection's last error, or its
-// status when there is none.
+// the connection is down (Reason is the connection's last error, or its
+// status when there is none), or that NATS did not answer in time (Reason
+// says what may be left).
 type NatsUnreachableError struct{ Reason string }
 
 func (e *NatsUnreachableError) Error() string { return "NATS is not reachable: " + e.Reason }
@@ -214,15 +215,20 @@ func (p *NatsPublisher) publish(ctx context.Context, t *taken, we WebhookEvent, 
 	return res
 }
 
+// natsErrStreamSubjectOverlap is NATS's error code for a stream whose
+// subjects another stream takes (nats-server's JSStreamSubjectOverlapErr).
+const natsErrStreamSubjectOverlap jetstream.ErrorCode = 10065
+
 // ensureStream makes sure stream stores subjects <prefix>.> and keeps
 // message ids for at least horizon: create, it creates the stream (file
 // storage, duplicate window horizon) when there is none (else that is an
 // *db.InputError: a stream deleted is not made again); an existing one must
 // take the subjects and keep ids as long, else an *db.InputError names
 // both durations (a retry after the window would be stored twice). Other
-// errors: a *NatsUnreachableError, or NATS could not be asked. created
-// tells that this call made the stream; a concurrent call making the same
-// one may be told so too (NATS creates idempotently).
+// errors: a *NatsUnreachableError (also when NATS did not answer a
+// creation within the JetStream client's timeout), or NATS could not be
+// asked. created tells that this call made the stream; a concurrent call
+// making the same one may be told so too (NATS creates idempotently).
 func (p *NatsPublisher) ensureStream(ctx context.Context, stream, prefix string, horizon time.Duration, create bool) (created bool, err error) {
 	if err := p.unreachable(); err != nil {
 		return false, err
@@ -238,11 +244,25 @@ func (p *NatsPublisher) ensureStream(ctx context.Context, stream, prefix string,
 		return false, &db.InputError{Field: "stream", Msg: fmt.Sprintf("NATS has no stream %s any more: create it again (subjects %s.>) before changing this subscriber", stream, prefix)}
 	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		_, err = p.js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"},
+		// Once asked, NATS's answer is awaited even when the request is
+		// cancelled, up to the JetStream client's own timeout: a caller that
+		// did not learn it made the stream could not remove it again.
+		cctx := context.WithoutCancel(ctx)
+		_, err = p.js.CreateStream(cctx, jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"},
 			Storage: jetstream.FileStorage, Duplicates: horizon})
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) {
-			return false, &db.InputError{Field: "stream", Msg: fmt.Sprintf("NATS refused to create stream %s for %s.>: %s", stream, prefix, apiErr.Description)}
+			msg := fmt.Sprintf("NATS refused to create stream %s for %s.>: %s", stream, prefix, apiErr.Description)
+			if apiErr.ErrorCode == natsErrStreamSubjectOverlap {
+				if other, err := p.js.StreamNameBySubject(cctx, prefix+".>"); err == nil {
+					msg += fmt.Sprintf(" (stream %s takes them; remove it or choose another prefix)", other)
+				}
+			}
+			return false, &db.InputError{Field: "stream", Msg: msg}
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			return false, &NatsUnreachableError{Reason: fmt.Sprintf("NATS did not answer the creation of stream %s within %s and may still make it; "+
+				"create the subscriber again naming the same stream, which is then used", stream, p.js.Options().DefaultTimeout)}
 		}
 		if err != nil {
 			return false, fmt.Errorf("create stream %s: %w", stream, err)

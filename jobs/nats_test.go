@@ -522,3 +522,68 @@ func TestNatsCreateCancelledAfterMakingItsStreamRemovesIt(t *testing.T) {
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "the cancelled create removed the stream it made")
 	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM subscribers WHERE name = 'gone'`))
 }
+
+// setupSlowNats is the dispatch side publishing through a proxy that
+// holds every stream creation for delay, with no NATS subscriber yet.
+func setupSlowNats(t *testing.T, delay time.Duration) (*testBundle, jetstream.JetStream, *jobs.NatsPublisher) {
+	t.Helper()
+	srv := natstest.New(t)
+	pub, err := jobs.ConnectNats(jobs.NatsConfig{URL: srv.Delaying(t, "$JS.API.STREAM.CREATE.", delay)}, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	t.Cleanup(pub.Close)
+	return setupWith(t, jobs.DispatcherConfig{Nats: pub}, time.Hour), srv.JetStream(t), pub
+}
+
+func TestNatsCreateCancelledWhileNatsMakesItsStreamLeavesNone(t *testing.T) {
+	t.Parallel()
+	b, js, _ := setupSlowNats(t, time.Second)
+	ctx, cancel := context.WithTimeout(b.ctx, 200*time.Millisecond) // a client that gives up
+	defer cancel()
+	name, stream, prefix := "slow", "SLOW", "slow"
+	_, err := b.dispatcher.CreateNatsSubscriber(ctx, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	// A second create on the same connection reaches NATS after the first
+	// one's creation, which NATS has then carried out.
+	name2, stream2, prefix2 := "after", "AFTER", "after"
+	_, err = b.dispatcher.CreateNatsSubscriber(b.ctx, db.NatsSubscriberInput{Name: &name2, Stream: &stream2, SubjectPrefix: &prefix2})
+	require.NoError(t, err)
+	_, err = js.Stream(b.ctx, stream)
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "the stream NATS made after the request ended is removed")
+	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM subscribers WHERE name = 'slow'`))
+}
+
+func TestNatsCreateNatsDoesNotAnswerInTimeSaysWhatMayBeLeft(t *testing.T) {
+	t.Parallel()
+	b, js, pub := setupSlowNats(t, time.Second)
+	jobs.SetNatsTimeout(pub, 200*time.Millisecond)
+	name, stream, prefix := "slow", "SLOW", "slow"
+	in := db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix}
+	_, err := b.dispatcher.CreateNatsSubscriber(b.ctx, in)
+	var unreachable *jobs.NatsUnreachableError
+	require.ErrorAs(t, err, &unreachable)
+	require.Contains(t, unreachable.Reason, "did not answer the creation of stream SLOW within 200ms")
+	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM subscribers WHERE kind = 'nats'`))
+
+	// NATS makes it late; the same create again uses it, as the error says.
+	require.Eventually(t, func() bool {
+		_, err := js.Stream(b.ctx, stream)
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond, "NATS made the stream after all")
+	sub, err := b.dispatcher.CreateNatsSubscriber(b.ctx, in)
+	require.NoError(t, err)
+	require.Equal(t, stream, *sub.Stream)
+}
+
+func TestNatsStreamRefusedForSubjectsAnotherStreamTakesNamesIt(t *testing.T) {
+	t.Parallel()
+	b := setupNats(t, jobs.DefaultRetryPolicy, db.NatsSubscriberInput{}) // "journal": JOURNAL, erp.journal
+	_, err := b.js.CreateStream(b.ctx, jetstream.StreamConfig{Name: "ORPHAN", Subjects: []string{"orphan.>"}})
+	require.NoError(t, err)
+	name, stream, prefix := "mine", "MINE", "orphan"
+	_, err = b.dispatcher.CreateNatsSubscriber(b.ctx, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix})
+	var inputErr *db.InputError
+	require.ErrorAs(t, err, &inputErr)
+	require.Equal(t, "stream", inputErr.Field)
+	require.Contains(t, inputErr.Msg, "stream ORPHAN takes them")
+}

@@ -149,16 +149,17 @@ func (d *Dispatcher) normalizeFilter(types, entities *[]string, condition **stri
 // *db.InputError (this server has no NATS_URL, on "stream"; the stream
 // refused; a taken name, matching db.ErrConflict; a prefix overlapping
 // another NATS subscriber's), *FilterError, *NatsUnreachableError (NATS is
-// down), or NATS could not be asked.
+// down, or did not answer the stream's creation in time), or NATS could
+// not be asked.
 // An input the database refuses does not reach NATS: the name and prefix
 // are checked first. The stream is checked with no transaction open; the
 // insert then runs in a short transaction of its own that waits for any
 // other NATS subscriber's creation and checks name and prefix again
 // (db.CreateNatsSubscriber), so of concurrent creates with overlapping
 // prefixes one is stored and the others get the same *db.InputError on
-// "subjectPrefix". A create refused there, or cancelled after NATS
-// answered that it made its stream, removes that stream unless a
-// subscriber publishes to it.
+// "subjectPrefix". A create refused there, or cancelled once NATS was
+// asked to make its stream (whose answer is awaited regardless), removes
+// that stream unless a subscriber publishes to it.
 func (d *Dispatcher) CreateNatsSubscriber(ctx context.Context, in db.NatsSubscriberInput) (db.Subscriber, error) {
 	if d.nats == nil {
 		return db.Subscriber{}, &db.InputError{Field: "stream", Msg: "this server has no NATS: start it with NATS_URL (e.g. nats://localhost:4222) to publish to JetStream"}

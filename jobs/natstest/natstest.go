@@ -7,12 +7,16 @@
 //	js := srv.JetStream(t) // a client, for the test's assertions
 //	srv.Stop(); srv.Start() // an outage: same port, same stored streams
 //	srv.Stop(); srv.SetNKeys(pub); srv.Start() // and new credentials
+//	slow := srv.Delaying(t, "$JS.API.STREAM.CREATE.", time.Second) // a slow answer
 //
 // Everything stops at the test's cleanup.
 package natstest
 
 import (
+	"bytes"
+	"io"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -82,4 +86,72 @@ func (s *Server) JetStream(t testing.TB) jetstream.JetStream {
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	return js
+}
+
+// Delaying starts a proxy to the server, closed at t's cleanup, and
+// returns its URL: a client connected there has every write that
+// contains marker (e.g. "$JS.API.STREAM.CREATE.") held for d before the
+// server gets it, as from a NATS too busy to answer at once.
+func (s *Server) Delaying(t testing.TB, marker string, d time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var (
+		mu     sync.Mutex
+		conns  []net.Conn
+		closed bool
+	)
+	track := func(c ...net.Conn) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		conns = append(conns, c...)
+		return !closed
+	}
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		closed = true
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	upstream := s.srv.Addr().String()
+	go func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", upstream)
+			if err != nil {
+				_ = client.Close()
+				continue
+			}
+			if !track(client, server) {
+				_, _ = client.Close(), server.Close()
+				return
+			}
+			go func() { _, _ = io.Copy(client, server) }()
+			go func() {
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := client.Read(buf)
+					if n > 0 && bytes.Contains(buf[:n], []byte(marker)) {
+						time.Sleep(d)
+					}
+					if n > 0 {
+						if _, werr := server.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						_ = server.Close()
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return "nats://" + ln.Addr().String()
 }
