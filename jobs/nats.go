@@ -235,7 +235,8 @@ func (p *NatsPublisher) ensureStream(ctx context.Context, stream, prefix string,
 	}
 	defer func() {
 		var inputErr *db.InputError
-		if err != nil && !errors.As(err, &inputErr) {
+		var unreachable *NatsUnreachableError
+		if err != nil && !errors.As(err, &inputErr) && !errors.As(err, &unreachable) {
 			err = cmp.Or(p.unreachable(), err) // lost meanwhile
 		}
 	}()
@@ -254,8 +255,8 @@ func (p *NatsPublisher) ensureStream(ctx context.Context, stream, prefix string,
 		if errors.As(err, &apiErr) {
 			msg := fmt.Sprintf("NATS refused to create stream %s for %s.>: %s", stream, prefix, apiErr.Description)
 			if apiErr.ErrorCode == natsErrStreamSubjectOverlap {
-				if other, err := p.js.StreamNameBySubject(cctx, prefix+".>"); err == nil {
-					msg += fmt.Sprintf(" (stream %s takes them; remove it or choose another prefix)", other)
+				if other, err := p.js.StreamNameBySubject(ctx, prefix+".>"); err == nil {
+					msg += fmt.Sprintf(" (stream %s takes them: choose another prefix, or remove that stream if nothing uses it)", other)
 				}
 			}
 			return false, &db.InputError{Field: "stream", Msg: msg}

@@ -525,28 +525,35 @@ func TestNatsCreateCancelledAfterMakingItsStreamRemovesIt(t *testing.T) {
 
 // setupSlowNats is the dispatch side publishing through a proxy that
 // holds every stream creation for delay, with no NATS subscriber yet.
-func setupSlowNats(t *testing.T, delay time.Duration) (*testBundle, jetstream.JetStream, *jobs.NatsPublisher) {
+func setupSlowNats(t *testing.T, delay time.Duration) (*testBundle, jetstream.JetStream, *jobs.NatsPublisher, *natstest.Delay) {
 	t.Helper()
 	srv := natstest.New(t)
-	pub, err := jobs.ConnectNats(jobs.NatsConfig{URL: srv.Delaying(t, "$JS.API.STREAM.CREATE.", delay)}, slog.New(slog.DiscardHandler))
+	slow := srv.Delaying(t, "$JS.API.STREAM.CREATE.", delay)
+	pub, err := jobs.ConnectNats(jobs.NatsConfig{URL: slow.URL}, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	t.Cleanup(pub.Close)
-	return setupWith(t, jobs.DispatcherConfig{Nats: pub}, time.Hour), srv.JetStream(t), pub
+	return setupWith(t, jobs.DispatcherConfig{Nats: pub}, time.Hour), srv.JetStream(t), pub, slow
 }
 
 func TestNatsCreateCancelledWhileNatsMakesItsStreamLeavesNone(t *testing.T) {
 	t.Parallel()
-	b, js, _ := setupSlowNats(t, time.Second)
-	ctx, cancel := context.WithTimeout(b.ctx, 200*time.Millisecond) // a client that gives up
+	b, js, _, slow := setupSlowNats(t, time.Second)
+	ctx, cancel := context.WithCancel(b.ctx)
 	defer cancel()
 	name, stream, prefix := "slow", "SLOW", "slow"
-	_, err := b.dispatcher.CreateNatsSubscriber(ctx, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix})
-	require.ErrorIs(t, err, context.DeadlineExceeded)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.dispatcher.CreateNatsSubscriber(ctx, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix})
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return slow.Held() == 1 }, 10*time.Second, 5*time.Millisecond, "the creation is on its way to NATS")
+	cancel() // the client gives up
+	require.ErrorIs(t, <-done, context.Canceled)
 
 	// A second create on the same connection reaches NATS after the first
 	// one's creation, which NATS has then carried out.
 	name2, stream2, prefix2 := "after", "AFTER", "after"
-	_, err = b.dispatcher.CreateNatsSubscriber(b.ctx, db.NatsSubscriberInput{Name: &name2, Stream: &stream2, SubjectPrefix: &prefix2})
+	_, err := b.dispatcher.CreateNatsSubscriber(b.ctx, db.NatsSubscriberInput{Name: &name2, Stream: &stream2, SubjectPrefix: &prefix2})
 	require.NoError(t, err)
 	_, err = js.Stream(b.ctx, stream)
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "the stream NATS made after the request ended is removed")
@@ -555,14 +562,14 @@ func TestNatsCreateCancelledWhileNatsMakesItsStreamLeavesNone(t *testing.T) {
 
 func TestNatsCreateNatsDoesNotAnswerInTimeSaysWhatMayBeLeft(t *testing.T) {
 	t.Parallel()
-	b, js, pub := setupSlowNats(t, time.Second)
-	jobs.SetNatsTimeout(pub, 200*time.Millisecond)
+	b, js, pub, _ := setupSlowNats(t, 2*time.Second)
+	jobs.SetNatsTimeout(pub, 500*time.Millisecond)
 	name, stream, prefix := "slow", "SLOW", "slow"
 	in := db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix}
 	_, err := b.dispatcher.CreateNatsSubscriber(b.ctx, in)
 	var unreachable *jobs.NatsUnreachableError
 	require.ErrorAs(t, err, &unreachable)
-	require.Contains(t, unreachable.Reason, "did not answer the creation of stream SLOW within 200ms")
+	require.Contains(t, unreachable.Reason, "did not answer the creation of stream SLOW within 500ms")
 	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM subscribers WHERE kind = 'nats'`))
 
 	// NATS makes it late; the same create again uses it, as the error says.

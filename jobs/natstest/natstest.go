@@ -7,7 +7,7 @@
 //	js := srv.JetStream(t) // a client, for the test's assertions
 //	srv.Stop(); srv.Start() // an outage: same port, same stored streams
 //	srv.Stop(); srv.SetNKeys(pub); srv.Start() // and new credentials
-//	slow := srv.Delaying(t, "$JS.API.STREAM.CREATE.", time.Second) // a slow answer
+//	slow := srv.Delaying(t, "$JS.API.STREAM.CREATE.", time.Second) // slow.URL: slow creations
 //
 // Everything stops at the test's cleanup.
 package natstest
@@ -16,7 +16,9 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -88,14 +90,26 @@ func (s *Server) JetStream(t testing.TB) jetstream.JetStream {
 	return js
 }
 
-// Delaying starts a proxy to the server, closed at t's cleanup, and
-// returns its URL: a client connected there has every write that
-// contains marker (e.g. "$JS.API.STREAM.CREATE.") held for d before the
-// server gets it, as from a NATS too busy to answer at once.
-func (s *Server) Delaying(t testing.TB, marker string, d time.Duration) string {
+// Delay is a proxy to a Server that holds some of its clients' writes
+// (Delaying).
+type Delay struct {
+	// URL is the proxy's nats:// URL.
+	URL  string
+	held atomic.Int32
+}
+
+// Held is how many writes the proxy has begun to hold.
+func (p *Delay) Held() int { return int(p.held.Load()) }
+
+// Delaying starts a proxy to the server, closed at t's cleanup: a client
+// connected to its URL has every write that contains marker (e.g.
+// "$JS.API.STREAM.CREATE.") held for d before the server gets it, as from
+// a NATS too busy to answer at once.
+func (s *Server) Delaying(t testing.TB, marker string, d time.Duration) *Delay {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	p := &Delay{URL: "nats://" + ln.Addr().String()}
 	var (
 		mu     sync.Mutex
 		conns  []net.Conn
@@ -116,6 +130,7 @@ func (s *Server) Delaying(t testing.TB, marker string, d time.Duration) string {
 			_ = c.Close()
 		}
 	})
+	m := []byte(marker)
 	upstream := s.srv.Addr().String()
 	go func() {
 		for {
@@ -132,26 +147,34 @@ func (s *Server) Delaying(t testing.TB, marker string, d time.Duration) string {
 				_, _ = client.Close(), server.Close()
 				return
 			}
-			go func() { _, _ = io.Copy(client, server) }()
+			hangUp := func() { _, _ = client.Close(), server.Close() }
 			go func() {
+				_, _ = io.Copy(client, server)
+				hangUp()
+			}()
+			go func() {
+				defer hangUp()
 				buf := make([]byte, 64<<10)
+				var tail []byte // the end of the last read, for a marker split across two
 				for {
 					n, err := client.Read(buf)
-					if n > 0 && bytes.Contains(buf[:n], []byte(marker)) {
-						time.Sleep(d)
-					}
 					if n > 0 {
-						if _, werr := server.Write(buf[:n]); werr != nil {
+						seen := append(tail, buf[:n]...)
+						if bytes.Contains(seen, m) {
+							p.held.Add(1)
+							time.Sleep(d)
+						}
+						tail = slices.Clone(seen[max(0, len(seen)-len(m)+1):])
+						if _, err := server.Write(buf[:n]); err != nil {
 							return
 						}
 					}
 					if err != nil {
-						_ = server.Close()
 						return
 					}
 				}
 			}()
 		}
 	}()
-	return "nats://" + ln.Addr().String()
+	return p
 }
