@@ -1,9 +1,6 @@
 package e2e
 
 import (
-	"io"
-	"net"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,55 +12,6 @@ import (
 	"erp/jobs/natstest"
 )
 
-// ackHolder is a TCP proxy in front of a NATS server whose replies to the
-// client stop while hold is set: a publish reaches the stream, and its
-// acknowledgement never reaches the publisher.
-type ackHolder struct {
-	ln   net.Listener
-	hold atomic.Bool
-}
-
-func newAckHolder(t *testing.T, upstream string) *ackHolder {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &ackHolder{ln: ln}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			client, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			server, err := net.Dial("tcp", upstream)
-			if err != nil {
-				_ = client.Close()
-				continue
-			}
-			go func() { _, _ = io.Copy(server, client); _ = server.Close() }()
-			go func() {
-				defer func() { _ = client.Close() }()
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := server.Read(buf)
-					for p.hold.Load() {
-						time.Sleep(10 * time.Millisecond)
-					}
-					if n > 0 {
-						if _, werr := client.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return p
-}
-
 // A server killed -9 after its publish reached the stream and before it
 // recorded the acknowledgement: the restarted server publishes again under
 // the same Nats-Msg-Id, the stream acknowledges it as a duplicate, and the
@@ -72,17 +20,17 @@ func TestProcessKillAfterNatsPublishIsDeduplicatedByTheStream(t *testing.T) {
 	t.Parallel()
 	nats := natstest.New(t)
 	js := nats.JetStream(t)
-	proxy := newAckHolder(t, nats.URL[len("nats://"):])
+	proxy := nats.Proxy(t)
 	url := pgtest.NewDB(t)
 	token := adminToken(t)
-	env := []string{"DISPATCH_INTERVAL=1s", "NATS_URL=nats://" + proxy.ln.Addr().String()}
+	env := []string{"DISPATCH_INTERVAL=1s", "NATS_URL=" + proxy.URL}
 	a := startChild(t, url, token, env...)
 	api := clientFor(a, token)
 
 	apptest.GQL[map[string]any](t, api, `mutation($in: NatsSubscriberInput!) { createNatsSubscriber(input: $in) { id } }`,
 		map[string]any{"in": map[string]any{"name": "journal", "stream": "ERP", "subjectPrefix": "erp", "eventTypes": []string{"user.created"},
 			"timeoutMs": 1000}})
-	proxy.hold.Store(true)
+	proxy.HoldReplies.Store(true)
 	apptest.GQL[map[string]any](t, api, `mutation($in: UserInput!) { createUser(input: $in) { id } }`,
 		map[string]any{"in": map[string]any{"login": "kasse", "displayName": "Касса", "role": "VIEWER"}})
 
@@ -95,7 +43,7 @@ func TestProcessKillAfterNatsPublishIsDeduplicatedByTheStream(t *testing.T) {
 	}
 	apptest.WaitFor(t, 30*time.Second, "the publish stored", func() bool { return stored() == 1 })
 	a.kill()
-	proxy.hold.Store(false)
+	proxy.HoldReplies.Store(false)
 	require.Equal(t, 0, countRows(t, url, `SELECT count(*) FROM deliveries d JOIN subscribers s ON s.id = d.subscriber_id
 		WHERE s.name = 'journal' AND d.status = 'delivered'`), "killed before the record")
 

@@ -397,6 +397,18 @@ func createAtOnce(b *testBundle, ins []db.NatsSubscriberInput) ([]db.Subscriber,
 	return subs, errs
 }
 
+// createCancellable starts a create of NATS subscriber name, on a stream
+// and prefix, and returns its outcome and the cancel of its request.
+func createCancellable(b *testBundle, name, stream, prefix string) (<-chan error, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.dispatcher.CreateNatsSubscriber(ctx, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix})
+		done <- err
+	}()
+	return done, cancel
+}
+
 // onlyOneCreated checks that exactly one of the creates succeeded and
 // returns it.
 func onlyOneCreated(t *testing.T, subs []db.Subscriber, errs []error) db.Subscriber {
@@ -495,14 +507,9 @@ func TestNatsCreateCancelledAfterMakingItsStreamRemovesIt(t *testing.T) {
 	_, err = lock.Exec(b.ctx, `SELECT pg_advisory_xact_lock(hashtext('subscribers.nats_create'))`)
 	require.NoError(t, err)
 
-	ctx, cancel := context.WithCancel(b.ctx)
+	stream := "GONE"
+	done, cancel := createCancellable(b.testBundle, "gone", stream, "gone")
 	defer cancel()
-	name, stream, prefix := "gone", "GONE", "gone"
-	done := make(chan error, 1)
-	go func() {
-		_, err := b.dispatcher.CreateNatsSubscriber(ctx, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix})
-		done <- err
-	}()
 	waitingSince := func(since time.Time) func() bool {
 		return func() bool {
 			return b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query_start > $1`, since) == 1
@@ -525,7 +532,7 @@ func TestNatsCreateCancelledAfterMakingItsStreamRemovesIt(t *testing.T) {
 
 // setupSlowNats is the dispatch side publishing through a proxy that
 // holds every stream creation for delay, with no NATS subscriber yet.
-func setupSlowNats(t *testing.T, delay time.Duration) (*testBundle, jetstream.JetStream, *jobs.NatsPublisher, *natstest.Delay) {
+func setupSlowNats(t *testing.T, delay time.Duration) (*testBundle, jetstream.JetStream, *jobs.NatsPublisher, *natstest.Proxy) {
 	t.Helper()
 	srv := natstest.New(t)
 	slow := srv.Delaying(t, "$JS.API.STREAM.CREATE.", delay)
@@ -538,14 +545,9 @@ func setupSlowNats(t *testing.T, delay time.Duration) (*testBundle, jetstream.Je
 func TestNatsCreateCancelledWhileNatsMakesItsStreamLeavesNone(t *testing.T) {
 	t.Parallel()
 	b, js, _, slow := setupSlowNats(t, time.Second)
-	ctx, cancel := context.WithCancel(b.ctx)
+	stream := "SLOW"
+	done, cancel := createCancellable(b, "slow", stream, "slow")
 	defer cancel()
-	name, stream, prefix := "slow", "SLOW", "slow"
-	done := make(chan error, 1)
-	go func() {
-		_, err := b.dispatcher.CreateNatsSubscriber(ctx, db.NatsSubscriberInput{Name: &name, Stream: &stream, SubjectPrefix: &prefix})
-		done <- err
-	}()
 	require.Eventually(t, func() bool { return slow.Held() == 1 }, 10*time.Second, 5*time.Millisecond, "the creation is on its way to NATS")
 	cancel() // the client gives up
 	require.ErrorIs(t, <-done, context.Canceled)

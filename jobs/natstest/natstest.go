@@ -8,13 +8,13 @@
 //	srv.Stop(); srv.Start() // an outage: same port, same stored streams
 //	srv.Stop(); srv.SetNKeys(pub); srv.Start() // and new credentials
 //	slow := srv.Delaying(t, "$JS.API.STREAM.CREATE.", time.Second) // slow.URL: slow creations
+//	p := srv.Proxy(t); p.HoldReplies.Store(true) // p.URL: acknowledgements withheld
 //
 // Everything stops at the test's cleanup.
 package natstest
 
 import (
 	"bytes"
-	"io"
 	"net"
 	"slices"
 	"sync"
@@ -90,26 +90,34 @@ func (s *Server) JetStream(t testing.TB) jetstream.JetStream {
 	return js
 }
 
-// Delay is a proxy to a Server that holds some of its clients' writes
-// (Delaying).
-type Delay struct {
+// Proxy is a TCP proxy to a Server, closed at the test's cleanup, that
+// plays a NATS answering late or not at all (Server.Proxy, Server.Delaying).
+type Proxy struct {
 	// URL is the proxy's nats:// URL.
-	URL  string
-	held atomic.Int32
+	URL string
+	// HoldReplies, while true, keeps what the server sends from reaching
+	// the clients: a publish reaches the stream, and its acknowledgement
+	// waits.
+	HoldReplies atomic.Bool
+	marker      []byte
+	delay       time.Duration
+	held        atomic.Int32
 }
 
-// Held is how many writes the proxy has begun to hold.
-func (p *Delay) Held() int { return int(p.held.Load()) }
+// Held is how many client writes the proxy has begun to hold (Delaying).
+func (p *Proxy) Held() int { return int(p.held.Load()) }
 
-// Delaying starts a proxy to the server, closed at t's cleanup: a client
-// connected to its URL has every write that contains marker (e.g.
-// "$JS.API.STREAM.CREATE.") held for d before the server gets it, as from
-// a NATS too busy to answer at once.
-func (s *Server) Delaying(t testing.TB, marker string, d time.Duration) *Delay {
+// Proxy starts a proxy that passes everything on until HoldReplies is set.
+func (s *Server) Proxy(t testing.TB) *Proxy { return s.Delaying(t, "", 0) }
+
+// Delaying starts a proxy that holds every client write containing
+// marker (e.g. "$JS.API.STREAM.CREATE.") for d before the server gets it,
+// as from a NATS too busy to answer at once; "" holds none.
+func (s *Server) Delaying(t testing.TB, marker string, d time.Duration) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &Delay{URL: "nats://" + ln.Addr().String()}
+	p := &Proxy{URL: "nats://" + ln.Addr().String(), marker: []byte(marker), delay: d}
 	var (
 		mu     sync.Mutex
 		conns  []net.Conn
@@ -130,7 +138,6 @@ func (s *Server) Delaying(t testing.TB, marker string, d time.Duration) *Delay {
 			_ = c.Close()
 		}
 	})
-	m := []byte(marker)
 	upstream := s.srv.Addr().String()
 	go func() {
 		for {
@@ -147,34 +154,56 @@ func (s *Server) Delaying(t testing.TB, marker string, d time.Duration) *Delay {
 				_, _ = client.Close(), server.Close()
 				return
 			}
-			hangUp := func() { _, _ = client.Close(), server.Close() }
 			go func() {
-				_, _ = io.Copy(client, server)
-				hangUp()
+				defer func() { _, _ = client.Close(), server.Close() }()
+				p.forward(server, client, p.holdReplies)
 			}()
 			go func() {
-				defer hangUp()
-				buf := make([]byte, 64<<10)
-				var tail []byte // the end of the last read, for a marker split across two
-				for {
-					n, err := client.Read(buf)
-					if n > 0 {
-						seen := append(tail, buf[:n]...)
-						if bytes.Contains(seen, m) {
-							p.held.Add(1)
-							time.Sleep(d)
-						}
-						tail = slices.Clone(seen[max(0, len(seen)-len(m)+1):])
-						if _, err := server.Write(buf[:n]); err != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
+				defer func() { _, _ = client.Close(), server.Close() }()
+				p.forward(client, server, p.delayMarked())
 			}()
 		}
 	}()
 	return p
+}
+
+// forward copies from to to until either fails, calling hold(b) before it
+// passes b on.
+func (p *Proxy) forward(from, to net.Conn, hold func(b []byte)) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := from.Read(buf)
+		if n > 0 {
+			hold(buf[:n])
+			if _, err := to.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *Proxy) holdReplies([]byte) {
+	for p.HoldReplies.Load() {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// delayMarked is one connection's hold of client writes: it keeps the end
+// of the last write, so that a marker split across two is seen.
+func (p *Proxy) delayMarked() func(b []byte) {
+	var tail []byte
+	return func(b []byte) {
+		if len(p.marker) == 0 {
+			return
+		}
+		seen := append(tail, b...)
+		if bytes.Contains(seen, p.marker) {
+			p.held.Add(1)
+			time.Sleep(p.delay)
+		}
+		tail = slices.Clone(seen[max(0, len(seen)-len(p.marker)+1):])
+	}
 }
